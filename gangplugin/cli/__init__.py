@@ -1,0 +1,1 @@
+"""gangctl: the command line for people and scripts."""

@@ -1,0 +1,1 @@
+"""Kubernetes I/O: client setup, watch caches, CRD types, object conversion."""

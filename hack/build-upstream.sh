@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# Build the pinned upstream programs from their Go modules into a cache keyed by
+# version, outside the checkout, so every later run (a fresh clone included)
+# reuses them. Prints the bin directory on its last line.
+#
+#   hack/build-upstream.sh            build what is missing
+#   GANGPLUGIN_CACHE=/path ...        use another cache root (default ~/.cache/gangplugin)
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=versions.env
+source "${here}/versions.env"
+
+cache="${GANGPLUGIN_CACHE:-${HOME}/.cache/gangplugin}"
+bin="${cache}/bin"
+work="${cache}/build"
+mkdir -p "${bin}" "${work}"
+
+die() { echo "build-upstream: $*" >&2; exit 1; }
+log() { echo "build-upstream: $*" >&2; }
+
+command -v go >/dev/null 2>&1 || die "no Go toolchain on PATH; install Go >= 1.26 (https://go.dev/doc/install) and run again"
+export GOFLAGS="${GOFLAGS:--buildvcs=false}"
+export CGO_ENABLED=0
+
+# A binary lives at ${bin}/<name>-<version>; a symlink <name> points at the pinned one.
+have() { [[ -x "${bin}/$1-$2" ]]; }
+publish() { # name version built-file
+  mv -f "$3" "${bin}/$1-$2"
+  ln -sfn "$1-$2" "${bin}/$1"
+  log "built $1 $2"
+}
+relink() { ln -sfn "$1-$2" "${bin}/$1"; }
+
+# Run a build step, and on failure say which module failed and show the tail of its log.
+step() { # description log-file command...
+  local what="$1" logf="$2"; shift 2
+  if ! "$@" >"${logf}" 2>&1; then
+    tail -n 30 "${logf}" >&2
+    die "${what} failed (full log: ${logf})"
+  fi
+}
+
+build_kubernetes() {
+  local v="${KUBERNETES_VERSION}" sv="${KUBERNETES_STAGING_VERSION}"
+  local names=(kube-apiserver kube-controller-manager kube-scheduler)
+  local missing=0 n
+  for n in "${names[@]}"; do have "$n" "$v" || missing=1; done
+  if [[ ${missing} == 0 ]]; then for n in "${names[@]}"; do relink "$n" "$v"; done; return; fi
+
+  # k8s.io/kubernetes cannot be `go install`ed: its go.mod replaces every staging
+  # module with a local path. A small module that requires it and pins each
+  # staging module to the matching published version builds it as-is.
+  local mod="${work}/kubernetes-${v}"
+  mkdir -p "${mod}"
+  log "resolving k8s.io/kubernetes ${v} (first time: downloads modules)"
+  step "go mod download k8s.io/kubernetes@${v}" "${mod}/download.log" \
+    go mod download -json "k8s.io/kubernetes@${v}"
+  local gomod
+  gomod="$(go env GOMODCACHE)/cache/download/k8s.io/kubernetes/@v/${v}.mod"
+  [[ -f "${gomod}" ]] || die "k8s.io/kubernetes ${v}: go.mod not found at ${gomod}"
+  {
+    echo "module gangplugin.io/build/kubernetes"
+    echo
+    echo "go $(awk '/^go /{print $2; exit}' "${gomod}")"
+    echo
+    echo "require k8s.io/kubernetes ${v}"
+    echo
+    awk '/=> \.\/staging\/src\//{print $1}' "${gomod}" | sort -u | while read -r m; do
+      echo "replace ${m} => ${m} ${sv}"
+    done
+  } >"${mod}/go.mod"
+  cat >"${mod}/tools.go" <<'GO'
+//go:build tools
+
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+)
+GO
+  (cd "${mod}" && step "go mod tidy for k8s.io/kubernetes ${v}" "${mod}/tidy.log" go mod tidy -e)
+  local minor="${v#v1.}"; minor="${minor%%.*}"
+  local ld="-s -w" pkg key val
+  for pkg in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
+    for kv in "gitVersion=${v}" "gitMajor=1" "gitMinor=${minor}" "gitTreeState=clean" \
+              "buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"; do
+      key="${kv%%=*}"; val="${kv#*=}"
+      ld+=" -X ${pkg}.${key}=${val}"
+    done
+  done
+  for n in "${names[@]}"; do
+    have "$n" "$v" && { relink "$n" "$v"; continue; }
+    log "building $n ${v} (several minutes on 2 cores the first time)"
+    (cd "${mod}" && step "go build $n ${v}" "${mod}/$n.log" \
+      go build -ldflags "${ld}" -o "${mod}/$n.out" "k8s.io/kubernetes/cmd/$n")
+    publish "$n" "$v" "${mod}/$n.out"
+  done
+}
+
+build_etcd() {
+  local v="${ETCD_VERSION}"
+  if have etcd "$v"; then relink etcd "$v"; return; fi
+  # etcd's server module also replaces its siblings with local paths.
+  local mod="${work}/etcd-${v}"
+  mkdir -p "${mod}"
+  cat >"${mod}/go.mod" <<GOMOD
+module gangplugin.io/build/etcd
+
+go 1.26.0
+
+require go.etcd.io/etcd/server/v3 ${v}
+GOMOD
+  printf '//go:build tools\n\npackage tools\n\nimport _ "go.etcd.io/etcd/server/v3"\n' >"${mod}/tools.go"
+  log "building etcd ${v}"
+  (cd "${mod}" && step "go mod tidy for go.etcd.io/etcd/server/v3 ${v}" "${mod}/tidy.log" go mod tidy -e)
+  (cd "${mod}" && step "go build etcd ${v}" "${mod}/build.log" \
+    go build -ldflags "-s -w" -o "${mod}/etcd.out" go.etcd.io/etcd/server/v3)
+  publish etcd "$v" "${mod}/etcd.out"
+}
+
+build_install() { # name version package ldflags
+  local n="$1" v="$2" pkg="$3" ld="$4"
+  if have "$n" "$v"; then relink "$n" "$v"; return; fi
+  local out="${work}/$n-${v}"
+  mkdir -p "${out}"
+  log "building $n ${v}"
+  step "go install ${pkg}@${v}" "${out}/build.log" \
+    env GOBIN="${out}" go install -ldflags "${ld}" "${pkg}@${v}"
+  publish "$n" "$v" "${out}/$(basename "${pkg}")"
+}
+
+kueue_crds() {
+  local v="${KUEUE_VERSION}" dst="${cache}/kueue-${v}"
+  [[ -f "${dst}/.done" ]] && return
+  step "go mod download sigs.k8s.io/kueue@${v}" "${work}/kueue-download.log" \
+    go mod download "sigs.k8s.io/kueue@${v}"
+  local src
+  src="$(go env GOMODCACHE)/sigs.k8s.io/kueue@${v}/config/components"
+  mkdir -p "${dst}"
+  cp "${src}"/crd/bases/*.yaml "${dst}/" && chmod u+w "${dst}"/*.yaml
+  cp "${src}/webhook/manifests.yaml" "${dst}/webhooks.yaml" && chmod u+w "${dst}/webhooks.yaml"
+  touch "${dst}/.done"
+}
+
+build_etcd
+build_kubernetes
+build_install kueue "${KUEUE_VERSION}" sigs.k8s.io/kueue/cmd/kueue \
+  "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=${KUEUE_VERSION}"
+kueue_crds
+build_install kwok "${KWOK_VERSION}" sigs.k8s.io/kwok/cmd/kwok \
+  "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v} -X sigs.k8s.io/kwok/pkg/consts.KubeVersion=${KUBERNETES_VERSION#v}"
+build_install kwokctl "${KWOK_VERSION}" sigs.k8s.io/kwok/cmd/kwokctl \
+  "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v} -X sigs.k8s.io/kwok/pkg/consts.KubeVersion=${KUBERNETES_VERSION#v}"
+echo "${bin}"
