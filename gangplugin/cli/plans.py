@@ -200,6 +200,10 @@ def search(
         raise InputError("--instance-type", "is required (or --ultra-server-type with --ultra-server-count)")
     target = target_resource_of(target_resource, "--target-resource")
     ultra = ultra_server_type is not None
+    if ultra and instance_count is not None:
+        raise InputError("--instance-count", "goes with --instance-type; use --ultra-server-count")
+    if not ultra and ultra_server_count is not None:
+        raise InputError("--ultra-server-count", "goes with --ultra-server-type; use --instance-count")
     hours = _int_flag(duration_hours, "--duration-hours")
     assert hours is not None
     request = OfferingRequest(

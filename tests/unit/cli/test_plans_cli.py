@@ -169,6 +169,8 @@ def test_search_bad_input_exits_2(gangctl: Any, flags: dict[str, str], message: 
 def test_search_bad_output_and_both_kinds(gangctl: Any) -> None:
     code, _, err = gangctl(search_args("-o", "xml"))
     assert code == 2 and "--output: 'xml' is not one of table, json, yaml" in err
+    code, _, err = gangctl(search_args("--ultra-server-count", "2"))
+    assert code == 2 and "--ultra-server-count: goes with --ultra-server-type" in err
     code, _, err = gangctl(search_args("--ultra-server-type", "ml.u-p6e-gb200x72"))
     assert code == 2 and "--ultra-server-type: give either --instance-type or --ultra-server-type" in err
 

@@ -214,7 +214,7 @@ _ZONES = ("us-east-1a", "us-east-1b")
 
 @st.composite
 def scenarios(draw: st.DrawFn) -> tuple[CapacityInventory, OfferingRequest]:
-    pools = tuple(CapacityPool(P5, z, draw(st.sampled_from([8, 16, 32]))) for z in _ZONES)
+    pools = tuple(CapacityPool(P5, z, draw(st.sampled_from([8, 16, 32, 64]))) for z in _ZONES)
     reservations = []
     for _ in range(draw(st.integers(0, 12))):
         zone = draw(st.sampled_from(_ZONES))
@@ -223,9 +223,17 @@ def scenarios(draw: st.DrawFn) -> tuple[CapacityInventory, OfferingRequest]:
         reservations.append(CapacityReservation(zone, draw(st.integers(1, 32)), start, start + length, P5))
     after = _BASE + timedelta(minutes=draw(st.integers(-60 * 24, 60 * 24 * 10)))
     before = after + timedelta(hours=draw(st.integers(24, 24 * 25)))
+    hours = draw(st.integers(1, 24 * 6))
+    if draw(st.booleans()):
+        # A day when every zone is full, inside the first span of the request's length, so that
+        # one block often cannot fit and two blocks around it can.
+        wall = after + timedelta(hours=draw(st.integers(0, hours + 24)))
+        for zone in _ZONES:
+            reservations.append(CapacityReservation(zone, 64, wall, wall + timedelta(days=1), P5))
+        before = after + timedelta(hours=hours + draw(st.integers(24, 24 * 4)))
     request = OfferingRequest(
         target_resource=draw(st.sampled_from([TJ, HP])),
-        duration_hours=draw(st.integers(1, 24 * 6)),
+        duration_hours=hours,
         start_after=after,
         end_before=before,
         now=_BASE - timedelta(minutes=draw(st.integers(0, 60 * 24 * 3))),
