@@ -17,7 +17,8 @@ Interpretation of the request (following SageMaker's SearchTrainingPlanOfferings
   later and are not offered.
 - One contiguous block of D days first, one offering per pool where it fits. Only when no pool
   can hold one block: two blocks of d1 + d2 = D days (every split), the first as early as it
-  fits, the second at the earliest fitting start at or after the first's end (a gap is allowed).
+  fits, the second at the earliest fitting start at or after the first's end (a gap is allowed);
+  then the first block moves as late as it still fits before the second, to close the gap.
   ``hyperpod-cluster``: both blocks in one zone; ``training-job``: zones may differ.
 - Ranking, best first: the last block's end (earliest first), then fewer blocks, then less total
   gap, then earlier first start (more hours), then zones, types and block lengths by name/value,
@@ -212,6 +213,31 @@ class _Timeline:
             s = times[j + 1]
         return None
 
+    def latest_fit(self, lo: int, days: int, latest_start: int, end_limit: int) -> tuple[int, int] | None:
+        """The latest block ``(start, end)`` of `days` days with ``lo <= start <= latest_start``
+        and ``end <= end_limit`` that fits, or None (used to close the gap before a second block)."""
+        times, last_bad = self.times, self.last_bad
+        end = _last_day_end_s(end_limit)
+        while True:
+            s = min(end - days * _DAY_S, latest_start)
+            if s < lo:
+                return None
+            e = _block_end_s(s, days)
+            if e < end:  # capped by latest_start: the block ends earlier
+                end = e
+                continue
+            j = last_bad[bisect_left(times, e) - 1]
+            if j < bisect_right(times, s) - 1:
+                return s, e
+            if j == 0:
+                return None
+            end = _last_day_end_s(times[j])  # end before the short segment begins
+
+
+def _last_day_end_s(t: int) -> int:
+    """The latest 11:30 UTC at or before `t`."""
+    return t - (t - _END_OF_DAY_S) % _DAY_S
+
 
 def _micro_s(t: datetime) -> int:
     return to_seconds(t) * 1_000_000 + t.microsecond
@@ -304,8 +330,11 @@ def search_offerings(inv: CapacityInventory, req: OfferingRequest) -> tuple[Trai
                     if same_zone and tl2.pool.availability_zone != tl1.pool.availability_zone:
                         continue
                     second = fit(tl2, first.end, days - d1)
-                    if second is not None:
-                        plans.append((first, second))
+                    if second is None:
+                        continue
+                    # Same end, less gap: start the first block as late as still fits.
+                    closer = tl1.latest_fit(lo, d1, latest_start, second.start)
+                    plans.append((first if closer is None else _Block(tl1, *closer), second))
     plans.sort(key=_rank)
     offerings: list[TrainingPlanOffering] = []
     for blocks in plans:

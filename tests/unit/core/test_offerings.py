@@ -79,8 +79,9 @@ def test_two_blocks_around_a_reservation_in_the_middle() -> None:
             ("us-east-1a", "2026-12-01T11:30", "2026-12-03T11:30"),
             ("us-east-1a", "2026-12-04T11:30", "2026-12-05T11:30"),
         ],
+        # The 1-day first block moves from Dec 1 to Dec 2: same end, one day less gap.
         [
-            ("us-east-1a", "2026-12-01T11:30", "2026-12-02T11:30"),
+            ("us-east-1a", "2026-12-02T11:30", "2026-12-03T11:30"),
             ("us-east-1a", "2026-12-04T11:30", "2026-12-06T11:30"),
         ],
     ]
