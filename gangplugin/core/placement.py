@@ -1,0 +1,639 @@
+"""All-or-nothing, topology-aware placement of a gang, and replacement of a failed node.
+
+The algorithm, over a `Snapshot` built once (see `topology.py`), in the spirit of Kueue's
+`tas_flavor_snapshot.go`:
+
+1. For each podset, count per node how many of its (identical) pods fit: the node must be
+   Ready, not cordoned, not a spare, tolerate the taints and match nodeSelector/affinity;
+   the count is the minimum over requested resources of free // request, and free pod slots.
+2. Sum the counts bottom-up over the domain tree.
+3. Pick the level. The gang's level comes from the pod-template annotations
+   `gangplugin.io/required-topology` and `gangplugin.io/preferred-topology` (the narrowest of
+   each across podsets; the whole gang goes into one domain). Starting at the preferred level
+   (or the required one, or — with neither — the narrowest level), walk up towards the
+   required level (or the widest) and take the first level where one domain holds every pod.
+   Among the domains that do, the best fit wins: least room left over, ties by name.
+4. If no single domain fits: with a required level the gang is infeasible; otherwise it is
+   spread over the fewest domains of the preferred level (without annotations, the narrowest
+   level above hostname): largest first, the last one the tightest that holds the rest.
+5. Inside a chosen domain, descend level by level with the same rule (fewest children,
+   largest first, the last one best fit) down to the nodes. Pods get nodes in tree order,
+   so consecutive indexes sit close together.
+
+Several podsets are filled one after another (podsets asking for extended resources first,
+then larger ones) on a working copy of free capacity; a domain is accepted only if all fit.
+Nothing is ever half placed: the result has an assignment for every pod, or none.
+
+Spares: with `spares_per_ultraserver = k`, the k idle nodes with the highest names in each
+UltraServer are invisible to `place` and serve `replace` for a gang already in that
+UltraServer. The answer is a pure function of its inputs; input order never matters.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gangplugin.core.eligibility import PodConstraints
+from gangplugin.core.errors import InputError
+from gangplugin.core.resources import CPU, MEMORY, PODS, format_quantity
+from gangplugin.core.topology import HOSTNAME_LABEL, ULTRASERVER_LABEL, Snapshot
+
+REQUIRED_ANNOTATION = "gangplugin.io/required-topology"
+PREFERRED_ANNOTATION = "gangplugin.io/preferred-topology"
+
+
+@dataclass(frozen=True, slots=True)
+class PodSet:
+    """`count` identical pods; `requests` per pod in canonical units (without `pods`)."""
+
+    name: str
+    count: int
+    requests: Mapping[str, int] = field(default_factory=dict)
+    constraints: PodConstraints = field(default_factory=PodConstraints)
+    required_topology: str | None = None
+    preferred_topology: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Gang:
+    """Every pod of a Kueue Workload: it runs whole or not at all."""
+
+    podsets: tuple[PodSet, ...]
+    name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementPolicy:
+    spares_per_ultraserver: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    pod_set: str
+    index: int
+    node: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"podSet": self.pod_set, "index": self.index, "node": self.node}
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """`level`: node label of the level whose one domain holds the gang (None when spread or
+    infeasible); `domains`: the values used at that level (or at the preferred level when spread)."""
+
+    feasible: bool
+    level: str | None
+    domains: tuple[str, ...]
+    assignments: tuple[Assignment, ...]
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "feasible": self.feasible,
+            "level": self.level,
+            "domains": list(self.domains),
+            "assignments": [a.to_dict() for a in self.assignments],
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Replacement:
+    """Where the pods of a failed node go: one node for all of them, or infeasible."""
+
+    feasible: bool
+    node: str | None
+    used_spare: bool
+    assignments: tuple[Assignment, ...]  # the moved pods only, at their new node
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "feasible": self.feasible,
+            "node": self.node,
+            "usedSpare": self.used_spare,
+            "assignments": [a.to_dict() for a in self.assignments],
+            "reason": self.reason,
+        }
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+_Req = tuple[tuple[str, int], ...]
+_NO_CONSTRAINTS = PodConstraints()
+
+
+def _req_items(podset: PodSet) -> _Req:
+    return tuple(sorted((r, q) for r, q in podset.requests.items() if q > 0 and r != PODS))
+
+
+def _fit(free: Mapping[str, int], req: _Req, cap: int = 1 << 40) -> int:
+    """How many pods with requests `req` fit in `free`, at most `cap`."""
+    c = free.get(PODS, cap)
+    if c > cap:
+        c = cap
+    for r, q in req:
+        k = free.get(r, 0) // q
+        if k < c:
+            c = k
+    return c if c > 0 else 0
+
+
+def _is_extended(resource: str) -> bool:
+    return resource not in (CPU, MEMORY, PODS, "ephemeral-storage") and not resource.startswith("hugepages-")
+
+
+def _describe(podset: PodSet, count: int | None = None) -> str:
+    n = podset.count if count is None else count
+    req = _req_items(podset)
+    shown = [(r, q) for r, q in req if _is_extended(r)] or [(r, q) for r, q in req if r in (CPU, MEMORY)]
+    what = ", ".join(f"{format_quantity(r, q)} {r}" for r, q in shown) or "no requests"
+    return f"{n} pod{'s' if n != 1 else ''} with {what}"
+
+
+def _choose(items: list[tuple[int, int, Any]], need: int) -> list[tuple[int, int]] | None:
+    """Fewest items covering `need`: largest first, the last one the tightest that holds the rest.
+
+    `items` are (id, count, tie-break key); returns (id, taken) pairs, or None if they fall short.
+    """
+    items = sorted((t for t in items if t[1] > 0), key=lambda t: (-t[1], t[2]))
+    out: list[tuple[int, int]] = []
+    rem, i = need, 0
+    while rem > 0:
+        if i >= len(items):
+            return None
+        ident, count, _ = items[i]
+        if count < rem:
+            out.append((ident, count))
+            rem -= count
+            i += 1
+            continue
+        j = i  # items[i:] are by count descending: find the smallest count still >= rem
+        while j + 1 < len(items) and items[j + 1][1] >= rem:
+            j += 1
+        k = j
+        while k - 1 >= i and items[k - 1][1] == items[j][1]:
+            k -= 1
+        out.append((items[k][0], rem))
+        rem = 0
+    return out
+
+
+def _gang_levels(snap: Snapshot, gang: Gang) -> tuple[int | None, int | None]:
+    """(required, preferred) level indexes for the gang: the narrowest of each across podsets."""
+    req: int | None = None
+    pref: int | None = None
+    for i, ps in enumerate(gang.podsets):
+        for label, ann in (
+            (ps.required_topology, REQUIRED_ANNOTATION),
+            (ps.preferred_topology, PREFERRED_ANNOTATION),
+        ):
+            if label is None:
+                continue
+            idx = snap.level_index(label)
+            if idx is None:
+                raise InputError(
+                    f"podSets[{i}].template.metadata.annotations.{ann}",
+                    f"unknown topology label {label!r}; the levels are {', '.join(snap.levels)}",
+                )
+            if ann == REQUIRED_ANNOTATION:
+                req = idx if req is None else max(req, idx)
+            else:
+                pref = idx if pref is None else max(pref, idx)
+    return req, pref
+
+
+def validate_gang(gang: Gang) -> None:
+    if not gang.podsets:
+        raise InputError("podSets", "a gang needs at least one podset")
+    seen: set[str] = set()
+    for i, ps in enumerate(gang.podsets):
+        if ps.count < 1:
+            raise InputError(f"podSets[{i}].count", f"must be at least 1, not {ps.count}")
+        if ps.name in seen:
+            raise InputError(f"podSets[{i}].name", f"podset {ps.name!r} appears twice")
+        seen.add(ps.name)
+        for r, q in ps.requests.items():
+            if q < 0:
+                raise InputError(f"podSets[{i}].requests.{r}", "must not be negative")
+
+
+# -- the planner --------------------------------------------------------------------------------
+
+
+class _Planner:
+    """One placement question over one snapshot: per-podset counts and the descent."""
+
+    def __init__(self, snap: Snapshot, gang: Gang, spares: frozenset[int]) -> None:
+        self.snap = snap
+        self.gang = gang
+        self.spares = spares
+        self.reqs = [_req_items(ps) for ps in gang.podsets]
+        # fill order: podsets with extended resources first, then larger ones, then gang order
+        self.order = sorted(
+            range(len(gang.podsets)),
+            key=lambda p: (-any(_is_extended(r) for r, _ in self.reqs[p]), -gang.podsets[p].count, p),
+        )
+        self.eligible: dict[PodConstraints, list[int]] = {}
+        self.node_counts: list[dict[int, int]] = []
+        self.dom_counts: list[list[int]] = []
+        for p, ps in enumerate(gang.podsets):
+            nc = {}
+            for n in self._eligible(ps.constraints):
+                c = _fit(snap.free[n], self.reqs[p])
+                if c:
+                    nc[n] = c
+            self.node_counts.append(nc)
+            self.dom_counts.append(self._aggregate(nc))
+
+    def _eligible(self, cons: PodConstraints) -> list[int]:
+        cached = self.eligible.get(cons)
+        if cached is not None:
+            return cached
+        snap, spares = self.snap, self.spares
+        plain = cons == _NO_CONSTRAINTS
+        out = []
+        for i, node in enumerate(snap.nodes):
+            if node is None or not snap.usable[i] or i in spares:
+                continue
+            if node.taints and cons.untolerated(node.taints) is not None:
+                continue
+            if plain or cons.selects(node.labels, node.name):
+                out.append(i)
+        self.eligible[cons] = out
+        return out
+
+    def _aggregate(self, node_counts: Mapping[int, int]) -> list[int]:
+        counts = [0] * len(self.snap.domains)
+        path = self.snap.path
+        total = 0
+        for n, c in node_counts.items():
+            total += c
+            for d in path[n]:
+                counts[d] += c
+        counts[0] = total
+        return counts
+
+    def _recount(self, p: int, overlay: Mapping[int, dict[str, int]]) -> tuple[dict[int, int], list[int]]:
+        """Counts for podset p after earlier podsets took what `overlay` records."""
+        if not overlay:
+            return self.node_counts[p], self.dom_counts[p]
+        nc = dict(self.node_counts[p])
+        for n, free in overlay.items():
+            if n in nc:
+                c = _fit(free, self.reqs[p])
+                if c:
+                    nc[n] = c
+                else:
+                    del nc[n]
+        return nc, self._aggregate(nc)
+
+    def _descend(
+        self, domain: int, need: int, nc: Mapping[int, int], dc: list[int]
+    ) -> list[tuple[int, int]] | None:
+        snap = self.snap
+        out: list[tuple[int, int]] = []
+        stack = [(domain, need)]
+        while stack:
+            d, k = stack.pop()
+            dom = snap.domains[d]
+            items: list[tuple[int, int, Any]] = [
+                (c, dc[c], snap.domains[c].value or "") for c in dom.children
+            ]
+            items += [(n, nc.get(n, 0), snap.nodes[n].name) for n in dom.nodes]  # type: ignore[union-attr]
+            chosen = _choose(items, k)
+            if chosen is None:
+                return None
+            for ident, taken in chosen:
+                if dom.nodes:  # the deepest level holds nodes and no child domains
+                    out.append((ident, taken))
+                else:
+                    stack.append((ident, taken))
+        return out
+
+    def _take(self, p: int, picks: list[tuple[int, int]], overlay: dict[int, dict[str, int]]) -> None:
+        for n, k in picks:
+            free = overlay.get(n)
+            if free is None:
+                free = overlay[n] = dict(self.snap.free[n])
+            for r, q in self.reqs[p]:
+                free[r] = free.get(r, 0) - k * q
+            if PODS in free:
+                free[PODS] -= k
+
+    def fill_one(self, domain: int) -> list[list[tuple[int, int]]] | None:
+        """Every podset inside one domain, or None."""
+        overlay: dict[int, dict[str, int]] = {}
+        result: list[list[tuple[int, int]]] = [[] for _ in self.gang.podsets]
+        for p in self.order:
+            need = self.gang.podsets[p].count
+            nc, dc = self._recount(p, overlay)
+            if dc[domain] < need:
+                return None
+            picks = self._descend(domain, need, nc, dc)
+            if picks is None:
+                return None
+            result[p] = picks
+            self._take(p, picks, overlay)
+        return result
+
+    def fill_spread(self, level: int) -> tuple[list[list[tuple[int, int]]], set[int]] | None:
+        """Every podset over the fewest domains of `level` (each podset in turn), or None."""
+        snap = self.snap
+        overlay: dict[int, dict[str, int]] = {}
+        result: list[list[tuple[int, int]]] = [[] for _ in self.gang.podsets]
+        used: set[int] = set()
+        for p in self.order:
+            need = self.gang.podsets[p].count
+            nc, dc = self._recount(p, overlay)
+            if dc[0] < need:
+                return None
+            items: list[tuple[int, int, Any]] = [
+                (d, dc[d], tuple(v or "" for v in snap.domains[d].key)) for d in snap.by_level[level]
+            ]
+            chosen = _choose(items, need)
+            if chosen is None:
+                return None
+            picks: list[tuple[int, int]] = []
+            for d, k in chosen:
+                sub = self._descend(d, k, nc, dc)
+                if sub is None:
+                    return None
+                picks += sub
+                used.add(d)
+            result[p] = picks
+            self._take(p, picks, overlay)
+        return result, used
+
+    def assignments(self, result: list[list[tuple[int, int]]]) -> tuple[Assignment, ...]:
+        snap = self.snap
+        out: list[Assignment] = []
+        for p, ps in enumerate(self.gang.podsets):
+            picks = sorted(result[p], key=lambda t: self._tree_key(t[0]))
+            index = 0
+            for n, k in picks:
+                name = snap.nodes[n].name  # type: ignore[union-attr]
+                for _ in range(k):
+                    out.append(Assignment(ps.name, index, name))
+                    index += 1
+        return tuple(out)
+
+    def _tree_key(self, n: int) -> tuple[tuple[str, ...], str]:
+        snap = self.snap
+        leaf = snap.domains[snap.path[n][-1]]
+        return tuple(v or "" for v in leaf.key), snap.nodes[n].name  # type: ignore[union-attr]
+
+
+# -- explanations -------------------------------------------------------------------------------
+
+
+def _node_summary(snap: Snapshot, ps: PodSet, spares: frozenset[int]) -> str:
+    req = _req_items(ps)
+    why: Counter[str] = Counter()
+    for i, node in enumerate(snap.nodes):
+        if node is None:
+            continue
+        if not node.ready:
+            why["not Ready"] += 1
+        elif node.unschedulable:
+            why["cordoned"] += 1
+        elif (taint := ps.constraints.untolerated(node.taints)) is not None:
+            why[f"taint {taint} not tolerated"] += 1
+        elif not ps.constraints.selects(node.labels, node.name):
+            why["not matching nodeSelector/affinity"] += 1
+        elif _fit(snap.free[i], req) == 0:
+            free = snap.free[i]
+            short = next((r for r, q in req if free.get(r, 0) < q), PODS)
+            why[f"short of {short}"] += 1
+        elif i in spares:
+            why["held as spare"] += 1
+        else:
+            why["with room"] += 1
+    parts = sorted(why.items(), key=lambda kv: (kv[0] != "with room", -kv[1], kv[0]))
+    return "nodes: " + ", ".join(f"{n} {what}" for what, n in parts) if parts else "no nodes"
+
+
+def _spare_counts(snap: Snapshot, planner: _Planner, spares: frozenset[int]) -> list[list[int]]:
+    out = []
+    for p, ps in enumerate(planner.gang.podsets):
+        nc = {}
+        for n in spares:
+            node = snap.nodes[n]
+            assert node is not None
+            if ps.constraints.untolerated(node.taints) is None and ps.constraints.selects(
+                node.labels, node.name
+            ):
+                c = _fit(snap.free[n], planner.reqs[p])
+                if c:
+                    nc[n] = c
+        out.append(planner._aggregate(nc))
+    return out
+
+
+def _explain(snap: Snapshot, planner: _Planner, spares: frozenset[int], level: int | None) -> str:
+    gang = planner.gang
+    needs = " + ".join(_describe(ps) for ps in gang.podsets)
+    total = sum(ps.count for ps in gang.podsets)
+    spare_dc = _spare_counts(snap, planner, spares) if spares else None
+
+    def room(d: int) -> int:
+        return sum(min(planner.dom_counts[p][d], ps.count) for p, ps in enumerate(gang.podsets))
+
+    def held(d: int) -> str:
+        if spare_dc is None:
+            return ""
+        extra = sum(
+            min(spare_dc[p][d], max(ps.count - planner.dom_counts[p][d], 0))
+            for p, ps in enumerate(gang.podsets)
+        )
+        return f" ({extra} more held as spare)" if extra else ""
+
+    if level is None:
+        best: int | None = 0
+        head = f"needs {needs}"
+    else:
+        label = snap.levels[level]
+        head = f"needs {needs} in one {label}"
+        labeled = [d for d in snap.by_level[level] if snap.domains[d].value is not None]
+        best = min(labeled, key=lambda d: (-room(d), snap.domains[d].value or ""), default=None)
+    if best is None:
+        msg = f"{head}; no node has the label {snap.levels[level or 0]}"
+    else:
+        where = "the cluster has" if level is None else f"best is {snap.domains[best].value} with"
+        r = room(best)
+        if r >= total:
+            msg = f"{head}; {where} room for each podset but not for all of them together"
+        else:
+            of = "" if len(gang.podsets) == 1 else f" of {total}"
+            msg = f"{head}; {where} room for {r}{of}{held(best)}"
+    short = min(
+        range(len(gang.podsets)),
+        key=lambda p: (planner.dom_counts[p][0] >= gang.podsets[p].count, p),
+    )
+    return f"{msg}; {_node_summary(snap, gang.podsets[short], spares)}"
+
+
+# -- public API -----------------------------------------------------------------------------------
+
+
+def place(snapshot: Snapshot, gang: Gang, policy: PlacementPolicy | None = None) -> Placement:
+    """Where every pod of `gang` goes, or why it cannot run now. See the module docstring.
+
+    Raises InputError for a gang without podsets, a count below 1, or a topology annotation
+    naming a label that is not one of the snapshot's levels.
+    """
+    validate_gang(gang)
+    policy = policy or PlacementPolicy()
+    req, pref = _gang_levels(snapshot, gang)
+    spares = snapshot.spare_nodes(policy.spares_per_ultraserver)
+    planner = _Planner(snapshot, gang, spares)
+    levels = snapshot.levels
+    narrowest = len(levels) - 1
+    stop = req if req is not None else 0
+    start = pref if pref is not None and pref >= stop else (req if req is not None else narrowest)
+    needs = [ps.count for ps in gang.podsets]
+    total = sum(needs)
+    dcs = planner.dom_counts
+    for level in range(start, stop - 1, -1):
+        fitting = [
+            d
+            for d in snapshot.by_level[level]
+            if snapshot.domains[d].value is not None and all(dcs[p][d] >= n for p, n in enumerate(needs))
+        ]
+        fitting.sort(
+            key=lambda d: (
+                sum(dcs[p][d] - n for p, n in enumerate(needs)),
+                snapshot.domains[d].value,
+                tuple(v or "" for v in snapshot.domains[d].key),
+            )
+        )
+        for d in fitting:
+            result = planner.fill_one(d)
+            if result is not None:
+                value = snapshot.domains[d].value or ""
+                left = sum(dcs[p][d] - n for p, n in enumerate(needs))
+                return Placement(
+                    True,
+                    levels[level],
+                    (value,),
+                    planner.assignments(result),
+                    f"all {total} pods fit in {levels[level]} {value} (best fit; room for {left} more there)",
+                )
+    if req is not None:
+        return Placement(False, None, (), (), _explain(snapshot, planner, spares, req))
+    if pref is not None:
+        spread_level = pref
+    else:
+        above_host = [i for i, label in enumerate(levels) if label != HOSTNAME_LABEL]
+        spread_level = above_host[-1] if above_host else narrowest
+    spread = planner.fill_spread(spread_level)
+    if spread is None:
+        return Placement(False, None, (), (), _explain(snapshot, planner, spares, None))
+    result, used = spread
+    values = tuple(sorted({v for d in used if (v := snapshot.domains[d].value) is not None}))
+    wanted = "preferred" if pref is not None else "no topology requested"
+    return Placement(
+        True,
+        None,
+        values,
+        planner.assignments(result),
+        f"no single domain holds all {total} pods; spread over {len(used)} {levels[spread_level]} "
+        f"domains ({wanted})",
+    )
+
+
+def replace(
+    snapshot: Snapshot,
+    gang: Gang,
+    assignments: Sequence[Assignment],
+    failed_node: str,
+    policy: PlacementPolicy | None = None,
+) -> Replacement:
+    """One node to take every pod `assignments` put on `failed_node`.
+
+    The snapshot must already count the gang's pods on its other nodes. Candidates keep the
+    gang's required domain; the closest in the topology to the gang win (deepest shared
+    level), within that a spare of the gang's own UltraServer first, then the tightest fit,
+    then the name. Spares of other UltraServers are never used.
+    """
+    validate_gang(gang)
+    policy = policy or PlacementPolicy()
+    req, _ = _gang_levels(snapshot, gang)
+    moving = [a for a in assignments if a.node == failed_node]
+    if not moving:
+        return Replacement(True, None, False, (), f"no pod of the gang is on {failed_node}")
+    by_name = {ps.name: ps for ps in gang.podsets}
+    per_set: Counter[str] = Counter()
+    for a in moving:
+        if a.pod_set not in by_name:
+            raise InputError("assignments", f"podset {a.pod_set!r} is not in the gang")
+        per_set[a.pod_set] += 1
+    need: dict[str, int] = {PODS: len(moving)}
+    for name, k in per_set.items():
+        for r, q in _req_items(by_name[name]):
+            need[r] = need.get(r, 0) + k * q
+    anchor = snapshot.node(failed_node)
+    if anchor is None:
+        others = sorted({a.node for a in assignments if a.node != failed_node})
+        anchor = next((n for n in map(snapshot.node, others) if n is not None), None)
+    anchor_key = tuple(anchor.labels.get(label) for label in snapshot.levels) if anchor is not None else None
+    own_us = anchor.labels.get(ULTRASERVER_LABEL) if anchor is not None else None
+    spares = snapshot.spare_nodes(policy.spares_per_ultraserver)
+    constraints = {by_name[name].constraints for name in per_set}
+    best: tuple[tuple[int, int, int, str], int] | None = None
+    for i, node in enumerate(snapshot.nodes):
+        if node is None or node.name == failed_node or not snapshot.usable[i]:
+            continue
+        is_spare = i in spares
+        us = node.labels.get(ULTRASERVER_LABEL)
+        if is_spare and (own_us is None or us != own_us):
+            continue
+        free = snapshot.free[i]
+        if PODS not in free:
+            free = {**free, PODS: need[PODS]}
+        if any(free.get(r, 0) < q for r, q in need.items()):
+            continue
+        if not all(
+            c.untolerated(node.taints) is None and c.selects(node.labels, node.name) for c in constraints
+        ):
+            continue
+        depth = 0
+        if anchor_key is not None:
+            key = tuple(node.labels.get(label) for label in snapshot.levels)
+            if req is not None and (anchor_key[req] is None or key[: req + 1] != anchor_key[: req + 1]):
+                continue
+            while depth < len(key) and key[depth] is not None and key[depth] == anchor_key[depth]:
+                depth += 1
+        elif req is not None:
+            continue
+        leftover = sum(free.get(r, 0) - q for r, q in need.items() if r != PODS and _is_extended(r))
+        rank = (-depth, 0 if is_spare else 1, leftover, node.name)
+        if best is None or rank < best[0]:
+            best = (rank, i)
+    moved = sorted(moving, key=lambda a: (a.pod_set, a.index))
+    if best is None:
+        where = f" in the gang's {snapshot.levels[req]}" if req is not None and anchor_key is not None else ""
+        return Replacement(
+            False,
+            None,
+            False,
+            (),
+            f"no node{where} can take the {len(moving)} pod(s) of {failed_node} "
+            f"({', '.join(f'{format_quantity(r, q)} {r}' for r, q in sorted(need.items()))})",
+        )
+    rank, i = best
+    node = snapshot.nodes[i]
+    assert node is not None
+    used_spare = rank[1] == 0
+    kind = f"spare of UltraServer {own_us}" if used_spare else "node"
+    return Replacement(
+        True,
+        node.name,
+        used_spare,
+        tuple(Assignment(a.pod_set, a.index, node.name) for a in moved),
+        f"{failed_node} replaced by {kind} {node.name}",
+    )

@@ -1,0 +1,336 @@
+"""The topology model: nodes grouped into a tree of domains by their topology labels.
+
+Levels are node labels, widest first (the `spec.levels` of a Kueue `Topology`). A domain at
+level i is the set of nodes that share the values of levels 0..i; a node lacking a label sits
+in an *unlabeled* domain (value None) at that level, which counts for spreading but never
+qualifies as "the one domain" a gang asked for. Under the deepest level hang the nodes.
+
+`Snapshot` is built once from nodes and the pods bound to them (`build_snapshot`) and then
+kept current with `bind`, `unbind`, `upsert_node` and `remove_node`, each costing O(levels)
+for the free-capacity sums, not a rebuild. Node ids are stable ints; every list a placement
+reads (a domain's children, its nodes) is sorted by name, so results never depend on the
+order the input came in.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from gangplugin.core.eligibility import Taint
+from gangplugin.core.errors import InputError
+from gangplugin.core.resources import PODS
+
+ZONE_LABEL = "topology.kubernetes.io/zone"
+ULTRASERVER_LABEL = "topology.k8s.aws/ultraserver-id"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+DEFAULT_LEVELS: tuple[str, ...] = (
+    ZONE_LABEL,
+    "topology.k8s.aws/network-node-layer-1",
+    "topology.k8s.aws/network-node-layer-2",
+    "topology.k8s.aws/network-node-layer-3",
+    ULTRASERVER_LABEL,
+    HOSTNAME_LABEL,
+)
+#: Phases of pods that no longer hold their requests.
+FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """The parts of a Kubernetes Node placement reads. `allocatable` is in canonical units."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    allocatable: Mapping[str, int] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    ready: bool = True
+    unschedulable: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class BoundPod:
+    """A pod with `spec.nodeName` set; `requests` are the pod's effective requests (canonical)."""
+
+    namespace: str
+    name: str
+    node_name: str
+    requests: Mapping[str, int] = field(default_factory=dict)
+    phase: str = "Running"
+
+
+@dataclass(slots=True)
+class Domain:
+    """One node of the topology tree (mutable bookkeeping; read-only to placement)."""
+
+    id: int
+    level: int  # -1 for the root
+    value: str | None  # the label value at `level`; None for the root and unlabeled domains
+    key: tuple[str | None, ...]  # values of levels 0..level
+    parent: int  # -1 for the root
+    children: list[int] = field(default_factory=list)  # domain ids, sorted by value
+    nodes: list[int] = field(default_factory=list)  # node ids (deepest level only), sorted by name
+
+
+def validate_levels(levels: Iterable[str], field_name: str = "levels") -> tuple[str, ...]:
+    out = tuple(levels)
+    if not out:
+        raise InputError(field_name, "a topology needs at least one level")
+    for i, level in enumerate(out):
+        if not isinstance(level, str) or not level:
+            raise InputError(f"{field_name}[{i}]", "each level is a non-empty node label")
+    if len(set(out)) != len(out):
+        raise InputError(field_name, "a node label appears twice")
+    return out
+
+
+def _sort_key(value: str | None) -> str:
+    return "" if value is None else value
+
+
+class Snapshot:
+    """Nodes, their free capacity and the domain tree. See the module docstring."""
+
+    def __init__(self, levels: Iterable[str] = DEFAULT_LEVELS) -> None:
+        self.levels: tuple[str, ...] = validate_levels(levels)
+        self.nodes: list[Node | None] = []  # by node id; None once removed
+        self.node_ids: dict[str, int] = {}
+        self.free: list[dict[str, int]] = []  # allocatable minus requests of active bound pods
+        self.usable: list[bool] = []  # Ready and not cordoned
+        self.path: list[tuple[int, ...]] = []  # domain id per level
+        self.pod_count: list[int] = []  # active pods bound
+        self.domains: list[Domain] = [Domain(0, -1, None, (), -1)]
+        self.domain_ids: dict[tuple[str | None, ...], int] = {(): 0}
+        self.by_level: list[list[int]] = [[] for _ in self.levels]
+        self._pods: dict[tuple[str, str], tuple[int, Mapping[str, int]]] = {}
+        self._pods_on: list[set[tuple[str, str]]] = []
+        self._domain_free: list[dict[str, int]] | None = None
+        self._spares: dict[int, frozenset[int]] = {}
+
+    # -- reading ---------------------------------------------------------------------------
+
+    @property
+    def root(self) -> Domain:
+        return self.domains[0]
+
+    def node(self, name: str) -> Node | None:
+        i = self.node_ids.get(name)
+        return None if i is None else self.nodes[i]
+
+    def live_node_ids(self) -> list[int]:
+        """Ids of present nodes, ordered by name."""
+        return [self.node_ids[n] for n in sorted(self.node_ids)]
+
+    def level_index(self, label: str) -> int | None:
+        try:
+            return self.levels.index(label)
+        except ValueError:
+            return None
+
+    def domain_of(self, node_id: int, level: int) -> Domain:
+        return self.domains[self.path[node_id][level]]
+
+    def subtree_nodes(self, domain_id: int) -> list[int]:
+        """Node ids under a domain, in tree order (by domain value, then node name)."""
+        out: list[int] = []
+        stack = [domain_id]
+        while stack:
+            d = self.domains[stack.pop()]
+            out.extend(d.nodes)
+            stack.extend(reversed(d.children))
+        return out
+
+    def domain_free(self, domain_id: int) -> Mapping[str, int]:
+        """Free capacity summed over the usable nodes under a domain (computed once, then kept)."""
+        if self._domain_free is None:
+            sums: list[dict[str, int]] = [{} for _ in self.domains]
+            for i, node in enumerate(self.nodes):
+                if node is not None and self.usable[i]:
+                    self._add_free(sums, i, self.free[i], 1)
+            self._domain_free = sums
+        return self._domain_free[domain_id]
+
+    def idle(self, node_id: int) -> bool:
+        """Usable and without any active pod: a whole node a fresh gang or a spare can take."""
+        return self.usable[node_id] and self.pod_count[node_id] == 0
+
+    def spare_nodes(self, per_ultraserver: int) -> frozenset[int]:
+        """Node ids held as spares: in each UltraServer, the idle nodes with the highest names.
+
+        An UltraServer is the set of nodes sharing a `topology.k8s.aws/ultraserver-id` label
+        (whether or not it is a level). If fewer than `per_ultraserver` of its nodes are idle,
+        all of them are held.
+        """
+        if per_ultraserver <= 0:
+            return frozenset()
+        cached = self._spares.get(per_ultraserver)
+        if cached is not None:
+            return cached
+        groups: dict[str, list[str]] = {}
+        for name, i in self.node_ids.items():
+            node = self.nodes[i]
+            assert node is not None
+            us = node.labels.get(ULTRASERVER_LABEL)
+            if us is not None and self.idle(i):
+                groups.setdefault(us, []).append(name)
+        held: set[int] = set()
+        for names in groups.values():
+            names.sort()
+            held.update(self.node_ids[n] for n in names[-per_ultraserver:])
+        result = frozenset(held)
+        self._spares[per_ultraserver] = result
+        return result
+
+    # -- updating --------------------------------------------------------------------------
+
+    def _add_free(
+        self, sums: list[dict[str, int]], node_id: int, amounts: Mapping[str, int], sign: int
+    ) -> None:
+        for d in (0, *self.path[node_id]):
+            s = sums[d]
+            for r, q in amounts.items():
+                s[r] = s.get(r, 0) + sign * q
+
+    def _domain_for(self, key: tuple[str | None, ...]) -> int:
+        d = self.domain_ids.get(key)
+        if d is not None:
+            return d
+        parent = self._domain_for(key[:-1])
+        d = len(self.domains)
+        level = len(key) - 1
+        self.domains.append(Domain(d, level, key[-1], key, parent))
+        self.domain_ids[key] = d
+        self.by_level[level].append(d)
+        siblings = self.domains[parent].children
+        value = _sort_key(key[-1])
+        if not siblings or value >= _sort_key(self.domains[siblings[-1]].value):
+            siblings.append(d)
+        else:
+            values = [_sort_key(self.domains[c].value) for c in siblings]
+            siblings.insert(bisect.bisect_right(values, value), d)
+        if self._domain_free is not None:
+            self._domain_free.append({})
+        return d
+
+    def _attach(self, node_id: int, node: Node) -> None:
+        labels = node.labels
+        key = tuple(labels.get(level) for level in self.levels)
+        path = tuple(self._domain_for(key[: i + 1]) for i in range(len(key)))
+        self.path[node_id] = path
+        leaf = self.domains[path[-1]].nodes
+        if not leaf or node.name > self._name(leaf[-1]):
+            leaf.append(node_id)
+        else:
+            names = [self._name(n) for n in leaf]
+            leaf.insert(bisect.bisect_right(names, node.name), node_id)
+        if self._domain_free is not None and self.usable[node_id]:
+            self._add_free(self._domain_free, node_id, self.free[node_id], 1)
+
+    def _detach(self, node_id: int) -> None:
+        if self._domain_free is not None and self.usable[node_id]:
+            self._add_free(self._domain_free, node_id, self.free[node_id], -1)
+        self.domains[self.path[node_id][-1]].nodes.remove(node_id)
+
+    def _name(self, node_id: int) -> str:
+        node = self.nodes[node_id]
+        assert node is not None
+        return node.name
+
+    def upsert_node(self, node: Node) -> None:
+        """Add a node or replace what is known of it (labels, allocatable, taints, readiness)."""
+        self._spares.clear()
+        i = self.node_ids.get(node.name)
+        if i is None:
+            i = len(self.nodes)
+            self.nodes.append(node)
+            self.node_ids[node.name] = i
+            self.free.append(dict(node.allocatable))
+            self.usable.append(node.ready and not node.unschedulable)
+            self.path.append(())
+            self.pod_count.append(0)
+            self._pods_on.append(set())
+            self._attach(i, node)
+            return
+        self._detach(i)
+        self.nodes[i] = node
+        free = dict(node.allocatable)
+        for key in self._pods_on[i]:
+            for r, q in self._pods[key][1].items():
+                free[r] = free.get(r, 0) - q
+        if PODS in free:
+            free[PODS] -= len(self._pods_on[i])
+        self.free[i] = free
+        self.usable[i] = node.ready and not node.unschedulable
+        self._attach(i, node)
+
+    def remove_node(self, name: str) -> None:
+        """Forget a node; pods bound to it are forgotten too."""
+        i = self.node_ids.pop(name, None)
+        if i is None:
+            return
+        self._spares.clear()
+        self._detach(i)
+        for key in self._pods_on[i]:
+            del self._pods[key]
+        self._pods_on[i] = set()
+        self.nodes[i] = None
+        self.usable[i] = False
+        self.free[i] = {}
+        self.pod_count[i] = 0
+
+    def bind(self, pod: BoundPod) -> None:
+        """Count a pod's requests against its node (finished pods and unknown nodes are ignored)."""
+        key = (pod.namespace, pod.name)
+        if key in self._pods:
+            self.unbind(pod.namespace, pod.name)
+        i = self.node_ids.get(pod.node_name)
+        if i is None or pod.phase in FINISHED_PHASES:
+            return
+        self._spares.clear()
+        self._pods[key] = (i, pod.requests)
+        self._pods_on[i].add(key)
+        self.pod_count[i] += 1
+        self._charge(i, pod.requests, 1)
+
+    def unbind(self, namespace: str, name: str) -> None:
+        """Release a pod's requests (it finished, was deleted or evicted)."""
+        entry = self._pods.pop((namespace, name), None)
+        if entry is None:
+            return
+        self._spares.clear()
+        i, requests = entry
+        self._pods_on[i].discard((namespace, name))
+        self.pod_count[i] -= 1
+        self._charge(i, requests, -1)
+
+    def _charge(self, node_id: int, requests: Mapping[str, int], sign: int) -> None:
+        free = self.free[node_id]
+        delta = {r: -sign * q for r, q in requests.items() if q}
+        if PODS in free:
+            delta[PODS] = delta.get(PODS, 0) - sign
+        for r, q in delta.items():
+            free[r] = free.get(r, 0) + q
+        if self._domain_free is not None and self.usable[node_id]:
+            self._add_free(self._domain_free, node_id, delta, 1)
+
+
+def build_snapshot(
+    nodes: Iterable[Node], pods: Iterable[BoundPod] = (), levels: Iterable[str] = DEFAULT_LEVELS
+) -> Snapshot:
+    """The model of a cluster: nodes sorted by name, then the active bound pods charged to them.
+
+    Raises InputError for a node name given twice.
+    """
+    snap = Snapshot(levels)
+    ordered = sorted(nodes, key=lambda n: n.name)
+    for a, b in itertools.pairwise(ordered):
+        if a.name == b.name:
+            raise InputError("nodes", f"node {a.name!r} appears twice")
+    for node in ordered:
+        snap.upsert_node(node)
+    for pod in pods:
+        snap.bind(pod)
+    return snap

@@ -1,0 +1,178 @@
+"""`gangctl place` end to end: real kubectl-shaped files in, the documented JSON out."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+FIXTURES = Path(__file__).parent.parent / "fixtures"
+
+
+def gangctl(*args, cwd=FIXTURES):
+    return subprocess.run(
+        [sys.executable, "-c", "from gangplugin.cli.main import main; main()", "place", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=60,
+    )
+
+
+def test_preferred_fits_across_two_ultraservers():
+    out = gangctl(
+        "--nodes",
+        "gb200_nodes.yaml",
+        "--workload",
+        "workload_36_preferred.yaml",
+        "--topology",
+        "topology_hyperpod.yaml",
+        "-o",
+        "json",
+    )
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert list(result) == ["feasible", "level", "domains", "assignments", "reason"]
+    assert result["feasible"] is True
+    assert result["level"] == "topology.k8s.aws/network-node-layer-2" and result["domains"] == ["nn-4d5e6f"]
+    assert len({a["node"] for a in result["assignments"]}) == 36
+    assert result["assignments"][0] == {"podSet": "main", "index": 0, "node": "hyperpod-i-10000000000000000"}
+
+
+def test_required_is_answered_infeasible_with_exit_0():
+    out = gangctl(
+        "--nodes",
+        "gb200_nodes.yaml",
+        "--pods",
+        "gb200_pods.yaml",
+        "--workload",
+        "workload_36_required.yaml",
+        "--policy",
+        "gangpolicy_spares.yaml",
+        "-o",
+        "json",
+    )
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["feasible"] is False and result["assignments"] == [] and result["level"] is None
+    assert (
+        "in one topology.k8s.aws/ultraserver-id; best is us-1 with room for 17 (1 more held as spare)"
+        in result["reason"]
+    )
+
+
+def test_spares_and_bound_pods_with_yaml_and_table_output():
+    args = [
+        "--nodes",
+        "gb200_nodes.yaml",
+        "--pods",
+        "gb200_pods.yaml",
+        "--workload",
+        "workload_16_required.yaml",
+        "--policy",
+        "gangpolicy_spares.yaml",
+        "--topology",
+        "topology_hyperpod.yaml",
+    ]
+    out = gangctl(*args, "-o", "yaml")
+    assert out.returncode == 0, out.stderr
+    result = yaml.safe_load(out.stdout)
+    assert result["feasible"] and result["domains"] == ["us-2"]
+    nodes = {a["node"] for a in result["assignments"]}
+    # us-2's first node runs another job and its highest-named idle node is the spare
+    assert "hyperpod-i-20000000000000000" not in nodes and "hyperpod-i-20000000000000011" not in nodes
+    table = gangctl(*args)
+    assert table.returncode == 0
+    assert "feasible: yes" in table.stdout and "PODSET" in table.stdout and "hyperpod-i-2" in table.stdout
+
+
+def test_job_manifest():
+    out = gangctl("--nodes", "gb200_nodes.yaml", "--workload", "job_4.yaml", "-o", "json")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["feasible"] and [a["index"] for a in result["assignments"]] == [0, 1, 2, 3]
+    assert {a["podSet"] for a in result["assignments"]} == {"main"}
+
+
+def _copy_with(tmp_path, name, edit):
+    doc = yaml.safe_load((FIXTURES / name).read_text())
+    edit(doc)
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("edit", "field"),
+    [
+        (lambda w: w["spec"].update(podSets=[]), "spec.podSets"),
+        (lambda w: w["spec"]["podSets"][0].update(count=0), "spec.podSets[0].count"),
+        (
+            lambda w: w["spec"]["podSets"][0]["template"]["metadata"]["annotations"].update(
+                {"gangplugin.io/required-topology": "example.com/rack"}
+            ),
+            "spec.podSets[0].template.metadata.annotations.gangplugin.io/required-topology",
+        ),
+        (
+            lambda w: w["spec"]["podSets"][0]["template"]["spec"]["containers"][0]["resources"][
+                "requests"
+            ].update(cpu="sixty-four"),
+            "spec.podSets[0].template.spec.containers[0].resources.requests.cpu",
+        ),
+    ],
+)
+def test_bad_workload_exits_2_naming_the_field(tmp_path, edit, field):
+    for name in ("gb200_nodes.yaml",):
+        shutil.copy(FIXTURES / name, tmp_path / name)
+    w = _copy_with(tmp_path, "workload_36_required.yaml", edit)
+    out = gangctl("--nodes", "gb200_nodes.yaml", "--workload", str(w), "-o", "json", cwd=tmp_path)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and field in lines[0] and "Traceback" not in out.stderr
+    assert out.stdout == ""
+
+
+def test_job_unknown_label_names_the_job_field(tmp_path):
+    job = _copy_with(
+        tmp_path,
+        "job_4.yaml",
+        lambda j: j["spec"]["template"]["metadata"]["annotations"].update(
+            {"gangplugin.io/required-topology": "example.com/rack"}
+        ),
+    )
+    out = gangctl("--nodes", str(FIXTURES / "gb200_nodes.yaml"), "--workload", str(job), cwd=tmp_path)
+    assert out.returncode == 2
+    assert "spec.template.metadata.annotations.gangplugin.io/required-topology" in out.stderr
+
+
+def test_files_that_are_not_yaml_or_bad_quantities(tmp_path):
+    bad = tmp_path / "nodes.yaml"
+    bad.write_text("items: [\n  - {")
+    out = gangctl("--nodes", str(bad), "--workload", str(FIXTURES / "job_4.yaml"))
+    assert out.returncode == 2 and "nodes.yaml" in out.stderr and "not a YAML document" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+    nodes = _copy_with(
+        tmp_path, "gb200_nodes.yaml", lambda d: d["items"][3]["status"]["allocatable"].update(memory="1Gb")
+    )
+    out = gangctl("--nodes", str(nodes), "--workload", str(FIXTURES / "job_4.yaml"))
+    assert out.returncode == 2 and "items[3].status.allocatable.memory" in out.stderr
+    out = gangctl("--nodes", str(tmp_path / "missing.yaml"), "--workload", str(FIXTURES / "job_4.yaml"))
+    assert out.returncode == 2 and "missing.yaml" in out.stderr
+
+
+def test_policy_naming_another_topology(tmp_path):
+    pol = _copy_with(tmp_path, "gangpolicy_spares.yaml", lambda p: p["spec"].update(topologyName="other"))
+    out = gangctl(
+        "--nodes",
+        "gb200_nodes.yaml",
+        "--workload",
+        "job_4.yaml",
+        "--policy",
+        str(pol),
+        "--topology",
+        "topology_hyperpod.yaml",
+    )
+    assert out.returncode == 2 and "spec.topologyName" in out.stderr
