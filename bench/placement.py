@@ -19,6 +19,7 @@ import random
 import time
 import tracemalloc
 from collections.abc import Callable
+from functools import partial
 
 from gangplugin.core.placement import Gang, PlacementPolicy, PodSet, place
 from gangplugin.core.topology import DEFAULT_LEVELS, BoundPod, Node, build_snapshot
@@ -54,7 +55,7 @@ def cluster(size: int, seed: int = 11) -> tuple[list[Node], list[BoundPod]]:
         }
         alloc = {"cpu": 143_900, "memory": 884 * 2**30, "pods": 737, GPU: 4, "vpc.amazonaws.com/efa": 17}
         nodes.append(Node(f"hyperpod-i-{i:08x}", labels, alloc))
-    pods = []
+    pods: list[BoundPod] = []
     target, used = int(size * 4 * 0.3), 0
     free = [4] * size
     while used < target:
@@ -93,7 +94,7 @@ def main() -> None:
     outcome: dict[tuple[int, int], str] = {}
     for size in CLUSTERS:
         nodes, pods = cluster(size)
-        builds[size] = timed(lambda nodes=nodes, pods=pods: build_snapshot(nodes, pods, DEFAULT_LEVELS), 5)
+        builds[size] = timed(partial(build_snapshot, nodes, pods, DEFAULT_LEVELS), 5)
         snap = build_snapshot(nodes, pods, DEFAULT_LEVELS)
         for count in GANGS:
             g = gang(count)
@@ -103,7 +104,7 @@ def main() -> None:
                 if result.feasible
                 else "infeasible"
             )
-            places[size, count] = timed(lambda snap=snap, g=g: place(snap, g, POLICY), 7)
+            places[size, count] = timed(partial(place, snap, g, POLICY), 7)
 
     print("time in ms; 1-GPU pods preferring one UltraServer; ~30% of GPUs in use; 1 spare per UltraServer")
     print("(place column: time and where the gang landed: the one domain's level, or spread over k)")
