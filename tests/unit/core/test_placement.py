@@ -216,6 +216,29 @@ def test_golden_hyperpod_gb200_36_pods_two_ultraservers():
     required = place(snap, Gang((PodSet("main", 36, pod, required_topology=US),)))
     assert not required.feasible and required.assignments == ()
     assert "in one topology.k8s.aws/ultraserver-id; best is us-1 with room for 18" in required.reason
+    # with no common layer below the zone, preferred spreads over exactly the two UltraServers
+    apart = [
+        Node(
+            n.name,
+            {**n.labels, "topology.k8s.aws/network-node-layer-1": n.labels[ULTRASERVER_LABEL]},
+            n.allocatable,
+        )
+        for n in nodes
+    ]
+    spread = place(
+        build_snapshot(apart, [], DEFAULT_LEVELS), Gang((PodSet("main", 36, pod, preferred_topology=US),))
+    )
+    assert spread.feasible and spread.level == ZONE_LABEL
+    spread = place(
+        build_snapshot(
+            [
+                Node(n.name, {**n.labels, ZONE_LABEL: n.labels[ULTRASERVER_LABEL]}, n.allocatable)
+                for n in apart
+            ]
+        ),
+        Gang((PodSet("main", 36, pod, preferred_topology=US),)),
+    )
+    assert spread.feasible and spread.level is None and spread.domains == ("us-1", "us-2")
     # each UltraServer alone takes a half
     half = place(snap, Gang((PodSet("main", 18, pod, required_topology=US),)))
     assert half.feasible and half.domains == ("us-1",)

@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gangplugin.core.eligibility import Taint
-from gangplugin.core.placement import Gang, PlacementPolicy, PodSet, place
+from gangplugin.core.placement import Gang, PlacementPolicy, PodSet, place, replace
 from gangplugin.core.topology import BoundPod, Node, build_snapshot
 
 from .clusters import GPU, LEVELS
@@ -189,3 +189,32 @@ def test_random_shuffle_smoke():
     first = place(build_snapshot(nodes, pods, LEVELS), gang)
     rng.shuffle(nodes)
     assert place(build_snapshot(nodes, pods, LEVELS), gang) == first and first.feasible
+
+
+@SETTINGS
+@given(clusters(), gangs(max_podsets=1), policies, st.integers(0, 100))
+def test_replacement_invariants(cluster, gang, policy, pick):
+    nodes, pods = cluster
+    snap = build_snapshot(nodes, pods, LEVELS)
+    r = place(snap, gang, policy)
+    if not r.feasible:
+        return
+    for a in r.assignments:
+        snap.bind(BoundPod("gang", f"{a.pod_set}-{a.index}", a.node, gang.podsets[0].requests))
+    failed = r.assignments[pick % len(r.assignments)].node
+    spares = snap.spare_nodes(policy.spares_per_ultraserver)
+    failed_us = snap.nodes[snap.node_ids[failed]].labels.get(LEVELS[1])
+    rep = replace(snap, gang, r.assignments, failed, policy)
+    moved = [a for a in r.assignments if a.node == failed]
+    if not rep.feasible:
+        assert rep.assignments == () and rep.node is None
+        return
+    assert rep.node != failed and len(rep.assignments) == len(moved)
+    i = snap.node_ids[rep.node]
+    assert snap.usable[i]
+    assert rep.used_spare == (i in spares)
+    if i in spares:
+        assert snap.nodes[i].labels.get(LEVELS[1]) == failed_us is not None
+    need = {res: q * len(moved) for res, q in gang.podsets[0].requests.items() if q}
+    assert all(snap.free[i].get(res, 0) >= q for res, q in need.items())
+    assert snap.free[i]["pods"] >= len(moved)
