@@ -1,0 +1,703 @@
+"""Start and stop the local cluster as plain processes.
+
+Each component runs detached in its own process group with its log in
+`<state>/logs/`; `<state>/state.json` records what runs so `down` (from any shell)
+stops exactly that and a second `up` finds the running cluster instead of
+starting another. Any failure during `up` stops whatever had been started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from gangplugin.kube.client import NODES, ApiError, Client, Resource
+from gangplugin.localcluster.pki import CertificateAuthority, service_account_keys
+from gangplugin.localcluster.shape import nodes_from_shape
+
+REPO = Path(__file__).resolve().parents[2]
+FIELD_MANAGER = "gangplugin-localcluster"
+KUEUE_NAMESPACE = "kueue-system"
+# Kueue integrations the local cluster enables; their webhooks are installed, no others.
+KUEUE_FRAMEWORKS = ("batch/job", "pod")
+_KUEUE_WEBHOOK_PATHS = ("kueue-x-k8s-io", "-batch-v1-job", "--v1-pod")
+
+
+class ClusterError(RuntimeError):
+    """`up` or `down` could not do its work; the message says what failed and what to do."""
+
+
+def _versions() -> dict[str, str]:
+    out: dict[str, str] = {}
+    for line in (REPO / "hack" / "versions.env").read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            out[key] = value
+    return out
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("GANGPLUGIN_CACHE", Path.home() / ".cache" / "gangplugin"))
+
+
+@dataclass(frozen=True, slots=True)
+class Ports:
+    """Every port the cluster listens on, as offsets from one base (GANGPLUGIN_PORT_BASE)."""
+
+    base: int = 21000
+
+    @property
+    def etcd(self) -> int:
+        return self.base + 379
+
+    @property
+    def etcd_peer(self) -> int:
+        return self.base + 380
+
+    @property
+    def apiserver(self) -> int:
+        return self.base + 443
+
+    @property
+    def controller_manager(self) -> int:
+        return self.base + 257
+
+    @property
+    def scheduler(self) -> int:
+        return self.base + 259
+
+    @property
+    def kwok(self) -> int:
+        return self.base + 247
+
+    @property
+    def kueue_webhook(self) -> int:
+        return self.base + 943
+
+    @property
+    def kueue_metrics(self) -> int:
+        return self.base + 880
+
+    @property
+    def kueue_health(self) -> int:
+        return self.base + 881
+
+    def named(self) -> dict[str, int]:
+        return {
+            "etcd": self.etcd,
+            "etcd peer": self.etcd_peer,
+            "kube-apiserver": self.apiserver,
+            "kube-controller-manager": self.controller_manager,
+            "kube-scheduler": self.scheduler,
+            "kwok": self.kwok,
+            "kueue webhook": self.kueue_webhook,
+            "kueue metrics": self.kueue_metrics,
+            "kueue health": self.kueue_health,
+        }
+
+
+@dataclass(slots=True)
+class Component:
+    """A program to start, and how to tell it is healthy."""
+
+    name: str
+    argv: list[str]
+    health: Callable[[], bool]
+    env: dict[str, str] = field(default_factory=dict)
+    startup_timeout: float = 60.0
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie is dead for our purposes.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+class LocalCluster:
+    """The local cluster rooted at `state_dir` (default `<repo>/.local/cluster`)."""
+
+    def __init__(
+        self, state_dir: Path | None = None, ports: Ports | None = None, log: Callable[[str], None] = print
+    ) -> None:
+        self.state_dir = (
+            state_dir or Path(os.environ.get("GANGPLUGIN_STATE", REPO / ".local" / "cluster"))
+        ).resolve()
+        self.ports = ports or Ports(int(os.environ.get("GANGPLUGIN_PORT_BASE", "21000")))
+        self.pki_dir = self.state_dir / "pki"
+        self.log_dir = self.state_dir / "logs"
+        self.kubeconfig = self.state_dir / "kubeconfig"
+        self.state_file = self.state_dir / "state.json"
+        self.bin_dir = cache_dir() / "bin"
+        self._log = log
+        self._started: dict[str, int] = {}
+
+    # ---- state ---------------------------------------------------------------------------
+
+    def _read_state(self) -> dict[str, Any]:
+        try:
+            state: dict[str, Any] = json.loads(self.state_file.read_text())
+            return state
+        except (OSError, ValueError):
+            return {}
+
+    def _write_state(self) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"processes": self._started, "ports": self.ports.base}, indent=2))
+        tmp.replace(self.state_file)
+
+    def running_processes(self) -> dict[str, int]:
+        """Recorded processes that still run and are still ours (pids get reused)."""
+        procs = self._read_state().get("processes", {})
+        return {n: p for n, p in procs.items() if _alive(p) and str(self.state_dir) in _cmdline(p)}
+
+    def is_running(self) -> bool:
+        procs = self.running_processes()
+        return bool(procs) and set(procs) == set(self._read_state().get("processes", {}))
+
+    # ---- up ------------------------------------------------------------------------------
+
+    def up(self, *, build: bool = True) -> bool:
+        """Start the cluster; False when it was already running (nothing started)."""
+        if self.is_running():
+            self._log(f"cluster already running (state in {self.state_dir}); `make down` stops it")
+            return False
+        if self.running_processes():
+            self._log("a previous cluster is half-running; stopping what is left of it")
+            self.down()
+        if build:
+            self.build()
+        self._check_binaries()
+        self._check_ports()
+        try:
+            self._start_all()
+        except BaseException:
+            self._log("start failed; stopping everything that was started")
+            self.down(quiet=True)
+            raise
+        return True
+
+    def build(self) -> None:
+        if shutil.which("go") is None and not self._binaries_present():
+            raise ClusterError(
+                "no Go toolchain on PATH and no cached binaries in "
+                f"{self.bin_dir}; install Go >= 1.26 and run `make up` again"
+            )
+        script = REPO / "hack" / "build-upstream.sh"
+        self._log("building or reusing the pinned upstream binaries (hack/build-upstream.sh)")
+        proc = subprocess.run([str(script)], stdout=subprocess.PIPE, stderr=None, text=True, check=False)
+        if proc.returncode != 0:
+            raise ClusterError(
+                "building the upstream binaries failed (see the messages above); "
+                "fix the cause and run `make up` again"
+            )
+
+    def _binaries(self) -> dict[str, Path]:
+        names = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kueue", "kwok")
+        return {n: self.bin_dir / n for n in names}
+
+    def _binaries_present(self) -> bool:
+        return all(p.exists() for p in self._binaries().values())
+
+    def _check_binaries(self) -> None:
+        missing = [str(p) for p in self._binaries().values() if not os.access(p, os.X_OK)]
+        if missing:
+            raise ClusterError(f"missing binaries: {', '.join(missing)}; run hack/build-upstream.sh")
+
+    def _check_ports(self) -> None:
+        busy = [f"{name} ({port})" for name, port in self.ports.named().items() if not _port_free(port)]
+        if busy:
+            raise ClusterError(
+                f"port in use: {', '.join(busy)}; stop what holds it, or choose other ports with "
+                f"GANGPLUGIN_PORT_BASE=<n> (now {self.ports.base})"
+            )
+
+    def _start_all(self) -> None:
+        for sub in (self.log_dir, self.state_dir / "etcd"):
+            sub.mkdir(parents=True, exist_ok=True)
+        self._write_pki_and_kubeconfig()
+        t0 = time.monotonic()
+        self._start(self._etcd())
+        self._start(self._apiserver())
+        client = Client.from_kubeconfig(self.kubeconfig)
+        try:
+            self._start(self._controller_manager())
+            self._start(self._scheduler())
+            self._start(self._kwok())
+            self._install_kueue(client)
+            self._start(self._kueue())
+            self._wait_kueue_webhooks(client)
+            self._create_nodes(client)
+            self.apply_file(client, REPO / "deploy" / "local" / "queues.yaml")
+        finally:
+            client.close()
+        self._log(f"cluster up in {time.monotonic() - t0:.1f}s; export KUBECONFIG={self.kubeconfig}")
+
+    def _start(self, comp: Component) -> None:
+        logf = self.log_dir / f"{comp.name}.log"
+        with logf.open("ab") as out:
+            proc = subprocess.Popen(
+                comp.argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # survives this shell; stopped by `down`
+                env={**os.environ, **comp.env},
+                cwd=self.state_dir,
+            )
+        self._started[comp.name] = proc.pid
+        self._write_state()
+        deadline = time.monotonic() + comp.startup_timeout
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise ClusterError(
+                    f"{comp.name} exited with status {proc.returncode} while starting; "
+                    f"last lines of {logf}:\n{_tail(logf)}"
+                )
+            with contextlib.suppress(httpx.HTTPError, OSError, ssl.SSLError):
+                if comp.health():
+                    self._log(f"  {comp.name} healthy (pid {proc.pid})")
+                    return
+            time.sleep(0.3)
+        raise ClusterError(
+            f"{comp.name} did not become healthy within {comp.startup_timeout:.0f}s; "
+            f"last lines of {logf}:\n{_tail(logf)}"
+        )
+
+    # ---- components ----------------------------------------------------------------------
+
+    def _write_pki_and_kubeconfig(self) -> None:
+        ca = CertificateAuthority(self.pki_dir)
+        ca.issue(
+            "apiserver",
+            common_name="kube-apiserver",
+            hosts=(
+                "127.0.0.1",
+                "localhost",
+                "10.96.0.1",
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+                "kubernetes.default.svc.cluster.local",
+            ),
+        )
+        ca.issue("admin", common_name="kubernetes-admin", organization="system:masters", client=True)
+        ca.issue("webhook", common_name="gangplugin-local-webhooks", hosts=("127.0.0.1", "localhost"))
+        service_account_keys(self.pki_dir)
+        # Kueue expects tls.crt/tls.key in its certDir.
+        kueue_certs = self.state_dir / "kueue-certs"
+        kueue_certs.mkdir(exist_ok=True)
+        shutil.copy(self.pki_dir / "webhook.crt", kueue_certs / "tls.crt")
+        shutil.copy(self.pki_dir / "webhook.key", kueue_certs / "tls.key")
+        kubeconfig = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "gangplugin-local",
+                    "cluster": {
+                        "server": f"https://127.0.0.1:{self.ports.apiserver}",
+                        "certificate-authority": str(ca.cert_path),
+                    },
+                }
+            ],
+            "users": [
+                {
+                    "name": "admin",
+                    "user": {
+                        "client-certificate": str(self.pki_dir / "admin.crt"),
+                        "client-key": str(self.pki_dir / "admin.key"),
+                    },
+                }
+            ],
+            "contexts": [
+                {"name": "gangplugin-local", "context": {"cluster": "gangplugin-local", "user": "admin"}}
+            ],
+            "current-context": "gangplugin-local",
+        }
+        self.kubeconfig.write_text(yaml.safe_dump(kubeconfig, sort_keys=False))
+        self.kubeconfig.chmod(0o600)
+
+    def _https_ok(self, port: int, path: str, *, client_cert: bool = True) -> bool:
+        cert = (str(self.pki_dir / "admin.crt"), str(self.pki_dir / "admin.key")) if client_cert else None
+        ctx = ssl.create_default_context(cafile=str(self.pki_dir / "ca.crt"))
+        if cert:
+            ctx.load_cert_chain(*cert)
+        if port not in (self.ports.apiserver, self.ports.kueue_webhook):
+            # kube-controller-manager and kube-scheduler serve self-signed certificates.
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        r = httpx.get(f"https://127.0.0.1:{port}{path}", verify=ctx, timeout=2.0)
+        return r.status_code == 200
+
+    def _etcd(self) -> Component:
+        p = self.ports
+        return Component(
+            "etcd",
+            [
+                str(self.bin_dir / "etcd"),
+                "--name=local",
+                f"--data-dir={self.state_dir / 'etcd'}",
+                f"--listen-client-urls=http://127.0.0.1:{p.etcd}",
+                f"--advertise-client-urls=http://127.0.0.1:{p.etcd}",
+                f"--listen-peer-urls=http://127.0.0.1:{p.etcd_peer}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{p.etcd_peer}",
+                f"--initial-cluster=local=http://127.0.0.1:{p.etcd_peer}",
+                "--unsafe-no-fsync=true",  # a throwaway test cluster: durability is not worth the latency
+                "--quota-backend-bytes=4294967296",
+            ],
+            health=lambda: httpx.get(f"http://127.0.0.1:{p.etcd}/health", timeout=2.0).status_code == 200,
+        )
+
+    def _apiserver(self) -> Component:
+        pki, p = self.pki_dir, self.ports
+        return Component(
+            "kube-apiserver",
+            [
+                str(self.bin_dir / "kube-apiserver"),
+                f"--etcd-servers=http://127.0.0.1:{p.etcd}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={p.apiserver}",
+                f"--tls-cert-file={pki / 'apiserver.crt'}",
+                f"--tls-private-key-file={pki / 'apiserver.key'}",
+                f"--client-ca-file={pki / 'ca.crt'}",
+                f"--service-account-key-file={pki / 'sa.pub'}",
+                f"--service-account-signing-key-file={pki / 'sa.key'}",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                "--service-cluster-ip-range=10.96.0.0/16",
+                "--authorization-mode=Node,RBAC",
+                "--allow-privileged=true",
+                "--enable-priority-and-fairness=false",
+                "--profiling=false",
+                f"--cert-dir={self.state_dir / 'apiserver-certs'}",
+            ],
+            health=lambda: self._https_ok(p.apiserver, "/readyz"),
+            startup_timeout=120.0,
+        )
+
+    def _controller_manager(self) -> Component:
+        pki, p = self.pki_dir, self.ports
+        return Component(
+            "kube-controller-manager",
+            [
+                str(self.bin_dir / "kube-controller-manager"),
+                f"--kubeconfig={self.kubeconfig}",
+                f"--authentication-kubeconfig={self.kubeconfig}",
+                f"--authorization-kubeconfig={self.kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={p.controller_manager}",
+                f"--cert-dir={self.state_dir / 'kcm-certs'}",
+                "--leader-elect=false",
+                f"--root-ca-file={pki / 'ca.crt'}",
+                f"--service-account-private-key-file={pki / 'sa.key'}",
+                "--use-service-account-credentials=false",
+                "--kube-api-qps=200",
+                "--kube-api-burst=400",
+                "--profiling=false",
+            ],
+            health=lambda: self._https_ok(p.controller_manager, "/healthz", client_cert=False),
+        )
+
+    def _scheduler(self) -> Component:
+        p = self.ports
+        config = self.state_dir / "scheduler-config.yaml"
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "kubescheduler.config.k8s.io/v1",
+                    "kind": "KubeSchedulerConfiguration",
+                    "clientConnection": {"kubeconfig": str(self.kubeconfig), "qps": 200, "burst": 400},
+                    "leaderElection": {"leaderElect": False},
+                }
+            )
+        )
+        return Component(
+            "kube-scheduler",
+            [
+                str(self.bin_dir / "kube-scheduler"),
+                f"--config={config}",
+                f"--authentication-kubeconfig={self.kubeconfig}",
+                f"--authorization-kubeconfig={self.kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={p.scheduler}",
+                f"--cert-dir={self.state_dir / 'scheduler-certs'}",
+                "--profiling=false",
+            ],
+            health=lambda: self._https_ok(p.scheduler, "/healthz", client_cert=False),
+        )
+
+    def _kwok(self) -> Component:
+        p = self.ports
+        return Component(
+            "kwok",
+            [
+                str(self.bin_dir / "kwok"),
+                f"--kubeconfig={self.kubeconfig}",
+                f"--config={REPO / 'deploy' / 'kwok' / 'stages.yaml'}",
+                "--manage-all-nodes=false",
+                "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+                "--cidr=10.0.0.1/16",
+                "--node-ip=10.0.0.1",
+                "--node-lease-duration-seconds=40",
+                f"--server-address=127.0.0.1:{p.kwok}",
+            ],
+            health=lambda: httpx.get(f"http://127.0.0.1:{p.kwok}/healthz", timeout=2.0).status_code == 200,
+        )
+
+    def _kueue(self) -> Component:
+        p = self.ports
+        config = self.state_dir / "kueue-config.yaml"
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+                    "kind": "Configuration",
+                    "namespace": KUEUE_NAMESPACE,
+                    "health": {"healthProbeBindAddress": f"127.0.0.1:{p.kueue_health}"},
+                    "metrics": {"bindAddress": f"127.0.0.1:{p.kueue_metrics}"},
+                    "webhook": {
+                        "port": p.kueue_webhook,
+                        "host": "127.0.0.1",
+                        "certDir": str(self.state_dir / "kueue-certs"),
+                    },
+                    "leaderElection": {"leaderElect": False},
+                    "internalCertManagement": {"enable": False},
+                    "manageJobsWithoutQueueName": False,
+                    "managedJobsNamespaceSelector": {
+                        "matchExpressions": [
+                            {
+                                "key": "kubernetes.io/metadata.name",
+                                "operator": "NotIn",
+                                "values": ["kube-system", KUEUE_NAMESPACE],
+                            }
+                        ]
+                    },
+                    "integrations": {"frameworks": list(KUEUE_FRAMEWORKS)},
+                    "clientConnection": {"qps": 100, "burst": 200},
+                },
+                sort_keys=False,
+            )
+        )
+        return Component(
+            "kueue",
+            [
+                str(self.bin_dir / "kueue"),
+                f"--config={config}",
+                # The visibility API needs an APIService routed into the cluster; not here.
+                "--feature-gates=VisibilityOnDemand=false",
+            ],
+            env={"KUBECONFIG": str(self.kubeconfig)},
+            health=lambda: (
+                httpx.get(f"http://127.0.0.1:{p.kueue_health}/readyz", timeout=2.0).status_code == 200
+            ),
+        )
+
+    # ---- Kueue objects -------------------------------------------------------------------
+
+    def _kueue_dir(self) -> Path:
+        return cache_dir() / f"kueue-{_versions()['KUEUE_VERSION']}"
+
+    def _webhook_client_config(self, path: str) -> dict[str, Any]:
+        import base64
+
+        ca = base64.b64encode((self.pki_dir / "ca.crt").read_bytes()).decode()
+        return {"url": f"https://127.0.0.1:{self.ports.kueue_webhook}{path}", "caBundle": ca}
+
+    def _install_kueue(self, client: Client) -> None:
+        """Kueue's CRDs (conversion through its webhook) and webhook configurations, pointed at 127.0.0.1."""
+        kdir = self._kueue_dir()
+        crds = sorted(kdir.glob("kueue.x-k8s.io_*.yaml"))
+        if not crds:
+            raise ClusterError(f"Kueue CRDs not found in {kdir}; run hack/build-upstream.sh")
+        for path in crds:
+            crd = yaml.safe_load(path.read_text())
+            if len(crd["spec"]["versions"]) > 1:
+                crd["spec"]["conversion"] = {
+                    "strategy": "Webhook",
+                    "webhook": {
+                        "clientConfig": self._webhook_client_config("/convert"),
+                        "conversionReviewVersions": ["v1"],
+                    },
+                }
+            client.apply(_CRDS, crd, field_manager=FIELD_MANAGER)
+        client.apply(
+            _NAMESPACES,
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KUEUE_NAMESPACE}},
+            field_manager=FIELD_MANAGER,
+        )
+        for cfg in yaml.safe_load_all((kdir / "webhooks.yaml").read_text()):
+            if not cfg:
+                continue
+            cfg["metadata"]["name"] = "kueue-" + cfg["metadata"]["name"]
+            hooks = []
+            for hook in cfg["webhooks"]:
+                path = hook["clientConfig"]["service"]["path"]
+                if not any(k in path for k in _KUEUE_WEBHOOK_PATHS):
+                    continue
+                hook["clientConfig"] = self._webhook_client_config(path)
+                if path.endswith("--v1-pod"):
+                    hook["namespaceSelector"] = {
+                        "matchExpressions": [
+                            {
+                                "key": "kubernetes.io/metadata.name",
+                                "operator": "NotIn",
+                                "values": ["kube-system", KUEUE_NAMESPACE],
+                            }
+                        ]
+                    }
+                hooks.append(hook)
+            cfg["webhooks"] = hooks
+            res = _MUTATING if cfg["kind"] == "MutatingWebhookConfiguration" else _VALIDATING
+            client.apply(res, cfg, field_manager=FIELD_MANAGER)
+        names = [yaml.safe_load(path.read_text())["metadata"]["name"] for path in crds]
+        _wait(lambda: all(_established(client, n) for n in names), 30, "Kueue's CRDs to be established")
+
+    def _wait_kueue_webhooks(self, client: Client) -> None:
+        # A dry-run create goes through the mutating and validating webhooks end to end.
+        probe = {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ResourceFlavor",
+            "metadata": {"name": "gangplugin-webhook-probe"},
+        }
+        flavors = Resource("kueue.x-k8s.io/v1beta2", "resourceflavors", namespaced=False)
+
+        def ok() -> bool:
+            try:
+                client.request("POST", flavors.path(), body=probe, params={"dryRun": "All"})
+                return True
+            except ApiError:
+                return False
+
+        _wait(ok, 60, "Kueue's webhooks to answer")
+
+    def _create_nodes(self, client: Client) -> None:
+        shape = yaml.safe_load((REPO / "deploy" / "local" / "cluster-shape.yaml").read_text())
+        nodes = nodes_from_shape(shape)
+        for node in nodes:
+            status = node.pop("status")
+            client.apply(NODES, node, field_manager=FIELD_MANAGER)
+            client.patch(NODES, node["metadata"]["name"], {"status": status}, subresource="status")
+        self._log(f"  {len(nodes)} fake nodes created from deploy/local/cluster-shape.yaml")
+
+    def apply_file(self, client: Client, path: Path) -> list[dict[str, Any]]:
+        """Server-side apply every document of a YAML file (kinds this cluster knows)."""
+        applied = []
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc:
+                applied.append(client.apply(resource_for(doc), doc, field_manager=FIELD_MANAGER))
+        return applied
+
+    # ---- down ----------------------------------------------------------------------------
+
+    def down(self, *, quiet: bool = False) -> None:
+        """Stop every recorded process (TERM, then KILL) and forget the state."""
+        procs = {**self._read_state().get("processes", {}), **self._started}
+        ours = {n: p for n, p in procs.items() if _alive(p) and str(self.state_dir) in _cmdline(p)}
+        # Reverse start order: clients before the API server, the API server before etcd.
+        for name, pid in reversed(list(ours.items())):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGTERM)
+            if not quiet:
+                self._log(f"  stopping {name} (pid {pid})")
+        deadline = time.monotonic() + 15
+        while any(_alive(p) for p in ours.values()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for pid in ours.values():
+            if _alive(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, signal.SIGKILL)
+        self._started.clear()
+        with contextlib.suppress(FileNotFoundError):
+            self.state_file.unlink()
+        # etcd's data goes with the cluster: the next `up` starts clean.
+        shutil.rmtree(self.state_dir / "etcd", ignore_errors=True)
+
+
+_CRDS = Resource("apiextensions.k8s.io/v1", "customresourcedefinitions", namespaced=False)
+_NAMESPACES = Resource("v1", "namespaces", namespaced=False)
+_MUTATING = Resource("admissionregistration.k8s.io/v1", "mutatingwebhookconfigurations", namespaced=False)
+_VALIDATING = Resource("admissionregistration.k8s.io/v1", "validatingwebhookconfigurations", namespaced=False)
+
+_KINDS: dict[tuple[str, str], Resource] = {
+    ("v1", "Namespace"): _NAMESPACES,
+    ("v1", "Node"): NODES,
+    ("v1", "Pod"): Resource("v1", "pods"),
+    ("batch/v1", "Job"): Resource("batch/v1", "jobs"),
+    ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): _CRDS,
+}
+
+
+def resource_for(obj: dict[str, Any]) -> Resource:
+    """The API path of an object: core kinds by table, Kueue's by their plural."""
+    api_version, kind = obj["apiVersion"], obj["kind"]
+    if (api_version, kind) in _KINDS:
+        return _KINDS[(api_version, kind)]
+    if api_version.startswith("kueue.x-k8s.io/"):
+        plural = kind.lower() + "s"
+        return Resource(api_version, plural, namespaced=kind in ("LocalQueue", "Workload"))
+    raise ClusterError(f"{kind} ({api_version}) is not a kind the local cluster applies")
+
+
+def _established(client: Client, name: str) -> bool:
+    crd = client.get(_CRDS, name)
+    return any(
+        c["type"] == "Established" and c["status"] == "True"
+        for c in crd.get("status", {}).get("conditions", [])
+    )
+
+
+def _wait(check: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(httpx.HTTPError, ApiError):
+            if check():
+                return
+        time.sleep(0.3)
+    raise ClusterError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"

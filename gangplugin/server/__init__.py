@@ -1,0 +1,1 @@
+"""`gangplugin serve`: one process that runs the chosen components over shared watch caches."""

@@ -1,0 +1,131 @@
+"""Small helpers the e2e tests share: unique names, waiting on conditions, reading state."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from gangplugin.kube.client import PODS, WORKLOADS, Client, Resource
+
+T = TypeVar("T")
+
+RESOURCE_FLAVORS = Resource("kueue.x-k8s.io/v1beta2", "resourceflavors", namespaced=False)
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+def wait_for(check: Callable[[], T | None], timeout: float, what: str, interval: float = 0.3) -> T:
+    """Poll until `check` returns something truthy; fail with `what` and the last value otherwise."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+def condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    return next((c for c in obj.get("status", {}).get("conditions", []) if c["type"] == kind), None)
+
+
+def is_true(obj: dict[str, Any], kind: str) -> bool:
+    c = condition(obj, kind)
+    return c is not None and c["status"] == "True"
+
+
+def workload_of(client: Client, namespace: str, job_name: str) -> dict[str, Any] | None:
+    for wl in client.list(WORKLOADS, namespace)["items"]:
+        if any(o.get("name") == job_name for o in wl["metadata"].get("ownerReferences", [])):
+            return wl
+    return None
+
+
+def job_pods(client: Client, namespace: str, job_name: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = client.list(
+        PODS, namespace, label_selector=f"batch.kubernetes.io/job-name={job_name}"
+    )["items"]
+    return items
+
+
+def gpu_job(
+    name: str, namespace: str, queue: str, pods: int, gpus: int, **template_extra: Any
+) -> dict[str, Any]:
+    """A batch/v1 Job of `pods` pods with `gpus` nvidia.com/gpu each, submitted to `queue`."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"kueue.x-k8s.io/queue-name": queue}},
+        "spec": {
+            "parallelism": pods,
+            "completions": pods,
+            "completionMode": "Indexed",
+            "suspend": True,
+            "template": {
+                "metadata": template_extra.get("metadata", {}),
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {
+                            "name": "trainer",
+                            "image": "trainer:latest",
+                            "resources": {
+                                "requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": str(gpus)},
+                                "limits": {"nvidia.com/gpu": str(gpus)},
+                            },
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+def queue_objects(
+    name: str, namespace: str, gpu_quota: int, instance_type: str, stop_policy: str = "None"
+) -> list[tuple[Resource, dict[str, Any]]]:
+    """A ResourceFlavor, a ClusterQueue with `gpu_quota` GPUs and a LocalQueue, all named `name`."""
+    cq_res = Resource("kueue.x-k8s.io/v1beta2", "clusterqueues", namespaced=False)
+    lq_res = Resource("kueue.x-k8s.io/v1beta2", "localqueues")
+    flavor = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ResourceFlavor",
+        "metadata": {"name": name},
+        "spec": {"nodeLabels": {"node.kubernetes.io/instance-type": instance_type}},
+    }
+    cq = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ClusterQueue",
+        "metadata": {"name": name},
+        "spec": {
+            "namespaceSelector": {},
+            "stopPolicy": stop_policy,
+            "resourceGroups": [
+                {
+                    "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
+                    "flavors": [
+                        {
+                            "name": name,
+                            "resources": [
+                                {"name": "cpu", "nominalQuota": "10000"},
+                                {"name": "memory", "nominalQuota": "100000Gi"},
+                                {"name": "nvidia.com/gpu", "nominalQuota": str(gpu_quota)},
+                            ],
+                        }
+                    ],
+                }
+            ],
+        },
+    }
+    lq = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "LocalQueue",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"clusterQueue": name},
+    }
+    return [(RESOURCE_FLAVORS, flavor), (cq_res, cq), (lq_res, lq)]

@@ -1,0 +1,115 @@
+"""The stack is real: Kueue gates Jobs, kube-scheduler binds their pods to kwok nodes, kwok readies them."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from gangplugin.kube.client import JOBS, NODES, Client, Resource
+from gangplugin.localcluster.cluster import _versions
+from tests.e2e.conftest import E2ECluster
+from tests.e2e.kube import condition, gpu_job, is_true, job_pods, queue_objects, unique, wait_for, workload_of
+
+CLUSTER_QUEUES = Resource("kueue.x-k8s.io/v1beta2", "clusterqueues", namespaced=False)
+GB200 = "ml.p6e-gb200.36xlarge"
+
+
+@pytest.fixture
+def queue(cluster: E2ECluster, namespace: str, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A flavor, ClusterQueue and LocalQueue of their own; quota and hold from the test's marker."""
+    params = request.node.get_closest_marker("queue")
+    kwargs = params.kwargs if params else {}
+    name = unique("cq")
+    objs = queue_objects(
+        name, namespace, kwargs.get("gpu_quota", 64), GB200, kwargs.get("stop_policy", "None")
+    )
+    for res, obj in objs:
+        cluster.client.apply(res, obj, field_manager="e2e")
+    yield name
+    for res, obj in reversed(objs):
+        meta = obj["metadata"]
+        cluster.client.delete(res, meta["name"], meta.get("namespace"))
+
+
+def _suspended(client: Client, namespace: str, name: str) -> bool:
+    return bool(client.get(JOBS, name, namespace)["spec"].get("suspend"))
+
+
+def test_control_plane_reports_the_pinned_release(cluster: E2ECluster) -> None:
+    version = cluster.client.request("GET", "/version")
+    if cluster.local:
+        assert version["gitVersion"] == _versions()["KUBERNETES_VERSION"]
+    assert int(version["minor"].rstrip("+")) >= 30
+
+
+def test_fake_nodes_are_ready_and_labelled_like_hyperpod(cluster: E2ECluster) -> None:
+    nodes = cluster.client.list(NODES, label_selector=f"node.kubernetes.io/instance-type={GB200}")["items"]
+    assert len(nodes) >= 18
+    for node in nodes:
+        labels = node["metadata"]["labels"]
+        assert labels["topology.k8s.aws/ultraserver-id"]
+        assert labels["topology.k8s.aws/network-node-layer-3"]
+        assert int(node["status"]["allocatable"]["nvidia.com/gpu"]) == 4
+    wait_for(lambda: all(is_true(n, "Ready") for n in cluster.client.list(NODES)["items"]), 60, "nodes Ready")
+
+
+@pytest.mark.queue(gpu_quota=64, stop_policy="Hold")
+def test_job_is_held_until_kueue_admits_it_then_bound_and_ready(
+    cluster: E2ECluster, namespace: str, queue: str
+) -> None:
+    client = cluster.client
+    job = unique("gang")
+    client.create(JOBS, gpu_job(job, namespace, queue, pods=4, gpus=4))
+    # Kueue makes a Workload for it but the held ClusterQueue does not admit: the Job stays suspended.
+    wait_for(lambda: workload_of(client, namespace, job), 30, "Kueue to create the Workload")
+    time.sleep(2)
+    assert _suspended(client, namespace, job)
+    assert job_pods(client, namespace, job) == []
+    assert not is_true(workload_of(client, namespace, job) or {}, "Admitted")
+
+    client.patch(CLUSTER_QUEUES, queue, {"spec": {"stopPolicy": "None"}})
+    wl = wait_for(
+        lambda: (w := workload_of(client, namespace, job)) and is_true(w, "Admitted") and w, 30, "admission"
+    )
+    assert wl["status"]["admission"]["clusterQueue"] == queue
+    wait_for(lambda: not _suspended(client, namespace, job), 30, "Kueue to unsuspend the Job")
+
+    def all_ready() -> list[dict[str, object]] | None:
+        pods = job_pods(client, namespace, job)
+        return pods if len(pods) == 4 and all(is_true(p, "Ready") for p in pods) else None
+
+    pods = wait_for(all_ready, 60, "4 pods bound and Ready")
+    nodes = {p["spec"]["nodeName"] for p in pods}  # type: ignore[index]
+    assert len(nodes) == 4, "4 GPUs per pod on 4-GPU nodes: one pod per node"
+    for name in nodes:
+        node = client.get(NODES, str(name))
+        assert node["metadata"]["labels"]["node.kubernetes.io/instance-type"] == GB200
+        assert node["metadata"]["annotations"]["kwok.x-k8s.io/node"] == "fake"
+    # Like a training job, the pods keep running.
+    time.sleep(2)
+    assert all(p["status"]["phase"] == "Running" for p in job_pods(client, namespace, job))
+
+
+@pytest.mark.queue(gpu_quota=16)
+def test_job_over_quota_stays_suspended(cluster: E2ECluster, namespace: str, queue: str) -> None:
+    client = cluster.client
+    first, second = unique("fits"), unique("over")
+    client.create(JOBS, gpu_job(first, namespace, queue, pods=4, gpus=4))
+    wait_for(
+        lambda: (w := workload_of(client, namespace, first)) and is_true(w, "Admitted"), 30, "first admitted"
+    )
+    client.create(JOBS, gpu_job(second, namespace, queue, pods=2, gpus=4))
+
+    def pending_for_quota() -> dict[str, object] | None:
+        wl = workload_of(client, namespace, second)
+        c = wl and condition(wl, "QuotaReserved")
+        return c if c and c["status"] == "False" and "quota" in c.get("message", "").lower() else None
+
+    reason = wait_for(pending_for_quota, 30, "the second Workload to wait for quota")
+    assert "nvidia.com/gpu" in str(reason["message"])
+    time.sleep(2)
+    assert _suspended(client, namespace, second)
+    assert job_pods(client, namespace, second) == []
+    assert not _suspended(client, namespace, first)

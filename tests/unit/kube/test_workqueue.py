@@ -1,0 +1,78 @@
+"""The controller work queue: dedup, one worker per key, backoff, wake-ups at a later time."""
+
+from __future__ import annotations
+
+import threading
+
+from gangplugin.kube.workqueue import WorkQueue, run_worker
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_duplicates_collapse_and_order_is_fifo() -> None:
+    q = WorkQueue()
+    for k in ("a", "b", "a", "c", "b"):
+        q.add(k)
+    got = [q.get(timeout=0), q.get(timeout=0), q.get(timeout=0), q.get(timeout=0)]
+    assert got == ["a", "b", "c", None]
+
+
+def test_key_added_while_active_runs_again_after_done_not_concurrently() -> None:
+    q = WorkQueue()
+    q.add("a")
+    assert q.get(timeout=0) == "a"
+    q.add("a")
+    assert q.get(timeout=0) is None, "a second worker must not get a key that is being worked on"
+    q.done("a")
+    assert q.get(timeout=0) == "a"
+
+
+def test_add_after_waits_for_the_clock() -> None:
+    clock = FakeClock()
+    q = WorkQueue(clock=clock)
+    q.add_after("plan", 60)
+    assert q.get(timeout=0) is None
+    clock.now += 59.9
+    assert q.get(timeout=0) is None
+    clock.now += 0.2
+    assert q.get(timeout=0) == "plan"
+
+
+def test_retry_backs_off_exponentially_up_to_the_cap_and_forget_resets() -> None:
+    q = WorkQueue(base_delay=1, max_delay=5, clock=FakeClock())
+    assert [q.retry("k") for _ in range(5)] == [1, 2, 4, 5, 5]
+    q.forget("k")
+    assert q.retry("k") == 1
+
+
+def test_worker_retries_failures_and_honours_requested_wakeups() -> None:
+    clock = FakeClock()
+    q = WorkQueue(base_delay=10, clock=clock)
+    calls: list[str] = []
+
+    def reconcile(key: str) -> float | None:
+        calls.append(key)
+        if len(calls) == 1:
+            raise RuntimeError("transient")
+        if len(calls) == 2:
+            return 30.0
+        q.shutdown()
+        return None
+
+    q.add("x")
+    t = threading.Thread(target=run_worker, args=(q, reconcile, "test"), daemon=True)
+    t.start()
+    for done, step in ((1, 10), (2, 30)):  # the retry after 10s, then the requested wake-up after 30s
+        while not (len(calls) == done and len(q) == 1) and t.is_alive():
+            threading.Event().wait(0.01)
+        clock.now += step
+        with q._cond:
+            q._cond.notify_all()
+    t.join(timeout=5)
+    assert calls == ["x", "x", "x"]

@@ -1,0 +1,44 @@
+"""The local cluster's fake nodes carry the labels and capacity of a HyperPod cluster."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+
+import yaml
+
+from gangplugin.localcluster.cluster import REPO
+from gangplugin.localcluster.shape import NETWORK_LAYERS, ULTRASERVER, nodes_from_shape
+
+
+def _nodes() -> list[dict]:
+    return nodes_from_shape(yaml.safe_load((REPO / "deploy/local/cluster-shape.yaml").read_text()))
+
+
+def test_shape_has_four_ultraservers_of_18_and_32_p5() -> None:
+    nodes = _nodes()
+    types = Counter(n["metadata"]["labels"]["node.kubernetes.io/instance-type"] for n in nodes)
+    assert types == {"ml.p6e-gb200.36xlarge": 72, "ml.p5.48xlarge": 32}
+    us = Counter(n["metadata"]["labels"].get(ULTRASERVER) for n in nodes)
+    assert us.pop(None) == 32
+    assert sorted(us.values()) == [18, 18, 18, 18]
+
+
+def test_network_layers_nest_and_names_are_unique() -> None:
+    nodes = _nodes()
+    assert len({n["metadata"]["name"] for n in nodes}) == len(nodes)
+    parent: dict[str, str] = {}
+    for n in nodes:
+        labels = n["metadata"]["labels"]
+        assert labels["kubernetes.io/hostname"] == n["metadata"]["name"]
+        chain = [labels[layer] for layer in NETWORK_LAYERS]
+        if ULTRASERVER in labels:
+            chain.append(labels[ULTRASERVER])
+        for up, down in itertools.pairwise(chain):
+            # every domain has exactly one parent domain
+            assert parent.setdefault(down, up) == up
+
+
+def test_gpu_capacity() -> None:
+    gpus = Counter(n["status"]["allocatable"]["nvidia.com/gpu"] for n in _nodes())
+    assert gpus == {"4": 72, "8": 32}
