@@ -19,7 +19,11 @@ mkdir -p "${bin}" "${work}"
 die() { echo "build-upstream: $*" >&2; exit 1; }
 log() { echo "build-upstream: $*" >&2; }
 
-command -v go >/dev/null 2>&1 || die "no Go toolchain on PATH; install Go >= 1.26 (https://go.dev/doc/install) and run again"
+# Go is needed only when something must be built: a warm cache works without it.
+need_go() {
+  command -v go >/dev/null 2>&1 ||
+    die "no Go toolchain on PATH and $1 is not cached; install Go >= 1.26 (https://go.dev/doc/install) and run again"
+}
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 export CGO_ENABLED=0
 
@@ -43,11 +47,12 @@ step() { # description log-file command...
 
 build_kubernetes() {
   local v="${KUBERNETES_VERSION}" sv="${KUBERNETES_STAGING_VERSION}"
-  local names=(kube-apiserver kube-controller-manager kube-scheduler)
+  local names=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
   local missing=0 n
   for n in "${names[@]}"; do have "$n" "$v" || missing=1; done
   if [[ ${missing} == 0 ]]; then for n in "${names[@]}"; do relink "$n" "$v"; done; return; fi
 
+  need_go "Kubernetes ${v}"
   # k8s.io/kubernetes cannot be `go install`ed: its go.mod replaces every staging
   # module with a local path. A small module that requires it and pins each
   # staging module to the matching published version builds it as-is.
@@ -79,6 +84,7 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubectl"
 )
 GO
   (cd "${mod}" && step "go mod tidy for k8s.io/kubernetes ${v}" "${mod}/tidy.log" go mod tidy -e)
@@ -103,6 +109,7 @@ GO
 build_etcd() {
   local v="${ETCD_VERSION}"
   if have etcd "$v"; then relink etcd "$v"; return; fi
+  need_go "etcd ${v}"
   # etcd's server module also replaces its siblings with local paths.
   local mod="${work}/etcd-${v}"
   mkdir -p "${mod}"
@@ -124,6 +131,7 @@ GOMOD
 build_install() { # name version package ldflags
   local n="$1" v="$2" pkg="$3" ld="$4"
   if have "$n" "$v"; then relink "$n" "$v"; return; fi
+  need_go "$n ${v}"
   local out="${work}/$n-${v}"
   mkdir -p "${out}"
   log "building $n ${v}"
@@ -133,8 +141,10 @@ build_install() { # name version package ldflags
 }
 
 kueue_crds() {
-  local v="${KUEUE_VERSION}" dst="${cache}/kueue-${v}"
+  local v="${KUEUE_VERSION}"
+  local dst="${cache}/kueue-${v}"
   [[ -f "${dst}/.done" ]] && return
+  need_go "Kueue ${v} CRDs"
   step "go mod download sigs.k8s.io/kueue@${v}" "${work}/kueue-download.log" \
     go mod download "sigs.k8s.io/kueue@${v}"
   local src

@@ -16,6 +16,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ FIELD_MANAGER = "gangplugin-localcluster"
 KUEUE_NAMESPACE = "kueue-system"
 # Kueue integrations the local cluster enables; their webhooks are installed, no others.
 KUEUE_FRAMEWORKS = ("batch/job", "pod")
+KUEUE_METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
 _KUEUE_WEBHOOK_PATHS = ("kueue-x-k8s-io", "-batch-v1-job", "--v1-pod")
 
 
@@ -97,6 +99,22 @@ class Ports:
     def kueue_health(self) -> int:
         return self.base + 881
 
+    @property
+    def gangplugin_health(self) -> int:
+        return self.base + 610
+
+    @property
+    def gangplugin_extender(self) -> int:
+        return self.base + 611
+
+    @property
+    def gangplugin_webhook(self) -> int:
+        return self.base + 612
+
+    @property
+    def gangplugin_grpc(self) -> int:
+        return self.base + 613
+
     def named(self) -> dict[str, int]:
         return {
             "etcd": self.etcd,
@@ -108,6 +126,10 @@ class Ports:
             "kueue webhook": self.kueue_webhook,
             "kueue metrics": self.kueue_metrics,
             "kueue health": self.kueue_health,
+            "gangplugin health": self.gangplugin_health,
+            "gangplugin extender": self.gangplugin_extender,
+            "gangplugin webhook": self.gangplugin_webhook,
+            "gangplugin grpc": self.gangplugin_grpc,
         }
 
 
@@ -265,10 +287,14 @@ class LocalCluster:
             self._start(self._scheduler())
             self._start(self._kwok())
             self._install_kueue(client)
+            self._install_gangplugin_crds(client)
             self._start(self._kueue())
             self._wait_kueue_webhooks(client)
             self._create_nodes(client)
             self.apply_file(client, REPO / "deploy" / "local" / "queues.yaml")
+            gangplugin = self._gangplugin()
+            if gangplugin:
+                self._start(gangplugin)
         finally:
             client.close()
         self._log(f"cluster up in {time.monotonic() - t0:.1f}s; export KUBECONFIG={self.kubeconfig}")
@@ -324,11 +350,19 @@ class LocalCluster:
         ca.issue("admin", common_name="kubernetes-admin", organization="system:masters", client=True)
         ca.issue("webhook", common_name="gangplugin-local-webhooks", hosts=("127.0.0.1", "localhost"))
         service_account_keys(self.pki_dir)
-        # Kueue expects tls.crt/tls.key in its certDir.
+        # Kueue expects tls.crt/tls.key in its certDir, and (with its own certificate
+        # management off) its metrics certificate at a fixed path.
         kueue_certs = self.state_dir / "kueue-certs"
-        kueue_certs.mkdir(exist_ok=True)
-        shutil.copy(self.pki_dir / "webhook.crt", kueue_certs / "tls.crt")
-        shutil.copy(self.pki_dir / "webhook.key", kueue_certs / "tls.key")
+        for directory in (kueue_certs, KUEUE_METRICS_CERT_DIR):
+            try:
+                directory.mkdir(parents=True, exist_ok=True)
+                shutil.copy(self.pki_dir / "webhook.crt", directory / "tls.crt")
+                shutil.copy(self.pki_dir / "webhook.key", directory / "tls.key")
+            except OSError as err:
+                raise ClusterError(
+                    f"cannot write Kueue's certificates to {directory} ({err.strerror}); Kueue reads its "
+                    "metrics certificate from that fixed path: make it writable for this user or run as root"
+                ) from err
         kubeconfig = {
             "apiVersion": "v1",
             "kind": "Config",
@@ -532,6 +566,30 @@ class LocalCluster:
             ),
         )
 
+    def _gangplugin(self) -> Component | None:
+        """`gangplugin serve` with every registered component (or GANGPLUGIN_COMPONENTS)."""
+        from gangplugin.server.main import COMPONENTS
+
+        p = self.ports
+        components = os.environ.get("GANGPLUGIN_COMPONENTS", ",".join(COMPONENTS))
+        if not components:
+            return None
+        return Component(
+            "gangplugin",
+            [
+                sys.executable,
+                "-m",
+                "gangplugin.server.main",
+                "serve",
+                f"--kubeconfig={self.kubeconfig}",
+                f"--components={components}",
+                f"--health-bind=127.0.0.1:{p.gangplugin_health}",
+            ],
+            health=lambda: (
+                httpx.get(f"http://127.0.0.1:{p.gangplugin_health}/readyz", timeout=2.0).status_code == 200
+            ),
+        )
+
     # ---- Kueue objects -------------------------------------------------------------------
 
     def _kueue_dir(self) -> Path:
@@ -591,6 +649,16 @@ class LocalCluster:
             client.apply(res, cfg, field_manager=FIELD_MANAGER)
         names = [yaml.safe_load(path.read_text())["metadata"]["name"] for path in crds]
         _wait(lambda: all(_established(client, n) for n in names), 30, "Kueue's CRDs to be established")
+
+    def _install_gangplugin_crds(self, client: Client) -> None:
+        """gangplugin's own CRDs (deploy/crds/), established before its controllers start."""
+        names = []
+        for path in sorted((REPO / "deploy" / "crds").glob("*.yaml")):
+            for crd in yaml.safe_load_all(path.read_text()):
+                if crd:
+                    client.apply(_CRDS, crd, field_manager=FIELD_MANAGER)
+                    names.append(crd["metadata"]["name"])
+        _wait(lambda: all(_established(client, n) for n in names), 30, "gangplugin's CRDs to be established")
 
     def _wait_kueue_webhooks(self, client: Client) -> None:
         # A dry-run create goes through the mutating and validating webhooks end to end.

@@ -13,6 +13,7 @@ import click
 from gangplugin import __version__
 from gangplugin.kube.client import Client
 from gangplugin.kube.informer import wait_all_synced
+from gangplugin.server.health import serve_health
 from gangplugin.server.runtime import Runtime
 
 # component name -> module with `setup(runtime, options)` (registers caches and handlers)
@@ -34,8 +35,11 @@ def cli() -> None:
     show_default=True,
     help="Comma-separated components to run.",
 )
+@click.option(
+    "--health-bind", default="0.0.0.0:8081", show_default=True, help="Where /healthz and /readyz are served."
+)
 @click.option("--log-level", default="INFO", show_default=True)
-def serve(kubeconfig: str | None, components: str, log_level: str) -> None:
+def serve(kubeconfig: str | None, components: str, health_bind: str, log_level: str) -> None:
     """Run the chosen components in one process until SIGTERM."""
     logging.basicConfig(
         level=log_level.upper(),
@@ -49,6 +53,7 @@ def serve(kubeconfig: str | None, components: str, log_level: str) -> None:
             param_hint="--components",
         )
     runtime = Runtime(Client.from_kubeconfig(kubeconfig))
+    health = serve_health(health_bind)
     modules = [importlib.import_module(COMPONENTS[c]) for c in wanted]
     for mod in modules:
         mod.setup(runtime)
@@ -57,6 +62,7 @@ def serve(kubeconfig: str | None, components: str, log_level: str) -> None:
         raise click.ClickException("watch caches did not sync within 120s; is the API server reachable?")
     for mod in modules:
         mod.start(runtime)
+    health.ready.set()
     logging.getLogger("gangplugin").info("serving components %s", ",".join(wanted))
 
     def _stop(signum: int, _frame: FrameType | None) -> None:
@@ -65,6 +71,7 @@ def serve(kubeconfig: str | None, components: str, log_level: str) -> None:
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     runtime.stop.wait()
+    health.shutdown()
 
 
 def main() -> None:

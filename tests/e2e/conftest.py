@@ -30,6 +30,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.e2e)
 
 
+def e2e_port_base() -> int:
+    return int(os.environ.get("GANGPLUGIN_E2E_PORT_BASE", "23000"))
+
+
+def e2e_local_cluster() -> LocalCluster:
+    """A cluster of its own (other ports, other state) so tests never touch the one `make up` runs;
+    GANGPLUGIN_E2E_PORT_BASE moves it, e.g. to run two suites side by side."""
+    base = e2e_port_base()
+    return LocalCluster(state_dir=REPO / ".local" / f"e2e-cluster-{base}", ports=Ports(base=base))
+
+
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[E2ECluster]:
     given = os.environ.get("KUBECONFIG")
@@ -38,8 +49,7 @@ def cluster() -> Iterator[E2ECluster]:
         yield E2ECluster(client, Path(given), local=False)
         client.close()
         return
-    # A cluster of its own (other ports, other state) so tests never touch the one `make up` runs.
-    local = LocalCluster(state_dir=REPO / ".local" / "e2e-cluster", ports=Ports(base=23000))
+    local = e2e_local_cluster()
     try:
         started = local.up()
     except ClusterError as err:

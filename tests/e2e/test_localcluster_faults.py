@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gangplugin.localcluster.cluster import REPO, ClusterError, LocalCluster, Ports
-from tests.e2e.conftest import E2ECluster
+from gangplugin.localcluster.cluster import ClusterError, LocalCluster, Ports
+from tests.e2e.conftest import E2ECluster, e2e_local_cluster, e2e_port_base
 
 
 def _cluster(tmp_path: Path, base: int) -> LocalCluster:
@@ -16,7 +16,7 @@ def _cluster(tmp_path: Path, base: int) -> LocalCluster:
 
 
 def test_port_in_use_is_named_and_nothing_starts(tmp_path: Path) -> None:
-    cluster = _cluster(tmp_path, 24000)
+    cluster = _cluster(tmp_path, e2e_port_base() + 1000)
     with socket.socket() as holder:
         holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         holder.bind(("127.0.0.1", cluster.ports.apiserver))
@@ -29,10 +29,11 @@ def test_port_in_use_is_named_and_nothing_starts(tmp_path: Path) -> None:
 
 
 def test_component_that_dies_is_reported_and_the_rest_torn_down(tmp_path: Path) -> None:
-    cluster = _cluster(tmp_path, 24100)
-    # etcd cannot use a data directory that is a file: it exits at once.
-    (tmp_path / "cluster").mkdir()
-    (tmp_path / "cluster" / "etcd").write_text("not a directory")
+    cluster = _cluster(tmp_path, e2e_port_base() + 2000)
+    # A corrupt write-ahead log: etcd exits at once.
+    wal = tmp_path / "cluster" / "etcd" / "member" / "wal"
+    wal.mkdir(parents=True)
+    (wal / "0000000000000000-0000000000000000.wal").write_text("junk")
     with pytest.raises(ClusterError) as err:
         cluster.up(build=False)
     assert "etcd exited" in str(err.value)
@@ -43,8 +44,6 @@ def test_component_that_dies_is_reported_and_the_rest_torn_down(tmp_path: Path) 
 def test_second_up_finds_the_running_cluster(cluster: E2ECluster) -> None:
     if not cluster.local:
         pytest.skip("checks the local launcher; KUBECONFIG names another cluster")
-    again = LocalCluster(
-        state_dir=REPO / ".local" / "e2e-cluster", ports=Ports(base=23000), log=lambda _: None
-    )
+    again = e2e_local_cluster()
     assert again.is_running()
     assert again.up(build=False) is False
