@@ -38,11 +38,10 @@ from typing import Any
 
 from gangplugin.core.eligibility import PodConstraints
 from gangplugin.core.errors import InputError
+from gangplugin.core.names import PREFERRED_TOPOLOGY_ANNOTATION as PREFERRED_ANNOTATION
+from gangplugin.core.names import REQUIRED_TOPOLOGY_ANNOTATION as REQUIRED_ANNOTATION
 from gangplugin.core.resources import CPU, MEMORY, PODS, format_quantity
 from gangplugin.core.topology import HOSTNAME_LABEL, ULTRASERVER_LABEL, Snapshot
-
-REQUIRED_ANNOTATION = "gangplugin.io/required-topology"
-PREFERRED_ANNOTATION = "gangplugin.io/preferred-topology"
 
 
 @dataclass(frozen=True, slots=True)

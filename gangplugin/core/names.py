@@ -1,0 +1,18 @@
+"""Names shared by every part of gangplugin: API group, labels, annotations, controller names."""
+
+from __future__ import annotations
+
+GROUP = "gangplugin.io"
+API_VERSION = f"{GROUP}/v1alpha1"
+
+# Set on a gang's pods (through Kueue podSetUpdates, or by a user on plain pods).
+GANG_LABEL = f"{GROUP}/gang"
+GANG_SIZE_ANNOTATION = f"{GROUP}/gang-size"
+
+# Pod-template annotations a user may set.
+REQUIRED_TOPOLOGY_ANNOTATION = f"{GROUP}/required-topology"
+PREFERRED_TOPOLOGY_ANNOTATION = f"{GROUP}/preferred-topology"
+MAX_RUNTIME_ANNOTATION = f"{GROUP}/max-runtime"
+
+# The AdmissionCheck controllerName Kueue routes our checks by.
+ADMISSION_CHECK_CONTROLLER = f"{GROUP}/gang"
