@@ -13,7 +13,9 @@ from typing import Any
 
 from gangplugin.core.eligibility import OPERATORS, PodConstraints, Requirement, Taint, Toleration
 from gangplugin.core.errors import InputError
-from gangplugin.core.placement import PREFERRED_ANNOTATION, REQUIRED_ANNOTATION, Gang, PlacementPolicy, PodSet
+from gangplugin.core.names import PREFERRED_TOPOLOGY_ANNOTATION as PREFERRED_ANNOTATION
+from gangplugin.core.names import REQUIRED_TOPOLOGY_ANNOTATION as REQUIRED_ANNOTATION
+from gangplugin.core.placement import Gang, PlacementPolicy, PodSet
 from gangplugin.core.resources import parse_resources
 from gangplugin.core.topology import FINISHED_PHASES, BoundPod, Node, validate_levels
 
