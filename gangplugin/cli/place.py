@@ -75,6 +75,17 @@ def place_command(
 ) -> None:
     """Decide where every pod of a gang would go, or explain why it cannot run now.
 
+    All or nothing: every pod gets a node or none does. A pod template annotated
+    gangplugin.io/required-topology: <node label> must fit in one domain of that
+    level; gangplugin.io/preferred-topology: <node label> tries that level first.
+
+    \b
+    Example, from a live cluster:
+      kubectl get nodes -o yaml > nodes.yaml
+      kubectl get pods -A -o yaml > pods.yaml
+      kubectl get workload -n team-a job-train-1a2b3 -o yaml > wl.yaml
+      gangctl place --nodes nodes.yaml --pods pods.yaml --workload wl.yaml -o json
+
     Exits 0 when the question is answered (feasible or not), 2 for bad input.
     """
     nodes = _read(nodes_path, records.nodes_from_k8s)
