@@ -14,6 +14,10 @@ A plan is a list of reserved capacity blocks. Statuses, per block and for the pl
 The plan is Active while any block is Active; otherwise Scheduled while a confirmed block is
 still to come, Pending while only unconfirmed blocks are still to come, Expired when every
 usable block has ended, and Failed when every block has failed (Pending if it has no blocks).
+
+Two test-only overrides exist (``spec.testOverrides`` of the TrainingPlan, never set in
+production): a shorter termination lead, and block times that skip the 11:30 UTC and whole-day
+rules, so an end-to-end test can run a block of a minute.
 """
 
 from __future__ import annotations
@@ -62,6 +66,11 @@ def termination_lead(target: TargetResource) -> timedelta:
     return timedelta(minutes=60) if target is TargetResource.HYPERPOD_CLUSTER else timedelta(minutes=30)
 
 
+def plan_termination_lead(plan: TrainingPlan) -> timedelta:
+    """The plan's lead: the test override when set, else the target's rule."""
+    return plan.termination_lead or termination_lead(plan.target_resource)
+
+
 def is_block_end(t: datetime) -> bool:
     """True when `t` is exactly 11:30:00 UTC, the only time of day a block may end."""
     u = t.astimezone(UTC)
@@ -108,8 +117,13 @@ class TrainingPlan:
     blocks: tuple[CapacityBlock, ...]
     cluster_queue: str = ""
     flavor: str = ""
-    resources_per_instance: Mapping[str, str] = field(default_factory=dict, hash=False)
+    #: Canonical amounts (`core.resources`: cpu in millicores, others in whole units).
+    resources_per_instance: Mapping[str, int] = field(default_factory=dict, hash=False)
     spare_instances_per_ultra_server: int = 1
+    #: Test-only: replaces the target's termination lead.
+    termination_lead: timedelta | None = None
+    #: Test-only: blocks may end at any time and last less than a day.
+    any_block_times: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,9 +154,10 @@ class PlanState:
 # --- rules applied to one block ---
 
 
-def block_problem(block: CapacityBlock) -> str | None:
+def block_problem(block: CapacityBlock, any_times: bool = False) -> str | None:
     """The plan rule this block breaks, or None. Lead-time rules (30 minutes, 56 days) concern
-    the moment of purchase and are checked by the offering search, not here."""
+    the moment of purchase and are checked by the offering search, not here. `any_times` (a
+    test-only override) skips the 11:30 UTC end and whole-day rules."""
     if block.ultra_server_type is not None:
         if block.ultra_server_count is None or block.ultra_server_count < 1:
             return "UltraServers are reserved only as whole units (ultraServerCount >= 1)"
@@ -150,6 +165,8 @@ def block_problem(block: CapacityBlock) -> str | None:
         return f"instanceCount {block.instance_count} is not one of {_counts_text()}"
     if block.end <= block.start:
         return "endTime is not after startTime"
+    if any_times:
+        return None
     if not is_block_end(block.end):
         return "endTime is not at 11:30 UTC"
     days = whole_days(block.start, block.end)
@@ -162,11 +179,11 @@ def _counts_text() -> str:
     return ", ".join(str(c) for c in INSTANCE_COUNTS)
 
 
-def block_status(block: CapacityBlock, at: datetime) -> tuple[Status, str | None]:
+def block_status(block: CapacityBlock, at: datetime, any_times: bool = False) -> tuple[Status, str | None]:
     """The block's status at `at` and, when Failed, why."""
     if block.marked is Status.FAILED:
         return Status.FAILED, "marked Failed in status"
-    problem = block_problem(block)
+    problem = block_problem(block, any_times)
     if problem is not None:
         return Status.FAILED, problem
     if at < block.start:
@@ -176,9 +193,9 @@ def block_status(block: CapacityBlock, at: datetime) -> tuple[Status, str | None
     return (Status.ACTIVE if at < block.end else Status.EXPIRED), None
 
 
-def _transitions(block: CapacityBlock) -> tuple[datetime, ...]:
+def _transitions(block: CapacityBlock, any_times: bool) -> tuple[datetime, ...]:
     """Instants at which the block's status changes (a Failed block never changes again)."""
-    if block.marked is Status.FAILED or block_problem(block) is not None:
+    if block.marked is Status.FAILED or block_problem(block, any_times) is not None:
         return ()
     if block.marked is Status.PENDING:
         return (block.start,)
@@ -199,15 +216,15 @@ def plan_status(block_statuses: list[Status]) -> Status:
 
 def plan_state(plan: TrainingPlan, at: datetime) -> PlanState:
     """Everything about `plan` at instant `at`: statuses, capacity, what happens next."""
-    lead = termination_lead(plan.target_resource)
+    lead = plan_termination_lead(plan)
     states: list[BlockState] = []
     for i, block in enumerate(plan.blocks):
-        status, reason = block_status(block, at)
+        status, reason = block_status(block, at, plan.any_block_times)
         term = None if status is Status.FAILED else block.end - lead
         states.append(BlockState(i, status, block.start, block.end, term, reason))
     active = [s for s in states if s.status is Status.ACTIVE]
     current = active[0] if active else None
-    later = [t for b in plan.blocks for t in _transitions(b) if t > at]
+    later = [t for b in plan.blocks for t in _transitions(b, plan.any_block_times) if t > at]
     draining = any(s.termination_starts_at is not None and s.termination_starts_at <= at for s in active)
     return PlanState(
         at=at,
@@ -223,3 +240,12 @@ def plan_state(plan: TrainingPlan, at: datetime) -> PlanState:
 def active_instance_count(plan: TrainingPlan, at: datetime) -> int:
     """The plan's capacity (instances) at `at`: the sum over its Active blocks."""
     return plan_state(plan, at).active_instance_count
+
+
+def usable_instances(plan: TrainingPlan, block: CapacityBlock) -> int:
+    """Instances of `block` that become quota: UltraServer blocks keep the plan's spares free in
+    each UltraServer (for recovery), so they give ``count x (per UltraServer - spares)``."""
+    if block.ultra_server_type is None or not block.ultra_server_count:
+        return block.instance_count
+    spares = plan.spare_instances_per_ultra_server * block.ultra_server_count
+    return max(block.instance_count - spares, 0)

@@ -9,12 +9,14 @@ its start, an unknown targetResource) raise `InputError` naming the field path, 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
+from gangplugin.core.durations import parse_duration
 from gangplugin.core.errors import InputError
 from gangplugin.core.offerings import CapacityInventory, CapacityPool, CapacityReservation
 from gangplugin.core.plans import ULTRA_SERVER_TYPES, CapacityBlock, Status, TargetResource, TrainingPlan
+from gangplugin.core.resources import parse_resources
 from gangplugin.core.timeutil import parse_time
 
 API_VERSION = "gangplugin.io/v1alpha1"
@@ -108,7 +110,8 @@ def training_plan_from_manifest(doc: object) -> TrainingPlan:
     spec = _check_kind(doc, "TrainingPlan")
     meta = _mapping(_mapping(doc, "(document)").get("metadata") or {}, "metadata")
     target = target_resource(spec.get("targetResource"), "spec.targetResource")
-    resources = _mapping(spec.get("resourcesPerInstance") or {}, "spec.resourcesPerInstance")
+    overrides = _mapping(spec.get("testOverrides") or {}, "spec.testOverrides")
+    lead = overrides.get("terminationLead")
     marks = _status_marks(doc)
     raw_blocks = _list(spec.get("reservedCapacity"), "spec.reservedCapacity")
     if not raw_blocks:
@@ -120,8 +123,14 @@ def training_plan_from_manifest(doc: object) -> TrainingPlan:
         blocks=blocks,
         cluster_queue=str(spec.get("clusterQueue") or ""),
         flavor=str(spec.get("flavor") or ""),
-        resources_per_instance={str(k): str(v) for k, v in resources.items()},
+        resources_per_instance=parse_resources(spec.get("resourcesPerInstance"), "spec.resourcesPerInstance"),
         spare_instances_per_ultra_server=_int(spec, "spareInstancesPerUltraServer", "spec", default=1),
+        termination_lead=(
+            None
+            if lead is None
+            else timedelta(seconds=parse_duration(str(lead), "spec.testOverrides.terminationLead"))
+        ),
+        any_block_times=overrides.get("anyBlockTimes") is True,
     )
 
 
