@@ -501,7 +501,10 @@ def place(snapshot: Snapshot, gang: Gang, policy: PlacementPolicy | None = None)
         fitting = [
             d
             for d in snapshot.by_level[level]
-            if snapshot.domains[d].value is not None and all(dcs[p][d] >= n for p, n in enumerate(needs))
+            if snapshot.domains[d].value is not None
+            # a narrower domain counts only inside a labelled domain of the required level
+            and (req is None or snapshot.domains[d].key[req] is not None)
+            and all(dcs[p][d] >= n for p, n in enumerate(needs))
         ]
         fitting.sort(
             key=lambda d: (
@@ -514,13 +517,14 @@ def place(snapshot: Snapshot, gang: Gang, policy: PlacementPolicy | None = None)
             result = planner.fill_one(d)
             if result is not None:
                 value = snapshot.domains[d].value or ""
-                left = sum(dcs[p][d] - n for p, n in enumerate(needs))
+                # Spare room is only a pod count when the gang has one kind of pod.
+                room = f"; room for {dcs[0][d] - needs[0]} more there" if len(needs) == 1 else ""
                 return Placement(
                     True,
                     levels[level],
                     (value,),
                     planner.assignments(result),
-                    f"all {total} pods fit in {levels[level]} {value} (best fit; room for {left} more there)",
+                    f"all {total} pods fit in {levels[level]} {value} (best fit{room})",
                 )
     if req is not None:
         return Placement(False, None, (), (), _explain(snapshot, planner, spares, req))

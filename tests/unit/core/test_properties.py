@@ -147,10 +147,11 @@ def _brute_force_fits(nodes, pods, podset, level, spares):
                     free[res] = free.get(res, 0) - q
                 free["pods"] -= 1
         placed = 0
+        # as kube-scheduler does, a zero request is not checked (an overcommitted node still takes it)
         while (
             placed < podset.count
             and free["pods"] >= 1
-            and all(free.get(r, 0) >= q for r, q in podset.requests.items())
+            and all(free.get(r, 0) >= q for r, q in podset.requests.items() if q > 0)
         ):
             for res, q in podset.requests.items():
                 free[res] -= q
