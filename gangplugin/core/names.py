@@ -16,3 +16,8 @@ MAX_RUNTIME_ANNOTATION = f"{GROUP}/max-runtime"
 
 # The AdmissionCheck controllerName Kueue routes our checks by.
 ADMISSION_CHECK_CONTROLLER = f"{GROUP}/gang"
+
+# Training plans: the ClusterQueue annotation recording which quotas plans manage (and the value
+# each had before), and the pod annotation carrying the end of the block a gang runs on.
+PLAN_QUOTA_ANNOTATION = f"{GROUP}/plan-quota"
+BLOCK_END_ANNOTATION = f"{GROUP}/block-end"

@@ -18,7 +18,9 @@ from gangplugin.server.runtime import Runtime
 
 # component name -> module with `setup(runtime, options)` (registers caches and handlers)
 # and `start(runtime)` (starts its threads once the caches are synced).
-COMPONENTS: dict[str, str] = {}
+COMPONENTS: dict[str, str] = {
+    "plans": "gangplugin.plans.component",
+}
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

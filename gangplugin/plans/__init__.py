@@ -1,0 +1,1 @@
+"""TrainingPlan controller: plan status, ClusterQueue quota at block boundaries."""

@@ -1,0 +1,213 @@
+"""The TrainingPlan controller: keeps each plan's status current and each ClusterQueue's managed
+quota equal to what its plans give now, waking at the next block boundary instead of polling.
+
+Keys: "plan/<name>" (status and conditions) and "cq/<name>" (quota). Everything is rebuilt from
+the watch caches on every reconcile, so a restart loses nothing: the ClusterQueue annotation
+`PLAN_QUOTA_ANNOTATION` is the only bookkeeping, and it lives in the API.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from gangplugin.core.errors import InputError
+from gangplugin.core.names import API_VERSION
+from gangplugin.core.plans import PlanState, TrainingPlan, plan_state
+from gangplugin.core.quota import next_quota_change, queue_quota, quota_update
+from gangplugin.core.timeutil import format_time
+from gangplugin.kube.client import CLUSTER_QUEUES, JSON, Client, Resource
+from gangplugin.kube.events import record_event
+from gangplugin.kube.informer import Informer
+from gangplugin.kube.plan_records import training_plan_from_manifest
+from gangplugin.kube.workqueue import WorkQueue
+from gangplugin.plans.clusterqueue import flavors, managed_quotas, nominal_quotas, quota_patch
+
+log = logging.getLogger(__name__)
+
+TRAINING_PLANS = Resource(API_VERSION, "trainingplans", namespaced=False)
+COMPONENT = "gangplugin-plans"
+ACCEPTED = "Accepted"
+
+Clock = Callable[[], datetime]
+
+
+def parse_plan(obj: JSON) -> TrainingPlan:
+    """The core plan from the object's spec. The status is the controller's own output, so it
+    is not read back (offline files may mark blocks Pending/Failed there; in a cluster the
+    capacity is confirmed when the plan is created)."""
+    return training_plan_from_manifest({k: v for k, v in obj.items() if k != "status"})
+
+
+def _seconds_until(t: datetime | None, now: datetime) -> float | None:
+    return None if t is None else max((t - now).total_seconds(), 0.0)
+
+
+def _condition(status: str, reason: str, message: str, generation: int, previous: JSON | None) -> JSON:
+    now = format_time(datetime.now(UTC).replace(microsecond=0))
+    same = previous is not None and previous.get("status") == status
+    return {
+        "type": ACCEPTED,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "observedGeneration": generation,
+        "lastTransitionTime": previous["lastTransitionTime"] if same and previous else now,
+    }
+
+
+def status_doc(state: PlanState) -> JSON:
+    return {
+        "phase": state.status.value,
+        "currentBlock": state.current_block,
+        "activeInstanceCount": state.active_instance_count,
+        "nextTransition": None if state.next_transition is None else format_time(state.next_transition),
+        "reservedCapacity": [
+            {
+                "status": b.status.value,
+                "startTime": format_time(b.start),
+                "endTime": format_time(b.end),
+                "terminationStartsAt": (
+                    None if b.termination_starts_at is None else format_time(b.termination_starts_at)
+                ),
+                **({"reason": b.reason} if b.reason else {}),
+            }
+            for b in state.blocks
+        ],
+    }
+
+
+class PlanController:
+    def __init__(
+        self,
+        client: Client,
+        plans: Informer[JSON],
+        queues: Informer[JSON],
+        clock: Clock = lambda: datetime.now(UTC),
+    ) -> None:
+        self.client, self.plans, self.queues, self.clock = client, plans, queues, clock
+        self.queue = WorkQueue()
+        plans.add_handler(self._on_plan)
+        queues.add_handler(self._on_queue)
+
+    # --- events -> keys ---
+
+    def _on_plan(self, _kind: str, old: JSON | None, new: JSON | None) -> None:
+        for obj in (old, new):
+            if obj is not None:
+                self.queue.add(f"plan/{obj['metadata']['name']}")
+                cq = (obj.get("spec") or {}).get("clusterQueue")
+                if isinstance(cq, str) and cq:
+                    self.queue.add(f"cq/{cq}")
+
+    def _on_queue(self, _kind: str, old: JSON | None, new: JSON | None) -> None:
+        name = (new or old or {})["metadata"]["name"]
+        self.queue.add(f"cq/{name}")
+        if (old is None) != (new is None) or _flavors_changed(old, new):
+            for plan in self.plans.items():
+                if (plan.get("spec") or {}).get("clusterQueue") == name:
+                    self.queue.add(f"plan/{plan['metadata']['name']}")
+
+    def enqueue_all(self) -> None:
+        for plan in self.plans.items():
+            self._on_plan("ADDED", None, plan)
+
+    def reconcile(self, key: str) -> float | None:
+        kind, _, name = key.partition("/")
+        return self.reconcile_plan(name) if kind == "plan" else self.reconcile_queue(name)
+
+    # --- a plan's status ---
+
+    def reconcile_plan(self, name: str) -> float | None:
+        obj = self.plans.get(name)
+        if obj is None:
+            return None
+        now = self.clock()
+        generation = int(obj["metadata"].get("generation", 0))
+        old_status: JSON = obj.get("status") or {}
+        previous = next((c for c in old_status.get("conditions") or [] if c.get("type") == ACCEPTED), None)
+        try:
+            plan = parse_plan(obj)
+        except InputError as err:
+            status: JSON = {"phase": "Failed", "currentBlock": None, "activeInstanceCount": 0}
+            status["nextTransition"] = None
+            cond = _condition("False", "InvalidSpec", str(err), generation, previous)
+            self._write_status(obj, status, cond, previous)
+            return None
+        state = plan_state(plan, now)
+        reason, message = self._acceptance(plan)
+        cond = _condition("True" if reason == ACCEPTED else "False", reason, message, generation, previous)
+        self._write_status(obj, status_doc(state), cond, previous)
+        return _seconds_until(state.next_transition, now)
+
+    def _acceptance(self, plan: TrainingPlan) -> tuple[str, str]:
+        cq = self.queues.get(plan.cluster_queue)
+        if cq is None:
+            return "ClusterQueueNotFound", (
+                f"spec.clusterQueue: ClusterQueue {plan.cluster_queue!r} does not exist; "
+                "create it or name an existing one (the plan gives no quota until then)"
+            )
+        if plan.flavor not in flavors(cq):
+            return "FlavorNotFound", (
+                f"spec.flavor: ClusterQueue {plan.cluster_queue!r} has no flavor {plan.flavor!r} "
+                f"(it has {', '.join(sorted(flavors(cq))) or 'none'}); add it there or fix the name"
+            )
+        covered = {r for f, r in nominal_quotas(cq) if f == plan.flavor}
+        missing = sorted(set(plan.resources_per_instance) - covered)
+        if missing:
+            return "ResourceNotCovered", (
+                f"spec.resourcesPerInstance: {', '.join(missing)} not covered by flavor {plan.flavor!r} "
+                f"of ClusterQueue {plan.cluster_queue!r}; that quota is not set"
+            )
+        return ACCEPTED, f"capacity feeds flavor {plan.flavor!r} of ClusterQueue {plan.cluster_queue!r}"
+
+    def _write_status(self, obj: JSON, status: JSON, cond: JSON, previous: JSON | None) -> None:
+        status = {**status, "observedGeneration": cond["observedGeneration"], "conditions": [cond]}
+        if _without_times(obj.get("status") or {}) == _without_times(status):
+            return
+        self.client.patch(TRAINING_PLANS, obj["metadata"]["name"], {"status": status}, subresource="status")
+        if cond["status"] == "False" and (previous is None or previous.get("reason") != cond["reason"]):
+            record_event(self.client, obj, "Warning", cond["reason"], cond["message"], COMPONENT)
+
+    # --- a ClusterQueue's quota ---
+
+    def _plans_of(self, cluster_queue: str) -> list[TrainingPlan]:
+        out = []
+        for obj in self.plans.items():
+            if (obj.get("spec") or {}).get("clusterQueue") != cluster_queue:
+                continue
+            try:
+                out.append(parse_plan(obj))
+            except InputError:
+                continue  # reported on the plan by reconcile_plan
+        return out
+
+    def reconcile_queue(self, name: str) -> float | None:
+        cq = self.queues.get(name)
+        if cq is None:
+            return None  # its plans are told by the ClusterQueue's DELETED event
+        now = self.clock()
+        plans = self._plans_of(name)
+        managed = managed_quotas(cq)
+        update = quota_update(queue_quota(plans, name, now), nominal_quotas(cq), managed)
+        if update.values or update.managed != managed:
+            self.client.patch(CLUSTER_QUEUES, name, quota_patch(cq, update.values, update.managed))
+            log.info("ClusterQueue %s: nominalQuota %s at %s", name, update.values, format_time(now))
+        return _seconds_until(next_quota_change(plans, name, now), now)
+
+
+def _flavors_changed(old: JSON | None, new: JSON | None) -> bool:
+    return old is None or new is None or nominal_quotas(old).keys() != nominal_quotas(new).keys()
+
+
+def _without_times(status: JSON) -> Any:
+    """The status as compared for a write: no transition times, no nulls (a merge patch's null
+    removes the field, so it reads back absent)."""
+    conds = [
+        {k: v for k, v in c.items() if k != "lastTransitionTime"} for c in status.get("conditions") or []
+    ]
+    blocks = [{k: v for k, v in b.items() if v is not None} for b in status.get("reservedCapacity") or []]
+    out = {k: v for k, v in status.items() if v is not None}
+    return {**out, "conditions": conds, "reservedCapacity": blocks}
