@@ -472,19 +472,19 @@ class LocalCluster:
             health=lambda: self._https_ok(p.controller_manager, "/healthz", client_cert=False),
         )
 
-    def _scheduler(self) -> Component:
+    def _scheduler(self, *, extender: bool = True) -> Component:
+        """kube-scheduler with deploy/scheduler/local.yaml: the gangplugin extender on
+        Ports.gangplugin_extender over HTTPS (the cluster CA); `extender=False` drops it."""
         p = self.ports
         config = self.state_dir / "scheduler-config.yaml"
-        config.write_text(
-            yaml.safe_dump(
-                {
-                    "apiVersion": "kubescheduler.config.k8s.io/v1",
-                    "kind": "KubeSchedulerConfiguration",
-                    "clientConnection": {"kubeconfig": str(self.kubeconfig), "qps": 200, "burst": 400},
-                    "leaderElection": {"leaderElect": False},
-                }
-            )
-        )
+        cfg = yaml.safe_load((REPO / "deploy" / "scheduler" / "local.yaml").read_text())
+        cfg["clientConnection"]["kubeconfig"] = str(self.kubeconfig)
+        for ext in cfg["extenders"]:
+            ext["urlPrefix"] = f"https://127.0.0.1:{p.gangplugin_extender}"
+            ext["tlsConfig"]["caFile"] = str(self.pki_dir / "ca.crt")
+        if not extender:
+            del cfg["extenders"]
+        config.write_text(yaml.safe_dump(cfg, sort_keys=False))
         return Component(
             "kube-scheduler",
             [
@@ -584,11 +584,34 @@ class LocalCluster:
                 f"--kubeconfig={self.kubeconfig}",
                 f"--components={components}",
                 f"--health-bind=127.0.0.1:{p.gangplugin_health}",
+                f"--extender-bind=127.0.0.1:{p.gangplugin_extender}",
+                f"--extender-tls-cert={self.pki_dir / 'webhook.crt'}",
+                f"--extender-tls-key={self.pki_dir / 'webhook.key'}",
             ],
             health=lambda: (
                 httpx.get(f"http://127.0.0.1:{p.gangplugin_health}/readyz", timeout=2.0).status_code == 200
             ),
         )
+
+    def restart(self, name: str, *, kill: signal.Signals = signal.SIGKILL, extender: bool = True) -> None:
+        """Kill one running process ("gangplugin" or "kube-scheduler") and start it again;
+        `extender` chooses kube-scheduler's configuration (tests and benchmarks use this)."""
+        components: dict[str, Callable[[], Component | None]] = {
+            "gangplugin": self._gangplugin,
+            "kube-scheduler": lambda: self._scheduler(extender=extender),
+        }
+        self._started.update(self._read_state().get("processes", {}))
+        pid = self._started.get(name)
+        if pid is not None and _alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, kill)
+            deadline = time.monotonic() + 15
+            while _alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+        comp = components[name]()
+        if comp is None:
+            raise ClusterError(f"{name} has nothing to run")
+        self._start(comp)
 
     # ---- Kueue objects -------------------------------------------------------------------
 
@@ -679,13 +702,15 @@ class LocalCluster:
         _wait(ok, 60, "Kueue's webhooks to answer")
 
     def _create_nodes(self, client: Client) -> None:
-        shape = yaml.safe_load((REPO / "deploy" / "local" / "cluster-shape.yaml").read_text())
+        default_shape = REPO / "deploy" / "local" / "cluster-shape.yaml"
+        shape_path = Path(os.environ.get("GANGPLUGIN_SHAPE", default_shape))
+        shape = yaml.safe_load(shape_path.read_text())
         nodes = nodes_from_shape(shape)
         for node in nodes:
             status = node.pop("status")
             client.apply(NODES, node, field_manager=FIELD_MANAGER)
             client.patch(NODES, node["metadata"]["name"], {"status": status}, subresource="status")
-        self._log(f"  {len(nodes)} fake nodes created from deploy/local/cluster-shape.yaml")
+        self._log(f"  {len(nodes)} fake nodes created from {shape_path}")
 
     def apply_file(self, client: Client, path: Path) -> list[dict[str, Any]]:
         """Server-side apply every document of a YAML file (kinds this cluster knows)."""

@@ -41,7 +41,27 @@ def cli() -> None:
     "--health-bind", default="0.0.0.0:8081", show_default=True, help="Where /healthz and /readyz are served."
 )
 @click.option("--log-level", default="INFO", show_default=True)
-def serve(kubeconfig: str | None, components: str, health_bind: str, log_level: str) -> None:
+@click.option("--extender-bind", default="0.0.0.0:8443", show_default=True, help="Extender's address.")
+@click.option("--extender-tls-cert", default=None, help="Serving certificate (PEM); plain HTTP when unset.")
+@click.option("--extender-tls-key", default=None, help="Key of --extender-tls-cert.")
+@click.option(
+    "--extender-barrier-timeout",
+    default=20.0,
+    show_default=True,
+    help="Seconds a gang may take to reach bind whole; keep below the scheduler's httpTimeout.",
+)
+@click.option("--extender-spares-per-ultraserver", default=0, show_default=True, type=click.IntRange(0))
+def serve(
+    kubeconfig: str | None,
+    components: str,
+    health_bind: str,
+    log_level: str,
+    extender_bind: str,
+    extender_tls_cert: str | None,
+    extender_tls_key: str | None,
+    extender_barrier_timeout: float,
+    extender_spares_per_ultraserver: int,
+) -> None:
     """Run the chosen components in one process until SIGTERM."""
     logging.basicConfig(
         level=log_level.upper(),
@@ -57,6 +77,18 @@ def serve(kubeconfig: str | None, components: str, health_bind: str, log_level: 
     runtime = Runtime(Client.from_kubeconfig(kubeconfig))
     health = serve_health(health_bind)
     modules = [importlib.import_module(COMPONENTS[c]) for c in wanted]
+    if "extender" in wanted:
+        from gangplugin.extender.component import ExtenderSettings, configure
+
+        configure(
+            ExtenderSettings(
+                extender_bind,
+                extender_tls_cert,
+                extender_tls_key,
+                extender_barrier_timeout,
+                extender_spares_per_ultraserver,
+            )
+        )
     for mod in modules:
         mod.setup(runtime)
     runtime.start_informers()

@@ -1,0 +1,307 @@
+"""The extender's decisions for one pod of a gang: the gang's plan, this pod's node, the verdict
+on every candidate node, node scores, and when a gang's bind barrier opens.
+
+A gang is the pods of one namespace sharing the `gangplugin.io/gang` label; its size is their
+`gangplugin.io/gang-size` annotation. When the first pod of a gang reaches the scheduler's
+filter, `plan_gang` places the whole gang with the core engine (`placement.place`) on a
+snapshot that already counts the capacity other in-flight gangs reserved; the extender then
+reserves the plan's nodes, and `assign` hands each member one node of the plan. A gang that
+does not fit gets no node at all, so its pods wait whole instead of holding part of the cluster.
+
+A gang found partially bound (the extender died between Binding calls) is completed in the
+domain its bound pods already occupy; if it cannot be, `plan_gang` names the bound pods to
+delete so their controller recreates them and the gang starts over whole.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from gangplugin.core.eligibility import PodConstraints
+from gangplugin.core.errors import InputError
+from gangplugin.core.names import GANG_SIZE_ANNOTATION
+from gangplugin.core.placement import Gang, PlacementPolicy, PodSet, _fit, _req_items, place
+from gangplugin.core.topology import HOSTNAME_LABEL, Snapshot
+
+PodKey = tuple[str, str]  # (namespace, name)
+GangKey = tuple[str, str]  # (namespace, gang label value)
+# What makes two pods of a gang interchangeable in a plan.
+Signature = tuple[tuple[tuple[str, int], ...], PodConstraints, str | None, str | None]
+
+SIZE_FIELD = f"metadata.annotations.{GANG_SIZE_ANNOTATION}"
+
+
+@dataclass(frozen=True, slots=True)
+class GangPod:
+    """A pod as the extender sees it. `error` is set (and the rest may be empty) when the pod
+    carries gang metadata that cannot be used; such a pod is refused with that message."""
+
+    namespace: str
+    name: str
+    uid: str = ""
+    gang: str | None = None
+    size: int | None = None
+    node: str | None = None
+    requests: Mapping[str, int] = field(default_factory=dict)
+    constraints: PodConstraints = field(default_factory=PodConstraints)
+    required_topology: str | None = None
+    preferred_topology: str | None = None
+    finished: bool = False  # Succeeded or Failed: holds no node and is no longer a member
+    error: str | None = None
+
+    @property
+    def key(self) -> PodKey:
+        return (self.namespace, self.name)
+
+    @property
+    def gang_key(self) -> GangKey | None:
+        return None if self.gang is None else (self.namespace, self.gang)
+
+    @property
+    def signature(self) -> Signature:
+        return (
+            tuple(sorted(self.requests.items())),
+            self.constraints,
+            self.required_topology,
+            self.preferred_topology,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """One pod's place in a plan: a node for a pod of this signature."""
+
+    signature: Signature
+    node: str
+    requests: Mapping[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class GangPlan:
+    """Where the members of `gang` that are not bound yet go (`slots`), or why they cannot.
+
+    `level`/`domains`: the topology level and domain value(s) the gang is kept in.
+    `abandon`: bound members to delete because the rest of a partially bound gang cannot join them.
+    """
+
+    gang: GangKey
+    size: int
+    feasible: bool
+    reason: str
+    level: str | None = None
+    domains: tuple[str, ...] = ()
+    slots: tuple[Slot, ...] = ()
+    abandon: tuple[PodKey, ...] = ()
+    expires_at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class FilterVerdict:
+    """The answer to a filter call: nodes that pass, and a reason for every node that does not."""
+
+    passed: tuple[str, ...]
+    failed: Mapping[str, str]
+    replan: bool = False  # the plan's node for this pod was refused by the scheduler: plan again
+
+
+def gang_size(pod: GangPod, members: Iterable[GangPod]) -> int:
+    """The gang's size; InputError when a member says otherwise than `pod`."""
+    if pod.error is not None:
+        raise InputError(f"pod {pod.namespace}/{pod.name}", pod.error)
+    assert pod.size is not None
+    for m in members:
+        if m.size is not None and m.size != pod.size and m.key != pod.key:
+            raise InputError(
+                f"pod {pod.namespace}/{pod.name}: {SIZE_FIELD}",
+                f"{pod.size} disagrees with {m.size} on {m.name} of gang {pod.gang!r}; "
+                "give every pod of the gang the same size",
+            )
+    return pod.size
+
+
+def _podsets(
+    pod: GangPod, pending: Sequence[GangPod], need: int, pin: tuple[str, str] | None
+) -> list[PodSet]:
+    """Pending members grouped by signature; members not created yet are taken to be like `pod`."""
+    groups: dict[Signature, list[GangPod]] = {}
+    for m in (pod, *(m for m in pending if m.key != pod.key)):
+        groups.setdefault(m.signature, []).append(m)
+    unseen = max(need - sum(len(g) for g in groups.values()), 0)
+    out = []
+    for i, (sig, ms) in enumerate(groups.items()):
+        first = ms[0]
+        cons = first.constraints
+        if pin is not None:
+            cons = dataclasses.replace(cons, node_selector=tuple(sorted({*cons.node_selector, pin})))
+        count = len(ms) + (unseen if sig == pod.signature else 0)
+        out.append(
+            PodSet(f"{i}", count, first.requests, cons, first.required_topology, first.preferred_topology)
+        )
+    return out
+
+
+def plan_gang(
+    snapshot: Snapshot,
+    pod: GangPod,
+    members: Sequence[GangPod],
+    policy: PlacementPolicy | None = None,
+    *,
+    expires_at: float = 0.0,
+) -> GangPlan:
+    """Place every member of `pod`'s gang that is not bound yet. See the module docstring.
+
+    `members`: every known pod of the gang (bound or not, `pod` may be among them); `snapshot`
+    must count capacity reserved by other gangs but not by this one. Raises InputError for a
+    gang-size that members disagree on or a topology annotation naming an unknown level.
+    """
+    members = [m for m in members if not m.finished]
+    size = gang_size(pod, members)
+    gkey = pod.gang_key
+    assert gkey is not None
+    bound = [m for m in members if m.node is not None and m.key != pod.key]
+    pending = [m for m in members if m.node is None]
+    need = size - len(bound)
+    pin: tuple[str, str] | None = None
+    required = pod.required_topology
+    if bound and required is not None and snapshot.level_index(required) is not None:
+        nodes = [snapshot.node(m.node or "") for m in bound]
+        values = {n.labels.get(required) if n is not None else None for n in nodes}
+        if len(values) == 1 and None not in values:
+            pin = (required, str(next(iter(values))))
+    podsets = _podsets(pod, pending, need, pin)
+    try:
+        placement = place(snapshot, Gang(tuple(podsets), f"{gkey[0]}/{gkey[1]}"), policy)
+    except InputError as err:
+        raise InputError(f"pod {pod.namespace}/{pod.name}: {err.field}", err.problem) from err
+    if not placement.feasible:
+        where = f" next to its {len(bound)} bound pod(s) in {pin[0]} {pin[1]}" if pin else ""
+        reason = f"gang {gkey[1]} ({size} pods) cannot be placed whole{where}: {placement.reason}"
+        abandon = tuple(sorted(m.key for m in bound))
+        return GangPlan(gkey, size, False, reason, abandon=abandon, expires_at=expires_at)
+    by_set = {ps.name: ps for ps in podsets}
+    slots = tuple(
+        Slot(_sig(by_set[a.pod_set], pin), a.node, by_set[a.pod_set].requests) for a in placement.assignments
+    )
+    level, domains = placement.level, placement.domains
+    if pin is not None:
+        level, domains = pin[0], (pin[1],)
+    return GangPlan(gkey, size, True, placement.reason, level, domains, slots, (), expires_at)
+
+
+def _sig(ps: PodSet, pin: tuple[str, str] | None) -> Signature:
+    """A podset's signature as its pods carry it (without the pin `plan_gang` added)."""
+    cons = ps.constraints
+    if pin is not None:
+        cons = dataclasses.replace(cons, node_selector=tuple(s for s in cons.node_selector if s != pin))
+    return (tuple(sorted(ps.requests.items())), cons, ps.required_topology, ps.preferred_topology)
+
+
+def assign(plan: GangPlan, pod: GangPod, claims: Mapping[PodKey, int]) -> int | None:
+    """The index of `pod`'s slot in `plan`: the one it holds, else the first free slot of its
+    signature, else the first free slot (a member unseen at planning time may differ); None if full."""
+    held = claims.get(pod.key)
+    if held is not None and held < len(plan.slots):
+        return held
+    taken = set(claims.values())
+    free = [i for i in range(len(plan.slots)) if i not in taken]
+    sig = pod.signature
+    return next((i for i in free if plan.slots[i].signature == sig), free[0] if free else None)
+
+
+def fits(snapshot: Snapshot, node: str, requests: Mapping[str, int]) -> bool:
+    i = snapshot.node_ids.get(node)
+    return i is not None and _fit(snapshot.free[i], _req_items(PodSet("", 1, requests))) > 0
+
+
+def filter_gang_pod(
+    snapshot: Snapshot,
+    pod: GangPod,
+    node_names: Sequence[str],
+    plan: GangPlan,
+    target: str | None,
+    policy: PlacementPolicy | None = None,
+) -> FilterVerdict:
+    """The verdict for a gang member: only its planned node passes; every other node gets the
+    reason a person needs (outside the gang's domain, a spare, too full, planned for another pod)."""
+    gang = plan.gang[1]
+    if not plan.feasible:
+        return FilterVerdict((), dict.fromkeys(node_names, plan.reason))
+    if target is None:
+        reason = f"gang {gang} has more pods than its size {plan.size}; every planned node is taken"
+        return FilterVerdict((), dict.fromkeys(node_names, reason))
+    if target not in node_names:
+        reason = (
+            f"the node gang {gang}'s plan gives this pod ({target}) was rejected by the scheduler; "
+            "the gang is planned again"
+        )
+        return FilterVerdict((), dict.fromkeys(node_names, reason), replan=True)
+    spares = snapshot.spare_nodes((policy or PlacementPolicy()).spares_per_ultraserver)
+    domains = set(plan.domains)
+    outside = f"outside gang {gang}'s {plan.level} {', '.join(plan.domains)}"
+    failed: dict[str, str] = {}
+    for name in node_names:
+        if name == target:
+            continue
+        node = snapshot.node(name)
+        if node is None:
+            failed[name] = "not (yet) in gangplugin's node cache"
+        elif plan.level is not None and node.labels.get(plan.level) not in domains:
+            failed[name] = outside
+        elif snapshot.node_ids[name] in spares:
+            failed[name] = "held as a spare of its UltraServer"
+        elif not fits(snapshot, name, pod.requests):
+            failed[name] = "too little free capacity (counting capacity reserved for gangs being bound)"
+        else:
+            failed[name] = f"gang {gang}'s plan packs its pods on other nodes"
+    return FilterVerdict((target,), failed)
+
+
+def filter_single_pod(snapshot: Snapshot, pod: GangPod, node_names: Sequence[str]) -> FilterVerdict:
+    """A pod outside any gang: every node where it fits next to the capacity gangs have reserved."""
+    passed: list[str] = []
+    failed: dict[str, str] = {}
+    for name in node_names:
+        if snapshot.node(name) is None:
+            failed[name] = "not (yet) in gangplugin's node cache"
+        elif fits(snapshot, name, pod.requests):
+            passed.append(name)
+        else:
+            failed[name] = "too little free capacity (counting capacity reserved for gangs being bound)"
+    return FilterVerdict(tuple(passed), failed)
+
+
+def scores(
+    snapshot: Snapshot, pod: GangPod, node_names: Sequence[str], target: str | None
+) -> list[tuple[str, int]]:
+    """Scores 0..10. A gang member: its planned node 10. Another pod: the engine's best-fit
+    node for it 10, other nodes by how many topology levels they share with that node."""
+    if target is not None:
+        return [(n, 10 if n == target else 0) for n in node_names]
+    placement = place(snapshot, Gang((PodSet("pod", 1, pod.requests, pod.constraints),)))
+    best = snapshot.node(placement.assignments[0].node) if placement.feasible else None
+    if best is None:
+        return [(n, 0) for n in node_names]
+    levels = [lv for lv in snapshot.levels if lv != HOSTNAME_LABEL]
+    out = []
+    for name in node_names:
+        node = snapshot.node(name)
+        if node is None:
+            out.append((name, 0))
+        elif name == best.name:
+            out.append((name, 10))
+        else:
+            shared = 0
+            for lv in levels:
+                value = node.labels.get(lv)
+                if value is None or value != best.labels.get(lv):
+                    break
+                shared += 1
+            out.append((name, 9 * shared // max(len(levels), 1)))
+    return out
+
+
+def barrier_open(size: int, bound: Iterable[PodKey], arrived: Iterable[PodKey]) -> bool:
+    """Every member has a node: bound already, or waiting at the barrier with one."""
+    return len({*bound, *arrived}) >= size

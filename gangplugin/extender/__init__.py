@@ -1,0 +1,1 @@
+"""kube-scheduler extender: filter, prioritize and the gang bind barrier."""

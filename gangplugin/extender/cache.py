@@ -1,0 +1,197 @@
+"""What the extender knows: nodes and pods from watch events, kept as an incrementally updated
+core `Snapshot`, plus the plans of gangs in flight and the capacity those plans reserve.
+
+Reservations are charged to the snapshot as placeholder pods (one per plan slot), so every
+later plan and filter sees them without a second bookkeeping of free capacity. A slot's
+placeholder is released when the member it was given to shows up bound in the pod cache,
+or when the plan is dropped (barrier timeout, expiry, re-plan). Everything here is rebuilt
+from the API after a restart: plans are short-lived reservations, like kube-scheduler's own
+assumed pods, and members waiting at a barrier that died are retried by the scheduler.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+
+from gangplugin.core.errors import InputError
+from gangplugin.core.gangplan import (
+    FilterVerdict,
+    GangKey,
+    GangPlan,
+    GangPod,
+    PodKey,
+    assign,
+    filter_gang_pod,
+    filter_single_pod,
+    plan_gang,
+    scores,
+)
+from gangplugin.core.placement import PlacementPolicy
+from gangplugin.core.topology import BoundPod, Snapshot
+from gangplugin.kube.client import JSON
+from gangplugin.kube.records import node_from_k8s
+
+log = logging.getLogger(__name__)
+
+_PLACEHOLDER_PREFIX = "\0reserved:"
+
+
+class ExtenderCache:
+    """Thread-safe: watch handlers write, extender calls read and plan, all under one lock."""
+
+    def __init__(self, policy: PlacementPolicy | None = None, plan_ttl: float = 40.0) -> None:
+        self.policy = policy or PlacementPolicy()
+        self.plan_ttl = plan_ttl
+        self.lock = threading.RLock()
+        self.snapshot = Snapshot()
+        self.pods: dict[PodKey, GangPod] = {}
+        self.gangs: dict[GangKey, set[PodKey]] = {}
+        self.plans: dict[GangKey, GangPlan] = {}
+        self.claims: dict[GangKey, dict[PodKey, int]] = {}
+        self.reserved: dict[GangKey, set[int]] = {}  # slot indexes whose placeholder is charged
+
+    # -- watch handlers --------------------------------------------------------------------
+
+    def on_node(self, kind: str, old: JSON | None, new: JSON | None) -> None:
+        with self.lock:
+            if new is None:
+                if old is not None:
+                    self.snapshot.remove_node(str(old["metadata"]["name"]))
+                return
+            try:
+                node = node_from_k8s(new)
+            except InputError as err:
+                log.warning("ignoring node %s: %s", new.get("metadata", {}).get("name"), err)
+                return
+            self.snapshot.upsert_node(node)
+
+    def on_pod(self, kind: str, old: GangPod | None, new: GangPod | None) -> None:
+        with self.lock:
+            if new is None:
+                if old is not None:
+                    self._forget(old)
+                return
+            self.pods[new.key] = new
+            gkey = new.gang_key
+            if gkey is not None:
+                self.gangs.setdefault(gkey, set()).add(new.key)
+            if new.node is not None and not new.finished:
+                self.snapshot.bind(BoundPod(new.namespace, new.name, new.node, new.requests))
+                if gkey is not None:
+                    self._release_claim(gkey, new.key)
+            else:
+                self.snapshot.unbind(new.namespace, new.name)
+
+    def _forget(self, pod: GangPod) -> None:
+        self.pods.pop(pod.key, None)
+        self.snapshot.unbind(pod.namespace, pod.name)
+        gkey = pod.gang_key
+        if gkey is None:
+            return
+        self._release_claim(gkey, pod.key)
+        members = self.gangs.get(gkey)
+        if members is not None:
+            members.discard(pod.key)
+            if not members:
+                del self.gangs[gkey]
+
+    # -- reservations ----------------------------------------------------------------------
+
+    def _placeholder(self, gkey: GangKey, slot: int) -> tuple[str, str]:
+        return gkey[0], f"{_PLACEHOLDER_PREFIX}{gkey[1]}#{slot}"
+
+    def _reserve(self, plan: GangPlan) -> None:
+        slots = set(range(len(plan.slots)))
+        for i in slots:
+            s = plan.slots[i]
+            ns, name = self._placeholder(plan.gang, i)
+            self.snapshot.bind(BoundPod(ns, name, s.node, s.requests))
+        self.plans[plan.gang] = plan
+        self.reserved[plan.gang] = slots
+        self.claims[plan.gang] = {}
+
+    def _release_claim(self, gkey: GangKey, pod: PodKey) -> None:
+        """The member is bound (its own requests now count) or gone: free its slot's placeholder."""
+        claims = self.claims.get(gkey)
+        if claims is None or pod not in claims:
+            return
+        slot = claims.pop(pod)
+        reserved = self.reserved.get(gkey, set())
+        if slot in reserved:
+            reserved.discard(slot)
+            self.snapshot.unbind(*self._placeholder(gkey, slot))
+        if not reserved and not claims:
+            self.drop(gkey)
+
+    def drop(self, gkey: GangKey) -> None:
+        """Forget a gang's plan and give back everything it still reserves."""
+        for slot in self.reserved.pop(gkey, set()):
+            self.snapshot.unbind(*self._placeholder(gkey, slot))
+        self.plans.pop(gkey, None)
+        self.claims.pop(gkey, None)
+
+    def _sweep(self, now: float) -> None:
+        for gkey in [g for g, p in self.plans.items() if p.expires_at <= now]:
+            log.info("plan of gang %s/%s expired; releasing its reservation", *gkey)
+            self.drop(gkey)
+
+    # -- extender calls --------------------------------------------------------------------
+
+    def members(self, gkey: GangKey) -> list[GangPod]:
+        with self.lock:
+            return [self.pods[k] for k in sorted(self.gangs.get(gkey, ())) if k in self.pods]
+
+    def bound_members(self, gkey: GangKey) -> list[PodKey]:
+        with self.lock:
+            return [m.key for m in self.members(gkey) if m.node is not None and not m.finished]
+
+    def filter(
+        self, pod: GangPod, node_names: Sequence[str], now: float
+    ) -> tuple[FilterVerdict, GangPlan | None]:
+        """The verdict for `pod` over `node_names`; also the gang's plan when one was made here.
+        Raises InputError for gang metadata that cannot be used."""
+        if pod.error is not None:
+            raise InputError(f"pod {pod.namespace}/{pod.name}", pod.error)
+        gkey = pod.gang_key
+        with self.lock:
+            if gkey is None:
+                return filter_single_pod(self.snapshot, pod, node_names), None
+            self._sweep(now)
+            plan = self.plans.get(gkey)
+            made = None
+            if plan is None:
+                members = [m for m in self.members(gkey) if m.key != pod.key]
+                plan = plan_gang(
+                    self.snapshot, pod, [*members, pod], self.policy, expires_at=now + self.plan_ttl
+                )
+                made = plan
+                if plan.feasible:
+                    self._reserve(plan)
+            elif plan.size != pod.size:
+                raise InputError(
+                    f"pod {pod.namespace}/{pod.name}: metadata.annotations.gangplugin.io/gang-size",
+                    f"{pod.size} disagrees with {plan.size} of the gang's plan; give every pod the same size",
+                )
+            target = None
+            if plan.feasible:
+                claims = self.claims[gkey]
+                slot = assign(plan, pod, claims)
+                if slot is not None:
+                    claims[pod.key] = slot
+                    target = plan.slots[slot].node
+            verdict = filter_gang_pod(self.snapshot, pod, node_names, plan, target, self.policy)
+            if verdict.replan:
+                self.drop(gkey)
+            return verdict, made
+
+    def prioritize(self, pod: GangPod, node_names: Sequence[str]) -> list[tuple[str, int]]:
+        with self.lock:
+            target = None
+            gkey = pod.gang_key
+            if gkey is not None and gkey in self.plans:
+                slot = self.claims.get(gkey, {}).get(pod.key)
+                if slot is not None:
+                    target = self.plans[gkey].slots[slot].node
+            return scores(self.snapshot, pod, node_names, target)

@@ -1,0 +1,131 @@
+"""The `extender` component of `gangplugin serve`: watch caches of nodes and pods, and the
+HTTPS server kube-scheduler calls, on its own asyncio event loop thread."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import ssl
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from gangplugin.core.gangplan import GangPlan
+from gangplugin.core.placement import PlacementPolicy
+from gangplugin.extender.barrier import Barrier, api_binder
+from gangplugin.extender.cache import ExtenderCache
+from gangplugin.extender.pods import gang_pod_from_k8s
+from gangplugin.extender.server import AbandonFn, ExtenderHandlers, make_app, serve
+from gangplugin.kube.client import EVENTS, NODES, PODS, ApiError, Client
+from gangplugin.kube.informer import identity
+from gangplugin.server.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ExtenderSettings:
+    bind: str = "0.0.0.0:8443"
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    barrier_timeout: float = 20.0  # must stay below the scheduler's extender httpTimeout
+    spares_per_ultraserver: int = 0
+
+
+_settings = ExtenderSettings()
+_cache: ExtenderCache | None = None
+
+
+def configure(settings: ExtenderSettings) -> None:
+    """Called by `gangplugin serve` with its --extender-* options, before `setup`."""
+    global _settings
+    _settings = settings
+
+
+def setup(runtime: Runtime) -> None:
+    global _cache
+    _cache = ExtenderCache(
+        PlacementPolicy(_settings.spares_per_ultraserver), plan_ttl=2 * _settings.barrier_timeout
+    )
+    runtime.informer(NODES, identity).add_handler(_cache.on_node)
+    runtime.informer(PODS, gang_pod_from_k8s).add_handler(_cache.on_pod)
+
+
+def _event(client: Client, namespace: str, name: str, uid: str, reason: str, message: str) -> None:
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    client.create(
+        EVENTS,
+        {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{name}.", "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": name,
+                "namespace": namespace,
+                "uid": uid,
+            },
+            "reason": reason,
+            "message": message[:1000],
+            "type": "Warning",
+            "source": {"component": "gangplugin-extender"},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        },
+    )
+
+
+def _abandoner(client: Client, cache: ExtenderCache, executor: ThreadPoolExecutor) -> AbandonFn:
+    def abandon(plan: GangPlan) -> None:
+        def run() -> None:
+            for ns, name in plan.abandon:
+                with cache.lock:
+                    pod = cache.pods.get((ns, name))
+                uid = pod.uid if pod is not None else ""
+                msg = f"deleted so its controller recreates it and the gang starts whole: {plan.reason}"
+                try:
+                    _event(client, ns, name, uid, "GangIncomplete", msg)
+                    client.delete(PODS, name, ns)
+                    log.warning("abandoned %s/%s of partial gang %s", ns, name, plan.gang[1])
+                except ApiError as err:
+                    log.warning("could not abandon %s/%s: %s", ns, name, err)
+
+        executor.submit(run)
+
+    return abandon
+
+
+def _ssl_context(settings: ExtenderSettings) -> ssl.SSLContext | None:
+    if not settings.tls_cert:
+        return None
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(settings.tls_cert, settings.tls_key)
+    return ctx
+
+
+def start(runtime: Runtime) -> None:
+    cache = _cache
+    if cache is None:
+        raise RuntimeError("extender: start() before setup()")
+    settings = _settings
+    executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="extender-bind")
+    host, _, port = settings.bind.rpartition(":")
+    handlers = ExtenderHandlers(cache, _abandoner(runtime.client, cache, executor))
+    started = threading.Event()
+
+    def run() -> None:
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        barrier = Barrier(cache, api_binder(runtime.client), executor, settings.barrier_timeout)
+        app = make_app(handlers, barrier)
+        loop.run_until_complete(serve(app, host or "0.0.0.0", int(port), _ssl_context(settings)))
+        log.info("extender serving on %s (%s)", settings.bind, "https" if settings.tls_cert else "http")
+        started.set()
+        loop.run_forever()
+
+    threading.Thread(target=run, name="extender-http", daemon=True).start()
+    if not started.wait(30):
+        raise RuntimeError(f"extender: could not start serving on {settings.bind}")

@@ -1,0 +1,65 @@
+"""Raw Pod dicts (watch events, the `Pod` of an extender call) to the core's `GangPod`.
+
+Never raises: a pod whose gang metadata cannot be used becomes a record carrying `error`,
+so one malformed pod neither stops the watch cache nor hides the other pods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gangplugin.core.errors import InputError
+from gangplugin.core.gangplan import SIZE_FIELD, GangPod
+from gangplugin.core.names import (
+    GANG_LABEL,
+    GANG_SIZE_ANNOTATION,
+    PREFERRED_TOPOLOGY_ANNOTATION,
+    REQUIRED_TOPOLOGY_ANNOTATION,
+)
+from gangplugin.core.topology import FINISHED_PHASES
+from gangplugin.kube.records import constraints_from_pod_spec, pod_requests
+
+
+def _size(annotations: Mapping[str, Any]) -> int:
+    raw = annotations.get(GANG_SIZE_ANNOTATION)
+    if raw is None:
+        raise InputError(SIZE_FIELD, f"is missing; a pod labelled {GANG_LABEL} needs its gang's pod count")
+    text = str(raw).strip()
+    if not text.isdigit() or int(text) < 1:
+        raise InputError(SIZE_FIELD, f"{raw!r} is not a whole number >= 1")
+    return int(text)
+
+
+def gang_pod_from_k8s(obj: Mapping[str, Any]) -> GangPod:
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+    assert isinstance(meta, Mapping)
+    namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+    try:
+        labels = meta.get("labels") or {}
+        annotations = meta.get("annotations") or {}
+        if not isinstance(labels, Mapping) or not isinstance(annotations, Mapping):
+            raise InputError("metadata", "labels and annotations must be mappings")
+        spec = obj.get("spec")
+        if not isinstance(spec, Mapping):
+            raise InputError("spec", "a pod needs a spec")
+        gang = labels.get(GANG_LABEL)
+        size = _size(annotations) if gang else None
+        status = obj.get("status") if isinstance(obj.get("status"), Mapping) else {}
+        assert isinstance(status, Mapping)
+        finished = status.get("phase") in FINISHED_PHASES
+        return GangPod(
+            namespace=namespace,
+            name=name,
+            uid=str(meta.get("uid") or ""),
+            gang=str(gang) if gang else None,
+            size=size,
+            node=str(spec["nodeName"]) if spec.get("nodeName") else None,
+            requests=pod_requests(spec),
+            constraints=constraints_from_pod_spec(spec),
+            required_topology=str(annotations.get(REQUIRED_TOPOLOGY_ANNOTATION) or "") or None,
+            preferred_topology=str(annotations.get(PREFERRED_TOPOLOGY_ANNOTATION) or "") or None,
+            finished=finished,
+        )
+    except InputError as err:
+        return GangPod(namespace, name, str(meta.get("uid") or ""), error=str(err))

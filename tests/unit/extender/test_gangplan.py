@@ -1,0 +1,163 @@
+"""The extender's pure decisions (core/gangplan.py) over plain data."""
+
+from __future__ import annotations
+
+import pytest
+
+from gangplugin.core.errors import InputError
+from gangplugin.core.gangplan import (
+    GangPod,
+    assign,
+    barrier_open,
+    filter_gang_pod,
+    filter_single_pod,
+    plan_gang,
+    scores,
+)
+from gangplugin.core.placement import PlacementPolicy
+from gangplugin.core.topology import ULTRASERVER_LABEL, BoundPod, build_snapshot
+from tests.unit.core.clusters import GPU, LEVELS, ultraservers
+
+REQ = {GPU: 4, "cpu": 1000}
+
+
+def member(i: int, size: int, gang: str = "g", node: str | None = None, **kw) -> GangPod:
+    return GangPod("ns", f"{gang}-{i}", f"uid-{gang}-{i}", gang, size, node, REQ, **kw)
+
+
+def snap(us: int = 4, size: int = 18):
+    return build_snapshot(ultraservers(us, size), levels=LEVELS)
+
+
+def test_sixteen_pods_required_ultraserver_land_in_one_ultraserver():
+    s = snap()
+    pods = [member(i, 16, required_topology=ULTRASERVER_LABEL) for i in range(16)]
+    plan = plan_gang(s, pods[0], pods)
+    assert plan.feasible
+    assert plan.level == ULTRASERVER_LABEL and len(plan.domains) == 1
+    assert len(plan.slots) == 16
+    assert {s.node(sl.node).labels[ULTRASERVER_LABEL] for sl in plan.slots} == set(plan.domains)  # type: ignore[union-attr]
+    assert len({sl.node for sl in plan.slots}) == 16  # 4 GPUs a node: one pod each
+
+
+def test_twenty_pods_required_ultraserver_cannot_fit_eighteen_node_ultraservers():
+    s = snap()
+    pods = [member(i, 20, required_topology=ULTRASERVER_LABEL) for i in range(20)]
+    plan = plan_gang(s, pods[0], pods)
+    assert not plan.feasible and plan.slots == ()
+    assert "cannot be placed whole" in plan.reason and ULTRASERVER_LABEL in plan.reason
+    assert "room for 18" in plan.reason
+    names = sorted(s.node_ids)
+    verdict = filter_gang_pod(s, pods[0], names, plan, None)
+    assert verdict.passed == ()
+    assert set(verdict.failed) == set(names) and set(verdict.failed.values()) == {plan.reason}
+
+
+def test_members_created_later_are_planned_like_the_first():
+    s = snap()
+    first = member(0, 12)
+    plan = plan_gang(s, first, [first])
+    assert plan.feasible and len(plan.slots) == 12
+
+
+def test_gang_size_disagreement_names_the_field():
+    s = snap()
+    a, b = member(0, 16), member(1, 8)
+    with pytest.raises(InputError) as err:
+        plan_gang(s, a, [a, b])
+    assert "gangplugin.io/gang-size" in str(err.value) and "disagrees" in str(err.value)
+
+
+def test_unusable_pod_is_refused_with_its_error():
+    bad = GangPod(
+        "ns", "bad", error="metadata.annotations.gangplugin.io/gang-size: 'x' is not a whole number"
+    )
+    with pytest.raises(InputError, match="not a whole number"):
+        plan_gang(snap(), bad, [bad])
+
+
+def test_partial_gang_is_completed_in_the_domain_of_its_bound_pods():
+    nodes = ultraservers(2, 18)
+    bound = [member(i, 16, node=f"us2-n{i:02d}", required_topology=ULTRASERVER_LABEL) for i in range(10)]
+    pending = [member(i, 16, required_topology=ULTRASERVER_LABEL) for i in range(10, 16)]
+    s = build_snapshot(nodes, [BoundPod("ns", p.name, p.node or "", REQ) for p in bound], LEVELS)
+    plan = plan_gang(s, pending[0], bound + pending)
+    assert plan.feasible and plan.domains == ("us-2",)
+    assert len(plan.slots) == 6 and all(sl.node.startswith("us2-") for sl in plan.slots)
+
+
+def test_partial_gang_that_cannot_complete_names_its_bound_pods_to_abandon():
+    nodes = ultraservers(2, 12)
+    bound = [member(i, 16, node=f"us2-n{i:02d}", required_topology=ULTRASERVER_LABEL) for i in range(10)]
+    pending = [member(i, 16, required_topology=ULTRASERVER_LABEL) for i in range(10, 16)]
+    s = build_snapshot(nodes, [BoundPod("ns", p.name, p.node or "", REQ) for p in bound], LEVELS)
+    plan = plan_gang(s, pending[0], bound + pending)
+    assert not plan.feasible
+    assert plan.abandon == tuple(sorted(p.key for p in bound))
+    assert "next to its 10 bound pod(s) in topology.k8s.aws/ultraserver-id us-2" in plan.reason
+
+
+def test_assign_gives_each_member_its_own_slot_and_keeps_it():
+    s = snap()
+    pods = [member(i, 3) for i in range(4)]
+    plan = plan_gang(s, pods[0], pods[:3])
+    claims: dict = {}
+    for p in pods[:3]:
+        slot = assign(plan, p, claims)
+        assert slot is not None
+        claims[p.key] = slot
+    assert sorted(claims.values()) == [0, 1, 2]
+    assert assign(plan, pods[1], claims) == claims[pods[1].key]
+    assert assign(plan, pods[3], claims) is None
+
+
+def test_filter_reasons_for_every_other_node():
+    s = build_snapshot(ultraservers(2, 4), levels=LEVELS)
+    s.bind(BoundPod("other", "x", "us1-n00", {GPU: 4}))
+    pods = [member(i, 2, required_topology=ULTRASERVER_LABEL) for i in range(2)]
+    plan = plan_gang(s, pods[0], pods, PlacementPolicy(spares_per_ultraserver=1))
+    assert plan.feasible and plan.domains == ("us-1",)  # best fit: us-1 has one node busy
+    target = plan.slots[0].node
+    verdict = filter_gang_pod(s, pods[0], sorted(s.node_ids), plan, target, PlacementPolicy(1))
+    assert verdict.passed == (target,)
+    f = verdict.failed
+    assert f["us2-n00"].startswith("outside gang g's topology.k8s.aws/ultraserver-id us-1")
+    assert f["us1-n03"] == "held as a spare of its UltraServer"
+    assert f["us1-n00"].startswith("too little free capacity")
+    other = plan.slots[1].node
+    assert f[other] == "gang g's plan packs its pods on other nodes"
+
+
+def test_filter_asks_for_a_new_plan_when_the_scheduler_refused_the_planned_node():
+    s = snap()
+    pods = [member(i, 2) for i in range(2)]
+    plan = plan_gang(s, pods[0], pods)
+    verdict = filter_gang_pod(s, pods[0], ["us4-n00"], plan, plan.slots[0].node)
+    assert verdict.replan and verdict.passed == ()
+    assert "rejected by the scheduler" in verdict.failed["us4-n00"]
+
+
+def test_single_pod_avoids_capacity_reserved_for_a_gang():
+    s = build_snapshot(ultraservers(1, 2), levels=LEVELS)
+    s.bind(BoundPod("ns", "\0reserved:g#0", "us1-n00", REQ))
+    pod = GangPod("ns", "solo", requests=REQ)
+    verdict = filter_single_pod(s, pod, ["us1-n00", "us1-n01", "gone"])
+    assert verdict.passed == ("us1-n01",)
+    assert verdict.failed["us1-n00"].startswith("too little free capacity")
+    assert "node cache" in verdict.failed["gone"]
+
+
+def test_scores_planned_node_and_best_fit():
+    s = build_snapshot(ultraservers(2, 2), levels=LEVELS)
+    s.bind(BoundPod("ns", "half", "us2-n00", {GPU: 2}))
+    pod = GangPod("ns", "solo", requests={GPU: 2})
+    scored = dict(scores(s, pod, sorted(s.node_ids), None))
+    assert scored["us2-n00"] == 10  # least room left over
+    assert scored["us2-n01"] > scored["us1-n00"]  # shares the UltraServer with the best node
+    assert dict(scores(s, pod, ["us1-n00", "us1-n01"], "us1-n01")) == {"us1-n00": 0, "us1-n01": 10}
+
+
+def test_barrier_opens_when_bound_and_arrived_members_cover_the_gang():
+    assert not barrier_open(4, [("ns", "a")], [("ns", "b"), ("ns", "c")])
+    assert barrier_open(4, [("ns", "a")], [("ns", "b"), ("ns", "c"), ("ns", "d")])
+    assert not barrier_open(3, [("ns", "a")], [("ns", "a"), ("ns", "b")])  # counted once
