@@ -36,6 +36,8 @@ KUEUE_NAMESPACE = "kueue-system"
 # Kueue integrations the local cluster enables; their webhooks are installed, no others.
 KUEUE_FRAMEWORKS = ("batch/job", "pod")
 KUEUE_METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
+# deploy/admission/kueue-config.yaml documents the same setting for real clusters.
+KUEUE_WAIT_FOR_PODS_READY = {"timeout": "8760h", "blockAdmission": False, "recoveryTimeout": "0s"}
 _KUEUE_WEBHOOK_PATHS = ("kueue-x-k8s-io", "-batch-v1-job", "--v1-pod")
 
 
@@ -548,6 +550,9 @@ class LocalCluster:
                     },
                     "integrations": {"frameworks": list(KUEUE_FRAMEWORKS)},
                     "clientConnection": {"qps": 100, "burst": 200},
+                    # On only so Kueue keeps each Workload's PodsReady condition, which the gang
+                    # check's watchdog reads; its timeouts never fire (ours are per GangPolicy).
+                    "waitForPodsReady": KUEUE_WAIT_FOR_PODS_READY,
                 },
                 sort_keys=False,
             )
@@ -757,6 +762,9 @@ _KINDS: dict[tuple[str, str], Resource] = {
     ("v1", "Pod"): Resource("v1", "pods"),
     ("batch/v1", "Job"): Resource("batch/v1", "jobs"),
     ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): _CRDS,
+    ("gangplugin.io/v1alpha1", "GangPolicy"): Resource(
+        "gangplugin.io/v1alpha1", "gangpolicies", namespaced=False
+    ),
 }
 
 

@@ -19,6 +19,8 @@ from gangplugin.server.runtime import Runtime
 # component name -> module with `setup(runtime, options)` (registers caches and handlers)
 # and `start(runtime)` (starts its threads once the caches are synced).
 COMPONENTS: dict[str, str] = {
+    "admission": "gangplugin.admission.component",
+    "extender": "gangplugin.extender.component",
     "plans": "gangplugin.plans.component",
 }
 

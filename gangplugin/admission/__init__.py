@@ -1,0 +1,1 @@
+"""Kueue admission check `gangplugin.io/gang`: gang admission, readiness watchdog, backoff."""

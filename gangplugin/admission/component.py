@@ -1,0 +1,23 @@
+"""`gangplugin serve --components admission`: the gang admission-check controller."""
+
+from __future__ import annotations
+
+from gangplugin.admission.controller import GangAdmission
+from gangplugin.kube.workqueue import start_workers
+from gangplugin.server.runtime import Runtime
+
+_controllers: dict[int, GangAdmission] = {}
+
+
+def setup(runtime: Runtime) -> None:
+    _controllers[id(runtime)] = GangAdmission(runtime.client, runtime.informer)
+
+
+def start(runtime: Runtime) -> None:
+    ctl = _controllers[id(runtime)]
+    for ac in ctl.checks.items():
+        ctl.queue.add(f"check/{ac['metadata']['name']}")
+    ctl.queue.add("pass")
+    # One worker: the admission pass and the watchdogs write the same check entries, and one
+    # pass must see the decisions of the one before it (promised capacity, sequential gate).
+    start_workers(ctl.queue, ctl.reconcile, "admission", count=1)

@@ -1,0 +1,652 @@
+"""The `gangplugin.io/gang` admission-check controller.
+
+Shaped like Kueue's pkg/controller/admissionchecks/provisioning: it only reads Workload status
+(plus the nodes and pods it needs to judge capacity and readiness) and writes its own check's
+state. Everything it decides comes from the core (`core.admission`, `core.watchdog`,
+`core.policy`) over what the watch caches hold, so a restarted controller reaches the same
+decisions: nothing is remembered in memory that the API server does not also hold.
+
+Work items (one WorkQueue, keys collapse):
+  "pass"           admit: every Workload whose check is Pending with quota reserved, in queue
+                   order, against one snapshot that already counts capacity promised to admitted
+                   gangs; run again whenever capacity or check states change (never on a poll).
+  "wl/<ns>/<name>" watchdog of one admitted gang; wakes itself at its next deadline.
+  "check/<name>"   the AdmissionCheck's Active condition.
+  "policy/<name>"  the GangPolicy's Valid condition.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from gangplugin.admission import records as rec
+from gangplugin.core.admission import (
+    AdmissionDecision,
+    charge,
+    decide,
+    gang_id,
+    promise,
+    remaining,
+    sequential_blocker,
+    with_selector,
+)
+from gangplugin.core.errors import InputError
+from gangplugin.core.names import ADMISSION_CHECK_CONTROLLER, GANG_LABEL
+from gangplugin.core.placement import Assignment, Gang, replace
+from gangplugin.core.policy import GangPolicy, requeue_decision
+from gangplugin.core.timeutil import format_time
+from gangplugin.core.topology import DEFAULT_LEVELS, Snapshot, build_snapshot
+from gangplugin.core.watchdog import GangObservation, Verdict, watch
+from gangplugin.kube.client import EVENTS, JSON, NODES, PODS, WORKLOADS, ApiError, Client
+from gangplugin.kube.informer import Informer, object_key
+from gangplugin.kube.records import bound_pod_from_k8s, gang_from_k8s, levels_from_topology, node_from_k8s
+from gangplugin.kube.workqueue import WorkQueue
+
+log = logging.getLogger(__name__)
+
+FIELD_MANAGER = "gangplugin-admission"
+COMPONENT = "gangplugin-admission"
+PASS = "pass"
+_STARTED_REASONS = ("WaitForRecovery", "Recovered", "Started")
+
+
+@dataclass(frozen=True, slots=True)
+class _Admitted:
+    """An admitted (check Ready) gang as the pass sees it."""
+
+    key: str
+    wl: JSON
+    check: str
+    policy: str | None
+    ever_ready: bool
+
+
+def _key(wl: Mapping[str, Any]) -> str:
+    return object_key(dict(wl))
+
+
+def _ts(wl: Mapping[str, Any], field: str) -> float:
+    try:
+        return rec.epoch(wl.get("metadata", {}).get(field), f"metadata.{field}")
+    except InputError:
+        return 0.0
+
+
+def _cond_time(obj: Mapping[str, Any], kind: str) -> float:
+    c = rec.conditions(obj).get(kind) or {}
+    try:
+        return rec.epoch(c.get("lastTransitionTime"), f"status.conditions[{kind}].lastTransitionTime")
+    except InputError:
+        return 0.0
+
+
+def _pod_active(pod: Mapping[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed") and not pod.get(
+        "metadata", {}
+    ).get("deletionTimestamp")
+
+
+class GangAdmission:
+    def __init__(
+        self,
+        client: Client,
+        informer: Callable[..., Informer[Any]],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.client = client
+        self.clock = clock
+        self.workloads = informer(WORKLOADS)
+        self.checks = informer(rec.ADMISSION_CHECKS)
+        self.policies = informer(rec.GANG_POLICIES)
+        self.nodes = informer(NODES)
+        self.pods = informer(PODS)
+        self.flavors = informer(rec.RESOURCE_FLAVORS)
+        self.topologies = informer(rec.TOPOLOGIES)
+        self.queue = WorkQueue()
+        # (namespace, gang label) -> pods by name: an index over the pod cache, rebuilt by its relist.
+        self._gang_pods: dict[tuple[str, str], dict[str, JSON]] = {}
+        self._lock = threading.Lock()
+        self.workloads.add_handler(self._on_workload)
+        self.pods.add_handler(self._on_pod)
+        self.nodes.add_handler(self._on_node)
+        self.checks.add_handler(lambda _t, _o, n: self._on_config("check", n))
+        self.policies.add_handler(lambda _t, _o, n: self._on_config("policy", n))
+        self.topologies.add_handler(lambda _t, _o, _n: self.queue.add(PASS))
+        self.flavors.add_handler(lambda _t, _o, _n: self.queue.add(PASS))
+
+    # -- event handlers: only enqueue ----------------------------------------------------------
+
+    def _on_workload(self, kind: str, old: JSON | None, new: JSON | None) -> None:
+        self.queue.add(PASS)
+        obj = new or old
+        if obj is not None:
+            self.queue.add("wl/" + _key(obj))
+
+    def _on_pod(self, kind: str, old: JSON | None, new: JSON | None) -> None:
+        obj = new or old
+        assert obj is not None
+        meta = obj.get("metadata", {})
+        gang = (meta.get("labels") or {}).get(GANG_LABEL)
+        if gang:
+            idx = (meta.get("namespace", ""), gang)
+            with self._lock:
+                pods = self._gang_pods.setdefault(idx, {})
+                if new is None:
+                    pods.pop(meta.get("name", ""), None)
+                    if not pods:
+                        del self._gang_pods[idx]
+                else:
+                    pods[meta.get("name", "")] = new
+            owner = self._workload_of_gang(meta.get("namespace", ""), gang)
+            if owner:
+                self.queue.add("wl/" + owner)
+        # Capacity came free: a waiting gang may fit now.
+        if (
+            (new is None or not _pod_active(new))
+            and old is not None
+            and (old.get("spec") or {}).get("nodeName")
+        ):
+            self.queue.add(PASS)
+
+    def _on_node(self, kind: str, old: JSON | None, new: JSON | None) -> None:
+        if old is not None and new is not None and _node_view(old) == _node_view(new):
+            return  # a heartbeat: nothing placement or the watchdog reads changed
+        self.queue.add(PASS)
+        for wl in self.workloads.items():
+            if rec.is_true(wl, "Admitted"):
+                self.queue.add("wl/" + _key(wl))
+
+    def _on_config(self, kind: str, obj: JSON | None) -> None:
+        if obj is not None:
+            self.queue.add(f"{kind}/{obj['metadata']['name']}")
+        if kind == "policy":
+            for ac in self.checks.items():
+                self.queue.add(f"check/{ac['metadata']['name']}")
+        self.queue.add(PASS)
+
+    def _workload_of_gang(self, namespace: str, gang: str) -> str | None:
+        wl = self.workloads.get(f"{namespace}/{gang}")
+        if wl is not None:
+            return f"{namespace}/{gang}"
+        for wl in self.workloads.items():  # a hashed gang id (long Workload name)
+            meta = wl["metadata"]
+            if meta.get("namespace") == namespace and gang_id(meta["name"]) == gang:
+                return _key(wl)
+        return None
+
+    # -- reconcile -----------------------------------------------------------------------------
+
+    def reconcile(self, key: str) -> float | None:
+        if key == PASS:
+            return self.admission_pass()
+        kind, _, rest = key.partition("/")
+        if kind == "wl":
+            return self.watchdog(rest)
+        if kind == "check":
+            self.sync_check(rest)
+        elif kind == "policy":
+            self.sync_policy(rest)
+        return None
+
+    def our_checks(self) -> dict[str, str | None]:
+        """AdmissionCheck name -> GangPolicy name (None: defaults) for checks routed to us."""
+        out: dict[str, str | None] = {}
+        for ac in self.checks.items():
+            if (ac.get("spec") or {}).get("controllerName") != ADMISSION_CHECK_CONTROLLER:
+                continue
+            try:
+                out[ac["metadata"]["name"]] = rec.policy_name_of_check(ac)
+            except InputError:
+                continue  # reported on the AdmissionCheck's Active condition
+        return out
+
+    def policy(self, name: str | None) -> GangPolicy:
+        """The GangPolicy by name (defaults for None); InputError when missing or invalid."""
+        if name is None:
+            return GangPolicy()
+        obj = self.policies.get(name)
+        if obj is None:
+            raise InputError("spec.parameters.name", f"GangPolicy {name!r} does not exist")
+        try:
+            return rec.gang_policy_from_k8s(obj)
+        except InputError as err:
+            raise InputError(f"GangPolicy {name}: {err.field}", err.problem) from None
+
+    def levels(self, policy: GangPolicy) -> tuple[str, ...]:
+        if policy.topology_name is None:
+            return DEFAULT_LEVELS
+        topo = self.topologies.get(policy.topology_name)
+        if topo is None:
+            raise InputError("spec.topologyName", f"Topology {policy.topology_name!r} does not exist")
+        return levels_from_topology(topo, f"Topology {policy.topology_name}")
+
+    def _our_check_of(self, wl: Mapping[str, Any], ours: Mapping[str, str | None]) -> tuple[str, JSON] | None:
+        for state in (wl.get("status") or {}).get("admissionChecks") or []:
+            if state.get("name") in ours:
+                return str(state["name"]), dict(state)
+        return None
+
+    def gang(self, wl: Mapping[str, Any]) -> Gang:
+        """The Workload's gang, with the node labels of its assigned flavors and of the domain our
+        check already chose (podSetUpdates) in each podset's nodeSelector."""
+        gang = gang_from_k8s(wl)
+        gang = Gang(gang.podsets, gang_id(wl["metadata"]["name"]))
+        flavors = {f["metadata"]["name"]: f for f in self.flavors.items()}
+        for ps_name, labels in rec.flavor_selector(wl, flavors).items():
+            gang = with_selector(gang, labels, [ps_name])
+        return gang
+
+    def _snapshot(self, levels: tuple[str, ...]) -> Snapshot:
+        nodes = []
+        for obj in self.nodes.items():
+            try:
+                nodes.append(node_from_k8s(obj))
+            except InputError as err:
+                log.warning("node %s ignored: %s", obj.get("metadata", {}).get("name"), err)
+        pods = []
+        for obj in self.pods.items():
+            try:
+                pod = bound_pod_from_k8s(obj)
+            except InputError:
+                continue
+            if pod is not None:
+                pods.append(pod)
+        return build_snapshot(nodes, pods, levels)
+
+    def _bound_by_podset(self, namespace: str, gang: str) -> Counter[str]:
+        with self._lock:
+            pods = list(self._gang_pods.get((namespace, gang), {}).values())
+        out: Counter[str] = Counter()
+        for pod in pods:
+            if (pod.get("spec") or {}).get("nodeName") and _pod_active(pod):
+                out[(pod["metadata"].get("labels") or {}).get(rec.PODSET_LABEL, "main")] += 1
+        return out
+
+    def gang_pods(self, namespace: str, gang: str) -> list[JSON]:
+        with self._lock:
+            return list(self._gang_pods.get((namespace, gang), {}).values())
+
+    # -- admission -------------------------------------------------------------------------
+
+    def admission_pass(self) -> float | None:
+        now = self.clock()
+        ours = self.our_checks()
+        if not ours:
+            return None
+        admitted: list[_Admitted] = []
+        candidates: list[tuple[tuple[float, float, str], JSON, str]] = []
+        for wl in self.workloads.items():
+            found = self._our_check_of(wl, ours)
+            if found is None or not rec.is_true(wl, "QuotaReserved") or rec.is_true(wl, "Finished"):
+                continue
+            name, state = found
+            if state.get("state") == "Ready":
+                admitted.append(_Admitted(_key(wl), wl, name, ours[name], self._ever_ready(wl)))
+            elif state.get("state") == "Pending" and not rec.is_true(wl, "Evicted"):
+                order = (_cond_time(wl, "QuotaReserved"), _ts(wl, "creationTimestamp"), _key(wl))
+                candidates.append((order, wl, name))
+        if not candidates:
+            return None
+        candidates.sort(key=lambda c: c[0])
+        admitted.sort(key=lambda a: (_cond_time(a.wl, "Admitted"), a.key))
+        snapshots: dict[tuple[str, ...], Snapshot] = {}
+        unready: dict[str | None, list[str]] = {}
+        for a in admitted:
+            if not a.ever_ready:
+                unready.setdefault(a.policy, []).append(a.key)
+        rerun = False
+        for _, wl, check in candidates:
+            policy_name = ours[check]
+            try:
+                policy = self.policy(policy_name)
+                levels = self.levels(policy)
+            except InputError as err:
+                self._write_check(wl, check, "Pending", f"waiting: {err}", now=now)
+                continue
+            snap = snapshots.get(levels)
+            if snap is None:
+                snap = snapshots[levels] = self._promised_snapshot(levels, admitted)
+            blocker = (
+                sequential_blocker(_key(wl), unready.get(policy_name, [])) if policy.sequential else None
+            )
+            try:
+                gang = self.gang(wl)
+                decision = decide(snap, gang, gang.name, policy.placement, blocker)
+            except InputError as err:
+                self._reject(wl, check, f"the Workload cannot be used: {err}", now)
+                continue
+            if decision.ready:
+                if not self._admit(wl, check, decision, now):
+                    rerun = True
+                    continue
+                assert decision.placement is not None
+                charge(snap, gang, decision.placement, wl["metadata"]["namespace"])
+                if policy.sequential:
+                    unready.setdefault(policy_name, []).append(_key(wl))
+            else:
+                self._write_check(wl, check, "Pending", decision.message, now=now)
+        return 0.5 if rerun else None
+
+    def _promised_snapshot(self, levels: tuple[str, ...], admitted: list[_Admitted]) -> Snapshot:
+        """Nodes and bound pods, plus the not-yet-bound pods of every admitted gang charged to the
+        domain its check chose (in admission order)."""
+        snap = self._snapshot(levels)
+        for a in admitted:
+            try:
+                policy = self.policy(a.policy)
+                gang = self.gang(a.wl)
+                state = rec.check_state(a.wl, a.check) or {}
+                for upd in state.get("podSetUpdates") or []:
+                    gang = with_selector(gang, upd.get("nodeSelector") or {}, [str(upd.get("name"))])
+                ns = a.wl["metadata"]["namespace"]
+                promise(snap, remaining(gang, self._bound_by_podset(ns, gang.name)), ns, policy.placement)
+            except InputError as err:
+                log.warning("admitted workload %s: promised capacity not counted: %s", a.key, err)
+        return snap
+
+    def _admit(self, wl: JSON, check: str, decision: AdmissionDecision, now: float) -> bool:
+        ok = self._write_check(
+            wl,
+            check,
+            "Ready",
+            decision.message,
+            updates=[u.to_dict() for u in decision.pod_set_updates],
+            now=now,
+        )
+        if ok:
+            self.event(wl, "Normal", "GangAdmitted", decision.message)
+        return ok
+
+    def _reject(self, wl: JSON, check: str, message: str, now: float) -> None:
+        if self._write_check(wl, check, "Rejected", message, now=now):
+            self.event(wl, "Warning", "GangRejected", message)
+
+    def _ever_ready(self, wl: Mapping[str, Any]) -> bool:
+        """Whether the gang was fully Ready since its current admission: Kueue's PodsReady
+        condition (set because waitForPodsReady is on, with a timeout that never fires)."""
+        c = rec.conditions(wl).get("PodsReady")
+        if c is None:
+            return False
+        if _cond_time(wl, "PodsReady") < _cond_time(wl, "Admitted"):
+            return False  # left over from an earlier admission
+        return c.get("status") == "True" or c.get("reason") in ("WaitForRecovery", "Recovered")
+
+    # -- watchdog ------------------------------------------------------------------------------
+
+    def watchdog(self, key: str) -> float | None:
+        wl = self.workloads.get(key)
+        if wl is None or not rec.is_true(wl, "Admitted") or rec.is_true(wl, "Finished"):
+            return None
+        ours = self.our_checks()
+        found = self._our_check_of(wl, ours)
+        if found is None or found[1].get("state") != "Ready":
+            return None
+        check, state = found
+        try:
+            policy = self.policy(ours[check])
+        except InputError:
+            return None
+        now = self.clock()
+        ns = wl["metadata"]["namespace"]
+        gang = gang_id(wl["metadata"]["name"])
+        obs = self.observe(wl, self.gang_pods(ns, gang))
+        verdict = watch(policy, obs, now)
+        if obs.failed_nodes and policy.node_failure == "ReplaceFromSpare" and not verdict.expired:
+            self.replace_failed(wl, state, policy, obs.failed_nodes)
+        if not verdict.expired:
+            return None if verdict.recheck_at is None else max(0.05, verdict.recheck_at - now)
+        self._time_out(wl, check, state, policy, verdict, now)
+        return None
+
+    def observe(self, wl: Mapping[str, Any], pods: list[JSON]) -> GangObservation:
+        size = sum(int(ps.get("count", 1)) for ps in (wl.get("spec") or {}).get("podSets") or [])
+        active = [p for p in pods if _pod_active(p)]
+        bound = [p for p in active if (p.get("spec") or {}).get("nodeName")]
+        ready = sum(1 for p in bound if rec.pod_ready(p))
+        ever = self._ever_ready(wl) or (not rec.conditions(wl).get("PodsReady") and ready >= size)
+        failed: list[str] = []
+        since: list[float] = []
+        for node_name in sorted({p["spec"]["nodeName"] for p in bound}):
+            node = self.nodes.get(node_name)
+            is_ready, changed = rec.node_ready_since(node) if node is not None else (False, None)
+            if not is_ready:
+                failed.append(node_name)
+                if changed is not None:
+                    since.append(changed)
+        pr = rec.conditions(wl).get("PodsReady") or {}
+        if ever and pr.get("status") == "False":
+            since.append(_cond_time(wl, "PodsReady"))
+        elif ever and ready < size and not pr:
+            since.append(self.clock())
+        return GangObservation(
+            size=size,
+            bound=len(bound),
+            ready=ready,
+            admitted_at=_cond_time(wl, "Admitted"),
+            ever_ready=ever,
+            degraded_since=min(since) if ever and since else None,
+            failed_nodes=tuple(failed),
+        )
+
+    def _time_out(
+        self, wl: JSON, check: str, state: Mapping[str, Any], policy: GangPolicy, verdict: Verdict, now: float
+    ) -> None:
+        retries = int(state.get("retryCount") or 0)
+        d = requeue_decision(policy, retries, verdict.reason, now, _ts(wl, "creationTimestamp"))
+        if self._write_check(wl, check, d.state, d.message, requeue_after=d.requeue_after_seconds, now=now):
+            reason = "GangRequeued" if d.state == "Retry" else "GangDeactivated"
+            self.event(wl, "Warning", reason, d.message)
+
+    def replace_failed(
+        self, wl: JSON, state: Mapping[str, Any], policy: GangPolicy, failed: tuple[str, ...]
+    ) -> None:
+        """Move the pods of the gang off NotReady nodes: the core picks the node (a spare of the
+        gang's UltraServer first); the pods there are deleted so their controller recreates them,
+        and the domain nodeSelector keeps the new ones inside the gang's domain."""
+        ns = wl["metadata"]["namespace"]
+        gang = self.gang(wl)
+        for upd in state.get("podSetUpdates") or []:
+            gang = with_selector(gang, upd.get("nodeSelector") or {}, [str(upd.get("name"))])
+        pods = [p for p in self.gang_pods(ns, gang.name) if _pod_active(p) and p["spec"].get("nodeName")]
+        assignments = [
+            Assignment(
+                (p["metadata"].get("labels") or {}).get(rec.PODSET_LABEL, gang.podsets[0].name),
+                i,
+                p["spec"]["nodeName"],
+            )
+            for i, p in enumerate(sorted(pods, key=lambda p: p["metadata"]["name"]))
+        ]
+        snap = self._snapshot(self.levels(policy))
+        for node in failed:
+            on_node = [p for p in pods if p["spec"]["nodeName"] == node]
+            if not on_node:
+                continue
+            result = replace(snap, gang, assignments, node, policy.placement)
+            if not result.feasible:
+                self.event(
+                    wl,
+                    "Warning",
+                    "NodeReplacementImpossible",
+                    f"{result.reason}; waiting for recoveryTimeout",
+                )
+                continue
+            for pod in on_node:
+                self._delete_pod(ns, pod["metadata"]["name"])
+            self.event(
+                wl, "Normal", "NodeReplaced", f"{result.reason}; {len(on_node)} pod(s) recreated there"
+            )
+
+    def _delete_pod(self, namespace: str, name: str) -> None:
+        try:
+            self.client.request(
+                "DELETE",
+                PODS.path(namespace, name),
+                body={"gracePeriodSeconds": 0, "propagationPolicy": "Background"},
+            )
+        except ApiError as err:
+            if err.status != 404:
+                raise
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def _write_check(
+        self,
+        wl: JSON,
+        check: str,
+        state: str,
+        message: str,
+        *,
+        updates: list[JSON] | None = None,
+        requeue_after: int | None = None,
+        now: float,
+    ) -> bool:
+        """Server-side apply of our check's entry only (our field manager), conditional on the
+        Workload's resourceVersion: a decision made on a stale copy is never written. Returns
+        False when the Workload changed meanwhile (the next event reruns the decision)."""
+        prev = rec.check_state(wl, check) or {}
+        entry: JSON = {"name": check, "state": state, "message": message[:32768]}
+        if updates:
+            entry["podSetUpdates"] = updates
+        if requeue_after is not None:
+            entry["requeueAfterSeconds"] = requeue_after
+        unchanged = all(prev.get(k) == v for k, v in entry.items()) and (
+            bool(prev.get("podSetUpdates")) == bool(updates)
+        )
+        if unchanged:
+            return False
+        same_state = prev.get("state") == state
+        entry["lastTransitionTime"] = (
+            prev.get("lastTransitionTime")
+            if same_state and prev.get("lastTransitionTime")
+            else format_time(datetime.fromtimestamp(int(now), UTC))
+        )
+        meta = wl["metadata"]
+        body = {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "Workload",
+            "metadata": {
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "resourceVersion": meta["resourceVersion"],
+            },
+            "status": {"admissionChecks": [entry]},
+        }
+        try:
+            self.client.request(
+                "PATCH",
+                WORKLOADS.path(meta["namespace"], meta["name"]) + "/status",
+                body=body,
+                content_type="application/apply-patch+yaml",
+                params={"fieldManager": FIELD_MANAGER, "force": "true"},
+            )
+        except ApiError as err:
+            if err.status in (404, 409):
+                return False
+            raise
+        if not same_state and state in ("Pending",) and prev:
+            self.event(wl, "Normal", "GangPending", message)
+        log.info("workload %s/%s: check %s -> %s: %s", meta["namespace"], meta["name"], check, state, message)
+        return True
+
+    def event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+        """A core/v1 Event on the object (best effort: a lost Event never stops a decision)."""
+        meta = obj["metadata"]
+        now = format_time(datetime.fromtimestamp(int(self.clock()), UTC))
+        ns = meta.get("namespace") or "default"
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": ns},
+            "involvedObject": {
+                "apiVersion": obj.get("apiVersion", ""),
+                "kind": obj.get("kind", ""),
+                "name": meta["name"],
+                "namespace": meta.get("namespace", ""),
+                "uid": meta.get("uid", ""),
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": type_,
+            "source": {"component": COMPONENT},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            self.client.create(EVENTS, body, ns)
+        except ApiError as err:
+            log.warning("event %s on %s not recorded: %s", reason, meta["name"], err)
+
+    # -- AdmissionCheck and GangPolicy status ------------------------------------------------------
+
+    def sync_check(self, name: str) -> None:
+        ac = self.checks.get(name)
+        if ac is None or (ac.get("spec") or {}).get("controllerName") != ADMISSION_CHECK_CONTROLLER:
+            return
+        try:
+            policy = self.policy(rec.policy_name_of_check(ac))
+            self.levels(policy)
+            status, reason, message = "True", "Active", "the gangplugin.io/gang controller is ready"
+        except InputError as err:
+            status, reason, message = "False", "InvalidParameters", str(err)
+        self._set_condition(rec.ADMISSION_CHECKS, ac, "Active", status, reason, message)
+
+    def sync_policy(self, name: str) -> None:
+        obj = self.policies.get(name)
+        if obj is None:
+            return
+        try:
+            self.levels(rec.gang_policy_from_k8s(obj))
+            status, reason, message = "True", "Valid", "the policy is usable"
+        except InputError as err:
+            status, reason, message = "False", "Invalid", str(err)
+        if (
+            self._set_condition(rec.GANG_POLICIES, obj, "Valid", status, reason, message)
+            and status == "False"
+        ):
+            self.event(obj, "Warning", "InvalidGangPolicy", message)
+
+    def _set_condition(self, res: Any, obj: JSON, kind: str, status: str, reason: str, message: str) -> bool:
+        current = rec.conditions(obj).get(kind)
+        if current and (current.get("status"), current.get("reason"), current.get("message")) == (
+            status,
+            reason,
+            message,
+        ):
+            return False
+        now = format_time(datetime.fromtimestamp(int(self.clock()), UTC))
+        cond = {
+            "type": kind,
+            "status": status,
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": current.get("lastTransitionTime", now)
+            if current and current.get("status") == status
+            else now,
+            "observedGeneration": obj["metadata"].get("generation", 0),
+        }
+        others = [c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") != kind]
+        self.client.patch(
+            res, obj["metadata"]["name"], {"status": {"conditions": [*others, cond]}}, subresource="status"
+        )
+        return True
+
+
+def _node_view(obj: JSON) -> tuple[Any, ...]:
+    """What of a Node the controller reads (so heartbeats can be told apart from changes)."""
+    status = obj.get("status") or {}
+    ready = rec.conditions(obj).get("Ready") or {}
+    return (
+        obj.get("metadata", {}).get("labels"),
+        (obj.get("spec") or {}).get("unschedulable"),
+        (obj.get("spec") or {}).get("taints"),
+        status.get("allocatable"),
+        ready.get("status"),
+    )

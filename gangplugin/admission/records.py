@@ -1,0 +1,149 @@
+"""Raw Kueue / gangplugin objects to the core's values: GangPolicy, check states, observations.
+
+Plain dict access (watch-event hot path). Anything unusable raises `InputError(field, problem)`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gangplugin.core.durations import parse_duration
+from gangplugin.core.errors import InputError
+from gangplugin.core.policy import DEFAULT_READY_TIMEOUT, GangPolicy, Requeue, validate_policy
+from gangplugin.core.timeutil import parse_time, to_seconds
+from gangplugin.kube.client import JSON, Resource
+from gangplugin.kube.records import policy_from_k8s
+
+ADMISSION_CHECKS = Resource("kueue.x-k8s.io/v1beta2", "admissionchecks", namespaced=False)
+RESOURCE_FLAVORS = Resource("kueue.x-k8s.io/v1beta2", "resourceflavors", namespaced=False)
+TOPOLOGIES = Resource("kueue.x-k8s.io/v1beta2", "topologies", namespaced=False)
+GANG_POLICIES = Resource("gangplugin.io/v1alpha1", "gangpolicies", namespaced=False)
+PODSET_LABEL = "kueue.x-k8s.io/podset"
+
+
+def _duration(spec: Mapping[str, Any], key: str, default: float | None) -> float | None:
+    value = spec.get(key)
+    if value is None:
+        return default
+    if str(value).strip().startswith("-"):
+        raise InputError(f"spec.{key}", f"{value!r} is negative; write a duration like 90s, 5m or 0s")
+    return parse_duration(str(value), f"spec.{key}")
+
+
+def _int(value: object, field: str, default: int | None) -> int | None:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(field, f"{value!r} is not a whole number")
+    return value
+
+
+def gang_policy_from_k8s(obj: Mapping[str, Any]) -> GangPolicy:
+    """A GangPolicy object as the core's value, validated (InputError names the field)."""
+    placement, topology = policy_from_k8s(obj)
+    spec = obj.get("spec") or {}
+    if not isinstance(spec, Mapping):
+        raise InputError("spec", "must be a mapping")
+    ready = _duration(spec, "readyTimeout", DEFAULT_READY_TIMEOUT)
+    assert ready is not None
+    recovery = _duration(spec, "recoveryTimeout", ready)
+    assert recovery is not None
+    rq = spec.get("requeue") or {}
+    if not isinstance(rq, Mapping):
+        raise InputError("spec.requeue", "must be a mapping")
+    defaults = Requeue()
+    requeue = Requeue(
+        timestamp=str(rq.get("timestamp", defaults.timestamp)),
+        backoff_base_seconds=_int(
+            rq.get("backoffBaseSeconds"), "spec.requeue.backoffBaseSeconds", defaults.backoff_base_seconds
+        )
+        or 0,
+        backoff_max_seconds=_int(
+            rq.get("backoffMaxSeconds"), "spec.requeue.backoffMaxSeconds", defaults.backoff_max_seconds
+        )
+        or 0,
+        backoff_limit_count=_int(rq.get("backoffLimitCount"), "spec.requeue.backoffLimitCount", None),
+    )
+    return validate_policy(
+        GangPolicy(
+            ready_timeout=ready,
+            unscheduled_timeout=_duration(spec, "unscheduledTimeout", None),
+            recovery_timeout=recovery,
+            admission=str(spec.get("admission", "Parallel")),
+            requeue=requeue,
+            topology_name=topology,
+            placement=placement,
+            node_failure=str(spec.get("nodeFailure", "Requeue")),
+        )
+    )
+
+
+def policy_name_of_check(ac: Mapping[str, Any]) -> str | None:
+    """The GangPolicy an AdmissionCheck names in `spec.parameters` (None: the defaults)."""
+    params = (ac.get("spec") or {}).get("parameters") or {}
+    if not params:
+        return None
+    if params.get("apiGroup") != "gangplugin.io" or params.get("kind") != "GangPolicy":
+        raise InputError(
+            "spec.parameters", "must reference {apiGroup: gangplugin.io, kind: GangPolicy, name: <policy>}"
+        )
+    name = params.get("name")
+    if not isinstance(name, str) or not name:
+        raise InputError("spec.parameters.name", "name the GangPolicy")
+    return name
+
+
+def conditions(obj: Mapping[str, Any]) -> dict[str, JSON]:
+    return {c.get("type", ""): c for c in (obj.get("status") or {}).get("conditions") or []}
+
+
+def is_true(obj: Mapping[str, Any], kind: str) -> bool:
+    c = conditions(obj).get(kind)
+    return c is not None and c.get("status") == "True"
+
+
+def epoch(value: object, field: str) -> float:
+    return float(to_seconds(parse_time(value, field)))
+
+
+def check_state(wl: Mapping[str, Any], name: str) -> JSON | None:
+    for c in (wl.get("status") or {}).get("admissionChecks") or []:
+        if c.get("name") == name:
+            return dict(c)
+    return None
+
+
+def pod_ready(pod: Mapping[str, Any]) -> bool:
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
+
+
+def node_ready_since(node: Mapping[str, Any]) -> tuple[bool, float | None]:
+    """(Ready, when its Ready condition last changed)."""
+    c = conditions(node).get("Ready")
+    if c is None:
+        return False, None
+    at = c.get("lastTransitionTime")
+    return c.get("status") == "True", epoch(at, "status.conditions[Ready].lastTransitionTime") if at else None
+
+
+def flavor_selector(
+    wl: Mapping[str, Any], flavors: Mapping[str, Mapping[str, Any]]
+) -> dict[str, dict[str, str]]:
+    """Per podset, the node labels of the ResourceFlavors Kueue assigned it (Kueue adds them to
+    the pods' nodeSelector itself; placement must see them too)."""
+    out: dict[str, dict[str, str]] = {}
+    admission = (wl.get("status") or {}).get("admission") or {}
+    for psa in admission.get("podSetAssignments") or []:
+        labels: dict[str, str] = {}
+        for flavor in (psa.get("flavors") or {}).values():
+            rf = flavors.get(str(flavor))
+            if rf is not None:
+                labels.update(
+                    {str(k): str(v) for k, v in ((rf.get("spec") or {}).get("nodeLabels") or {}).items()}
+                )
+        out[str(psa.get("name", ""))] = labels
+    return out

@@ -1,0 +1,158 @@
+"""Admission decisions of the gang check: may this gang go now, into which domain, and what
+Kueue must stamp on its pods (podSetUpdates).
+
+Capacity promised to admitted gangs whose pods are not bound yet is counted by binding
+synthetic pods into the same `Snapshot` placement reads (`promise`), never by a second model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from gangplugin.core.names import GANG_LABEL, GANG_SIZE_ANNOTATION
+from gangplugin.core.placement import Gang, Placement, PlacementPolicy, place
+from gangplugin.core.topology import BoundPod, Snapshot
+
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+PROMISED_PREFIX = "~promised"
+
+
+def gang_id(workload_name: str) -> str:
+    """The value of the `gangplugin.io/gang` label: the Workload's name when it is a valid
+    label value (<= 63 chars), else a readable prefix plus a hash, stable across restarts."""
+    if len(workload_name) <= 63 and _LABEL_VALUE.match(workload_name):
+        return workload_name
+    digest = hashlib.sha256(workload_name.encode()).hexdigest()[:10]
+    head = re.sub(r"[^A-Za-z0-9_.-]", "-", workload_name)[:52].strip("-_.") or "gang"
+    return f"{head}-{digest}"
+
+
+def with_selector(gang: Gang, selector: Mapping[str, str], podsets: Sequence[str] | None = None) -> Gang:
+    """The gang with `selector` added to the nodeSelector of its podsets (all, or those named)."""
+    out = []
+    for ps in gang.podsets:
+        if selector and (podsets is None or ps.name in podsets):
+            merged = dict(ps.constraints.node_selector)
+            merged.update(selector)
+            ps = replace(ps, constraints=replace(ps.constraints, node_selector=tuple(sorted(merged.items()))))
+        out.append(ps)
+    return Gang(tuple(out), gang.name)
+
+
+@dataclass(frozen=True, slots=True)
+class PodSetUpdate:
+    """Kueue's `PodSetUpdate`: what Kueue merges into a podset's pod template on admission."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name}
+        if self.labels:
+            out["labels"] = dict(self.labels)
+        if self.annotations:
+            out["annotations"] = dict(self.annotations)
+        if self.node_selector:
+            out["nodeSelector"] = dict(self.node_selector)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionDecision:
+    """`ready`: the check goes Ready with `pod_set_updates`; else it stays Pending with `message`."""
+
+    ready: bool
+    message: str
+    pod_set_updates: tuple[PodSetUpdate, ...] = ()
+    domain: Mapping[str, str] = field(default_factory=dict)
+    placement: Placement | None = None
+
+
+def domain_selector(placement: Placement) -> dict[str, str]:
+    """The node label that pins the one domain a placement chose (its level = its value; the
+    topology labels' values are unique cluster-wide, as UltraServer ids and network-node ids
+    are); empty when the gang was spread."""
+    if not placement.feasible or placement.level is None or len(placement.domains) != 1:
+        return {}
+    return {placement.level: placement.domains[0]}
+
+
+def _asks_topology(gang: Gang) -> bool:
+    return any(ps.required_topology or ps.preferred_topology for ps in gang.podsets)
+
+
+def decide(
+    snapshot: Snapshot,
+    gang: Gang,
+    gang_label: str,
+    policy: PlacementPolicy,
+    blocked_by: str | None = None,
+) -> AdmissionDecision:
+    """Admit the whole gang into one domain now, or say why it waits.
+
+    A gang that asked for a topology level is pinned to the chosen domain by nodeSelector;
+    one that asked for none is only checked to fit (kube-scheduler keeps its freedom)."""
+    if blocked_by is not None:
+        return AdmissionDecision(False, f"Sequential admission: waiting for gang {blocked_by} to be Ready")
+    placement = place(snapshot, gang, policy)
+    if not placement.feasible:
+        return AdmissionDecision(False, f"gang does not fit now: {placement.reason}", placement=placement)
+    domain = domain_selector(placement) if _asks_topology(gang) else {}
+    size = str(sum(ps.count for ps in gang.podsets))
+    updates = tuple(
+        PodSetUpdate(ps.name, {GANG_LABEL: gang_label}, {GANG_SIZE_ANNOTATION: size}, domain)
+        for ps in gang.podsets
+    )
+    where = ", ".join(f"{k}={v}" for k, v in domain.items()) if domain else "no topology pinned"
+    return AdmissionDecision(True, f"gang admitted: {placement.reason} [{where}]", updates, domain, placement)
+
+
+def promise(snapshot: Snapshot, gang: Gang, namespace: str, policy: PlacementPolicy) -> int:
+    """Charge `gang` (an admitted gang's pods that are not bound yet, with its domain in the
+    nodeSelector) to the snapshot as synthetic pods; returns how many were charged (0 when they
+    no longer fit: nothing is promised twice and never beyond what exists)."""
+    if not gang.podsets:
+        return 0
+    placement = place(snapshot, gang, policy)
+    if not placement.feasible:
+        return 0
+    return charge(snapshot, gang, placement, namespace)
+
+
+def charge(snapshot: Snapshot, gang: Gang, placement: Placement, namespace: str) -> int:
+    """Bind a placement's pods into the snapshot as synthetic pods (promised capacity)."""
+    if not gang.name:
+        raise ValueError("a promised gang needs its name: synthetic pods are keyed by it")
+    by_name = {ps.name: ps for ps in gang.podsets}
+    for a in placement.assignments:
+        snapshot.bind(
+            BoundPod(
+                namespace,
+                f"{PROMISED_PREFIX}/{gang.name}/{a.pod_set}/{a.index}",
+                a.node,
+                dict(by_name[a.pod_set].requests),
+            )
+        )
+    return len(placement.assignments)
+
+
+def remaining(gang: Gang, bound: Mapping[str, int]) -> Gang:
+    """The podsets of `gang` reduced by the pods already bound (per podset name)."""
+    out = tuple(
+        replace(ps, count=ps.count - bound.get(ps.name, 0))
+        for ps in gang.podsets
+        if ps.count > bound.get(ps.name, 0)
+    )
+    return Gang(out, gang.name)
+
+
+def sequential_blocker(candidate: str, unready_admitted: Sequence[str]) -> str | None:
+    """In Sequential mode, the gang (if any) that must become Ready before `candidate` may go."""
+    others = sorted(k for k in unready_admitted if k != candidate)
+    return others[0] if others else None

@@ -1,0 +1,131 @@
+"""GangPolicy values: readiness timeouts, requeue backoff, admission mode, node-failure handling.
+
+The AdmissionCheck's `spec.parameters` points at a GangPolicy; the adapter turns its spec into
+a `GangPolicy` (gangplugin/admission/records.py) and everything that depends on it is decided
+here and in `watchdog.py`, from plain values and a `now` passed in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gangplugin.core.durations import format_duration
+from gangplugin.core.errors import InputError
+from gangplugin.core.placement import PlacementPolicy
+
+ADMISSION_MODES = ("Parallel", "Sequential")
+NODE_FAILURE_MODES = ("Requeue", "ReplaceFromSpare")
+TIMESTAMPS = ("Eviction", "Creation")
+DEFAULT_READY_TIMEOUT = 300.0  # HyperPod's `timeout`: 5m
+
+
+@dataclass(frozen=True, slots=True)
+class Requeue:
+    """When a timed-out gang may try again: base * 2^(n-1) seconds, capped, counted from
+    the eviction or from the Workload's creation; after `backoff_limit_count` retries, never."""
+
+    timestamp: str = "Eviction"
+    backoff_base_seconds: int = 60
+    backoff_max_seconds: int = 3600
+    backoff_limit_count: int | None = None  # None: retry forever
+
+
+@dataclass(frozen=True, slots=True)
+class GangPolicy:
+    ready_timeout: float = DEFAULT_READY_TIMEOUT
+    unscheduled_timeout: float | None = None
+    recovery_timeout: float = DEFAULT_READY_TIMEOUT  # 0: a running gang is never evicted for a loss
+    admission: str = "Parallel"
+    requeue: Requeue = field(default_factory=Requeue)
+    topology_name: str | None = None
+    placement: PlacementPolicy = field(default_factory=PlacementPolicy)
+    node_failure: str = "Requeue"
+
+    @property
+    def sequential(self) -> bool:
+        return self.admission == "Sequential"
+
+
+def validate_policy(policy: GangPolicy, field_prefix: str = "spec") -> GangPolicy:
+    """The policy itself, or InputError naming the first field that breaks a rule.
+
+    The CRD's schema and CEL rules refuse the same things at the API server; this guards
+    objects written before the rules existed, or to a cluster without them."""
+    p = field_prefix
+    if policy.ready_timeout <= 0:
+        raise InputError(f"{p}.readyTimeout", "must be longer than 0s, e.g. 5m")
+    if policy.unscheduled_timeout is not None and policy.unscheduled_timeout <= 0:
+        raise InputError(f"{p}.unscheduledTimeout", "must be longer than 0s; leave it out to disable")
+    if policy.recovery_timeout < 0:
+        raise InputError(f"{p}.recoveryTimeout", "must not be negative; 0s disables it")
+    if policy.admission not in ADMISSION_MODES:
+        raise InputError(f"{p}.admission", f"{policy.admission!r} is not one of {', '.join(ADMISSION_MODES)}")
+    if policy.node_failure not in NODE_FAILURE_MODES:
+        raise InputError(
+            f"{p}.nodeFailure", f"{policy.node_failure!r} is not one of {', '.join(NODE_FAILURE_MODES)}"
+        )
+    rq = policy.requeue
+    if rq.timestamp not in TIMESTAMPS:
+        raise InputError(f"{p}.requeue.timestamp", f"{rq.timestamp!r} is not one of {', '.join(TIMESTAMPS)}")
+    if rq.backoff_base_seconds < 1:
+        raise InputError(f"{p}.requeue.backoffBaseSeconds", "must be at least 1")
+    if rq.backoff_max_seconds < rq.backoff_base_seconds:
+        raise InputError(
+            f"{p}.requeue.backoffMaxSeconds",
+            f"{rq.backoff_max_seconds} is below backoffBaseSeconds {rq.backoff_base_seconds}; raise it",
+        )
+    if rq.backoff_limit_count is not None and rq.backoff_limit_count < 0:
+        raise InputError(
+            f"{p}.requeue.backoffLimitCount", "must not be negative; leave it out to retry forever"
+        )
+    if policy.placement.spares_per_ultraserver < 0:
+        raise InputError(f"{p}.sparesPerUltraServer", "must not be negative")
+    return policy
+
+
+def backoff_seconds(requeue: Requeue, attempt: int) -> int:
+    """The wait before the `attempt`-th retry (1-based): base * 2^(attempt-1), at most max."""
+    if attempt < 1:
+        raise ValueError("attempt counts from 1")
+    # Cap the exponent first: 2**attempt for a huge attempt count is a huge integer for nothing.
+    doublings = min(attempt - 1, 62)
+    return int(min(requeue.backoff_base_seconds * (1 << doublings), requeue.backoff_max_seconds))
+
+
+@dataclass(frozen=True, slots=True)
+class RequeueDecision:
+    """What the check becomes when a gang times out: `Retry` (Kueue evicts and requeues it
+    after `requeue_after_seconds`) or `Rejected` (Kueue deactivates the Workload)."""
+
+    state: str
+    requeue_after_seconds: int | None
+    attempt: int
+    message: str
+
+
+def requeue_decision(
+    policy: GangPolicy, retry_count: int, reason: str, now: float, created_at: float
+) -> RequeueDecision:
+    """`retry_count` is how often the check was already set to Retry (Kueue keeps it in the
+    check's `retryCount`), so this is retry number `retry_count + 1`."""
+    rq = policy.requeue
+    attempt = retry_count + 1
+    limit = rq.backoff_limit_count
+    if limit is not None and attempt > limit:
+        return RequeueDecision(
+            "Rejected",
+            None,
+            attempt,
+            f"{reason}; backoffLimitCount {limit} reached after {retry_count} retries, deactivating",
+        )
+    wait = backoff_seconds(rq, attempt)
+    start = now if rq.timestamp == "Eviction" else created_at
+    after = max(0, int(start + wait - now))
+    of = f"/{limit}" if limit is not None else ""
+    return RequeueDecision(
+        "Retry",
+        after,
+        attempt,
+        f"{reason}; retry {attempt}{of} after backoff {format_duration(wait)} "
+        f"(from {rq.timestamp.lower()}), requeued in {format_duration(after)}",
+    )

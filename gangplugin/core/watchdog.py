@@ -1,0 +1,92 @@
+"""The readiness watchdog: given what is observed of an admitted gang and `now`, is it in time,
+and when must it be looked at again?
+
+Three clocks, each from something the API server keeps, so a restarted controller reaches the
+same verdict: `unscheduledTimeout` and `readyTimeout` run from admission until the gang is fully
+Ready once; `recoveryTimeout` runs from the moment a gang that was running lost a Ready pod or
+a node went NotReady under it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gangplugin.core.durations import format_duration
+from gangplugin.core.policy import GangPolicy
+
+
+@dataclass(frozen=True, slots=True)
+class GangObservation:
+    """`size` pods expected, `bound` with a node, `ready` Ready; times in epoch seconds.
+
+    `ever_ready`: the gang was fully Ready at some point since this admission.
+    `degraded_since`: when a running gang last stopped being whole (a pod not Ready, or a node
+    under it NotReady); None while it is whole or before it ever ran."""
+
+    size: int
+    bound: int
+    ready: int
+    admitted_at: float
+    ever_ready: bool = False
+    degraded_since: float | None = None
+    failed_nodes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """`expired`: the gang is out of time (`reason` says which clock); otherwise `recheck_at`
+    is the next deadline (None: nothing can expire while nothing changes)."""
+
+    phase: str  # Scheduling | Starting | Running | Recovering
+    expired: bool
+    recheck_at: float | None
+    reason: str
+
+
+def _ago(seconds: float) -> str:
+    return format_duration(max(0.0, seconds))
+
+
+def watch(policy: GangPolicy, obs: GangObservation, now: float) -> Verdict:
+    if not obs.ever_ready:
+        phase = "Scheduling" if obs.bound < obs.size else "Starting"
+        deadlines: list[tuple[float, str]] = []
+        if policy.unscheduled_timeout is not None and obs.bound < obs.size:
+            deadlines.append(
+                (
+                    obs.admitted_at + policy.unscheduled_timeout,
+                    f"only {obs.bound}/{obs.size} pods bound to nodes "
+                    f"{_ago(now - obs.admitted_at)} after admission "
+                    f"(unscheduledTimeout {format_duration(policy.unscheduled_timeout)})",
+                )
+            )
+        deadlines.append(
+            (
+                obs.admitted_at + policy.ready_timeout,
+                f"only {obs.ready}/{obs.size} pods Ready {_ago(now - obs.admitted_at)} after admission "
+                f"(readyTimeout {format_duration(policy.ready_timeout)})",
+            )
+        )
+        at, reason = min(deadlines)
+        if now >= at:
+            return Verdict(phase, True, None, reason)
+        return Verdict(phase, False, at, f"{obs.ready}/{obs.size} pods Ready; waiting until the deadline")
+    if obs.degraded_since is None:
+        return Verdict("Running", False, None, f"all {obs.size} pods Ready")
+    lost = (
+        f"node(s) {', '.join(obs.failed_nodes)} NotReady"
+        if obs.failed_nodes
+        else f"{obs.size - obs.ready}/{obs.size} pods not Ready"
+    )
+    if policy.recovery_timeout <= 0:
+        return Verdict("Recovering", False, None, f"{lost}; recoveryTimeout is off (0s)")
+    at = obs.degraded_since + policy.recovery_timeout
+    if now >= at:
+        return Verdict(
+            "Recovering",
+            True,
+            None,
+            f"{lost}; not recovered {_ago(now - obs.degraded_since)} after the loss "
+            f"(recoveryTimeout {format_duration(policy.recovery_timeout)})",
+        )
+    return Verdict("Recovering", False, at, f"{lost}; recovering")

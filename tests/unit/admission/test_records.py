@@ -1,0 +1,118 @@
+"""GangPolicy objects and Workload fields as the admission controller reads them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gangplugin.admission.records import (
+    check_state,
+    flavor_selector,
+    gang_policy_from_k8s,
+    node_ready_since,
+    policy_name_of_check,
+)
+from gangplugin.core.errors import InputError
+
+
+def policy(**spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "gangplugin.io/v1alpha1",
+        "kind": "GangPolicy",
+        "metadata": {"name": "p"},
+        "spec": spec,
+    }
+
+
+def test_full_policy() -> None:
+    p = gang_policy_from_k8s(
+        policy(
+            readyTimeout="10m",
+            unscheduledTimeout="90s",
+            recoveryTimeout="0s",
+            admission="Sequential",
+            requeue={
+                "timestamp": "Creation",
+                "backoffBaseSeconds": 5,
+                "backoffMaxSeconds": 40,
+                "backoffLimitCount": 2,
+            },
+            topologyName="hyperpod",
+            sparesPerUltraServer=1,
+            nodeFailure="ReplaceFromSpare",
+        )
+    )
+    assert (p.ready_timeout, p.unscheduled_timeout, p.recovery_timeout) == (600.0, 90.0, 0.0)
+    assert p.sequential and p.node_failure == "ReplaceFromSpare" and p.topology_name == "hyperpod"
+    assert (p.requeue.timestamp, p.requeue.backoff_base_seconds, p.requeue.backoff_limit_count) == (
+        "Creation",
+        5,
+        2,
+    )
+    assert p.placement.spares_per_ultraserver == 1
+
+
+def test_recovery_defaults_to_ready_timeout() -> None:
+    p = gang_policy_from_k8s(policy(readyTimeout="2m"))
+    assert p.recovery_timeout == 120.0 and p.unscheduled_timeout is None
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ({"readyTimeout": "-5m"}, "spec.readyTimeout"),
+        ({"readyTimeout": "soon"}, "spec.readyTimeout"),
+        ({"recoveryTimeout": "-1s"}, "spec.recoveryTimeout"),
+        ({"requeue": {"backoffBaseSeconds": 100, "backoffMaxSeconds": 10}}, "spec.requeue.backoffMaxSeconds"),
+        ({"requeue": {"backoffLimitCount": "three"}}, "spec.requeue.backoffLimitCount"),
+        ({"requeue": "fast"}, "spec.requeue"),
+        ({"sparesPerUltraServer": -1}, "spec.sparesPerUltraServer"),
+    ],
+)
+def test_bad_policy_names_the_field(spec: dict[str, Any], field: str) -> None:
+    with pytest.raises(InputError) as err:
+        gang_policy_from_k8s(policy(**spec))
+    assert err.value.field == field
+
+
+def test_check_parameters() -> None:
+    ac = {
+        "spec": {
+            "controllerName": "gangplugin.io/gang",
+            "parameters": {"apiGroup": "gangplugin.io", "kind": "GangPolicy", "name": "seq"},
+        }
+    }
+    assert policy_name_of_check(ac) == "seq"
+    assert policy_name_of_check({"spec": {"controllerName": "gangplugin.io/gang"}}) is None
+    with pytest.raises(InputError) as err:
+        policy_name_of_check({"spec": {"parameters": {"apiGroup": "x", "kind": "Y", "name": "z"}}})
+    assert err.value.field == "spec.parameters"
+
+
+def test_workload_fields() -> None:
+    wl = {
+        "status": {
+            "admissionChecks": [{"name": "gang", "state": "Pending", "message": "m"}],
+            "admission": {
+                "podSetAssignments": [
+                    {"name": "main", "flavors": {"nvidia.com/gpu": "gb200", "cpu": "gb200"}}
+                ]
+            },
+        }
+    }
+    assert check_state(wl, "gang") == {"name": "gang", "state": "Pending", "message": "m"}
+    assert check_state(wl, "other") is None
+    flavors = {"gb200": {"spec": {"nodeLabels": {"node.kubernetes.io/instance-type": "gb200"}}}}
+    assert flavor_selector(wl, flavors) == {"main": {"node.kubernetes.io/instance-type": "gb200"}}
+
+
+def test_node_readiness() -> None:
+    node = {
+        "status": {
+            "conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": "2026-01-01T00:00:10Z"}]
+        }
+    }
+    ready, since = node_ready_since(node)
+    assert not ready and since == 1767225610.0
+    assert node_ready_since({"status": {}}) == (False, None)

@@ -1,0 +1,54 @@
+"""The readiness watchdog's verdicts over observed gang states and `now`."""
+
+from __future__ import annotations
+
+from gangplugin.core.policy import GangPolicy
+from gangplugin.core.watchdog import GangObservation, watch
+
+POLICY = GangPolicy(ready_timeout=300, unscheduled_timeout=60, recovery_timeout=120)
+
+
+def obs(**kw: object) -> GangObservation:
+    base: dict[str, object] = {"size": 8, "bound": 8, "ready": 8, "admitted_at": 1000.0}
+    base.update(kw)
+    return GangObservation(**base)  # type: ignore[arg-type]
+
+
+def test_unbound_gang_times_out_on_unscheduled_timeout_first() -> None:
+    o = obs(bound=5, ready=3)
+    v = watch(POLICY, o, 1030.0)
+    assert (v.phase, v.expired, v.recheck_at) == ("Scheduling", False, 1060.0)
+    v = watch(POLICY, o, 1060.0)
+    assert v.expired and "5/8 pods bound" in v.reason and "unscheduledTimeout 1m" in v.reason
+
+
+def test_bound_but_not_ready_waits_for_ready_timeout() -> None:
+    o = obs(ready=6)
+    v = watch(POLICY, o, 1100.0)
+    assert (v.phase, v.expired, v.recheck_at) == ("Starting", False, 1300.0)
+    v = watch(POLICY, o, 1300.0)
+    assert v.expired and "6/8 pods Ready" in v.reason and "readyTimeout 5m" in v.reason
+
+
+def test_without_unscheduled_timeout_only_ready_timeout_counts() -> None:
+    v = watch(GangPolicy(ready_timeout=300), obs(bound=0, ready=0), 1200.0)
+    assert not v.expired and v.recheck_at == 1300.0
+
+
+def test_running_gang_has_no_deadline() -> None:
+    v = watch(POLICY, obs(ever_ready=True), 99_999.0)
+    assert (v.phase, v.expired, v.recheck_at) == ("Running", False, None)
+
+
+def test_degraded_gang_gets_recovery_timeout() -> None:
+    o = obs(ever_ready=True, ready=7, degraded_since=5000.0, failed_nodes=("n1",))
+    v = watch(POLICY, o, 5100.0)
+    assert (v.phase, v.expired, v.recheck_at) == ("Recovering", False, 5120.0)
+    v = watch(POLICY, o, 5120.0)
+    assert v.expired and "n1 NotReady" in v.reason and "recoveryTimeout 2m" in v.reason
+
+
+def test_recovery_timeout_zero_never_evicts() -> None:
+    p = GangPolicy(recovery_timeout=0)
+    v = watch(p, obs(ever_ready=True, ready=2, degraded_since=0.0), 1e9)
+    assert not v.expired and v.recheck_at is None and "off" in v.reason
