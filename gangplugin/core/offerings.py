@@ -44,7 +44,11 @@ from gangplugin.core.plans import (
     MAX_HOURS,
     MAX_LEAD,
     MIN_LEAD,
+    ULTRA_SERVER_TYPES,
+    Status,
     TargetResource,
+    TrainingPlan,
+    plan_state,
 )
 from gangplugin.core.timeutil import format_time, from_seconds, to_seconds
 
@@ -395,3 +399,72 @@ def offering_id(target: TargetResource, blocks: Iterable[ReservedCapacityOfferin
     ]
     digest = hashlib.sha256(json.dumps(content, separators=(",", ":")).encode()).hexdigest()
     return "tpo-" + digest[:16]
+
+
+# --- the inventory of a cluster ---
+
+
+@dataclass(frozen=True, slots=True)
+class FleetNode:
+    """What a Node says about the capacity it is: its instance type, zone and UltraServer."""
+
+    instance_type: str
+    availability_zone: str
+    ultra_server_id: str | None = None
+
+
+def _ultra_type(instance_type: str, per: int) -> str:
+    """The UltraServer type of `per` instances of `instance_type` (a name made up when unknown)."""
+    for utype, (itype, size) in sorted(ULTRA_SERVER_TYPES.items()):
+        if itype == instance_type and size == per:
+            return utype
+    return f"{instance_type}-x{per}"
+
+
+def fleet_inventory(
+    nodes: Iterable[FleetNode], plans: Iterable[TrainingPlan], at: datetime
+) -> CapacityInventory:
+    """The capacity of a cluster at `at`: a pool per (instance type, zone) of the Nodes without an
+    UltraServer, a pool of whole UltraServers per (type, zone) for the others (an UltraServer's
+    size is its largest node count, so one missing node does not shrink the pool), and one
+    reservation per block of every plan that is not Failed and has not ended."""
+    singles: dict[tuple[str, str], int] = {}
+    ultras: dict[tuple[str, str], dict[str, int]] = {}
+    for n in nodes:
+        if n.ultra_server_id is None:
+            singles[(n.instance_type, n.availability_zone)] = (
+                singles.get((n.instance_type, n.availability_zone), 0) + 1
+            )
+        else:
+            members = ultras.setdefault((n.instance_type, n.availability_zone), {})
+            members[n.ultra_server_id] = members.get(n.ultra_server_id, 0) + 1
+    pools = [CapacityPool(t, z, c) for (t, z), c in sorted(singles.items())]
+    for (itype, zone), members in sorted(ultras.items()):
+        per = max(members.values())
+        pools.append(CapacityPool(itype, zone, len(members), _ultra_type(itype, per), per))
+    reservations: list[CapacityReservation] = []
+    for plan in plans:
+        for block, state in zip(plan.blocks, plan_state(plan, at).blocks, strict=True):
+            if state.status in (Status.FAILED, Status.EXPIRED):
+                continue
+            if block.ultra_server_type is not None and block.ultra_server_count:
+                reservations.append(
+                    CapacityReservation(
+                        block.availability_zone,
+                        block.ultra_server_count,
+                        block.start,
+                        block.end,
+                        ultra_server_type=block.ultra_server_type,
+                    )
+                )
+            else:
+                reservations.append(
+                    CapacityReservation(
+                        block.availability_zone,
+                        block.instance_count,
+                        block.start,
+                        block.end,
+                        instance_type=block.instance_type,
+                    )
+                )
+    return CapacityInventory(tuple(pools), tuple(reservations))

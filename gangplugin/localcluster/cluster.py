@@ -589,6 +589,7 @@ class LocalCluster:
                 f"--kubeconfig={self.kubeconfig}",
                 f"--components={components}",
                 f"--health-bind=127.0.0.1:{p.gangplugin_health}",
+                f"--grpc-bind=127.0.0.1:{p.gangplugin_grpc}",
                 f"--extender-bind=127.0.0.1:{p.gangplugin_extender}",
                 f"--extender-tls-cert={self.pki_dir / 'webhook.crt'}",
                 f"--extender-tls-key={self.pki_dir / 'webhook.key'}",

@@ -22,6 +22,7 @@ COMPONENTS: dict[str, str] = {
     "admission": "gangplugin.admission.component",
     "extender": "gangplugin.extender.component",
     "plans": "gangplugin.plans.component",
+    "api": "gangplugin.api.component",
 }
 
 
@@ -43,6 +44,7 @@ def cli() -> None:
     "--health-bind", default="0.0.0.0:8081", show_default=True, help="Where /healthz and /readyz are served."
 )
 @click.option("--log-level", default="INFO", show_default=True)
+@click.option("--grpc-bind", default="0.0.0.0:8090", show_default=True, help="Where the gRPC API listens.")
 @click.option("--extender-bind", default="0.0.0.0:8443", show_default=True, help="Extender's address.")
 @click.option("--extender-tls-cert", default=None, help="Serving certificate (PEM); plain HTTP when unset.")
 @click.option("--extender-tls-key", default=None, help="Key of --extender-tls-cert.")
@@ -58,6 +60,7 @@ def serve(
     components: str,
     health_bind: str,
     log_level: str,
+    grpc_bind: str,
     extender_bind: str,
     extender_tls_cert: str | None,
     extender_tls_key: str | None,
@@ -91,6 +94,10 @@ def serve(
                 extender_spares_per_ultraserver,
             )
         )
+    if "api" in wanted:
+        from gangplugin.api.component import configure as configure_api
+
+        configure_api(grpc_bind)
     for mod in modules:
         mod.setup(runtime)
     runtime.start_informers()

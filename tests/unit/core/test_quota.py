@@ -146,3 +146,26 @@ def test_quota_is_the_sum_of_active_blocks(spec: list[tuple[int, int, int]]) -> 
         at = base + timedelta(days=day, hours=1)
         want = sum(n for s, d, n in spec if s <= day < s + d) * 8
         assert queue_quota(plans, "cq", at).get(("f", "nvidia.com/gpu"), 0) == want
+
+
+def test_fleet_inventory_counts_nodes_and_whole_ultraservers_and_reserves_plans() -> None:
+    from gangplugin.core.offerings import FleetNode, fleet_inventory
+
+    nodes = [FleetNode("ml.p5.48xlarge", "us-east-1b") for _ in range(5)]
+    nodes += [
+        FleetNode("ml.p6e-gb200.36xlarge", "us-east-1a", f"us-{i // 18}") for i in range(35)
+    ]  # one short
+    at = t("2026-12-02T00:00:00Z")
+    expired = plan("old", p5("2026-11-01T11:30:00Z", "2026-11-02T11:30:00Z"))
+    inv = fleet_inventory(nodes, [A, expired], at)
+    pools = {
+        (p.instance_type, p.ultra_server_type): (p.count, p.instances_per_ultra_server) for p in inv.pools
+    }
+    assert pools == {
+        ("ml.p5.48xlarge", None): (5, 1),
+        ("ml.p6e-gb200.36xlarge", "ml.u-p6e-gb200x72"): (2, 18),
+    }
+    assert [(r.count, r.instance_type) for r in inv.reservations] == [
+        (4, "ml.p5.48xlarge"),
+        (8, "ml.p5.48xlarge"),
+    ]

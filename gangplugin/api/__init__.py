@@ -1,0 +1,1 @@
+"""gRPC API: servicers over the core and the Kubernetes API (PlanService for now)."""
