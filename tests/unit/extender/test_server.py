@@ -1,0 +1,223 @@
+"""The extender's HTTP endpoints and bind barrier, served for real on loopback by aiohttp.
+
+The cache is fed watch-style events with plain dicts; bindings go to a recording function
+in place of the API server (the e2e tests bind through the real one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import orjson
+from aiohttp.test_utils import TestClient, TestServer
+
+from gangplugin.core.names import GANG_LABEL, GANG_SIZE_ANNOTATION
+from gangplugin.extender.barrier import Barrier
+from gangplugin.extender.cache import ExtenderCache
+from gangplugin.extender.pods import gang_pod_from_k8s
+from gangplugin.extender.server import ExtenderHandlers, make_app
+
+
+def node(name: str, us: str) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "labels": {"kubernetes.io/hostname": name, "topology.k8s.aws/ultraserver-id": us},
+        },
+        "status": {
+            "allocatable": {"cpu": "144", "memory": "800Gi", "pods": "110", "nvidia.com/gpu": "4"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+def pod(name: str, gang: str | None = None, size: Any = None, node_name: str | None = None) -> dict[str, Any]:
+    labels = {GANG_LABEL: gang} if gang else {}
+    annotations = {GANG_SIZE_ANNOTATION: str(size)} if size is not None else {}
+    spec: dict[str, Any] = {
+        "containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "4", "cpu": "1"}}}]
+    }
+    if node_name:
+        spec["nodeName"] = node_name
+    meta = {
+        "name": name,
+        "namespace": "ns",
+        "uid": f"uid-{name}",
+        "labels": labels,
+        "annotations": annotations,
+    }
+    return {"metadata": meta, "spec": spec, "status": {"phase": "Pending"}}
+
+
+NODES = [f"n{i}" for i in range(4)]
+
+
+def make_cache() -> ExtenderCache:
+    cache = ExtenderCache()
+    for n in NODES:
+        cache.on_node("ADDED", None, node(n, "us-1"))
+    return cache
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, str, str]] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, namespace: str, name: str, uid: str, node: str) -> None:
+        with self.lock:
+            self.calls.append((namespace, name, uid, node))
+
+
+def run(coro_fn, cache: ExtenderCache, timeout: float = 2.0):  # type: ignore[no-untyped-def]
+    async def main():  # type: ignore[no-untyped-def]
+        rec = Recorder()
+        barrier = Barrier(cache, rec, ThreadPoolExecutor(4), timeout)
+        app = make_app(ExtenderHandlers(cache), barrier)
+        async with TestClient(TestServer(app)) as client:
+            return await coro_fn(client, rec)
+
+    return asyncio.run(main())
+
+
+async def post(client: TestClient, path: str, body: Any) -> tuple[int, Any]:
+    data = body if isinstance(body, bytes) else orjson.dumps(body)
+    resp = await client.post(path, data=data)
+    return resp.status, orjson.loads(await resp.read())
+
+
+def test_bad_input_gets_4xx_or_an_error_and_the_server_keeps_serving():
+    cache = make_cache()
+    cache.on_pod("ADDED", None, gang_pod_from_k8s(pod("a", "g", 2)))
+    cache.on_pod("ADDED", None, gang_pod_from_k8s(pod("b", "g", 3)))
+
+    async def go(client, rec):  # type: ignore[no-untyped-def]
+        status, body = await post(client, "/filter", b"{not json")
+        assert status == 400 and "not JSON" in body["Error"]
+        status, body = await post(client, "/filter", {"NodeNames": NODES})
+        assert status == 400 and "Pod" in body["Error"]
+        status, body = await post(client, "/filter", {"Pod": pod("x"), "NodeNames": "n0"})
+        assert status == 400 and "NodeNames" in body["Error"]
+        status, body = await post(client, "/bind", {"PodName": "a"})
+        assert status == 400 and "PodNamespace" in body["Error"]
+        # gang-size disagreeing between members of one gang: an Error result naming the field
+        status, body = await post(client, "/filter", {"Pod": pod("a", "g", 2), "NodeNames": NODES})
+        assert status == 200 and "gang-size" in body["Error"] and "disagrees" in body["Error"]
+        status, body = await post(client, "/filter", {"Pod": pod("z", "h", "lots"), "NodeNames": NODES})
+        assert status == 200 and "not a whole number" in body["Error"]
+        status, body = await post(client, "/bind", {"PodName": "ghost", "PodNamespace": "ns", "Node": "n0"})
+        assert status == 200 and "unknown" in body["Error"]
+        # still serving: a plain GPU pod passes where it fits
+        status, body = await post(client, "/filter", {"Pod": pod("solo"), "NodeNames": NODES})
+        assert status == 200 and body["Error"] == "" and body["NodeNames"] == NODES
+        status, body = await post(client, "/prioritize", {"Pod": pod("solo"), "NodeNames": NODES})
+        assert status == 200 and {h["Host"] for h in body} == set(NODES)
+        assert all(0 <= h["Score"] <= 10 for h in body)
+        assert rec.calls == []
+
+    run(go, cache)
+
+
+def test_gang_is_bound_only_when_every_member_has_a_node():
+    cache = make_cache()
+    members = [pod(f"m{i}", "g", 3) for i in range(3)]
+    for m in members:
+        cache.on_pod("ADDED", None, gang_pod_from_k8s(m))
+
+    async def go(client, rec):  # type: ignore[no-untyped-def]
+        targets = []
+        for m in members:
+            status, body = await post(client, "/filter", {"Pod": m, "NodeNames": NODES})
+            assert status == 200 and body["Error"] == "" and len(body["NodeNames"]) == 1
+            targets.append(body["NodeNames"][0])
+            assert set(body["FailedNodes"]) == set(NODES) - {targets[-1]}
+        assert len(set(targets)) == 3
+        binds = [
+            asyncio.create_task(
+                post(
+                    client,
+                    "/bind",
+                    {"PodName": f"m{i}", "PodNamespace": "ns", "PodUID": f"uid-m{i}", "Node": t},
+                )
+            )
+            for i, t in enumerate(targets[:2])
+        ]
+        await asyncio.sleep(0.3)
+        assert rec.calls == [] and not any(b.done() for b in binds)  # two of three: nobody bound
+        last = await post(client, "/bind", {"PodName": "m2", "PodNamespace": "ns", "Node": targets[2]})
+        results = [await b for b in binds] + [last]
+        assert all(r == (200, {"Error": ""}) for r in results)
+        assert sorted(c[1] for c in rec.calls) == ["m0", "m1", "m2"]
+
+    run(go, cache)
+
+
+def test_incomplete_gang_times_out_with_an_error_for_every_waiter_and_no_binding():
+    cache = make_cache()
+    members = [pod(f"m{i}", "g", 3) for i in range(3)]
+    for m in members:
+        cache.on_pod("ADDED", None, gang_pod_from_k8s(m))
+
+    async def go(client, rec):  # type: ignore[no-untyped-def]
+        waits = [
+            post(client, "/bind", {"PodName": f"m{i}", "PodNamespace": "ns", "Node": f"n{i}"})
+            for i in range(2)
+        ]
+        results = await asyncio.gather(*waits)
+        for status, body in results:
+            assert status == 200 and "only 2 of 3 pods had a node" in body["Error"]
+        assert rec.calls == []
+
+    run(go, cache, timeout=0.5)
+
+
+def test_second_gang_waits_whole_while_the_first_holds_the_capacity():
+    cache = make_cache()
+    a = [pod(f"a{i}", "a", 3) for i in range(3)]
+    b = [pod(f"b{i}", "b", 2) for i in range(2)]
+    for p in a + b:
+        cache.on_pod("ADDED", None, gang_pod_from_k8s(p))
+
+    async def go(client, rec):  # type: ignore[no-untyped-def]
+        _, first = await post(client, "/filter", {"Pod": a[0], "NodeNames": NODES})
+        assert len(first["NodeNames"]) == 1
+        _, other = await post(client, "/filter", {"Pod": b[0], "NodeNames": NODES})
+        assert other["NodeNames"] == [] and set(other["FailedNodes"]) == set(NODES)
+        assert all("cannot be placed whole" in r for r in other["FailedNodes"].values())
+        # a plain pod may take the one node gang a did not reserve, and only that one
+        _, solo = await post(client, "/filter", {"Pod": pod("solo"), "NodeNames": NODES})
+        assert len(solo["NodeNames"]) == 1
+
+    run(go, cache)
+
+
+def test_bound_member_releases_its_reservation_and_the_plan_goes_when_all_are_bound():
+    cache = make_cache()
+    members = [pod(f"m{i}", "g", 2) for i in range(2)]
+    for m in members:
+        cache.on_pod("ADDED", None, gang_pod_from_k8s(m))
+    gp = gang_pod_from_k8s(members[0])
+    _, plan = cache.filter(gp, NODES, now=0.0)
+    assert plan is not None and plan.feasible
+    cache.filter(gang_pod_from_k8s(members[1]), NODES, now=1.0)
+    claims = dict(cache.claims[("ns", "g")])
+    for i in range(len(members)):
+        node_name = plan.slots[claims[("ns", f"m{i}")]].node
+        cache.on_pod("MODIFIED", None, gang_pod_from_k8s(pod(f"m{i}", "g", 2, node_name)))
+    assert ("ns", "g") not in cache.plans
+    free = sum(cache.snapshot.free[cache.snapshot.node_ids[n]]["nvidia.com/gpu"] for n in NODES)
+    assert free == 8  # 2 nodes taken by the bound pods, nothing double counted
+
+
+def test_expired_plan_gives_its_capacity_back():
+    cache = make_cache()
+    gp = gang_pod_from_k8s(pod("m0", "g", 4))
+    _, plan = cache.filter(gp, NODES, now=0.0)
+    assert plan is not None and plan.feasible
+    blocked, _ = cache.filter(gang_pod_from_k8s(pod("x0", "x", 1)), NODES, now=1.0)
+    assert blocked.passed == ()
+    later, _ = cache.filter(gang_pod_from_k8s(pod("x0", "x", 1)), NODES, now=cache.plan_ttl + 1)
+    assert len(later.passed) == 1
