@@ -16,7 +16,7 @@ delete so their controller recreates them and the gang starts over whole.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gangplugin.core.eligibility import PodConstraints
@@ -31,6 +31,10 @@ GangKey = tuple[str, str]  # (namespace, gang label value)
 Signature = tuple[tuple[tuple[str, int], ...], PodConstraints, str | None, str | None]
 
 SIZE_FIELD = f"metadata.annotations.{GANG_SIZE_ANNOTATION}"
+# Reasons a node fails filter; the scheduler counts nodes per reason in FailedScheduling.
+UNKNOWN_NODE = "not (yet) in gangplugin's node cache"
+SPARE = "held as a spare of its UltraServer"
+TOO_FULL = "too little free capacity (counting capacity reserved for gangs being bound)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,21 +214,42 @@ def assign(plan: GangPlan, pod: GangPod, claims: Mapping[PodKey, int]) -> int | 
     return next((i for i in free if plan.slots[i].signature == sig), free[0] if free else None)
 
 
-def fits(snapshot: Snapshot, node: str, requests: Mapping[str, int]) -> bool:
-    i = snapshot.node_ids.get(node)
-    return i is not None and _fit(snapshot.free[i], _req_items(PodSet("", 1, requests))) > 0
+def _requests(requests: Mapping[str, int]) -> tuple[tuple[str, int], ...]:
+    return _req_items(PodSet("", 1, requests))
+
+
+def node_reasons(
+    snapshot: Snapshot, plan: GangPlan, requests: Mapping[str, int], policy: PlacementPolicy | None = None
+) -> dict[str, str]:
+    """Why each node is not a member's node in a feasible plan: outside the gang's domain, a
+    spare, too full, or planned for nobody (the plan packs the gang elsewhere). Computed once
+    per plan, so a filter call costs one dict look-up per candidate node."""
+    gang = plan.gang[1]
+    spares = snapshot.spare_nodes((policy or PlacementPolicy()).spares_per_ultraserver)
+    level, domains = plan.level, set(plan.domains)
+    outside = f"outside gang {gang}'s {level} {', '.join(plan.domains)}"
+    elsewhere = f"gang {gang}'s plan packs its pods on other nodes"
+    req = _requests(requests)
+    out: dict[str, str] = {}
+    for name, i in snapshot.node_ids.items():
+        node = snapshot.nodes[i]
+        assert node is not None
+        if level is not None and node.labels.get(level) not in domains:
+            out[name] = outside
+        elif i in spares:
+            out[name] = SPARE
+        elif _fit(snapshot.free[i], req) == 0:
+            out[name] = TOO_FULL
+        else:
+            out[name] = elsewhere
+    return out
 
 
 def filter_gang_pod(
-    snapshot: Snapshot,
-    pod: GangPod,
-    node_names: Sequence[str],
-    plan: GangPlan,
-    target: str | None,
-    policy: PlacementPolicy | None = None,
+    plan: GangPlan, reasons: Mapping[str, str], node_names: Sequence[str], target: str | None
 ) -> FilterVerdict:
-    """The verdict for a gang member: only its planned node passes; every other node gets the
-    reason a person needs (outside the gang's domain, a spare, too full, planned for another pod)."""
+    """The verdict for a gang member: only its planned node passes; every other node gets its
+    reason from `node_reasons` (or the plan's reason when the gang cannot be placed)."""
     gang = plan.gang[1]
     if not plan.feasible:
         return FilterVerdict((), dict.fromkeys(node_names, plan.reason))
@@ -237,38 +262,31 @@ def filter_gang_pod(
             "the gang is planned again"
         )
         return FilterVerdict((), dict.fromkeys(node_names, reason), replan=True)
-    spares = snapshot.spare_nodes((policy or PlacementPolicy()).spares_per_ultraserver)
-    domains = set(plan.domains)
-    outside = f"outside gang {gang}'s {plan.level} {', '.join(plan.domains)}"
-    failed: dict[str, str] = {}
-    for name in node_names:
-        if name == target:
-            continue
-        node = snapshot.node(name)
-        if node is None:
-            failed[name] = "not (yet) in gangplugin's node cache"
-        elif plan.level is not None and node.labels.get(plan.level) not in domains:
-            failed[name] = outside
-        elif snapshot.node_ids[name] in spares:
-            failed[name] = "held as a spare of its UltraServer"
-        elif not fits(snapshot, name, pod.requests):
-            failed[name] = "too little free capacity (counting capacity reserved for gangs being bound)"
-        else:
-            failed[name] = f"gang {gang}'s plan packs its pods on other nodes"
+    get = reasons.get
+    failed = {name: get(name, UNKNOWN_NODE) for name in node_names}
+    del failed[target]
     return FilterVerdict((target,), failed)
 
 
-def filter_single_pod(snapshot: Snapshot, pod: GangPod, node_names: Sequence[str]) -> FilterVerdict:
-    """A pod outside any gang: every node where it fits next to the capacity gangs have reserved."""
+def filter_single_pod(
+    snapshot: Snapshot, pod: GangPod, node_names: Sequence[str], reserved: Container[str]
+) -> FilterVerdict:
+    """A pod outside any gang. kube-scheduler has already checked that it fits each candidate
+    by real usage; what only the extender knows is capacity reserved for gangs being bound, so
+    only the `reserved` nodes are checked again, with those reservations counted."""
     passed: list[str] = []
     failed: dict[str, str] = {}
+    req = _requests(pod.requests)
+    ids, free = snapshot.node_ids, snapshot.free
     for name in node_names:
-        if snapshot.node(name) is None:
-            failed[name] = "not (yet) in gangplugin's node cache"
-        elif fits(snapshot, name, pod.requests):
+        if name not in reserved:
+            passed.append(name)
+            continue
+        i = ids.get(name)
+        if i is not None and _fit(free[i], req):
             passed.append(name)
         else:
-            failed[name] = "too little free capacity (counting capacity reserved for gangs being bound)"
+            failed[name] = TOO_FULL
     return FilterVerdict(tuple(passed), failed)
 
 

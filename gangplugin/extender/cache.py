@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 
 from gangplugin.core.errors import InputError
 from gangplugin.core.gangplan import (
@@ -25,6 +26,7 @@ from gangplugin.core.gangplan import (
     assign,
     filter_gang_pod,
     filter_single_pod,
+    node_reasons,
     plan_gang,
     scores,
 )
@@ -51,6 +53,8 @@ class ExtenderCache:
         self.plans: dict[GangKey, GangPlan] = {}
         self.claims: dict[GangKey, dict[PodKey, int]] = {}
         self.reserved: dict[GangKey, set[int]] = {}  # slot indexes whose placeholder is charged
+        self.reserved_on: Counter[str] = Counter()  # node -> placeholders charged to it
+        self.reasons: dict[GangKey, dict[str, str]] = {}  # per plan: why each node is not it
 
     # -- watch handlers --------------------------------------------------------------------
 
@@ -102,15 +106,24 @@ class ExtenderCache:
     def _placeholder(self, gkey: GangKey, slot: int) -> tuple[str, str]:
         return gkey[0], f"{_PLACEHOLDER_PREFIX}{gkey[1]}#{slot}"
 
-    def _reserve(self, plan: GangPlan) -> None:
+    def _unreserve(self, gkey: GangKey, slot: int) -> None:
+        self.snapshot.unbind(*self._placeholder(gkey, slot))
+        node = self.plans[gkey].slots[slot].node
+        self.reserved_on[node] -= 1
+        if self.reserved_on[node] <= 0:
+            del self.reserved_on[node]
+
+    def _reserve(self, plan: GangPlan, requests: Mapping[str, int]) -> None:
         slots = set(range(len(plan.slots)))
         for i in slots:
             s = plan.slots[i]
             ns, name = self._placeholder(plan.gang, i)
             self.snapshot.bind(BoundPod(ns, name, s.node, s.requests))
+            self.reserved_on[s.node] += 1
         self.plans[plan.gang] = plan
         self.reserved[plan.gang] = slots
         self.claims[plan.gang] = {}
+        self.reasons[plan.gang] = node_reasons(self.snapshot, plan, requests, self.policy)
 
     def _release_claim(self, gkey: GangKey, pod: PodKey) -> None:
         """The member is bound (its own requests now count) or gone: free its slot's placeholder."""
@@ -121,16 +134,17 @@ class ExtenderCache:
         reserved = self.reserved.get(gkey, set())
         if slot in reserved:
             reserved.discard(slot)
-            self.snapshot.unbind(*self._placeholder(gkey, slot))
+            self._unreserve(gkey, slot)
         if not reserved and not claims:
             self.drop(gkey)
 
     def drop(self, gkey: GangKey) -> None:
         """Forget a gang's plan and give back everything it still reserves."""
         for slot in self.reserved.pop(gkey, set()):
-            self.snapshot.unbind(*self._placeholder(gkey, slot))
+            self._unreserve(gkey, slot)
         self.plans.pop(gkey, None)
         self.claims.pop(gkey, None)
+        self.reasons.pop(gkey, None)
 
     def _sweep(self, now: float) -> None:
         for gkey in [g for g, p in self.plans.items() if p.expires_at <= now]:
@@ -157,7 +171,7 @@ class ExtenderCache:
         gkey = pod.gang_key
         with self.lock:
             if gkey is None:
-                return filter_single_pod(self.snapshot, pod, node_names), None
+                return filter_single_pod(self.snapshot, pod, node_names, self.reserved_on), None
             self._sweep(now)
             plan = self.plans.get(gkey)
             made = None
@@ -168,7 +182,7 @@ class ExtenderCache:
                 )
                 made = plan
                 if plan.feasible:
-                    self._reserve(plan)
+                    self._reserve(plan, pod.requests)
             elif plan.size != pod.size:
                 raise InputError(
                     f"pod {pod.namespace}/{pod.name}: metadata.annotations.gangplugin.io/gang-size",
@@ -181,7 +195,7 @@ class ExtenderCache:
                 if slot is not None:
                     claims[pod.key] = slot
                     target = plan.slots[slot].node
-            verdict = filter_gang_pod(self.snapshot, pod, node_names, plan, target, self.policy)
+            verdict = filter_gang_pod(plan, self.reasons.get(gkey, {}), node_names, target)
             if verdict.replan:
                 self.drop(gkey)
             return verdict, made

@@ -69,7 +69,7 @@ def parse_args(body: Mapping[str, Any]) -> tuple[GangPod, list[str]]:
         if not isinstance(items, list):
             raise BadRequest("ExtenderArgs needs NodeNames (nodeCacheCapable: true) or Nodes.items")
         names = [n.get("metadata", {}).get("name") for n in items if isinstance(n, dict)]
-    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+    if not isinstance(names, list) or not set(map(type, names)) <= {str}:
         raise BadRequest("ExtenderArgs.NodeNames must be a list of node names")
     return gang_pod_from_k8s(pod), names
 

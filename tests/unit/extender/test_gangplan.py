@@ -11,6 +11,7 @@ from gangplugin.core.gangplan import (
     barrier_open,
     filter_gang_pod,
     filter_single_pod,
+    node_reasons,
     plan_gang,
     scores,
 )
@@ -48,7 +49,7 @@ def test_twenty_pods_required_ultraserver_cannot_fit_eighteen_node_ultraservers(
     assert "cannot be placed whole" in plan.reason and ULTRASERVER_LABEL in plan.reason
     assert "room for 18" in plan.reason
     names = sorted(s.node_ids)
-    verdict = filter_gang_pod(s, pods[0], names, plan, None)
+    verdict = filter_gang_pod(plan, {}, names, None)
     assert verdict.passed == ()
     assert set(verdict.failed) == set(names) and set(verdict.failed.values()) == {plan.reason}
 
@@ -118,7 +119,8 @@ def test_filter_reasons_for_every_other_node():
     plan = plan_gang(s, pods[0], pods, PlacementPolicy(spares_per_ultraserver=1))
     assert plan.feasible and plan.domains == ("us-1",)  # best fit: us-1 has one node busy
     target = plan.slots[0].node
-    verdict = filter_gang_pod(s, pods[0], sorted(s.node_ids), plan, target, PlacementPolicy(1))
+    reasons = node_reasons(s, plan, REQ, PlacementPolicy(1))
+    verdict = filter_gang_pod(plan, reasons, [*sorted(s.node_ids), "gone"], target)
     assert verdict.passed == (target,)
     f = verdict.failed
     assert f["us2-n00"].startswith("outside gang g's topology.k8s.aws/ultraserver-id us-1")
@@ -126,13 +128,14 @@ def test_filter_reasons_for_every_other_node():
     assert f["us1-n00"].startswith("too little free capacity")
     other = plan.slots[1].node
     assert f[other] == "gang g's plan packs its pods on other nodes"
+    assert "node cache" in f["gone"]
 
 
 def test_filter_asks_for_a_new_plan_when_the_scheduler_refused_the_planned_node():
     s = snap()
     pods = [member(i, 2) for i in range(2)]
     plan = plan_gang(s, pods[0], pods)
-    verdict = filter_gang_pod(s, pods[0], ["us4-n00"], plan, plan.slots[0].node)
+    verdict = filter_gang_pod(plan, node_reasons(s, plan, REQ), ["us4-n00"], plan.slots[0].node)
     assert verdict.replan and verdict.passed == ()
     assert "rejected by the scheduler" in verdict.failed["us4-n00"]
 
@@ -141,10 +144,11 @@ def test_single_pod_avoids_capacity_reserved_for_a_gang():
     s = build_snapshot(ultraservers(1, 2), levels=LEVELS)
     s.bind(BoundPod("ns", "\0reserved:g#0", "us1-n00", REQ))
     pod = GangPod("ns", "solo", requests=REQ)
-    verdict = filter_single_pod(s, pod, ["us1-n00", "us1-n01", "gone"])
+    verdict = filter_single_pod(s, pod, ["us1-n00", "us1-n01"], {"us1-n00"})
     assert verdict.passed == ("us1-n01",)
     assert verdict.failed["us1-n00"].startswith("too little free capacity")
-    assert "node cache" in verdict.failed["gone"]
+    # kube-scheduler checked real usage already: unreserved nodes are not judged again
+    assert filter_single_pod(s, pod, ["us1-n00"], set()).passed == ("us1-n00",)
 
 
 def test_scores_planned_node_and_best_fit():
