@@ -43,6 +43,12 @@ def _output_option(f: _F) -> _F:
     return click.option("-o", "--output", default="table", help="table (default), json or yaml")(f)
 
 
+def _server_option(f: _F) -> _F:
+    return click.option(
+        "--server", envvar="GANGCTL_SERVER", help="gangplugin gRPC address host:port (env GANGCTL_SERVER)"
+    )(f)
+
+
 def _check_output(output: str) -> str:
     if output not in OUTPUTS:
         raise InputError("--output", f"{output!r} is not one of {', '.join(OUTPUTS)}")
@@ -176,6 +182,7 @@ def _search_table(doc: dict[str, Any]) -> str:
 @click.option("--end-before", help="RFC 3339; no block ends after this")
 @click.option("--target-resource", help="training-job or hyperpod-cluster")
 @click.option("--now", help="RFC 3339; default: the current time")
+@_server_option
 @_output_option
 def search(
     inventory: str | None,
@@ -188,10 +195,31 @@ def search(
     end_before: str | None,
     target_resource: str | None,
     now: str | None,
+    server: str | None,
     output: str,
 ) -> None:
-    """Find up to three offerings (one block, else two) for the capacity asked for."""
+    """Find up to three offerings (one block, else two) for the capacity asked for: over an
+    --inventory file (offline), or over a cluster's capacity through --server without one."""
     output = _check_output(output)
+    if inventory is None and server:
+        request = _search_message(
+            instance_type,
+            instance_count,
+            ultra_server_type,
+            ultra_server_count,
+            duration_hours,
+            start_after,
+            end_before,
+            target_resource,
+            now,
+        )
+        reply = _call(server, "SearchTrainingPlanOfferings", request)
+        online = {
+            "offerings": [_offering_from_message(o) for o in reply.training_plan_offerings],
+            "searchTime": reply.search_time,
+        }
+        _emit(online, output, lambda: _search_table(online) + f"\nsearchTime {reply.search_time}")
+        return
     if instance_type is not None and ultra_server_type is not None:
         raise InputError(
             "--ultra-server-type", "give either --instance-type or --ultra-server-type, not both"
@@ -276,3 +304,230 @@ def status(plan_path: str | None, at: str | None, output: str) -> None:
     state = plan_state(plan, instant)
     doc = state_doc(state)
     _emit(doc, output, lambda: _status_table(state, doc))
+
+
+# --- online: the PlanService of a running gangplugin ---
+
+
+def _call(server: str | None, method: str, request: Any) -> Any:
+    """One PlanService call; bad input exits 2 naming the field, other failures exit 1."""
+    import grpc
+
+    from gangplugin.api.proto import plans_pb2_grpc
+
+    if not server:
+        raise InputError(
+            "--server", "is required (host:port of gangplugin's gRPC API, or set GANGCTL_SERVER)"
+        )
+    with grpc.insecure_channel(server) as channel:
+        try:
+            return getattr(plans_pb2_grpc.PlanServiceStub(channel), method)(request, timeout=30)
+        except grpc.RpcError as err:
+            code, detail = err.code(), err.details() or ""
+            if code == grpc.StatusCode.INVALID_ARGUMENT:
+                raise InputError(*_field_split(detail)) from None
+            click.echo(f"error: {code.name}: {detail}", err=True)
+            raise SystemExit(1) from None
+
+
+def _field_split(detail: str) -> tuple[str, str]:
+    field, _, problem = detail.partition(": ")
+    return (field, problem) if problem else ("request", detail)
+
+
+def _message_doc(message: Any) -> dict[str, Any]:
+    from google.protobuf.json_format import MessageToDict
+
+    doc: dict[str, Any] = MessageToDict(message, always_print_fields_with_no_presence=True)
+    return doc
+
+
+def _search_message(
+    instance_type: str | None,
+    instance_count: str | None,
+    ultra_server_type: str | None,
+    ultra_server_count: str | None,
+    duration_hours: str | None,
+    start_after: str | None,
+    end_before: str | None,
+    target_resource: str | None,
+    now: str | None,
+) -> Any:
+    from gangplugin.api.proto import plans_pb2
+
+    return plans_pb2.SearchTrainingPlanOfferingsRequest(
+        instance_type=instance_type or "",
+        instance_count=_int_flag(instance_count, "--instance-count", required=False) or 0,
+        ultra_server_type=ultra_server_type or "",
+        ultra_server_count=_int_flag(ultra_server_count, "--ultra-server-count", required=False) or 0,
+        duration_hours=_int_flag(duration_hours, "--duration-hours") or 0,
+        start_time_after=format_time(_time_flag(start_after, "--start-after")),
+        end_time_before=format_time(_time_flag(end_before, "--end-before")),
+        target_resources=[target_resource_of(target_resource, "--target-resource").value],
+        search_time=format_time(parse_time(now, "--now")) if now else "",
+    )
+
+
+def _offering_from_message(message: Any) -> dict[str, Any]:
+    """The offline JSON shape of an offering (UltraServer fields only on UltraServer blocks)."""
+    doc = _message_doc(message)
+    for block in doc["reservedCapacityOfferings"]:
+        if not block.get("ultraServerType"):
+            block.pop("ultraServerType", None)
+            block.pop("ultraServerCount", None)
+    return doc
+
+
+def _plan_rows(plans_: list[dict[str, Any]]) -> str:
+    rows = [
+        [
+            p["trainingPlanName"],
+            p["status"],
+            p["clusterQueue"],
+            p["flavor"],
+            p["availableInstanceCount"],
+            p["startTime"],
+            p["endTime"],
+            p["nextTransition"] or None,
+        ]
+        for p in plans_
+    ]
+    header = ["NAME", "STATUS", "CLUSTER QUEUE", "FLAVOR", "ACTIVE", "START", "END", "NEXT"]
+    return _table(header, rows)
+
+
+@plans.command("create")
+@click.argument("name")
+@click.option("--offering-id", help="trainingPlanOfferingId from `gangctl plans search --server`")
+@click.option("--cluster-queue", help="ClusterQueue whose quota the plan feeds")
+@click.option("--flavor", help="its ResourceFlavor that gets the quota")
+@click.option("--resources-per-instance", help="e.g. nvidia.com/gpu=8,cpu=192,memory=1900Gi")
+@click.option("--spare-instances-per-ultra-server", help="instances kept free per UltraServer (default 1)")
+@click.option("--instance-type")
+@click.option("--instance-count")
+@click.option("--ultra-server-type")
+@click.option("--ultra-server-count")
+@click.option("--duration-hours")
+@click.option("--start-after")
+@click.option("--end-before")
+@click.option("--target-resource")
+@click.option("--search-time", help="the searchTime the search printed")
+@_server_option
+def create(
+    name: str,
+    offering_id: str | None,
+    cluster_queue: str | None,
+    flavor: str | None,
+    resources_per_instance: str | None,
+    spare_instances_per_ultra_server: str | None,
+    instance_type: str | None,
+    instance_count: str | None,
+    ultra_server_type: str | None,
+    ultra_server_count: str | None,
+    duration_hours: str | None,
+    start_after: str | None,
+    end_before: str | None,
+    target_resource: str | None,
+    search_time: str | None,
+    server: str | None,
+) -> None:
+    """Reserve an offering as a TrainingPlan. Give the same search flags as the search that
+    found it and its --search-time: the server runs that search again to find the offering."""
+    from gangplugin.api.proto import plans_pb2
+
+    if not offering_id:
+        raise InputError("--offering-id", "is required")
+    if not search_time:
+        raise InputError("--search-time", "is required (the searchTime `plans search --server` printed)")
+    resources: dict[str, str] = {}
+    for part in (resources_per_instance or "").split(","):
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise InputError(
+                "--resources-per-instance", f"{part!r} is not name=quantity, e.g. nvidia.com/gpu=8"
+            )
+        resources[key.strip()] = value.strip()
+    spares = _int_flag(spare_instances_per_ultra_server, "--spare-instances-per-ultra-server", required=False)
+    request = plans_pb2.CreateTrainingPlanRequest(
+        training_plan_name=name,
+        training_plan_offering_id=offering_id,
+        search=_search_message(
+            instance_type,
+            instance_count,
+            ultra_server_type,
+            ultra_server_count,
+            duration_hours,
+            start_after,
+            end_before,
+            target_resource,
+            search_time,
+        ),
+        cluster_queue=cluster_queue or "",
+        flavor=flavor or "",
+        resources_per_instance=resources,
+        spare_instances_per_ultra_server=spares,
+    )
+    reply = _call(server, "CreateTrainingPlan", request)
+    click.echo(f"trainingplan {reply.training_plan_name} created")
+
+
+@plans.command("describe")
+@click.argument("name")
+@_server_option
+@_output_option
+def describe(name: str, server: str | None, output: str) -> None:
+    """A plan as the server sees it now: status, blocks, active instances, next transition."""
+    from gangplugin.api.proto import plans_pb2
+
+    output = _check_output(output)
+    reply = _call(
+        server, "DescribeTrainingPlan", plans_pb2.DescribeTrainingPlanRequest(training_plan_name=name)
+    )
+    doc = _message_doc(reply)
+
+    def table() -> str:
+        blocks = [
+            [
+                i,
+                b["status"],
+                b["instanceType"],
+                b["instanceCount"],
+                b["availabilityZone"],
+                b["startTime"],
+                b["endTime"],
+                b["terminationStartsAt"] or None,
+            ]
+            for i, b in enumerate(doc["reservedCapacitySummaries"])
+        ]
+        head = _plan_rows([doc])
+        note = f"\n{doc['statusMessage']}" if doc["statusMessage"] else ""
+        header = [
+            "BLOCK",
+            "STATUS",
+            "INSTANCE TYPE",
+            "INSTANCES",
+            "ZONE",
+            "START",
+            "END",
+            "TERMINATION STARTS",
+        ]
+        return head + note + "\n\n" + _table(header, blocks)
+
+    _emit(doc, output, table)
+
+
+@plans.command("list")
+@click.option("--status", "status_", help="only plans in this status (Pending, Scheduled, Active, ...)")
+@_server_option
+@_output_option
+def list_plans(status_: str | None, server: str | None, output: str) -> None:
+    """Every TrainingPlan with its status now."""
+    from gangplugin.api.proto import plans_pb2
+
+    output = _check_output(output)
+    reply = _call(server, "ListTrainingPlans", plans_pb2.ListTrainingPlansRequest(status=status_ or ""))
+    doc = _message_doc(reply)
+    doc.setdefault("trainingPlans", [])
+    _emit(
+        doc, output, lambda: _plan_rows(doc["trainingPlans"]) if doc["trainingPlans"] else "no training plans"
+    )

@@ -784,7 +784,7 @@ def _established(client: Client, name: str) -> bool:
     crd = client.get(_CRDS, name)
     return any(
         c["type"] == "Established" and c["status"] == "True"
-        for c in crd.get("status", {}).get("conditions", [])
+        for c in (crd.get("status") or {}).get("conditions") or []  # null until the API server sets them
     )
 
 
