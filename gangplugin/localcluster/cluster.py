@@ -730,7 +730,8 @@ class LocalCluster:
 
     def down(self, *, quiet: bool = False) -> None:
         """Stop every recorded process (TERM, then KILL) and forget the state."""
-        procs = {**self._read_state().get("processes", {}), **self._started}
+        # The state file wins: `restart` from another LocalCluster instance records new pids there.
+        procs = {**self._started, **self._read_state().get("processes", {})}
         ours = {n: p for n, p in procs.items() if _alive(p) and str(self.state_dir) in _cmdline(p)}
         # Reverse start order: clients before the API server, the API server before etcd.
         for name, pid in reversed(list(ours.items())):
