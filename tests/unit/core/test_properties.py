@@ -1,5 +1,6 @@
 """Invariants of `place` over random clusters and gangs (hypothesis)."""
 
+import os
 import random
 
 from hypothesis import HealthCheck, given, settings
@@ -11,7 +12,12 @@ from gangplugin.core.topology import BoundPod, Node, build_snapshot
 
 from .clusters import GPU, LEVELS
 
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# GANGPLUGIN_PROPERTY_EXAMPLES=3000 searches deeper than the default run.
+SETTINGS = settings(
+    max_examples=int(os.environ.get("GANGPLUGIN_PROPERTY_EXAMPLES", "150")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 
 @st.composite
