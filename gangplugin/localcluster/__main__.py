@@ -76,6 +76,9 @@ def run_sample(cluster: LocalCluster, timeout: float = 120.0) -> None:
                     f"  Workload {wls[0]['metadata']['name']} admitted by ClusterQueue "
                     f"{adm['clusterQueue']} (flavor {_flavors(adm)})"
                 )
+                for check in wls[0]["status"].get("admissionChecks", []):
+                    msg = check.get("message", "")
+                    click.echo(f"    admission check {check['name']}: {check['state']}: {msg}")
                 reported.add("admitted")
             pods = client.list(PODS, ns, label_selector=f"batch.kubernetes.io/job-name={name}")["items"]
             want = job["spec"]["parallelism"]
