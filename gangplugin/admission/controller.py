@@ -38,13 +38,19 @@ from gangplugin.core.admission import (
     with_selector,
 )
 from gangplugin.core.errors import InputError
-from gangplugin.core.names import ADMISSION_CHECK_CONTROLLER, GANG_LABEL
+from gangplugin.core.names import (
+    ADMISSION_CHECK_CONTROLLER,
+    GANG_LABEL,
+    PREFERRED_TOPOLOGY_ANNOTATION,
+    REQUIRED_TOPOLOGY_ANNOTATION,
+)
 from gangplugin.core.placement import Assignment, Gang, replace
 from gangplugin.core.policy import GangPolicy, requeue_decision
 from gangplugin.core.timeutil import format_time
 from gangplugin.core.topology import DEFAULT_LEVELS, Snapshot, build_snapshot
 from gangplugin.core.watchdog import GangObservation, Verdict, watch
-from gangplugin.kube.client import EVENTS, JSON, NODES, PODS, WORKLOADS, ApiError, Client
+from gangplugin.kube.client import JSON, NODES, PODS, WORKLOADS, ApiError, Client
+from gangplugin.kube.events import record_event
 from gangplugin.kube.informer import Informer, object_key
 from gangplugin.kube.records import bound_pod_from_k8s, gang_from_k8s, levels_from_topology, node_from_k8s
 from gangplugin.kube.workqueue import WorkQueue
@@ -236,12 +242,39 @@ class GangAdmission:
     def gang(self, wl: Mapping[str, Any]) -> Gang:
         """The Workload's gang, with the node labels of its assigned flavors and of the domain our
         check already chose (podSetUpdates) in each podset's nodeSelector."""
-        gang = gang_from_k8s(wl)
+        gang = gang_from_k8s(self._with_pod_group_annotations(wl))
         gang = Gang(gang.podsets, gang_id(wl["metadata"]["name"]))
         flavors = {f["metadata"]["name"]: f for f in self.flavors.items()}
         for ps_name, labels in rec.flavor_selector(wl, flavors).items():
             gang = with_selector(gang, labels, [ps_name])
         return gang
+
+    def _with_pod_group_annotations(self, wl: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Kueue builds a plain pod group's podset templates without the pods' annotations; the
+        topology annotations a user put on the pods are read from the pods (its owners)."""
+        owners = wl.get("metadata", {}).get("ownerReferences") or []
+        if not owners or any(o.get("kind") != "Pod" for o in owners):
+            return wl
+        ns = wl["metadata"].get("namespace", "")
+        podsets = []
+        for ps in (wl.get("spec") or {}).get("podSets") or []:
+            extra: dict[str, str] = {}
+            for o in owners:
+                pod = self.pods.get(f"{ns}/{o.get('name')}")
+                ann = (pod or {}).get("metadata", {}).get("annotations") or {}
+                extra = {
+                    k: v
+                    for k, v in ann.items()
+                    if k in (REQUIRED_TOPOLOGY_ANNOTATION, PREFERRED_TOPOLOGY_ANNOTATION)
+                }
+                if extra:
+                    break
+            template = dict(ps.get("template") or {})
+            meta = dict(template.get("metadata") or {})
+            meta["annotations"] = {**extra, **(meta.get("annotations") or {})}
+            template["metadata"] = meta
+            podsets.append({**ps, "template": template})
+        return {**wl, "spec": {**(wl.get("spec") or {}), "podSets": podsets}}
 
     def _snapshot(self, levels: tuple[str, ...]) -> Snapshot:
         nodes = []
@@ -556,33 +589,7 @@ class GangAdmission:
         return True
 
     def event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
-        """A core/v1 Event on the object (best effort: a lost Event never stops a decision)."""
-        meta = obj["metadata"]
-        now = format_time(datetime.fromtimestamp(int(self.clock()), UTC))
-        ns = meta.get("namespace") or "default"
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{meta['name']}.", "namespace": ns},
-            "involvedObject": {
-                "apiVersion": obj.get("apiVersion", ""),
-                "kind": obj.get("kind", ""),
-                "name": meta["name"],
-                "namespace": meta.get("namespace", ""),
-                "uid": meta.get("uid", ""),
-            },
-            "reason": reason,
-            "message": message[:1024],
-            "type": type_,
-            "source": {"component": COMPONENT},
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
-        try:
-            self.client.create(EVENTS, body, ns)
-        except ApiError as err:
-            log.warning("event %s on %s not recorded: %s", reason, meta["name"], err)
+        record_event(self.client, dict(obj), type_, reason, message, COMPONENT)
 
     # -- AdmissionCheck and GangPolicy status ------------------------------------------------------
 

@@ -1,0 +1,436 @@
+"""The gang admission check on the real local cluster (Kueue, kube-scheduler, kwok).
+
+Each test makes its own GangPolicy, AdmissionCheck, ResourceFlavor, ClusterQueue (using the check
+through admissionChecksStrategy) and LocalQueue, with short timeouts where the test controls them.
+Pods that must never become Ready carry `gangplugin.io/e2e-never-ready` (kwok's pod-ready stage
+skips them, deploy/kwok/stages.yaml); a node is made NotReady by labelling it
+`gangplugin.io/e2e-not-ready` (kwok's node-initialize stage then leaves it alone) and setting its
+Ready condition False, which the node lifecycle controller acts on as for a dead kubelet.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+import pytest
+
+from gangplugin.admission.records import ADMISSION_CHECKS, GANG_POLICIES
+from gangplugin.core.names import GANG_LABEL, GANG_SIZE_ANNOTATION
+from gangplugin.kube.client import EVENTS, JOBS, NODES, PODS, WORKLOADS, ApiError, Client
+from tests.e2e.conftest import E2ECluster, e2e_local_cluster
+from tests.e2e.kube import condition, gpu_job, is_true, job_pods, queue_objects, unique, wait_for, workload_of
+
+US = "topology.k8s.aws/ultraserver-id"
+GB200 = "ml.p6e-gb200.36xlarge"
+NEVER_READY = "gangplugin.io/e2e-never-ready"
+NOT_READY_NODE = "gangplugin.io/e2e-not-ready"
+
+
+@pytest.fixture
+def gang_queue(cluster: E2ECluster, namespace: str) -> Iterator[Any]:
+    """Make `queue(**policy_spec)` -> LocalQueue name; deletes what it made afterwards."""
+    client = cluster.client
+    made: list[tuple[Any, str]] = []
+
+    def make(gpu_quota: int = 288, **spec: Any) -> str:
+        name = unique("gq")
+        client.create(
+            GANG_POLICIES,
+            {
+                "apiVersion": "gangplugin.io/v1alpha1",
+                "kind": "GangPolicy",
+                "metadata": {"name": name},
+                "spec": spec,
+            },
+        )
+        client.create(
+            ADMISSION_CHECKS,
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "AdmissionCheck",
+                "metadata": {"name": name},
+                "spec": {
+                    "controllerName": "gangplugin.io/gang",
+                    "parameters": {"apiGroup": "gangplugin.io", "kind": "GangPolicy", "name": name},
+                },
+            },
+        )
+        made.extend([(GANG_POLICIES, name), (ADMISSION_CHECKS, name)])
+        for res, obj in queue_objects(name, namespace, gpu_quota, GB200):
+            if obj["kind"] == "ClusterQueue":
+                obj["spec"]["admissionChecksStrategy"] = {"admissionChecks": [{"name": name}]}
+            client.create(res, obj)
+            if not res.namespaced:
+                made.append((res, name))
+        cq_res = next(r for r, o in queue_objects(name, namespace, 1, GB200) if o["kind"] == "ClusterQueue")
+        wait_for(lambda: is_true(client.get(cq_res, name), "Active"), 60, f"ClusterQueue {name} Active")
+        return name
+
+    yield make
+    for res, name in reversed(made):
+        with contextlib.suppress(ApiError):
+            client.delete(res, name)
+
+
+def submit(
+    client: Client, namespace: str, queue: str, pods: int, *, labels: dict[str, str] | None = None
+) -> str:
+    name = unique("job")
+    job = gpu_job(
+        name,
+        namespace,
+        queue,
+        pods,
+        4,
+        metadata={"annotations": {"gangplugin.io/required-topology": US}, "labels": labels or {}},
+    )
+    client.create(JOBS, job)
+    return name
+
+
+def check_of(wl: dict[str, Any]) -> dict[str, Any]:
+    return next(iter(wl.get("status", {}).get("admissionChecks") or []), {})
+
+
+def workload(client: Client, namespace: str, job: str, timeout: float = 60) -> dict[str, Any]:
+    return wait_for(lambda: workload_of(client, namespace, job), timeout, f"the Workload of {job}")
+
+
+def _epoch(ts: str) -> float:
+    return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+
+
+def events_of(client: Client, namespace: str, name: str) -> list[dict[str, Any]]:
+    items = client.list(EVENTS, namespace, field_selector=f"involvedObject.name={name}")["items"]
+    return [e for e in items if e.get("source", {}).get("component") == "gangplugin-admission"]
+
+
+def node_us(client: Client) -> dict[str, str]:
+    return {n["metadata"]["name"]: n["metadata"]["labels"].get(US, "") for n in client.list(NODES)["items"]}
+
+
+def running_gang(client: Client, namespace: str, job: str, pods: int) -> list[dict[str, Any]]:
+    def ready() -> list[dict[str, Any]] | None:
+        items = [p for p in job_pods(client, namespace, job) if not p["metadata"].get("deletionTimestamp")]
+        ok = len(items) == pods and all(is_true(p, "Ready") for p in items)
+        return items if ok else None
+
+    return wait_for(ready, 120, f"{pods} Ready pods of {job}")
+
+
+def test_gang_admitted_into_one_ultraserver(cluster: E2ECluster, namespace: str, gang_queue: Any) -> None:
+    client = cluster.client
+    queue = gang_queue()
+    job = submit(client, namespace, queue, 4)
+    pods = running_gang(client, namespace, job, 4)
+    wl = workload(client, namespace, job)
+    check = check_of(wl)
+    assert check["state"] == "Ready", check
+    (update,) = check["podSetUpdates"]
+    domain = update["nodeSelector"][US]
+    assert update["labels"] == {GANG_LABEL: wl["metadata"]["name"]}
+    assert update["annotations"] == {GANG_SIZE_ANNOTATION: "4"}
+    us = node_us(client)
+    for pod in pods:
+        assert pod["metadata"]["labels"][GANG_LABEL] == wl["metadata"]["name"]
+        assert pod["metadata"]["annotations"][GANG_SIZE_ANNOTATION] == "4"
+        assert pod["spec"]["nodeSelector"][US] == domain
+        assert us[pod["spec"]["nodeName"]] == domain
+    assert any(e["reason"] == "GangAdmitted" for e in events_of(client, namespace, wl["metadata"]["name"]))
+
+
+def test_gang_too_big_for_any_ultraserver_waits_with_a_clear_message(
+    cluster: E2ECluster, namespace: str, gang_queue: Any
+) -> None:
+    client = cluster.client
+    queue = gang_queue()
+    job = submit(client, namespace, queue, 20)  # an UltraServer has 18 nodes
+
+    def pending_with_reason() -> dict[str, Any] | None:
+        wl = workload_of(client, namespace, job)
+        c = check_of(wl) if wl else {}
+        return c if c.get("state") == "Pending" and "does not fit" in c.get("message", "") else None
+
+    check = wait_for(pending_with_reason, 60, "the check Pending with the reason")
+    assert US in check["message"], check["message"]
+    time.sleep(3)  # still waiting: never admitted in part
+    wl = workload(client, namespace, job)
+    assert not is_true(wl, "Admitted") and not job_pods(client, namespace, job)
+
+
+def _retries(client: Client, namespace: str, job: str, want: int, timeout: float) -> list[dict[str, Any]]:
+    """The check each time it goes to Retry or Rejected, until `want` of them were seen.
+
+    Read from a watch, not by polling: Kueue resets the check to Pending as soon as it has
+    evicted (Retry) or deactivated (Rejected) the Workload, so either state lasts only moments."""
+    seen: list[dict[str, Any]] = []
+    last = None
+    deadline = time.monotonic() + timeout
+    listing = client.list(WORKLOADS, namespace)
+    rv = listing["metadata"]["resourceVersion"]
+    objects = list(listing["items"])
+    while len(seen) < want:
+        for wl in objects:
+            owners = wl.get("metadata", {}).get("ownerReferences", [])
+            c = check_of(wl)
+            key = (c.get("state"), c.get("lastTransitionTime"))
+            if (
+                any(o.get("name") == job for o in owners)
+                and c.get("state") in ("Retry", "Rejected")
+                and key != last
+            ):
+                seen.append({**c, "_wl": wl})
+                last = key
+        left = int(deadline - time.monotonic())
+        if len(seen) >= want or left <= 0:
+            break
+        # A watch from the listed resourceVersion on: every write, however short-lived.
+        objects = []
+        for event in client.watch(WORKLOADS, namespace, resource_version=rv, timeout_seconds=min(left, 5)):
+            rv = event["object"].get("metadata", {}).get("resourceVersion", rv)
+            if event["type"] in ("ADDED", "MODIFIED"):
+                objects.append(event["object"])
+    assert len(seen) >= want, (
+        f"saw {len(seen)} of {want} timeouts: {[(c['state'], c['message']) for c in seen]}"
+    )
+    return seen
+
+
+def test_never_ready_gang_is_requeued_with_backoff(
+    cluster: E2ECluster, namespace: str, gang_queue: Any
+) -> None:
+    client = cluster.client
+    queue = gang_queue(readyTimeout="3s", requeue={"backoffBaseSeconds": 4, "backoffMaxSeconds": 8})
+    job = submit(client, namespace, queue, 2, labels={NEVER_READY: "true"})
+    seen = _retries(client, namespace, job, 3, 150)
+    assert [c["state"] for c in seen] == ["Retry"] * 3
+    assert [c.get("requeueAfterSeconds") for c in seen] == [4, 8, 8]  # 4 * 2^(n-1), capped at 8
+    assert all("readyTimeout 3s" in c["message"] for c in seen)
+    # Kueue waits out each backoff: the gang is admitted again only requeueAfterSeconds after Retry.
+    for prev, nxt in itertools.pairwise(seen):
+        readmitted = condition(nxt["_wl"], "Admitted")
+        assert readmitted is not None
+        waited = _epoch(readmitted["lastTransitionTime"]) - _epoch(prev["lastTransitionTime"])
+        assert waited >= prev["requeueAfterSeconds"] - 1, (waited, prev)
+    wl = seen[-1]["_wl"]
+    evicted = [
+        e for e in events_of(client, namespace, wl["metadata"]["name"]) if e["reason"] == "GangRequeued"
+    ]
+    assert len(evicted) >= 3
+
+
+def test_gang_deactivated_after_backoff_limit(cluster: E2ECluster, namespace: str, gang_queue: Any) -> None:
+    client = cluster.client
+    queue = gang_queue(
+        readyTimeout="2s", requeue={"backoffBaseSeconds": 1, "backoffMaxSeconds": 2, "backoffLimitCount": 1}
+    )
+    job = submit(client, namespace, queue, 2, labels={NEVER_READY: "true"})
+    seen = _retries(client, namespace, job, 2, 120)
+    assert [c["state"] for c in seen[:2]] == ["Retry", "Rejected"]
+    assert "backoffLimitCount 1" in seen[1]["message"]
+    wl = wait_for(
+        lambda: (w := workload_of(client, namespace, job)) and w["spec"].get("active") is False and w,
+        60,
+        "the Workload deactivated by Kueue",
+    )
+    assert any(e["reason"] == "GangDeactivated" for e in events_of(client, namespace, wl["metadata"]["name"]))
+
+
+def _make_ready(client: Client, namespace: str, job: str) -> None:
+    for pod in job_pods(client, namespace, job):
+        client.patch(PODS, pod["metadata"]["name"], {"metadata": {"labels": {NEVER_READY: None}}}, namespace)
+
+
+@pytest.mark.parametrize("mode", ["Sequential", "Parallel"])
+def test_sequential_admits_the_next_gang_only_after_the_first_is_ready(
+    cluster: E2ECluster, namespace: str, gang_queue: Any, mode: str
+) -> None:
+    client = cluster.client
+    queue = gang_queue(admission=mode, readyTimeout="10m")
+    first = submit(client, namespace, queue, 2, labels={NEVER_READY: "true"})
+    wait_for(
+        lambda: (w := workload_of(client, namespace, first)) and is_true(w, "Admitted"), 60, "first admitted"
+    )
+    second = submit(client, namespace, queue, 2)
+    if mode == "Parallel":
+        running_gang(client, namespace, second, 2)
+        assert not is_true(workload(client, namespace, first), "PodsReady")
+        return
+
+    def waiting() -> dict[str, Any] | None:
+        wl = workload_of(client, namespace, second)
+        c = check_of(wl) if wl else {}
+        return c if c.get("state") == "Pending" and "Sequential" in c.get("message", "") else None
+
+    check = wait_for(waiting, 60, "the second gang held by the sequential gate")
+    assert workload(client, namespace, first)["metadata"]["name"] in check["message"]
+    time.sleep(3)
+    assert not is_true(workload(client, namespace, second), "Admitted")
+    _make_ready(client, namespace, first)
+    wait_for(lambda: is_true(workload(client, namespace, first), "PodsReady"), 60, "first gang Ready")
+    ready_at = condition(workload(client, namespace, first), "PodsReady")["lastTransitionTime"]  # type: ignore[index]
+    running_gang(client, namespace, second, 2)
+    admitted = check_of(workload(client, namespace, second))
+    assert admitted["state"] == "Ready" and admitted["lastTransitionTime"] >= ready_at
+
+
+def _fail_node(client: Client, name: str) -> None:
+    client.patch(NODES, name, {"metadata": {"labels": {NOT_READY_NODE: "true"}}})
+    node = client.get(NODES, name)
+    conds = [c for c in node["status"]["conditions"] if c["type"] != "Ready"]
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    conds.append(
+        {
+            "type": "Ready",
+            "status": "False",
+            "reason": "E2ENodeDown",
+            "message": "made NotReady by an e2e test",
+            "lastHeartbeatTime": now,
+            "lastTransitionTime": now,
+        }
+    )
+    client.patch(NODES, name, {"status": {"conditions": conds}}, subresource="status")
+
+
+def _heal_node(client: Client, name: str) -> None:
+    client.patch(NODES, name, {"metadata": {"labels": {NOT_READY_NODE: None}}})
+    wait_for(lambda: is_true(client.get(NODES, name), "Ready"), 60, f"{name} Ready again (kwok)")
+
+
+def test_node_failure_replaced_from_spare(cluster: E2ECluster, namespace: str, gang_queue: Any) -> None:
+    client = cluster.client
+    queue = gang_queue(nodeFailure="ReplaceFromSpare", sparesPerUltraServer=1, recoveryTimeout="5m")
+    job = submit(client, namespace, queue, 4)
+    pods = running_gang(client, namespace, job, 4)
+    wl = workload(client, namespace, job)
+    wait_for(lambda: is_true(workload(client, namespace, job), "PodsReady"), 60, "PodsReady")
+    domain = check_of(wl)["podSetUpdates"][0]["nodeSelector"][US]
+    victim = sorted(p["spec"]["nodeName"] for p in pods)[0]
+    _fail_node(client, victim)
+    try:
+        ev = wait_for(
+            lambda: [
+                e
+                for e in events_of(client, namespace, wl["metadata"]["name"])
+                if e["reason"] == "NodeReplaced"
+            ],
+            90,
+            "a NodeReplaced event",
+        )
+        assert victim in ev[0]["message"] and "spare" in ev[0]["message"]
+
+        def whole_again() -> list[dict[str, Any]] | None:
+            items = [
+                p for p in job_pods(client, namespace, job) if not p["metadata"].get("deletionTimestamp")
+            ]
+            active = [p for p in items if p.get("status", {}).get("phase") not in ("Failed", "Succeeded")]
+            ok = len(active) == 4 and all(
+                is_true(p, "Ready") and p["spec"]["nodeName"] != victim for p in active
+            )
+            return active if ok else None
+
+        again = wait_for(whole_again, 120, "the gang whole again off the failed node")
+        us = node_us(client)
+        assert {us[p["spec"]["nodeName"]] for p in again} == {domain}
+        assert check_of(workload(client, namespace, job))["state"] == "Ready"
+    finally:
+        _heal_node(client, victim)
+
+
+def test_node_failure_requeues_after_recovery_timeout(
+    cluster: E2ECluster, namespace: str, gang_queue: Any
+) -> None:
+    client = cluster.client
+    queue = gang_queue(nodeFailure="Requeue", recoveryTimeout="3s")
+    job = submit(client, namespace, queue, 2)
+    pods = running_gang(client, namespace, job, 2)
+    wait_for(lambda: is_true(workload(client, namespace, job), "PodsReady"), 60, "PodsReady")
+    victim = pods[0]["spec"]["nodeName"]
+    _fail_node(client, victim)
+    try:
+        (retry,) = _retries(client, namespace, job, 1, 90)
+        assert (
+            retry["state"] == "Retry"
+            and "recoveryTimeout 3s" in retry["message"]
+            and victim in retry["message"]
+        )
+    finally:
+        _heal_node(client, victim)
+
+
+def test_plain_pod_group_is_a_gang(cluster: E2ECluster, namespace: str, gang_queue: Any) -> None:
+    client = cluster.client
+    queue = gang_queue()
+    group = unique("pg")
+    for i in range(2):
+        client.create(
+            PODS,
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": f"{group}-{i}",
+                    "namespace": namespace,
+                    "labels": {"kueue.x-k8s.io/queue-name": queue, "kueue.x-k8s.io/pod-group-name": group},
+                    "annotations": {
+                        "kueue.x-k8s.io/pod-group-total-count": "2",
+                        "gangplugin.io/required-topology": US,
+                    },
+                },
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {
+                            "name": "trainer",
+                            "image": "trainer:latest",
+                            "resources": {
+                                "requests": {"cpu": "1", "nvidia.com/gpu": "4"},
+                                "limits": {"nvidia.com/gpu": "4"},
+                            },
+                        }
+                    ],
+                },
+            },
+        )
+
+    def gang_ready() -> list[dict[str, Any]] | None:
+        items = client.list(PODS, namespace, label_selector=f"kueue.x-k8s.io/pod-group-name={group}")["items"]
+        return items if len(items) == 2 and all(is_true(p, "Ready") for p in items) else None
+
+    pods = wait_for(gang_ready, 120, "the pod group Ready")
+    us = node_us(client)
+    assert len({p["metadata"]["labels"][GANG_LABEL] for p in pods}) == 1
+    assert {p["metadata"]["annotations"][GANG_SIZE_ANNOTATION] for p in pods} == {"2"}
+    assert len({us[p["spec"]["nodeName"]] for p in pods}) == 1
+
+
+def test_controller_killed_during_admission_and_restarted(
+    cluster: E2ECluster, namespace: str, gang_queue: Any
+) -> None:
+    assert cluster.local, "this test restarts gangplugin, which needs the local cluster (KUBECONFIG unset)"
+    client = cluster.client
+    queue = gang_queue()
+    jobs = [submit(client, namespace, queue, 4) for _ in range(3)]
+    e2e_local_cluster().restart("gangplugin")  # SIGKILL while the gangs are being admitted
+    us = node_us(client)
+    for job in jobs:
+        pods = running_gang(client, namespace, job, 4)
+        wl = workload(client, namespace, job)
+        check = check_of(wl)
+        domain = check["podSetUpdates"][0]["nodeSelector"][US]
+        assert {us[p["spec"]["nodeName"]] for p in pods} == {domain}, job
+        admitted = [
+            e for e in events_of(client, namespace, wl["metadata"]["name"]) if e["reason"] == "GangAdmitted"
+        ]
+        assert len(admitted) <= 1, admitted  # decided once; a restart does not decide again
+    # Nothing changes after a second restart: every decision is read back from the API.
+    before = {job: check_of(workload(client, namespace, job)) for job in jobs}
+    e2e_local_cluster().restart("gangplugin")
+    time.sleep(3)
+    after = {job: check_of(workload(client, namespace, job)) for job in jobs}
+    assert before == after
