@@ -6,6 +6,9 @@ from gangplugin.admission.controller import GangAdmission
 from gangplugin.kube.workqueue import start_workers
 from gangplugin.server.runtime import Runtime
 
+# Only the leader writes check states: two writers would race on the same Workloads.
+needs_leader = True
+
 _controllers: dict[int, GangAdmission] = {}
 
 

@@ -54,6 +54,7 @@ from gangplugin.kube.events import record_event
 from gangplugin.kube.informer import Informer, object_key
 from gangplugin.kube.records import bound_pod_from_k8s, gang_from_k8s, levels_from_topology, node_from_k8s
 from gangplugin.kube.workqueue import WorkQueue
+from gangplugin.server import metrics
 
 log = logging.getLogger(__name__)
 
@@ -395,6 +396,8 @@ class GangAdmission:
         )
         if ok:
             self.event(wl, "Normal", "GangAdmitted", decision.message)
+            if reserved := _cond_time(wl, "QuotaReserved"):
+                metrics.ADMISSION_LATENCY.observe(max(0.0, now - reserved))
         return ok
 
     def _reject(self, wl: JSON, check: str, message: str, now: float) -> None:
@@ -416,6 +419,7 @@ class GangAdmission:
     def watchdog(self, key: str) -> float | None:
         wl = self.workloads.get(key)
         if wl is None or not rec.is_true(wl, "Admitted") or rec.is_true(wl, "Finished"):
+            metrics.GANG_READY.forget(key)
             return None
         ours = self.our_checks()
         found = self._our_check_of(wl, ours)
@@ -430,6 +434,7 @@ class GangAdmission:
         ns = wl["metadata"]["namespace"]
         gang = gang_id(wl["metadata"]["name"])
         obs = self.observe(wl, self.gang_pods(ns, gang))
+        metrics.GANG_READY.update(key, obs.admitted_at, obs.ready >= obs.size, now)
         verdict = watch(policy, obs, now)
         if obs.failed_nodes and policy.node_failure == "ReplaceFromSpare" and not verdict.expired:
             self.replace_failed(wl, state, policy, obs.failed_nodes)
@@ -476,6 +481,7 @@ class GangAdmission:
         if self._write_check(wl, check, d.state, d.message, requeue_after=d.requeue_after_seconds, now=now):
             reason = "GangRequeued" if d.state == "Retry" else "GangDeactivated"
             self.event(wl, "Warning", reason, d.message)
+            metrics.eviction(verdict.phase, d.state)
 
     def replace_failed(
         self, wl: JSON, state: Mapping[str, Any], policy: GangPolicy, failed: tuple[str, ...]

@@ -27,8 +27,9 @@ from gangplugin.core.topology import HOSTNAME_LABEL, Snapshot
 
 PodKey = tuple[str, str]  # (namespace, name)
 GangKey = tuple[str, str]  # (namespace, gang label value)
+Requests = tuple[tuple[str, int], ...]  # a pod's requests, sorted: its shape
 # What makes two pods of a gang interchangeable in a plan.
-Signature = tuple[tuple[tuple[str, int], ...], PodConstraints, str | None, str | None]
+Signature = tuple[Requests, PodConstraints, str | None, str | None]
 
 SIZE_FIELD = f"metadata.annotations.{GANG_SIZE_ANNOTATION}"
 # Reasons a node fails filter; the scheduler counts nodes per reason in FailedScheduling.

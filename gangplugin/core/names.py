@@ -21,3 +21,7 @@ ADMISSION_CHECK_CONTROLLER = f"{GROUP}/gang"
 # each had before), and the pod annotation carrying the end of the block a gang runs on.
 PLAN_QUOTA_ANNOTATION = f"{GROUP}/plan-quota"
 BLOCK_END_ANNOTATION = f"{GROUP}/block-end"
+
+# On the pod of the `gangplugin serve` replica that holds the leader Lease (in-cluster): the
+# extender Service selects it, so kube-scheduler reaches the one replica running the extender.
+LEADER_LABEL = f"{GROUP}/leader"

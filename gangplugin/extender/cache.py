@@ -23,6 +23,7 @@ from gangplugin.core.gangplan import (
     GangPlan,
     GangPod,
     PodKey,
+    Requests,
     assign,
     filter_gang_pod,
     filter_single_pod,
@@ -54,7 +55,8 @@ class ExtenderCache:
         self.claims: dict[GangKey, dict[PodKey, int]] = {}
         self.reserved: dict[GangKey, set[int]] = {}  # slot indexes whose placeholder is charged
         self.reserved_on: Counter[str] = Counter()  # node -> placeholders charged to it
-        self.reasons: dict[GangKey, dict[str, str]] = {}  # per plan: why each node is not it
+        # per plan and member shape (requests): why each node is not that member's node
+        self.reasons: dict[GangKey, dict[Requests, dict[str, str]]] = {}
 
     # -- watch handlers --------------------------------------------------------------------
 
@@ -113,7 +115,7 @@ class ExtenderCache:
         if self.reserved_on[node] <= 0:
             del self.reserved_on[node]
 
-    def _reserve(self, plan: GangPlan, requests: Mapping[str, int]) -> None:
+    def _reserve(self, plan: GangPlan) -> None:
         slots = set(range(len(plan.slots)))
         for i in slots:
             s = plan.slots[i]
@@ -123,7 +125,16 @@ class ExtenderCache:
         self.plans[plan.gang] = plan
         self.reserved[plan.gang] = slots
         self.claims[plan.gang] = {}
-        self.reasons[plan.gang] = node_reasons(self.snapshot, plan, requests, self.policy)
+        self.reasons[plan.gang] = {}
+
+    def _reasons(self, plan: GangPlan, pod: GangPod) -> Mapping[str, str]:
+        """Per-node reasons for members shaped like `pod`, computed once per shape and plan."""
+        by_shape = self.reasons.setdefault(plan.gang, {})
+        shape = pod.signature[0]
+        reasons = by_shape.get(shape)
+        if reasons is None:
+            reasons = by_shape[shape] = node_reasons(self.snapshot, plan, pod.requests, self.policy)
+        return reasons
 
     def _release_claim(self, gkey: GangKey, pod: PodKey) -> None:
         """The member is bound (its own requests now count) or gone: free its slot's placeholder."""
@@ -182,7 +193,7 @@ class ExtenderCache:
                 )
                 made = plan
                 if plan.feasible:
-                    self._reserve(plan, pod.requests)
+                    self._reserve(plan)
             elif plan.size != pod.size:
                 raise InputError(
                     f"pod {pod.namespace}/{pod.name}: metadata.annotations.gangplugin.io/gang-size",
@@ -195,7 +206,8 @@ class ExtenderCache:
                 if slot is not None:
                     claims[pod.key] = slot
                     target = plan.slots[slot].node
-            verdict = filter_gang_pod(plan, self.reasons.get(gkey, {}), node_names, target)
+            reasons = self._reasons(plan, pod) if target is not None else {}
+            verdict = filter_gang_pod(plan, reasons, node_names, target)
             if verdict.replan:
                 self.drop(gkey)
             return verdict, made

@@ -4,7 +4,6 @@ HTTPS server kube-scheduler calls, on its own asyncio event loop thread."""
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import logging
 import ssl
 import threading
@@ -17,11 +16,14 @@ from gangplugin.extender.barrier import Barrier, api_binder
 from gangplugin.extender.cache import ExtenderCache
 from gangplugin.extender.pods import gang_pod_from_k8s
 from gangplugin.extender.server import AbandonFn, ExtenderHandlers, make_app, serve
-from gangplugin.kube.client import EVENTS, NODES, PODS, ApiError, Client
+from gangplugin.kube.client import NODES, PODS, ApiError, Client
+from gangplugin.kube.events import record_event
 from gangplugin.kube.informer import identity
 from gangplugin.server.runtime import Runtime
 
 log = logging.getLogger(__name__)
+
+COMPONENT = "gangplugin-extender"
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +34,10 @@ class ExtenderSettings:
     barrier_timeout: float = 20.0  # must stay below the scheduler's extender httpTimeout
     spares_per_ultraserver: int = 0
 
+
+# Gang plans and the bind barrier live in memory: exactly one replica may take scheduler calls
+# (it listens only while leading; in a cluster the extender Service selects the leader's pod).
+needs_leader = True
 
 _settings = ExtenderSettings()
 _cache: ExtenderCache | None = None
@@ -54,42 +60,17 @@ def setup(runtime: Runtime) -> None:
     runtime.informer(PODS, gang_pod_from_k8s).add_handler(_cache.on_pod)
 
 
-def _event(client: Client, namespace: str, name: str, uid: str, reason: str, message: str) -> None:
-    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    client.create(
-        EVENTS,
-        {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{name}.", "namespace": namespace},
-            "involvedObject": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "name": name,
-                "namespace": namespace,
-                "uid": uid,
-            },
-            "reason": reason,
-            "message": message[:1000],
-            "type": "Warning",
-            "source": {"component": "gangplugin-extender"},
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        },
-    )
-
-
 def _abandoner(client: Client, cache: ExtenderCache, executor: ThreadPoolExecutor) -> AbandonFn:
     def abandon(plan: GangPlan) -> None:
         def run() -> None:
             for ns, name in plan.abandon:
                 with cache.lock:
                     pod = cache.pods.get((ns, name))
-                uid = pod.uid if pod is not None else ""
+                meta = {"name": name, "namespace": ns, "uid": pod.uid if pod is not None else ""}
                 msg = f"deleted so its controller recreates it and the gang starts whole: {plan.reason}"
+                obj = {"apiVersion": "v1", "kind": "Pod", "metadata": meta}
+                record_event(client, obj, "Warning", "GangIncomplete", msg, COMPONENT)
                 try:
-                    _event(client, ns, name, uid, "GangIncomplete", msg)
                     client.delete(PODS, name, ns)
                     log.warning("abandoned %s/%s of partial gang %s", ns, name, plan.gang[1])
                 except ApiError as err:

@@ -23,6 +23,7 @@ from gangplugin.core.gangplan import GangPlan, GangPod
 from gangplugin.extender.barrier import Barrier
 from gangplugin.extender.cache import ExtenderCache
 from gangplugin.extender.pods import gang_pod_from_k8s
+from gangplugin.server.metrics import EXTENDER_LATENCY
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +123,7 @@ def make_app(
     handlers: ExtenderHandlers, barrier: Barrier, clock: Callable[[], float] = time.time
 ) -> web.Application:
     async def guard(request: web.Request, work: Callable[[Mapping[str, Any]], Any]) -> web.Response:
+        start = time.perf_counter()
         try:
             body = await _body(request)
             result = work(body)
@@ -133,6 +135,8 @@ def make_app(
         except Exception as err:  # never a 500 without a message, never a dead server
             log.exception("extender %s failed", request.path)
             return _json({"Error": f"extender {request.path} failed: {err}"}, status=400)
+        finally:
+            EXTENDER_LATENCY.labels(request.path.lstrip("/")).observe(time.perf_counter() - start)
 
     async def filter_(request: web.Request) -> web.Response:
         return await guard(request, lambda b: handlers.filter(b, clock()))

@@ -33,6 +33,8 @@ from gangplugin.localcluster.shape import nodes_from_shape
 REPO = Path(__file__).resolve().parents[2]
 FIELD_MANAGER = "gangplugin-localcluster"
 KUEUE_NAMESPACE = "kueue-system"
+# Where `gangplugin serve` keeps its leader Lease (as in deploy/manifests).
+GANGPLUGIN_NAMESPACE = "gangplugin-system"
 # Kueue integrations the local cluster enables; their webhooks are installed, no others.
 KUEUE_FRAMEWORKS = ("batch/job", "pod")
 KUEUE_METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
@@ -116,6 +118,13 @@ class Ports:
     @property
     def gangplugin_grpc(self) -> int:
         return self.base + 613
+
+    def gangplugin_replica(self, n: int) -> tuple[int, int]:
+        """Health and gRPC ports of `gangplugin serve` replica n (1 has the ones above). Replicas
+        share the extender's port: only the leader binds it, as a Service would pick the leader."""
+        if n == 1:
+            return self.gangplugin_health, self.gangplugin_grpc
+        return self.base + 614 + 2 * (n - 2), self.base + 615 + 2 * (n - 2)
 
     def named(self) -> dict[str, int]:
         return {
@@ -294,6 +303,11 @@ class LocalCluster:
             self._wait_kueue_webhooks(client)
             self._create_nodes(client)
             self.apply_file(client, REPO / "deploy" / "local" / "queues.yaml")
+            client.apply(
+                _NAMESPACES,
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": GANGPLUGIN_NAMESPACE}},
+                field_manager=FIELD_MANAGER,
+            )
             gangplugin = self._gangplugin()
             if gangplugin:
                 self._start(gangplugin)
@@ -571,41 +585,48 @@ class LocalCluster:
             ),
         )
 
-    def _gangplugin(self) -> Component | None:
-        """`gangplugin serve` with every registered component (or GANGPLUGIN_COMPONENTS)."""
+    def _gangplugin(self, replica: int = 1) -> Component | None:
+        """`gangplugin serve` (the console script, as a user runs it) with every registered
+        component (or GANGPLUGIN_COMPONENTS). Replica 1 is the one `up` starts and waits to lead;
+        `restart("gangplugin-2")` starts a second one, a follower until the first is gone."""
         from gangplugin.server.main import COMPONENTS
 
         p = self.ports
         components = os.environ.get("GANGPLUGIN_COMPONENTS", ",".join(COMPONENTS))
         if not components:
             return None
+        health, grpc = p.gangplugin_replica(replica)
+        ca = ssl.create_default_context(cafile=str(self.pki_dir / "ca.crt"))
+
+        def ready() -> bool:
+            r = httpx.get(f"https://127.0.0.1:{health}/readyz", verify=ca, timeout=2.0)
+            # Replica 1 must lead (the tests expect working controllers); others may stand by.
+            return r.status_code == 200 and (replica > 1 or "standby" not in r.text)
+
         return Component(
-            "gangplugin",
+            "gangplugin" if replica == 1 else f"gangplugin-{replica}",
             [
-                sys.executable,
-                "-m",
-                "gangplugin.server.main",
+                str(Path(sys.executable).parent / "gangplugin"),
                 "serve",
                 f"--kubeconfig={self.kubeconfig}",
                 f"--components={components}",
-                f"--health-bind=127.0.0.1:{p.gangplugin_health}",
-                f"--grpc-bind=127.0.0.1:{p.gangplugin_grpc}",
+                f"--health-bind=127.0.0.1:{health}",
+                f"--health-tls-cert={self.pki_dir / 'webhook.crt'}",
+                f"--health-tls-key={self.pki_dir / 'webhook.key'}",
+                "--log-format=text",
+                f"--leader-election-namespace={GANGPLUGIN_NAMESPACE}",
+                # Stable per replica: a restarted replica renews its own lease at once.
+                f"--leader-election-identity=local-gangplugin-{replica}",
+                f"--grpc-bind=127.0.0.1:{grpc}",
                 f"--extender-bind=127.0.0.1:{p.gangplugin_extender}",
                 f"--extender-tls-cert={self.pki_dir / 'webhook.crt'}",
                 f"--extender-tls-key={self.pki_dir / 'webhook.key'}",
             ],
-            health=lambda: (
-                httpx.get(f"http://127.0.0.1:{p.gangplugin_health}/readyz", timeout=2.0).status_code == 200
-            ),
+            health=ready,
         )
 
-    def restart(self, name: str, *, kill: signal.Signals = signal.SIGKILL, extender: bool = True) -> None:
-        """Kill one running process ("gangplugin" or "kube-scheduler") and start it again;
-        `extender` chooses kube-scheduler's configuration (tests and benchmarks use this)."""
-        components: dict[str, Callable[[], Component | None]] = {
-            "gangplugin": self._gangplugin,
-            "kube-scheduler": lambda: self._scheduler(extender=extender),
-        }
+    def stop_process(self, name: str, kill: signal.Signals = signal.SIGKILL) -> None:
+        """Signal one running process and wait (up to 15 s) until it is gone."""
         self._started.update(self._read_state().get("processes", {}))
         pid = self._started.get(name)
         if pid is not None and _alive(pid):
@@ -614,6 +635,18 @@ class LocalCluster:
             deadline = time.monotonic() + 15
             while _alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.1)
+
+    def restart(self, name: str, *, kill: signal.Signals = signal.SIGKILL, extender: bool = True) -> None:
+        """Kill one running process ("gangplugin", "gangplugin-<n>" or "kube-scheduler") and start
+        it again (or start it, if it was not running); `extender` chooses kube-scheduler's
+        configuration (tests and benchmarks use this)."""
+        components: dict[str, Callable[[], Component | None]] = {
+            "gangplugin": self._gangplugin,
+            "kube-scheduler": lambda: self._scheduler(extender=extender),
+        }
+        if name.startswith("gangplugin-"):
+            components[name] = lambda: self._gangplugin(int(name.removeprefix("gangplugin-")))
+        self.stop_process(name, kill)
         comp = components[name]()
         if comp is None:
             raise ClusterError(f"{name} has nothing to run")

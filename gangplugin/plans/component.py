@@ -7,6 +7,9 @@ from gangplugin.kube.workqueue import start_workers
 from gangplugin.plans.controller import TRAINING_PLANS, PlanController
 from gangplugin.server.runtime import Runtime
 
+# Only the leader writes plan status and ClusterQueue quota.
+needs_leader = True
+
 # setup() builds the controller (its handlers must exist before the caches start); start() runs it.
 _controllers: dict[int, PlanController] = {}
 

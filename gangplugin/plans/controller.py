@@ -24,6 +24,7 @@ from gangplugin.kube.informer import Informer
 from gangplugin.kube.plan_records import training_plan_from_manifest
 from gangplugin.kube.workqueue import WorkQueue
 from gangplugin.plans.clusterqueue import flavors, managed_quotas, nominal_quotas, quota_patch
+from gangplugin.server import metrics
 
 log = logging.getLogger(__name__)
 
@@ -191,7 +192,9 @@ class PlanController:
         now = self.clock()
         plans = self._plans_of(name)
         managed = managed_quotas(cq)
-        update = quota_update(queue_quota(plans, name, now), nominal_quotas(cq), managed)
+        desired = queue_quota(plans, name, now)
+        metrics.plan_quota(name, desired)
+        update = quota_update(desired, nominal_quotas(cq), managed)
         if update.values or update.managed != managed:
             self.client.patch(CLUSTER_QUEUES, name, quota_patch(cq, update.values, update.managed))
             log.info("ClusterQueue %s: nominalQuota %s at %s", name, update.values, format_time(now))

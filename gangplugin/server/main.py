@@ -4,20 +4,49 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import signal
+import socket
 import sys
+import uuid
+from pathlib import Path
 from types import FrameType
 
 import click
 
 from gangplugin import __version__
+from gangplugin.core.durations import parse_duration
+from gangplugin.core.errors import InputError
+from gangplugin.core.leader import ElectionConfig
 from gangplugin.kube.client import Client
-from gangplugin.kube.informer import wait_all_synced
-from gangplugin.server.health import serve_health
+from gangplugin.server import logs
+from gangplugin.server.health import serve_health, tls_context
 from gangplugin.server.runtime import Runtime
+from gangplugin.server.serving import Election, ServeError, Server
 
-# component name -> module with `setup(runtime, options)` (registers caches and handlers)
-# and `start(runtime)` (starts its threads once the caches are synced).
+_SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+def _default_namespace() -> str:
+    """The pod's namespace in a cluster (downward API or the service account), else the one the
+    manifests and the local cluster use."""
+    if os.environ.get("POD_NAMESPACE"):
+        return os.environ["POD_NAMESPACE"]
+    try:
+        return _SA_NAMESPACE.read_text().strip() or "gangplugin-system"
+    except OSError:
+        return "gangplugin-system"
+
+
+def _default_identity() -> str:
+    """The pod name (a container restarted in the same pod renews its own lease at once), else
+    client-go's hostname_uuid."""
+    return os.environ.get("POD_NAME") or f"{socket.gethostname()}_{uuid.uuid4()}"
+
+
+# component name -> module with `setup(runtime)` (registers caches and handlers) and
+# `start(runtime)` (starts its threads once the caches are synced); a module that sets
+# `needs_leader = True` is started only while this replica holds the leader Lease.
 COMPONENTS: dict[str, str] = {
     "admission": "gangplugin.admission.component",
     "extender": "gangplugin.extender.component",
@@ -41,9 +70,41 @@ def cli() -> None:
     help="Comma-separated components to run.",
 )
 @click.option(
-    "--health-bind", default="0.0.0.0:8081", show_default=True, help="Where /healthz and /readyz are served."
+    "--health-bind",
+    default="0.0.0.0:8081",
+    show_default=True,
+    help="Where /healthz, /readyz and /metrics are served.",
 )
+@click.option("--health-tls-cert", default=None, help="Certificate (PEM) for --health-bind; HTTP when unset.")
+@click.option("--health-tls-key", default=None, help="Key of --health-tls-cert.")
 @click.option("--log-level", default="INFO", show_default=True)
+@click.option(
+    "--log-format",
+    type=click.Choice(["json", "text"]),
+    default="json",
+    show_default=True,
+    help="json: one object per line (ts, level, logger, msg, fields); text: for a terminal.",
+)
+@click.option(
+    "--leader-elect/--no-leader-elect",
+    default=True,
+    show_default=True,
+    help="Run the controllers and the extender only while holding the Lease (for several replicas).",
+)
+@click.option(
+    "--leader-election-namespace",
+    default=None,
+    help="Namespace of the Lease  [default: the pod's, else gangplugin-system]",
+)
+@click.option("--leader-election-id", default="gangplugin", show_default=True, help="Name of the Lease.")
+@click.option(
+    "--leader-election-identity",
+    default=None,
+    help="This replica's name in the Lease  [default: $POD_NAME, else hostname_uuid]",
+)
+@click.option("--leader-election-lease-duration", default="15s", show_default=True)
+@click.option("--leader-election-renew-deadline", default="10s", show_default=True)
+@click.option("--leader-election-retry-period", default="2s", show_default=True)
 @click.option("--grpc-bind", default="0.0.0.0:8090", show_default=True, help="Where the gRPC API listens.")
 @click.option("--extender-bind", default="0.0.0.0:8443", show_default=True, help="Extender's address.")
 @click.option("--extender-tls-cert", default=None, help="Serving certificate (PEM); plain HTTP when unset.")
@@ -59,7 +120,17 @@ def serve(
     kubeconfig: str | None,
     components: str,
     health_bind: str,
+    health_tls_cert: str | None,
+    health_tls_key: str | None,
     log_level: str,
+    log_format: str,
+    leader_elect: bool,
+    leader_election_namespace: str | None,
+    leader_election_id: str,
+    leader_election_identity: str | None,
+    leader_election_lease_duration: str,
+    leader_election_renew_deadline: str,
+    leader_election_retry_period: str,
     grpc_bind: str,
     extender_bind: str,
     extender_tls_cert: str | None,
@@ -68,10 +139,7 @@ def serve(
     extender_spares_per_ultraserver: int,
 ) -> None:
     """Run the chosen components in one process until SIGTERM."""
-    logging.basicConfig(
-        level=log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    logs.configure(log_level, log_format)
     wanted = [c.strip() for c in components.split(",") if c.strip()]
     unknown = [c for c in wanted if c not in COMPONENTS]
     if unknown or not wanted:
@@ -79,9 +147,30 @@ def serve(
             f"{', '.join(unknown) or 'none given'}; choose from {', '.join(COMPONENTS) or '(none yet)'}",
             param_hint="--components",
         )
+    if (health_tls_cert is None) != (health_tls_key is None):
+        raise click.BadParameter("give both or neither", param_hint="--health-tls-cert/--health-tls-key")
+    election = None
+    if leader_elect:
+        try:
+            config = ElectionConfig(
+                parse_duration(leader_election_lease_duration, "--leader-election-lease-duration"),
+                parse_duration(leader_election_renew_deadline, "--leader-election-renew-deadline"),
+                parse_duration(leader_election_retry_period, "--leader-election-retry-period"),
+            ).validate()
+        except InputError as err:
+            raise click.BadParameter(err.problem, param_hint=err.field) from None
+        election = Election(
+            leader_election_namespace or _default_namespace(),
+            leader_election_id,
+            leader_election_identity or _default_identity(),
+            config,
+            os.environ.get("POD_NAME") or None,
+        )
     runtime = Runtime(Client.from_kubeconfig(kubeconfig))
-    health = serve_health(health_bind)
-    modules = [importlib.import_module(COMPONENTS[c]) for c in wanted]
+    modules = {c: importlib.import_module(COMPONENTS[c]) for c in wanted}
+    server = Server(runtime, modules, election)
+    tls = tls_context(health_tls_cert, health_tls_key)
+    health = serve_health(health_bind, runtime.live, server.readiness, tls)
     if "extender" in wanted:
         from gangplugin.extender.component import ExtenderSettings, configure
 
@@ -98,23 +187,22 @@ def serve(
         from gangplugin.api.component import configure as configure_api
 
         configure_api(grpc_bind)
-    for mod in modules:
-        mod.setup(runtime)
-    runtime.start_informers()
-    if not wait_all_synced(runtime.informers(), timeout=120):
-        raise click.ClickException("watch caches did not sync within 120s; is the API server reachable?")
-    for mod in modules:
-        mod.start(runtime)
-    health.ready.set()
-    logging.getLogger("gangplugin").info("serving components %s", ",".join(wanted))
 
     def _stop(signum: int, _frame: FrameType | None) -> None:
         runtime.stop.set()
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    runtime.stop.wait()
+    try:
+        server.start()
+    except ServeError as err:
+        raise click.ClickException(str(err)) from None
+    status = server.wait()
     health.shutdown()
+    if status:
+        # At once, without waiting for worker threads: a replica that lost the Lease must not act.
+        logging.shutdown()
+        os._exit(status)
 
 
 def main() -> None:

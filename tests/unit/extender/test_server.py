@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 from aiohttp.test_utils import TestClient, TestServer
 
+from gangplugin.core.gangplan import TOO_FULL
 from gangplugin.core.names import GANG_LABEL, GANG_SIZE_ANNOTATION
 from gangplugin.extender.barrier import Barrier
 from gangplugin.extender.cache import ExtenderCache
@@ -221,3 +222,25 @@ def test_expired_plan_gives_its_capacity_back():
     assert blocked.passed == ()
     later, _ = cache.filter(gang_pod_from_k8s(pod("x0", "x", 1)), NODES, now=cache.plan_ttl + 1)
     assert len(later.passed) == 1
+
+
+def test_too_full_reasons_use_each_members_own_requests():
+    cache = make_cache()
+
+    def shaped(name: str, gpus: int, gang: str | None = None, node_name: str | None = None) -> Any:
+        raw = pod(name, gang, 2 if gang else None, node_name)
+        raw["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = str(gpus)
+        return gang_pod_from_k8s(raw)
+
+    cache.on_pod("ADDED", None, shaped("busy2", 2, node_name="n2"))  # 2 GPUs free on n2
+    cache.on_pod("ADDED", None, shaped("busy3", 3, node_name="n3"))  # 1 GPU free on n3
+    big, small = shaped("big", 4, "g"), shaped("small", 1, "g")
+    for m in (big, small):
+        cache.on_pod("ADDED", None, m)
+    big_verdict, plan = cache.filter(big, NODES, now=0.0)
+    small_verdict, _ = cache.filter(small, NODES, now=0.0)
+    assert plan is not None and plan.feasible
+    assert small_verdict.passed == ("n3",)  # best fit: the node with exactly one GPU free
+    assert big_verdict.failed["n2"] == TOO_FULL  # 2 free GPUs cannot hold 4
+    assert small_verdict.failed["n2"] != TOO_FULL  # ... but could hold 1: planned elsewhere
+    assert "plan packs its pods on other nodes" in small_verdict.failed["n2"]

@@ -1,0 +1,108 @@
+"""Every Prometheus metric gangplugin exports, in one place (served on /metrics by `serve`).
+
+Components import the objects they observe; names follow Prometheus conventions (base units,
+`_seconds`, `_total`). Series that only the leader produces (admission, plans) are absent on
+followers, so summing over replicas never counts a gang twice.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+
+from prometheus_client import Counter, Gauge, Histogram
+
+# Admission and readiness happen on human time scales: seconds to an hour.
+_SLOW = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
+# Extender calls: filter/prioritize in milliseconds, bind waits at the gang barrier (up to ~20 s).
+_FAST = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30)
+
+ADMISSION_LATENCY = Histogram(
+    "gangplugin_gang_admission_latency_seconds",
+    "From a gang's quota reservation in Kueue to its gangplugin.io/gang check being Ready.",
+    buckets=_SLOW,
+)
+TIME_TO_ALL_READY = Histogram(
+    "gangplugin_gang_time_to_all_ready_seconds",
+    "From a gang's admission to every one of its pods being Ready (first time per admission).",
+    buckets=_SLOW,
+)
+EVICTIONS = Counter(
+    "gangplugin_gang_evictions_total",
+    "Gangs the readiness watchdog evicted, by why (the phase they were stuck in) and what followed.",
+    ["reason", "action"],
+)
+EXTENDER_LATENCY = Histogram(
+    "gangplugin_extender_request_duration_seconds",
+    "Time to answer a kube-scheduler extender call, by verb (bind includes the gang barrier wait).",
+    ["verb"],
+    buckets=_FAST,
+)
+PLAN_QUOTA = Gauge(
+    "gangplugin_plan_quota",
+    "nominalQuota that TrainingPlans give a ClusterQueue flavor now, per resource.",
+    ["cluster_queue", "flavor", "resource"],
+)
+LEADER = Gauge(
+    "gangplugin_leader",
+    "1 while this replica holds the leader Lease (and runs the controllers), else 0.",
+    ["lease"],
+)
+
+# The watchdog's phase when a gang ran out of time -> the eviction reason exported.
+_EVICTION_REASONS = {
+    "Scheduling": "PodsNotScheduled",
+    "Starting": "PodsNotReady",
+    "Recovering": "RecoveryTimeout",
+}
+
+
+def eviction(phase: str, state: str) -> None:
+    """Count one eviction: `phase` from the watchdog's verdict, `state` the check state written
+    (Retry requeues, anything else deactivates)."""
+    action = "Requeued" if state == "Retry" else "Deactivated"
+    EVICTIONS.labels(_EVICTION_REASONS.get(phase, phase), action).inc()
+
+
+class FirstReady:
+    """Observes admission -> all pods Ready once per admission, and only for gangs this process
+    saw not yet Ready (a new leader does not count gangs that were Ready before it led)."""
+
+    def __init__(self, histogram: Histogram) -> None:
+        self._histogram = histogram
+        self._seen: dict[str, tuple[float, bool]] = {}  # key -> (admitted at, all Ready seen)
+        self._lock = threading.Lock()
+
+    def update(self, key: str, admitted_at: float, all_ready: bool, now: float) -> float | None:
+        """The latency observed now, if this is the gang's first all-Ready since admission."""
+        with self._lock:
+            prev = self._seen.get(key)
+            fresh = prev is None or prev[0] != admitted_at
+            self._seen[key] = (admitted_at, all_ready or (not fresh and prev is not None and prev[1]))
+            if not all_ready or prev is None or fresh or prev[1]:
+                return None
+        latency = max(0.0, now - admitted_at)
+        self._histogram.observe(latency)
+        return latency
+
+    def forget(self, key: str) -> None:
+        with self._lock:
+            self._seen.pop(key, None)
+
+
+GANG_READY = FirstReady(TIME_TO_ALL_READY)
+
+_quota_series: dict[str, set[tuple[str, str]]] = {}
+_quota_lock = threading.Lock()
+
+
+def plan_quota(cluster_queue: str, quota: Mapping[tuple[str, str], int]) -> None:
+    """Set the quota plans give `cluster_queue` now ((flavor, resource) -> amount); pairs no
+    longer fed are removed, not left at their last value."""
+    with _quota_lock:
+        old = _quota_series.get(cluster_queue, set())
+        for flavor, resource in old - set(quota):
+            PLAN_QUOTA.remove(cluster_queue, flavor, resource)
+        for (flavor, resource), amount in quota.items():
+            PLAN_QUOTA.labels(cluster_queue, flavor, resource).set(amount)
+        _quota_series[cluster_queue] = set(quota)

@@ -1,0 +1,147 @@
+"""How `gangplugin serve` runs its components: caches first (on every replica), then the
+components that may run anywhere, then — once this replica holds the leader Lease — those that
+declare `needs_leader = True` (the controllers, and the extender whose gang plans live in memory).
+
+A leader that cannot renew within the renew deadline exits non-zero at once (controller-runtime
+does the same): it restarts clean as a follower instead of acting on a lease it may have lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from types import ModuleType
+
+from gangplugin.core.leader import ElectionConfig
+from gangplugin.kube.client import ApiError
+from gangplugin.kube.informer import wait_all_synced
+from gangplugin.kube.lease import LeaderElector, label_leader_pod
+from gangplugin.server.metrics import LEADER
+from gangplugin.server.runtime import Runtime
+
+log = logging.getLogger("gangplugin.serve")
+
+
+class ServeError(RuntimeError):
+    """`serve` cannot start; the message says why and what to do."""
+
+
+@dataclass(frozen=True, slots=True)
+class Election:
+    namespace: str
+    name: str
+    identity: str
+    config: ElectionConfig
+    pod: str | None = None  # this replica's pod (in its namespace), labelled while it leads
+
+
+def needs_leader(module: ModuleType) -> bool:
+    return bool(getattr(module, "needs_leader", False))
+
+
+class Server:
+    """One `serve` process: `start` brings it up, `wait` blocks until it must end."""
+
+    def __init__(self, runtime: Runtime, modules: dict[str, ModuleType], election: Election | None) -> None:
+        self.runtime, self.modules, self.election = runtime, modules, election
+        self.anywhere = {n: m for n, m in modules.items() if election is None or not needs_leader(m)}
+        self.leader_only = {n: m for n, m in modules.items() if n not in self.anywhere}
+        self.elector: LeaderElector | None = None
+        self._phase = "syncing watch caches"
+        self._ready = threading.Event()
+        self._leading_started = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def readiness(self) -> tuple[bool, str]:
+        """Ready once caches are synced and the components this replica runs now are started.
+        A follower is ready too (it serves its other components, and must not block a rollout);
+        the body says which role it has."""
+        if not self._ready.is_set():
+            return False, self._phase
+        if not self.leader_only:
+            return True, f"serving {', '.join(self.anywhere)}"
+        assert self.elector is not None
+        if self._leading_started.is_set():
+            return True, f"leader ({self.elector.lease}); serving {', '.join(self.modules)}"
+        others = f"serving {', '.join(self.anywhere)}; " if self.anywhere else ""
+        return True, (
+            f"{others}standby for {', '.join(self.leader_only)}: "
+            f"lease {self.elector.lease} held by {self.elector.holder or 'nobody yet'}"
+        )
+
+    def start(self, sync_timeout: float = 120.0) -> None:
+        rt = self.runtime
+        for mod in self.modules.values():
+            mod.setup(rt)
+        rt.start_informers()
+        if not wait_all_synced(rt.informers(), timeout=sync_timeout):
+            raise ServeError(
+                f"watch caches did not sync within {sync_timeout:.0f}s; is the API server reachable?"
+            )
+        for mod in self.anywhere.values():
+            mod.start(rt)
+        if self.leader_only:
+            self._start_election()
+        self._ready.set()
+        log.info("serving %s", ", ".join(self.anywhere) or "nothing until leading")
+
+    def _start_election(self) -> None:
+        e = self.election
+        assert e is not None
+        elector = self.elector = LeaderElector(self.runtime.client, e.namespace, e.name, e.identity, e.config)
+        LEADER.labels(elector.lease).set(0)
+        if e.pod:
+            self._label(False)  # a leader that restarted in the same pod is a follower now
+        self._thread = threading.Thread(
+            target=elector.run,
+            args=(self.runtime.stop, self._on_leading),
+            name="leader-election",
+            daemon=True,
+        )
+        self.runtime.vital(self._thread)
+        self._thread.start()
+        log.info("waiting to lead %s", elector.lease, extra={"identity": e.identity})
+
+    def _on_leading(self) -> None:
+        assert self.elector is not None
+        try:
+            for mod in self.leader_only.values():
+                mod.start(self.runtime)
+        except Exception as err:
+            log.exception("starting the leader's components failed")
+            self.runtime.fail(f"starting {', '.join(self.leader_only)} failed: {err}")
+            return
+        if self.election is not None and self.election.pod:
+            self._label(True)
+        LEADER.labels(self.elector.lease).set(1)
+        self._leading_started.set()
+        log.info("leading %s: started %s", self.elector.lease, ", ".join(self.leader_only))
+
+    def _label(self, leading: bool) -> None:
+        e = self.election
+        assert e is not None and e.pod is not None
+        try:
+            label_leader_pod(self.runtime.client, e.namespace, e.pod, leading)
+        except ApiError as err:
+            what = "label" if leading else "unlabel"
+            log.warning("could not %s pod %s/%s: %s", what, e.namespace, e.pod, err)
+
+    def wait(self) -> int:
+        """Block until stopped; the exit status: 0 for a clean stop (the Lease released), 1 when
+        leadership was lost or a component failed."""
+        rt = self.runtime
+        poll = self.election.config.retry_period / 4 if self.election else 1.0
+        while not rt.stop.wait(poll):
+            why = self.elector.lost_reason() if self.elector is not None else None
+            if why is not None:
+                assert self.elector is not None
+                LEADER.labels(self.elector.lease).set(0)
+                log.error("stopping: %s; exiting so this replica restarts as a follower", why)
+                return 1
+        if rt.failure is not None:
+            log.error("stopping: %s", rt.failure)
+            return 1
+        if self._thread is not None:
+            self._thread.join(timeout=5)  # it releases the Lease on stop
+        return 0
