@@ -1,33 +1,61 @@
-"""`gangplugin serve --components api`: the gRPC server (PlanService for now).
+"""`gangplugin serve --components api`: the gRPC server.
 
-A later service is one more entry in `SERVICES`: a function that builds its servicer from the
-runtime and registers it on the server. TLS and auth come with that later issue; until then the
-server listens in plain text on --grpc-bind (keep it on a trusted network or localhost).
+Services: GangService and PlanService (each an entry in `SERVICES`: a function that builds its
+servicer from the runtime and registers it), the standard health service (grpc.health.v1) and
+server reflection. With --grpc-tls-cert/--grpc-tls-key it serves TLS, re-reading the files when
+they change (cert-manager rotates them in place); without, plain text with a warning. Every
+call but health and reflection needs a caller the API server authenticates and authorizes
+(`api.auth`).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable
 from concurrent import futures
+from dataclasses import dataclass
+from typing import Any
 
 import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
 
+from gangplugin.admission.controller import GangAdmission
+from gangplugin.api.auth import AuthInterceptor, Authorizer
+from gangplugin.api.gangs import MAX_WATCHES, GangService
 from gangplugin.api.plans import PlanService
-from gangplugin.api.proto import plans_pb2_grpc
-from gangplugin.kube.client import NODES
+from gangplugin.api.proto import gangs_pb2, gangs_pb2_grpc, plans_pb2, plans_pb2_grpc
+from gangplugin.kube.client import CLUSTER_QUEUES, LOCAL_QUEUES, NODES
+from gangplugin.kube.workqueue import start_workers
 from gangplugin.plans.controller import TRAINING_PLANS
 from gangplugin.server.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
-_settings = {"bind": "0.0.0.0:8090"}
+#: The services a client may look up by reflection or ask the health service about.
+SERVICE_NAMES = (
+    gangs_pb2.DESCRIPTOR.services_by_name["GangService"].full_name,
+    plans_pb2.DESCRIPTOR.services_by_name["PlanService"].full_name,
+)
 
 
-def configure(bind: str) -> None:
-    """Where the server listens (from `serve --grpc-bind`)."""
-    _settings["bind"] = bind
+@dataclass(frozen=True, slots=True)
+class ApiSettings:
+    bind: str = "0.0.0.0:8090"
+    tls_cert: str | None = None
+    tls_key: str | None = None
+
+
+_settings = {"api": ApiSettings()}
+
+
+def configure(bind: str, tls_cert: str | None = None, tls_key: str | None = None) -> None:
+    """Where the server listens and its certificate (from `serve --grpc-*`)."""
+    if (tls_cert is None) != (tls_key is None):
+        raise ValueError("--grpc-tls-cert and --grpc-tls-key go together")
+    _settings["api"] = ApiSettings(bind, tls_cert, tls_key)
 
 
 def _plan_service(runtime: Runtime, server: grpc.Server) -> None:
@@ -35,24 +63,98 @@ def _plan_service(runtime: Runtime, server: grpc.Server) -> None:
     plans_pb2_grpc.add_PlanServiceServicer_to_server(service, server)
 
 
-SERVICES: list[Callable[[Runtime, grpc.Server], None]] = [_plan_service]
+def _gang_service(runtime: Runtime, server: grpc.Server) -> None:
+    # A read-only view of the admission controller's caches and decisions: its handlers keep the
+    # gang-pod index; its work queue is drained without acting (the admission component acts).
+    view = GangAdmission(runtime.client, runtime.informer)
+    start_workers(view.queue, lambda _key: None, "gang-view")
+    service = GangService(
+        view, runtime.informer(LOCAL_QUEUES), runtime.informer(CLUSTER_QUEUES), runtime.stop
+    )
+    gangs_pb2_grpc.add_GangServiceServicer_to_server(service, server)
 
-_servers: dict[int, grpc.Server] = {}
+
+SERVICES: list[Callable[[Runtime, grpc.Server], None]] = [_gang_service, _plan_service]
+
+
+def new_server(authorizer: Authorizer | None) -> tuple[grpc.Server, health.HealthServicer]:
+    """A server with health and reflection; `authorizer` None serves without auth (tests only)."""
+    interceptors: list[grpc.ServerInterceptor[Any, Any]] = (
+        [AuthInterceptor(authorizer)] if authorizer is not None else []
+    )
+    server = grpc.server(
+        # Each open WatchGangs holds a thread; the rest serve unary calls.
+        futures.ThreadPoolExecutor(max_workers=MAX_WATCHES + 8, thread_name_prefix="grpc"),
+        interceptors=interceptors,
+    )
+    health_service = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_service, server)
+    reflection.enable_server_reflection(
+        (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+    )
+    return server, health_service
+
+
+def _credentials(cert: str, key: str) -> grpc.ServerCredentials:
+    def load() -> tuple[Any, tuple[float, float]]:
+        with open(key, "rb") as k, open(cert, "rb") as c:
+            pair = (k.read(), c.read())
+        return grpc.ssl_server_certificate_configuration([pair]), (
+            os.stat(cert).st_mtime,
+            os.stat(key).st_mtime,
+        )
+
+    config, stamp = load()
+    seen = {"stamp": stamp}
+
+    def fetch() -> Any:  # called per handshake: cheap unless the files changed
+        try:
+            now = (os.stat(cert).st_mtime, os.stat(key).st_mtime)
+            if now == seen["stamp"]:
+                return None
+            fresh, seen["stamp"] = load()
+            log.info("gRPC TLS certificate reloaded from %s", cert)
+            return fresh
+        except (OSError, ValueError) as err:
+            log.warning("gRPC TLS certificate not reloaded: %s", err)
+            return None
+
+    return grpc.dynamic_ssl_server_credentials(config, fetch)
+
+
+def listen(server: grpc.Server, settings: ApiSettings) -> int:
+    if settings.tls_cert and settings.tls_key:
+        port = server.add_secure_port(settings.bind, _credentials(settings.tls_cert, settings.tls_key))
+    else:
+        log.warning("gRPC API without TLS on %s: tokens cross the network in clear text", settings.bind)
+        port = server.add_insecure_port(settings.bind)
+    if port == 0:
+        raise RuntimeError(f"--grpc-bind {settings.bind}: cannot listen there")
+    return port
+
+
+_servers: dict[int, tuple[grpc.Server, health.HealthServicer]] = {}
 
 
 def setup(runtime: Runtime) -> None:
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="grpc"))
+    server, health_service = new_server(Authorizer(runtime.client))
     for add in SERVICES:
         add(runtime, server)  # asks for its caches now, before they start
-    _servers[id(runtime)] = server
+    _servers[id(runtime)] = (server, health_service)
 
 
 def start(runtime: Runtime) -> None:
-    server = _servers.pop(id(runtime))
-    if server.add_insecure_port(_settings["bind"]) == 0:
-        raise RuntimeError(f"--grpc-bind {_settings['bind']}: cannot listen there")
+    server, health_service = _servers.pop(id(runtime))
+    settings = _settings["api"]
+    listen(server, settings)
     server.start()
-    log.info("gRPC API on %s", _settings["bind"])
-    threading.Thread(
-        target=lambda: (runtime.stop.wait(), server.stop(5)), name="grpc-stop", daemon=True
-    ).start()
+    for name in ("", *SERVICE_NAMES):
+        health_service.set(name, health_pb2.HealthCheckResponse.SERVING)
+    log.info("gRPC API on %s (%s)", settings.bind, "TLS" if settings.tls_cert else "plain text")
+
+    def stop() -> None:
+        runtime.stop.wait()
+        health_service.enter_graceful_shutdown()
+        server.stop(5)
+
+    threading.Thread(target=stop, name="grpc-stop", daemon=True).start()

@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import grpc
+import httpx
 
 from gangplugin.api.proto import plans_pb2, plans_pb2_grpc
 from gangplugin.core.errors import InputError
@@ -150,7 +151,8 @@ _Self = TypeVar("_Self")
 def _rpc(
     method: Callable[[_Self, _Req, grpc.ServicerContext], _Resp],
 ) -> Callable[[_Self, _Req, grpc.ServicerContext], _Resp]:
-    """Bad input becomes INVALID_ARGUMENT with the message naming the field."""
+    """Bad input becomes INVALID_ARGUMENT with the message naming the field; an API server that
+    cannot be reached UNAVAILABLE (the caller may retry), never an unknown error."""
 
     @functools.wraps(method)
     def wrapper(self: _Self, request: _Req, context: grpc.ServicerContext) -> _Resp:
@@ -158,6 +160,8 @@ def _rpc(
             return method(self, request, context)
         except InputError as err:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+        except httpx.HTTPError as err:
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"the Kubernetes API server did not answer: {err}")
 
     return wrapper
 
@@ -265,6 +269,10 @@ class PlanService(plans_pb2_grpc.PlanServiceServicer):
     ) -> plans_pb2.TrainingPlan:
         if not request.training_plan_name:
             raise InputError("trainingPlanName", "is required")
+        if not _NAME.fullmatch(request.training_plan_name) or len(request.training_plan_name) > 253:
+            raise InputError(
+                "trainingPlanName", f"{request.training_plan_name!r} is not a plan name (a-z, 0-9, '-', '.')"
+            )
         obj = self.client.get_or_none(TRAINING_PLANS, request.training_plan_name)
         if obj is None:
             context.abort(

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import click
 import yaml
 
+from gangplugin.cli.connection import Connection, connection_options
 from gangplugin.cli.main import cli
 from gangplugin.core.errors import InputError
 from gangplugin.core.offerings import OfferingRequest, TrainingPlanOffering, search_offerings
@@ -44,9 +45,8 @@ def _output_option(f: _F) -> _F:
 
 
 def _server_option(f: _F) -> _F:
-    return click.option(
-        "--server", envvar="GANGCTL_SERVER", help="gangplugin gRPC address host:port (env GANGCTL_SERVER)"
-    )(f)
+    # The connection flags every online command shares (cli/connection.py), as `conn`.
+    return connection_options(f)
 
 
 def _check_output(output: str) -> str:
@@ -195,13 +195,13 @@ def search(
     end_before: str | None,
     target_resource: str | None,
     now: str | None,
-    server: str | None,
+    conn: Connection,
     output: str,
 ) -> None:
     """Find up to three offerings (one block, else two) for the capacity asked for: over an
     --inventory file (offline), or over a cluster's capacity through --server without one."""
     output = _check_output(output)
-    if inventory is None and server:
+    if inventory is None and conn.server:
         request = _search_message(
             instance_type,
             instance_count,
@@ -213,7 +213,7 @@ def search(
             target_resource,
             now,
         )
-        reply = _call(server, "SearchTrainingPlanOfferings", request)
+        reply = _call(conn, "SearchTrainingPlanOfferings", request)
         online = {
             "offerings": [_offering_from_message(o) for o in reply.training_plan_offerings],
             "searchTime": reply.search_time,
@@ -309,30 +309,11 @@ def status(plan_path: str | None, at: str | None, output: str) -> None:
 # --- online: the PlanService of a running gangplugin ---
 
 
-def _call(server: str | None, method: str, request: Any) -> Any:
+def _call(conn: Connection, method: str, request: Any) -> Any:
     """One PlanService call; bad input exits 2 naming the field, other failures exit 1."""
-    import grpc
-
     from gangplugin.api.proto import plans_pb2_grpc
 
-    if not server:
-        raise InputError(
-            "--server", "is required (host:port of gangplugin's gRPC API, or set GANGCTL_SERVER)"
-        )
-    with grpc.insecure_channel(server) as channel:
-        try:
-            return getattr(plans_pb2_grpc.PlanServiceStub(channel), method)(request, timeout=30)
-        except grpc.RpcError as err:
-            code, detail = err.code(), err.details() or ""
-            if code == grpc.StatusCode.INVALID_ARGUMENT:
-                raise InputError(*_field_split(detail)) from None
-            click.echo(f"error: {code.name}: {detail}", err=True)
-            raise SystemExit(1) from None
-
-
-def _field_split(detail: str) -> tuple[str, str]:
-    field, _, problem = detail.partition(": ")
-    return (field, problem) if problem else ("request", detail)
+    return conn.call(plans_pb2_grpc.PlanServiceStub, method, request)
 
 
 def _message_doc(message: Any) -> dict[str, Any]:
@@ -429,7 +410,7 @@ def create(
     end_before: str | None,
     target_resource: str | None,
     search_time: str | None,
-    server: str | None,
+    conn: Connection,
 ) -> None:
     """Reserve an offering as a TrainingPlan. Give the same search flags as the search that
     found it and its --search-time: the server runs that search again to find the offering."""
@@ -467,7 +448,7 @@ def create(
         resources_per_instance=resources,
         spare_instances_per_ultra_server=spares,
     )
-    reply = _call(server, "CreateTrainingPlan", request)
+    reply = _call(conn, "CreateTrainingPlan", request)
     click.echo(f"trainingplan {reply.training_plan_name} created")
 
 
@@ -475,13 +456,13 @@ def create(
 @click.argument("name")
 @_server_option
 @_output_option
-def describe(name: str, server: str | None, output: str) -> None:
+def describe(name: str, conn: Connection, output: str) -> None:
     """A plan as the server sees it now: status, blocks, active instances, next transition."""
     from gangplugin.api.proto import plans_pb2
 
     output = _check_output(output)
     reply = _call(
-        server, "DescribeTrainingPlan", plans_pb2.DescribeTrainingPlanRequest(training_plan_name=name)
+        conn, "DescribeTrainingPlan", plans_pb2.DescribeTrainingPlanRequest(training_plan_name=name)
     )
     doc = _message_doc(reply)
 
@@ -520,12 +501,12 @@ def describe(name: str, server: str | None, output: str) -> None:
 @click.option("--status", "status_", help="only plans in this status (Pending, Scheduled, Active, ...)")
 @_server_option
 @_output_option
-def list_plans(status_: str | None, server: str | None, output: str) -> None:
+def list_plans(status_: str | None, conn: Connection, output: str) -> None:
     """Every TrainingPlan with its status now."""
     from gangplugin.api.proto import plans_pb2
 
     output = _check_output(output)
-    reply = _call(server, "ListTrainingPlans", plans_pb2.ListTrainingPlansRequest(status=status_ or ""))
+    reply = _call(conn, "ListTrainingPlans", plans_pb2.ListTrainingPlansRequest(status=status_ or ""))
     doc = _message_doc(reply)
     doc.setdefault("trainingPlans", [])
     _emit(

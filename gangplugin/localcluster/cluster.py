@@ -618,6 +618,8 @@ class LocalCluster:
                 # Stable per replica: a restarted replica renews its own lease at once.
                 f"--leader-election-identity=local-gangplugin-{replica}",
                 f"--grpc-bind=127.0.0.1:{grpc}",
+                f"--grpc-tls-cert={self.pki_dir / 'webhook.crt'}",
+                f"--grpc-tls-key={self.pki_dir / 'webhook.key'}",
                 f"--extender-bind=127.0.0.1:{p.gangplugin_extender}",
                 f"--extender-tls-cert={self.pki_dir / 'webhook.crt'}",
                 f"--extender-tls-key={self.pki_dir / 'webhook.key'}",

@@ -106,6 +106,8 @@ def cli() -> None:
 @click.option("--leader-election-renew-deadline", default="10s", show_default=True)
 @click.option("--leader-election-retry-period", default="2s", show_default=True)
 @click.option("--grpc-bind", default="0.0.0.0:8090", show_default=True, help="Where the gRPC API listens.")
+@click.option("--grpc-tls-cert", default=None, help="gRPC serving certificate (PEM); plain text when unset.")
+@click.option("--grpc-tls-key", default=None, help="Key of --grpc-tls-cert.")
 @click.option("--extender-bind", default="0.0.0.0:8443", show_default=True, help="Extender's address.")
 @click.option("--extender-tls-cert", default=None, help="Serving certificate (PEM); plain HTTP when unset.")
 @click.option("--extender-tls-key", default=None, help="Key of --extender-tls-cert.")
@@ -132,6 +134,8 @@ def serve(
     leader_election_renew_deadline: str,
     leader_election_retry_period: str,
     grpc_bind: str,
+    grpc_tls_cert: str | None,
+    grpc_tls_key: str | None,
     extender_bind: str,
     extender_tls_cert: str | None,
     extender_tls_key: str | None,
@@ -186,7 +190,9 @@ def serve(
     if "api" in wanted:
         from gangplugin.api.component import configure as configure_api
 
-        configure_api(grpc_bind)
+        if (grpc_tls_cert is None) != (grpc_tls_key is None):
+            raise click.BadParameter("give both or neither", param_hint="--grpc-tls-cert/--grpc-tls-key")
+        configure_api(grpc_bind, grpc_tls_cert, grpc_tls_key)
 
     def _stop(signum: int, _frame: FrameType | None) -> None:
         runtime.stop.set()

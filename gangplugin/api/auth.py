@@ -1,0 +1,265 @@
+"""Who may call the gRPC API: Kubernetes decides, as it does for kubectl.
+
+A caller sends `authorization: Bearer <token>` (a ServiceAccount token, or any token the API
+server accepts); a TokenReview says who it is, a SubjectAccessReview whether that identity may
+do the verb on the resource the call maps to (`RULES`). Reads need a token too, with
+get/list/watch on workloads.kueue.x-k8s.io (gangs) or trainingplans.gangplugin.io (plans): a gang's
+queue, pods and nodes are as private as the Workload itself. Only the health and reflection
+services are open. Review results are cached briefly (`ttl`) keyed by the token's hash, so a
+watch or a burst of calls costs one review, and a revoked token stops working within `ttl`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import grpc
+import httpx
+
+from gangplugin.core.names import GROUP
+from gangplugin.kube.client import JSON, ApiError, Client
+
+log = logging.getLogger(__name__)
+
+KUEUE_GROUP = "kueue.x-k8s.io"
+#: Services anyone may call: load balancers probe health, tools list the schema.
+OPEN_PREFIXES = ("/grpc.health.v1.", "/grpc.reflection.")
+
+
+@dataclass(frozen=True, slots=True)
+class Access:
+    """What a call needs: `verb` on `group`/`resource`, in the request's `namespace` field when
+    `namespaced` (empty: all namespaces), on the object its `name_field` names (if any)."""
+
+    verb: str
+    group: str
+    resource: str
+    namespaced: bool = False
+    name_field: str | None = None
+
+    def attributes(self, request: Any) -> JSON:
+        attrs: JSON = {"verb": self.verb, "group": self.group, "resource": self.resource}
+        namespace = str(request.namespace) if self.namespaced else ""
+        if namespace:
+            attrs["namespace"] = namespace
+        name = str(getattr(request, self.name_field)) if self.name_field else ""
+        if name:
+            attrs["name"] = name
+        return attrs
+
+
+_GANGS, _PLANS = "/gangplugin.v1.GangService/", "/gangplugin.v1.PlanService/"
+RULES: dict[str, Access] = {
+    _GANGS + "GetGang": Access("get", KUEUE_GROUP, "workloads", True, "name"),
+    _GANGS + "ExplainGang": Access("get", KUEUE_GROUP, "workloads", True, "name"),
+    _GANGS + "ListGangs": Access("list", KUEUE_GROUP, "workloads", True),
+    _GANGS + "WatchGangs": Access("watch", KUEUE_GROUP, "workloads", True, "name"),
+    # A search reads the free capacity the plans leave: listing plans is the right it needs.
+    _PLANS + "SearchTrainingPlanOfferings": Access("list", GROUP, "trainingplans"),
+    _PLANS + "ListTrainingPlans": Access("list", GROUP, "trainingplans"),
+    _PLANS + "DescribeTrainingPlan": Access("get", GROUP, "trainingplans", False, "training_plan_name"),
+    _PLANS + "CreateTrainingPlan": Access("create", GROUP, "trainingplans", False, "training_plan_name"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    username: str
+    uid: str = ""
+    groups: tuple[str, ...] = ()
+    extra: dict[str, list[str]] = field(default_factory=dict)
+
+
+class Denied(Exception):
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def bearer_token(metadata: Any) -> str | None:
+    for key, value in metadata or ():
+        if key.lower() == "authorization" and isinstance(value, str):
+            scheme, _, token = value.strip().partition(" ")
+            if scheme.lower() == "bearer" and token.strip():
+                return token.strip()
+            raise Denied(
+                grpc.StatusCode.UNAUTHENTICATED,
+                "authorization metadata must read 'Bearer <token>'",
+            )
+    return None
+
+
+class Authorizer:
+    """TokenReview + SubjectAccessReview against the API server, with a short cache."""
+
+    def __init__(
+        self, client: Client, ttl: float = 10.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.client, self.ttl, self.clock = client, ttl, clock
+        self._lock = threading.Lock()
+        self._cache: dict[Any, tuple[float, Any]] = {}
+
+    def _cached(self, key: Any, compute: Callable[[], Any]) -> Any:
+        now = self.clock()
+        with self._lock:
+            hit = self._cache.get(key)
+            if hit is not None and hit[0] > now:
+                return hit[1]
+        value = compute()  # outside the lock: a slow review must not hold up other callers
+        with self._lock:
+            if len(self._cache) > 4096:
+                self._cache = {k: v for k, v in self._cache.items() if v[0] > now}
+            self._cache[key] = (now + self.ttl, value)
+        return value
+
+    def _post(self, path: str, body: JSON) -> JSON:
+        try:
+            return self.client.request("POST", path, body=body)
+        except (ApiError, httpx.HTTPError) as err:
+            log.warning("review %s failed: %s", path, err)
+            raise Denied(
+                grpc.StatusCode.UNAVAILABLE, f"cannot check the caller with the API server: {err}"
+            ) from None
+
+    def identity(self, token: str) -> Identity | None:
+        digest = hashlib.sha256(token.encode()).hexdigest()
+
+        def review() -> Identity | None:
+            status = (
+                self._post(
+                    "/apis/authentication.k8s.io/v1/tokenreviews",
+                    {
+                        "apiVersion": "authentication.k8s.io/v1",
+                        "kind": "TokenReview",
+                        "spec": {"token": token},
+                    },
+                ).get("status")
+                or {}
+            )
+            if not status.get("authenticated"):
+                return None
+            user = status.get("user") or {}
+            return Identity(
+                str(user.get("username", "")),
+                str(user.get("uid", "")),
+                tuple(user.get("groups") or ()),
+                {str(k): list(v) for k, v in (user.get("extra") or {}).items()},
+            )
+
+        result: Identity | None = self._cached(("token", digest), review)
+        return result
+
+    def allowed(self, who: Identity, attrs: JSON) -> tuple[bool, str]:
+        key = ("sar", who.username, who.uid, tuple(sorted(attrs.items())))
+
+        def review() -> tuple[bool, str]:
+            spec: JSON = {"user": who.username, "groups": list(who.groups), "resourceAttributes": attrs}
+            if who.uid:
+                spec["uid"] = who.uid
+            if who.extra:
+                spec["extra"] = who.extra
+            status = (
+                self._post(
+                    "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+                    {
+                        "apiVersion": "authorization.k8s.io/v1",
+                        "kind": "SubjectAccessReview",
+                        "spec": spec,
+                    },
+                ).get("status")
+                or {}
+            )
+            return bool(status.get("allowed")) and not status.get("denied"), str(status.get("reason") or "")
+
+        result: tuple[bool, str] = self._cached(key, review)
+        return result
+
+    def check(self, method: str, metadata: Any, request: Any) -> None:
+        """Raise Denied unless the caller may make this call."""
+        if method.startswith(OPEN_PREFIXES):
+            return
+        rule = RULES.get(method)
+        if rule is None:  # fail closed: a new method must get its rule
+            raise Denied(grpc.StatusCode.PERMISSION_DENIED, f"{method}: no access rule; nobody may call it")
+        token = bearer_token(metadata)
+        if token is None:
+            raise Denied(
+                grpc.StatusCode.UNAUTHENTICATED,
+                "send a Kubernetes token as metadata 'authorization: Bearer <token>' "
+                "(gangctl: --token, --token-file or GANGCTL_TOKEN; "
+                "e.g. `kubectl create token <serviceaccount>`)",
+            )
+        who = self.identity(token)
+        if who is None:
+            raise Denied(
+                grpc.StatusCode.UNAUTHENTICATED, "the API server did not accept the token (TokenReview)"
+            )
+        attrs = rule.attributes(request)
+        ok, reason = self.allowed(who, attrs)
+        if not ok:
+            scope = f" in namespace {attrs['namespace']}" if "namespace" in attrs else ""
+            if rule.namespaced and "namespace" not in attrs:
+                scope = " in all namespaces"
+            target = f" {attrs['name']!r}" if "name" in attrs else ""
+            raise Denied(
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"{who.username} cannot {rule.verb} {rule.resource}.{rule.group}{target}{scope}"
+                + (f": {reason}" if reason else ""),
+            )
+
+
+if TYPE_CHECKING:  # generic only in grpc-stubs
+    _Interceptor = grpc.ServerInterceptor[Any, Any]
+else:
+    _Interceptor = grpc.ServerInterceptor
+
+
+class AuthInterceptor(_Interceptor):
+    """Runs `Authorizer.check` before each handler, with the decoded request at hand."""
+
+    def __init__(self, authorizer: Authorizer) -> None:
+        self.authorizer = authorizer
+
+    def intercept_service(self, continuation: Any, details: Any) -> Any:
+        handler = continuation(details)
+        method = details.method
+        if handler is None or method.startswith(OPEN_PREFIXES):
+            return handler
+        check = self.authorizer.check
+
+        if handler.unary_unary is not None:
+            inner_uu = handler.unary_unary
+
+            def unary(request: Any, context: grpc.ServicerContext) -> Any:
+                _guard(check, method, request, context)
+                return inner_uu(request, context)
+
+            return grpc.unary_unary_rpc_method_handler(
+                unary, handler.request_deserializer, handler.response_serializer
+            )
+        if handler.unary_stream is not None:
+            inner_us = handler.unary_stream
+
+            def stream(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+                _guard(check, method, request, context)
+                yield from inner_us(request, context)
+
+            return grpc.unary_stream_rpc_method_handler(
+                stream, handler.request_deserializer, handler.response_serializer
+            )
+        return handler  # no client-streaming methods exist; their rule would be added here
+
+
+def _guard(
+    check: Callable[[str, Any, Any], None], method: str, request: Any, ctx: grpc.ServicerContext
+) -> None:
+    try:
+        check(method, ctx.invocation_metadata(), request)
+    except Denied as err:
+        ctx.abort(err.code, str(err))

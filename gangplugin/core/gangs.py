@@ -1,0 +1,146 @@
+"""What a user is told about a gang: its phase, its topology domain, and the sentences of
+`gangctl explain`. Pure: the adapters read Workloads, pods and nodes and pass plain values."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Phase(StrEnum):
+    QUEUED = "Queued"  # no quota reserved yet
+    PENDING = "Pending"  # quota reserved, the gang check (or, for a pod gang, its nodes) not there yet
+    ADMITTED = "Admitted"  # admitted (a pod gang: every pod bound), not every pod Ready
+    RUNNING = "Running"  # every pod Ready
+    EVICTED = "Evicted"  # evicted and requeued; waits to be admitted again
+    DEACTIVATED = "Deactivated"  # spec.active false: Kueue will not admit it until reactivated
+    REJECTED = "Rejected"  # the check rejected it (the Workload cannot be used)
+    FINISHED = "Finished"
+
+
+#: Phases a gang leaves only through a user's action.
+FINAL_PHASES = frozenset({Phase.DEACTIVATED, Phase.REJECTED, Phase.FINISHED})
+
+
+@dataclass(frozen=True, slots=True)
+class Pods:
+    """Active (not terminating, not finished) pods of a gang, counted."""
+
+    total: int
+    bound: int = 0
+    ready: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadState:
+    """The Workload conditions and check state the phase depends on."""
+
+    active: bool = True
+    finished: bool = False
+    quota_reserved: bool = False
+    admitted: bool = False
+    evicted: bool = False
+    check_state: str | None = None  # Pending, Ready, Retry, Rejected (None: no check entry yet)
+
+
+def workload_phase(state: WorkloadState, pods: Pods) -> Phase:
+    """Kueue's conditions first (they say what Kueue will do), then the pods."""
+    if state.finished:
+        return Phase.FINISHED
+    if state.check_state == "Rejected":
+        return Phase.REJECTED
+    if not state.active:
+        return Phase.DEACTIVATED
+    if state.evicted or state.check_state == "Retry":
+        return Phase.EVICTED  # Kueue resets Evicted when quota is reserved again
+    if state.admitted:
+        return Phase.RUNNING if pods.total and pods.ready >= pods.total else Phase.ADMITTED
+    return Phase.PENDING if state.quota_reserved else Phase.QUEUED
+
+
+def pod_gang_phase(pods: Pods) -> Phase:
+    """A plain pod gang has no admission: it waits whole until every pod has a node."""
+    if pods.bound < pods.total:
+        return Phase.PENDING
+    return Phase.RUNNING if pods.ready >= pods.total else Phase.ADMITTED
+
+
+def gang_domain(
+    pinned: Mapping[str, str], node_labels: Sequence[Mapping[str, str]], levels: Sequence[str]
+) -> tuple[str, str] | None:
+    """(level label, value) of a gang's domain: the level our check pinned it to (a nodeSelector
+    over a topology label), else the narrowest level every bound pod's node shares."""
+    for level in reversed(levels):
+        if pinned.get(level):
+            return level, pinned[level]
+    if not node_labels:
+        return None
+    for level in reversed(levels):
+        values = {labels.get(level) for labels in node_labels}
+        if len(values) == 1 and (value := values.pop()):
+            return level, value
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluation:
+    """The placement engine's answer for a waiting gang over the cluster now."""
+
+    fits: bool
+    reason: str
+    level: str | None = None
+    domains: tuple[str, ...] = ()
+    blocked_by: str | None = None  # sequential admission: the gang it waits for
+
+
+def explain(
+    phase: Phase,
+    pods: Pods,
+    *,
+    queue: str = "",
+    domain: tuple[str, str] | None = None,
+    check_message: str = "",
+    retry_count: int = 0,
+    evaluation: Evaluation | None = None,
+) -> str:
+    """The sentences `gangctl explain` prints, most important first."""
+    out: list[str] = []
+    where = f" in {domain[0]}={domain[1]}" if domain else ""
+    if phase is Phase.QUEUED:
+        out.append(
+            f"Waiting for quota in ClusterQueue {queue or '(unknown)'}: Kueue has not reserved it yet."
+        )
+    elif phase is Phase.PENDING and evaluation is None:
+        out.append(f"Waiting for all {pods.total} pods to get nodes ({pods.bound} have one).")
+    elif phase is Phase.PENDING:
+        out.append("Quota is reserved; the gang check holds it until the whole gang fits.")
+    elif phase is Phase.ADMITTED:
+        out.append(f"Admitted{where}: {pods.bound}/{pods.total} pods bound, {pods.ready} Ready.")
+    elif phase is Phase.RUNNING:
+        out.append(f"Running{where}: all {pods.total} pods Ready.")
+    elif phase is Phase.EVICTED:
+        out.append("Evicted and requeued: it waits to be admitted again (with backoff).")
+    elif phase is Phase.DEACTIVATED:
+        out.append("Deactivated: Kueue will not admit it again until spec.active is set to true.")
+    elif phase is Phase.REJECTED:
+        out.append("Rejected by the gang check: fix the Workload and submit it again.")
+    else:
+        out.append("Finished.")
+    if check_message:
+        out.append(f"Gang check: {check_message}")
+    if retry_count:
+        out.append(f"Retried {retry_count} time{'s' if retry_count != 1 else ''} so far.")
+    if evaluation is not None:
+        if evaluation.blocked_by is not None:
+            out.append(f"Now: sequential admission waits for gang {evaluation.blocked_by} to be Ready.")
+        elif evaluation.fits:
+            at = (
+                f" in {evaluation.level}={','.join(evaluation.domains)}"
+                if evaluation.level and evaluation.domains
+                else ""
+            )
+            out.append(f"Now: it would fit{at} ({evaluation.reason}); the next admission pass admits it.")
+        else:
+            out.append(f"Now: it does not fit: {evaluation.reason}")
+    return "\n".join(out)

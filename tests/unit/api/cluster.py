@@ -1,0 +1,194 @@
+"""A GangService and PlanService over watch caches fed plain objects, served on loopback.
+
+The caches are real `Informer`s that are never started: objects go in through the same code
+path a watch event takes (`_apply`). No API server is called; the client points nowhere.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import grpc
+
+from gangplugin.admission import records as rec
+from gangplugin.admission.controller import GangAdmission
+from gangplugin.api.component import new_server
+from gangplugin.api.gangs import GangService
+from gangplugin.api.plans import PlanService
+from gangplugin.api.proto import gangs_pb2_grpc, plans_pb2_grpc
+from gangplugin.core.names import GANG_LABEL, GANG_SIZE_ANNOTATION
+from gangplugin.kube.client import CLUSTER_QUEUES, LOCAL_QUEUES, NODES, PODS, WORKLOADS, Client, Resource
+from gangplugin.kube.informer import Informer, identity
+from gangplugin.plans.controller import TRAINING_PLANS
+
+NOW = 1_800_000_000.0
+CREATED = "2027-01-15T08:00:00Z"  # 1_800_000_000 is 2027-01-15T08:00:00Z
+
+
+class Caches:
+    def __init__(self) -> None:
+        self.client = Client("https://127.0.0.1:9", False)  # never reached: nothing is started
+        self._informers: dict[tuple[str, str], Informer[Any]] = {}
+
+    def informer(self, resource: Resource, transform: Callable[[Any], Any] = identity) -> Informer[Any]:
+        key = (resource.api_version, resource.plural)
+        if key not in self._informers:
+            self._informers[key] = Informer(self.client, resource, transform)
+        return self._informers[key]
+
+    def put(self, resource: Resource, obj: dict[str, Any]) -> None:
+        self.informer(resource)._apply({"type": "MODIFIED", "object": obj}, None)
+
+    def replay(self) -> None:
+        """Tell handlers registered after the objects went in about them (as a relist does)."""
+        for inf in self._informers.values():
+            for obj in inf.items():
+                inf._emit("ADDED", None, obj)
+
+    def delete(self, resource: Resource, obj: dict[str, Any]) -> None:
+        self.informer(resource)._apply({"type": "DELETED", "object": obj}, None)
+
+
+def gpu_node(name: str, us: str) -> dict[str, Any]:
+    labels = {
+        "kubernetes.io/hostname": name,
+        "topology.kubernetes.io/zone": "us-east-1a",
+        "topology.k8s.aws/ultraserver-id": us,
+        "node.kubernetes.io/instance-type": "ml.p6e-gb200.36xlarge",
+    }
+    return {
+        "metadata": {"name": name, "labels": labels},
+        "spec": {},
+        "status": {
+            "allocatable": {"cpu": "144", "memory": "800Gi", "pods": "110", "nvidia.com/gpu": "4"},
+            "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": CREATED}],
+        },
+    }
+
+
+def cond(kind: str, status: str = "True", reason: str = "R") -> dict[str, Any]:
+    return {"type": kind, "status": status, "reason": reason, "message": "", "lastTransitionTime": CREATED}
+
+
+def workload(
+    name: str,
+    count: int,
+    *,
+    queue: str = "training",
+    check: str | None = "Pending",
+    message: str = "",
+    admitted: bool = False,
+    pinned: dict[str, str] | None = None,
+    retries: int = 0,
+) -> dict[str, Any]:
+    template = {
+        "metadata": {"annotations": {"gangplugin.io/required-topology": "topology.k8s.aws/ultraserver-id"}},
+        "spec": {
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "4"}}}]
+        },
+    }
+    wl: dict[str, Any] = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {
+            "name": name,
+            "namespace": "team-a",
+            "creationTimestamp": CREATED,
+            "resourceVersion": "1",
+        },
+        "spec": {"queueName": queue, "podSets": [{"name": "main", "count": count, "template": template}]},
+        "status": {},
+    }
+    if check is not None:
+        state: dict[str, Any] = {
+            "name": "gang",
+            "state": check,
+            "message": message,
+            "lastTransitionTime": CREATED,
+        }
+        if pinned:
+            state["podSetUpdates"] = [{"name": "main", "nodeSelector": pinned}]
+        if retries:
+            state["retryCount"] = retries
+        conditions = [cond("QuotaReserved")] + ([cond("Admitted")] if admitted else [])
+        wl["status"] = {
+            "admission": {
+                "clusterQueue": "training",
+                "podSetAssignments": [{"name": "main", "count": count}],
+            },
+            "admissionChecks": [state],
+            "conditions": conditions,
+        }
+    return wl
+
+
+def pod(
+    name: str, gang: str, *, node: str | None = None, ready: bool = False, size: int | None = None
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": "team-a",
+        "uid": f"uid-{name}",
+        "creationTimestamp": CREATED,
+        "labels": {GANG_LABEL: gang, rec.PODSET_LABEL: "main"},
+        "annotations": {GANG_SIZE_ANNOTATION: str(size)} if size is not None else {},
+    }
+    spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "4"}}}]}
+    if node:
+        spec["nodeName"] = node
+    status = {
+        "phase": "Running" if node else "Pending",
+        "conditions": [cond("Ready", "True" if ready else "False")],
+    }
+    return {"metadata": meta, "spec": spec, "status": status}
+
+
+def standard(caches: Caches) -> None:
+    """Two UltraServers of 4 nodes (4 GPUs each); the `training` queues route to check `gang`."""
+    caches.put(
+        rec.ADMISSION_CHECKS, {"metadata": {"name": "gang"}, "spec": {"controllerName": "gangplugin.io/gang"}}
+    )
+    caches.put(
+        CLUSTER_QUEUES,
+        {
+            "metadata": {"name": "training"},
+            "spec": {"admissionChecksStrategy": {"admissionChecks": [{"name": "gang"}]}},
+        },
+    )
+    caches.put(CLUSTER_QUEUES, {"metadata": {"name": "plain"}, "spec": {}})
+    for lq, cq in (("training", "training"), ("plain", "plain")):
+        caches.put(
+            LOCAL_QUEUES, {"metadata": {"name": lq, "namespace": "team-a"}, "spec": {"clusterQueue": cq}}
+        )
+    for us in (1, 2):
+        for i in range(4):
+            caches.put(NODES, gpu_node(f"us{us}-{i}", f"us-{us}"))
+
+
+@contextmanager
+def serving(caches: Caches, stop: threading.Event | None = None) -> Iterator[grpc.Channel]:
+    """Both services (no auth) on a loopback port; yields a channel to them."""
+    stop = stop or threading.Event()
+    view = GangAdmission(caches.client, caches.informer, clock=lambda: NOW)
+    gangs = GangService(
+        view, caches.informer(LOCAL_QUEUES), caches.informer(CLUSTER_QUEUES), stop, clock=lambda: NOW + 90
+    )
+    plans = PlanService(caches.client, caches.informer(NODES), caches.informer(TRAINING_PLANS))
+    caches.replay()
+    server, _ = new_server(None)
+    gangs_pb2_grpc.add_GangServiceServicer_to_server(gangs, server)
+    plans_pb2_grpc.add_PlanServiceServicer_to_server(plans, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            yield channel
+    finally:
+        stop.set()
+        server.stop(0)
+
+
+__all__ = ["NOW", "PODS", "WORKLOADS", "Caches", "pod", "serving", "standard", "workload"]
