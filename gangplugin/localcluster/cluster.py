@@ -628,15 +628,16 @@ class LocalCluster:
         )
 
     def stop_process(self, name: str, kill: signal.Signals = signal.SIGKILL) -> None:
-        """Signal one running process and wait (up to 15 s) until it is gone."""
+        """Signal one running process, wait (up to 15 s) until it is gone, and forget it."""
         self._started.update(self._read_state().get("processes", {}))
-        pid = self._started.get(name)
+        pid = self._started.pop(name, None)
         if pid is not None and _alive(pid):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, kill)
             deadline = time.monotonic() + 15
             while _alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.1)
+        self._write_state()
 
     def restart(self, name: str, *, kill: signal.Signals = signal.SIGKILL, extender: bool = True) -> None:
         """Kill one running process ("gangplugin", "gangplugin-<n>" or "kube-scheduler") and start

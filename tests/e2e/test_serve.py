@@ -1,0 +1,222 @@
+"""`gangplugin serve` as an operator runs it: health, readiness and metrics over HTTPS, and two
+replicas with the leader killed (the follower takes over within the lease duration, and no gang
+is admitted twice or into a second domain).
+
+The local cluster starts gangplugin with the console script and a kubeconfig, exactly as a user
+would (`gangplugin serve --kubeconfig=...`, LocalCluster._gangplugin); replica 2 is started the
+same way on other health/gRPC ports and shares the extender port, which only the leader binds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import ssl
+import threading
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gangplugin.kube.client import WORKLOADS, Client
+from gangplugin.kube.lease import LEASES
+from gangplugin.localcluster.cluster import GANGPLUGIN_NAMESPACE, LocalCluster
+from tests.e2e.conftest import E2ECluster, e2e_local_cluster
+from tests.e2e.kube import wait_for
+from tests.e2e.test_admission import (
+    US,
+    check_of,
+    events_of,
+    gang_queue,  # noqa: F401 (a fixture the tests here use)
+    node_us,
+    running_gang,
+    submit,
+    workload,
+)
+
+LEASE_DURATION, RETRY_PERIOD = 15.0, 2.0  # serve's defaults, which the local cluster keeps
+
+
+def _https(local: LocalCluster) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=str(local.pki_dir / "ca.crt"))
+
+
+def _get(local: LocalCluster, replica: int, path: str) -> httpx.Response:
+    port = local.ports.gangplugin_replica(replica)[0]
+    return httpx.get(f"https://127.0.0.1:{port}{path}", verify=_https(local), timeout=5.0)
+
+
+def _samples(local: LocalCluster, replica: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = _get(local, replica, "/metrics").text
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def _value(samples: dict[Any, float], name: str, **labels: str) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def _lease(client: Client) -> dict[str, Any]:
+    spec: dict[str, Any] = client.get(LEASES, "gangplugin", GANGPLUGIN_NAMESPACE)["spec"]
+    return spec
+
+
+def _local(cluster: E2ECluster) -> LocalCluster:
+    assert cluster.local, "these tests start and kill gangplugin processes: KUBECONFIG must be unset"
+    return e2e_local_cluster()
+
+
+def test_serve_answers_health_readiness_and_metrics_of_a_gang(
+    cluster: E2ECluster,
+    namespace: str,
+    gang_queue: Any,  # noqa: F811
+) -> None:
+    local = _local(cluster)
+    assert _get(local, 1, "/healthz").status_code == 200
+    ready = _get(local, 1, "/readyz")
+    assert ready.status_code == 200 and ready.text.startswith("leader"), ready.text
+    with pytest.raises(httpx.HTTPError):  # TLS only: plain HTTP gets no answer
+        httpx.get(f"http://127.0.0.1:{local.ports.gangplugin_health}/healthz", timeout=5.0)
+    before = _samples(local, 1)
+
+    job = submit(cluster.client, namespace, gang_queue(), 4)
+    running_gang(cluster.client, namespace, job, 4)
+
+    def observed() -> dict[Any, float] | None:
+        after = _samples(local, 1)
+        grown = _value(after, "gangplugin_gang_time_to_all_ready_seconds_count") > _value(
+            before, "gangplugin_gang_time_to_all_ready_seconds_count"
+        )
+        return after if grown else None
+
+    after = wait_for(observed, 30, "the gang's time to all-Ready in /metrics")
+    lease = f"{GANGPLUGIN_NAMESPACE}/gangplugin"
+    assert _value(after, "gangplugin_leader", lease=lease) == 1.0
+    for name in ("gangplugin_gang_admission_latency_seconds_count",):
+        assert _value(after, name) >= _value(before, name) + 1, name
+    for verb in ("filter", "bind"):  # 4 members: 4 filter calls and 4 binds at least
+        key = "gangplugin_extender_request_duration_seconds_count"
+        assert _value(after, key, verb=verb) >= _value(before, key, verb=verb) + 4, verb
+    text = _get(local, 1, "/metrics").text
+    for family in ("gangplugin_gang_evictions_total", "gangplugin_plan_quota"):
+        assert f"# TYPE {family} " in text, family
+
+
+class _CheckHistory:
+    """Every state of each Workload's gang check, as a watch on the namespace saw it."""
+
+    def __init__(self, cluster: E2ECluster, namespace: str) -> None:
+        self.client = Client.from_kubeconfig(cluster.kubeconfig)
+        self.namespace = namespace
+        self.seen: dict[str, list[tuple[str, Any]]] = {}
+        rv = str(self.client.list(WORKLOADS, namespace)["metadata"]["resourceVersion"])
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(rv,), daemon=True)
+        self.thread.start()
+
+    def _run(self, rv: str) -> None:
+        while not self.stop.is_set():
+            with contextlib.suppress(httpx.HTTPError):
+                for event in self.client.watch(
+                    WORKLOADS, self.namespace, resource_version=rv, timeout_seconds=5
+                ):
+                    obj = event["object"]
+                    rv = obj["metadata"]["resourceVersion"]
+                    if event["type"] in ("ADDED", "MODIFIED"):
+                        check = check_of(obj)
+                        selectors = [u.get("nodeSelector") for u in check.get("podSetUpdates") or []]
+                        state = (check.get("state", ""), selectors)
+                        history = self.seen.setdefault(obj["metadata"]["name"], [])
+                        if not history or history[-1] != state:
+                            history.append(state)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=10)
+        self.client.close()
+
+
+@pytest.fixture
+def second_replica(cluster: E2ECluster) -> Iterator[LocalCluster]:
+    """Replica 2 running beside the cluster's own gangplugin; afterwards replica 2 is stopped
+    cleanly (it releases the Lease) and replica 1 is back, leading, for the tests after this one."""
+    local = _local(cluster)
+    local.restart("gangplugin-2")
+    try:
+        yield local
+    finally:
+        local.stop_process("gangplugin-2", signal.SIGTERM)
+        local.restart("gangplugin")
+
+
+def _epoch(ts: str) -> float:
+    return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+
+
+def test_two_replicas_leader_killed_the_other_takes_over_and_no_gang_is_admitted_twice(
+    cluster: E2ECluster,
+    namespace: str,
+    gang_queue: Any,  # noqa: F811
+    second_replica: LocalCluster,
+) -> None:
+    local, client = second_replica, cluster.client
+    lease_name = f"{GANGPLUGIN_NAMESPACE}/gangplugin"
+    before = _lease(client)
+    assert before["holderIdentity"] == "local-gangplugin-1"
+    standby = _get(local, 2, "/readyz")
+    assert standby.status_code == 200 and "standby" in standby.text and "local-gangplugin-1" in standby.text
+    assert _value(_samples(local, 2), "gangplugin_leader", lease=lease_name) == 0.0
+
+    history = _CheckHistory(cluster, namespace)
+    try:
+        queue = gang_queue()
+        first = submit(client, namespace, queue, 4)
+        running_gang(client, namespace, first, 4)
+        jobs = [first] + [submit(client, namespace, queue, 4) for _ in range(2)]
+        killed_at = time.time()
+        local.stop_process("gangplugin", signal.SIGKILL)  # while the two new gangs are being admitted
+
+        taken = wait_for(
+            lambda: (lease := _lease(client))["holderIdentity"] == "local-gangplugin-2" and lease,
+            LEASE_DURATION + 4 * RETRY_PERIOD + 20,
+            "replica 2 to take the Lease",
+        )
+        # Taken once the last renewal it saw (up to one jittered retry period late) had run out,
+        # at its next try (one more): lease duration + 2 retry periods after the kill, plus slack
+        # for a busy 2-core machine.
+        assert _epoch(taken["acquireTime"]) - killed_at <= LEASE_DURATION + 2 * 1.2 * RETRY_PERIOD + 3
+        assert taken["leaseTransitions"] == before["leaseTransitions"] + 1
+        leading = _get(local, 2, "/readyz")
+        assert leading.text.startswith("leader"), leading.text
+        assert _value(_samples(local, 2), "gangplugin_leader", lease=lease_name) == 1.0
+
+        us = node_us(client)
+        for job in jobs:  # the new leader admits what was left and its extender places the pods
+            pods = running_gang(client, namespace, job, 4)
+            check = check_of(workload(client, namespace, job))
+            assert check["state"] == "Ready", check
+            domain = check["podSetUpdates"][0]["nodeSelector"][US]
+            assert {us[p["spec"]["nodeName"]] for p in pods} == {domain}, job
+    finally:
+        history.close()
+
+    for job in jobs:
+        name = workload(client, namespace, job)["metadata"]["name"]
+        states = history.seen[name]
+        ready = [s for s in states if s[0] == "Ready"]
+        # Went Ready once and stayed Ready, with one domain: never re-decided by the new leader.
+        assert len(ready) == 1 and states[-1][0] == "Ready", states
+        admitted = [e for e in events_of(client, namespace, name) if e["reason"] == "GangAdmitted"]
+        assert len(admitted) == 1, admitted
+
+    # A clean stop releases the Lease at once: a successor need not wait for it to expire.
+    local.stop_process("gangplugin-2", signal.SIGTERM)
+    released = _lease(client)
+    assert released["holderIdentity"] == "", released
