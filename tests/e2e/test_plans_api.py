@@ -3,7 +3,6 @@ offering, describe, list, and the error codes of bad requests."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -12,19 +11,16 @@ import pytest
 
 from gangplugin.api.proto import plans_pb2, plans_pb2_grpc
 from gangplugin.core.timeutil import format_time
-from gangplugin.localcluster.cluster import Ports
 from gangplugin.plans.controller import TRAINING_PLANS
-from tests.e2e.conftest import E2ECluster, e2e_port_base
+from tests.e2e import grpcauth
+from tests.e2e.conftest import E2ECluster
 from tests.e2e.kube import unique
 
 
 @pytest.fixture
 def stub(cluster: E2ECluster) -> Iterator[plans_pb2_grpc.PlanServiceStub]:
-    address = (
-        os.environ.get("GANGPLUGIN_GRPC_ADDRESS")
-        or f"127.0.0.1:{Ports(base=e2e_port_base()).gangplugin_grpc}"
-    )
-    with grpc.insecure_channel(address) as channel:
+    # TLS, and a caller allowed to create plans (the API authorizes every call).
+    with grpcauth.channel(cluster, grpcauth.admin_token(cluster.client)) as channel:
         yield plans_pb2_grpc.PlanServiceStub(channel)
 
 

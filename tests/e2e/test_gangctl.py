@@ -1,0 +1,107 @@
+"""`gangctl get gangs`, `gangctl explain` and `gangctl wait` on live gangs, as a user runs them:
+the console script, settings from the environment, TLS and a ServiceAccount token."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from gangplugin.kube.client import JOBS
+from tests.e2e import grpcauth
+from tests.e2e.conftest import E2ECluster
+from tests.e2e.kube import gpu_job, unique, wait_for, workload_of
+from tests.e2e.test_admission import gang_queue  # noqa: F401  # the fixture
+
+GANGCTL = str(Path(sys.executable).parent / "gangctl")
+US = "topology.k8s.aws/ultraserver-id"
+
+
+def gangctl(cluster: E2ECluster, token: str, *args: str, timeout: float = 240) -> tuple[int, str, str]:
+    env = {
+        **os.environ,
+        "GANGCTL_SERVER": grpcauth.address(),
+        "GANGCTL_CA_FILE": str(grpcauth.ca_file(cluster)),
+        "GANGCTL_TOKEN": token,
+    }
+    done = subprocess.run(
+        [GANGCTL, *args], env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    return done.returncode, done.stdout, done.stderr
+
+
+def test_get_explain_and_wait_on_live_gangs(cluster: E2ECluster, namespace: str, gang_queue: Any) -> None:  # noqa: F811
+    client = cluster.client
+    queue = gang_queue()
+    grpcauth.grant(
+        client,
+        namespace,
+        "viewer",
+        [{"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["get", "list", "watch"]}],
+    )
+    token = grpcauth.service_account_token(client, namespace, "viewer")
+    pinned = {"metadata": {"annotations": {"gangplugin.io/required-topology": US}}}
+    small, big = unique("small"), unique("big")
+    client.create(JOBS, gpu_job(small, namespace, queue, pods=4, gpus=4, **pinned), namespace)
+    # 20 pods of 4 GPUs in one UltraServer of 18 nodes: never fits.
+    client.create(JOBS, gpu_job(big, namespace, queue, pods=20, gpus=4, **pinned), namespace)
+    wl_small = wait_for(lambda: workload_of(client, namespace, small), 60, "the small Workload")["metadata"][
+        "name"
+    ]
+    wl_big = wait_for(lambda: workload_of(client, namespace, big), 60, "the big Workload")["metadata"]["name"]
+
+    code, out, err = gangctl(
+        cluster, token, "wait", wl_small, "-n", namespace, "--for", "ready", "--timeout", "3m"
+    )
+    assert code == 0, err
+    assert out.splitlines()[0].startswith(f"waiting for gang {namespace}/{wl_small} to be ready")
+    assert out.splitlines()[-1] == f"gang {namespace}/{wl_small} is ready: 4/4 pods Ready"
+
+    code, out, err = gangctl(cluster, token, "get", "gangs", "-n", namespace, "-o", "json")
+    assert code == 0, err
+    gangs = {g["name"]: g for g in json.loads(out)["gangs"]}
+    running = gangs[wl_small]
+    assert (running["phase"], running["podsReady"], running["podsTotal"], running["domainLevel"]) == (
+        "Running",
+        4,
+        4,
+        US,
+    )
+    assert running["domainValue"].startswith("gb200-us-") and running["localQueue"] == queue
+    big_gang = wait_for(
+        lambda: (
+            (g := json.loads(gangctl(cluster, token, "get", "gangs", "-n", namespace, "-o", "json")[1]))
+            and next((x for x in g["gangs"] if x["name"] == wl_big and x["checkState"] == "Pending"), None)
+        ),
+        90,
+        "the big gang's check Pending",
+    )
+    assert big_gang["phase"] == "Pending" and big_gang["podsReady"] == 0
+
+    code, out, err = gangctl(cluster, token, "get", "gangs", "-n", namespace)
+    assert code == 0, err
+    header, *rows = out.splitlines()
+    assert header.split() == ["NAME", "QUEUE", "READY", "DOMAIN", "PHASE", "AGE"]
+    row = next(r.split() for r in rows if r.startswith(wl_small))
+    assert row[1:5] == [queue, "4/4", running["domainValue"], "Running"]
+
+    code, out, err = gangctl(cluster, token, "explain", wl_big, "-n", namespace)
+    assert code == 0, err
+    assert "Phase:     Pending" in out and "Now:       does not fit" in out
+    assert "Quota is reserved; the gang check holds it until the whole gang fits." in out
+    code, out, err = gangctl(cluster, token, "explain", wl_small, "-n", namespace, "-o", "json")
+    doc = json.loads(out)
+    assert code == 0 and doc["summary"].startswith(f"Running in {US}=") and len(doc["pods"]) == 4
+
+    # The same commands without rights in another namespace, or without a server, say what to do.
+    code, _, err = gangctl(cluster, token, "get", "gangs", "-A")
+    assert code == 1 and "PERMISSION_DENIED" in err and "in all namespaces" in err
+    code, _, err = gangctl(
+        cluster, token, "get", "gangs", "--server", "127.0.0.1:1", "-n", namespace, timeout=60
+    )
+    assert code == 1 and "not reachable at --server 127.0.0.1:1" in err and "port-forward" in err
+    code, _, err = gangctl(cluster, token, "explain", "", "-n", namespace)
+    assert code == 2 and err.strip() == "error: name: is required"
