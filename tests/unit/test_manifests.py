@@ -1,0 +1,304 @@
+"""The in-cluster install (deploy/manifests/base, Dockerfile, `make image`), checked statically.
+
+The base is rendered by the real kubectl (kustomize) that the build puts in the binary cache;
+tests/e2e/test_manifests.py sends the same rendering to a real API server.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tomllib
+from functools import cache
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+
+from gangplugin.core.names import LEADER_LABEL
+from gangplugin.localcluster.cluster import REPO, cache_dir
+from gangplugin.server.main import serve
+
+BASE = REPO / "deploy" / "manifests" / "base"
+CERT_MANAGER = "cert-manager.io/v1"
+
+
+def kubectl() -> Path:
+    """The kubectl built with the pinned upstream programs; fails loudly when it is missing."""
+    path = cache_dir() / "bin" / "kubectl"
+    if not path.exists():
+        raise AssertionError(f"{path} is missing: run `make build` (hack/build-upstream.sh) first")
+    return path
+
+
+@cache
+def render_text() -> str:
+    """`kubectl kustomize` of the base, exactly as the README tells an admin to run it."""
+    out = subprocess.run(
+        [str(kubectl()), "kustomize", "--load-restrictor", "LoadRestrictionsNone", str(BASE)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 0, f"kubectl kustomize failed: {out.stderr}"
+    return out.stdout
+
+
+@cache
+def render() -> tuple[dict[str, Any], ...]:
+    """The rendered objects, parsed once (tests only read them)."""
+    return tuple(o for o in yaml.load_all(render_text(), Loader=yaml.CSafeLoader) if o)
+
+
+def find(kind: str, name: str) -> dict[str, Any]:
+    """The one object of that kind and name (a generated ConfigMap's name has a hash suffix)."""
+    matches = [
+        o
+        for o in render()
+        if o["kind"] == kind
+        and (
+            o["metadata"]["name"] == name
+            or (kind == "ConfigMap" and o["metadata"]["name"].startswith(f"{name}-"))
+        )
+    ]
+    assert len(matches) == 1, f"expected one {kind} {name}, found {len(matches)}"
+    return matches[0]
+
+
+def pod_spec(deployment: str) -> dict[str, Any]:
+    spec: dict[str, Any] = find("Deployment", deployment)["spec"]["template"]["spec"]
+    return spec
+
+
+def serve_default(param: str) -> Any:
+    return next(p.default for p in serve.params if p.name == param)
+
+
+def scheduler_config() -> dict[str, Any]:
+    cm = find("ConfigMap", "gangplugin-scheduler-config")
+    cfg: dict[str, Any] = yaml.safe_load(cm["data"]["config.yaml"])
+    return cfg
+
+
+def test_base_has_every_part_of_the_install() -> None:
+    kinds = {(o["kind"], o["metadata"]["name"]) for o in render()}
+    for want in [
+        ("Namespace", "gangplugin-system"),
+        ("ServiceAccount", "gangplugin"),
+        ("ServiceAccount", "gangplugin-scheduler"),
+        ("ClusterRole", "gangplugin"),
+        ("ClusterRoleBinding", "gangplugin"),
+        ("Role", "gangplugin-leader-election"),
+        ("Deployment", "gangplugin"),
+        ("Deployment", "gangplugin-scheduler"),
+        ("Service", "gangplugin-extender"),
+        ("Service", "gangplugin"),
+        ("PodDisruptionBudget", "gangplugin"),
+        ("Issuer", "gangplugin-ca"),
+        ("Certificate", "gangplugin-serving"),
+    ]:
+        assert want in kinds, f"{want} missing from the rendered base"
+    # Namespaced objects name their namespace themselves (no kustomize `namespace:`).
+    for obj in render():
+        if obj["kind"] in ("Namespace", "CustomResourceDefinition") or obj["kind"].startswith("Cluster"):
+            continue
+        assert obj["metadata"].get("namespace") in ("gangplugin-system", "kube-system"), obj["metadata"]
+
+
+def test_crds_come_from_deploy_crds_and_all_of_them() -> None:
+    """One source of truth: the base installs exactly the CRDs the local cluster installs."""
+    ours = {
+        doc["metadata"]["name"]: doc["spec"]
+        for path in (REPO / "deploy" / "crds").glob("*.yaml")
+        for doc in yaml.safe_load_all(path.read_text())
+        if doc
+    }
+    rendered = {o["metadata"]["name"]: o["spec"] for o in render() if o["kind"] == "CustomResourceDefinition"}
+    assert rendered == ours
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return [value] if isinstance(value, str) else []
+
+
+def test_no_wildcards_in_any_role() -> None:
+    roles = [o for o in render() if o["kind"] in ("ClusterRole", "Role")]
+    assert len(roles) >= 3
+    for role in roles:
+        assert role["rules"], role["metadata"]["name"]
+        for rule in role["rules"]:
+            assert rule["verbs"] and rule["resources"], rule
+            assert not any("*" in s for s in _strings(rule)), f"{role['metadata']['name']}: {rule}"
+    # Bindings to the built-in scheduler roles are the only references outside the base.
+    refs = {o["roleRef"]["name"] for o in render() if o["kind"] in ("ClusterRoleBinding", "RoleBinding")}
+    assert refs - {r["metadata"]["name"] for r in roles} == {
+        "system:kube-scheduler",
+        "system:volume-scheduler",
+        "extension-apiserver-authentication-reader",
+    }
+
+
+def test_gangplugin_writes_nothing_it_only_reads() -> None:
+    rules = find("ClusterRole", "gangplugin")["rules"]
+    granted = {
+        (g, r, v)
+        for rule in rules
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
+    for never in [
+        ("", "secrets", "get"),
+        ("", "nodes", "patch"),
+        ("", "pods", "create"),
+        ("kueue.x-k8s.io", "workloads", "update"),
+        ("kueue.x-k8s.io", "workloads", "delete"),
+        ("gangplugin.io", "gangpolicies", "patch"),
+    ]:
+        assert never not in granted, never
+
+
+def test_deployment_args_are_options_of_gangplugin_serve() -> None:
+    spec = pod_spec("gangplugin")
+    container = spec["containers"][0]
+    assert container["args"][0] == "serve"
+    options = {opt for p in serve.params for opt in p.opts}
+    flags = dict(a.removeprefix("--").split("=", 1) for a in container["args"][1:])
+    for flag in flags:
+        assert f"--{flag}" in options, f"`gangplugin serve` has no --{flag}"
+    # Every listener serves TLS with the mounted serving certificate.
+    for listener in ("extender", "grpc", "health"):
+        assert Path(flags[f"{listener}-tls-cert"]).parent == Path(flags[f"{listener}-tls-key"]).parent
+        assert flags[f"{listener}-tls-cert"] == flags["extender-tls-cert"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert flags["extender-bind"].endswith(f":{ports['extender']}")
+    assert flags["grpc-bind"].endswith(f":{ports['grpc']}")
+    assert flags["health-bind"].endswith(f":{ports['health']}")
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert Path(flags["extender-tls-cert"]).parent == Path(mounts["tls"])
+    tls = next(v for v in spec["volumes"] if v["name"] == "tls")
+    serving = find("Certificate", "gangplugin-serving")
+    assert tls["secret"]["secretName"] == serving["spec"]["secretName"]
+    for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+        assert container[probe]["httpGet"]["port"] in ports
+        assert container[probe]["httpGet"]["scheme"] == "HTTPS"
+    # The leader election's identity and the pod it labels come from the downward API.
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"]}
+    assert env == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
+    lease_role = find("Role", "gangplugin-leader-election")
+    assert {"resourceNames": [serve_default("leader_election_id")]}.items() <= lease_role["rules"][1].items()
+
+
+def test_two_replicas_hardened_and_covered_by_a_pdb() -> None:
+    for name in ("gangplugin", "gangplugin-scheduler"):
+        deploy = find("Deployment", name)
+        spec = deploy["spec"]["template"]["spec"]
+        assert deploy["spec"]["replicas"] == 2
+        assert spec["securityContext"]["runAsNonRoot"] is True
+        for c in spec["containers"]:
+            sc = c["securityContext"]
+            assert sc["readOnlyRootFilesystem"] is True
+            assert sc["allowPrivilegeEscalation"] is False
+            assert sc["capabilities"]["drop"] == ["ALL"]
+            assert c["resources"]["requests"] and c["resources"]["limits"]["memory"]
+        labels = deploy["spec"]["template"]["metadata"]["labels"]
+        pdb = find("PodDisruptionBudget", name)
+        assert pdb["spec"]["minAvailable"] == 1
+        assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
+
+
+def test_services_reach_the_named_ports() -> None:
+    container = pod_spec("gangplugin")["containers"][0]
+    names = {p["name"] for p in container["ports"]}
+    labels = find("Deployment", "gangplugin")["spec"]["template"]["metadata"]["labels"]
+    grpc_svc = find("Service", "gangplugin")
+    assert grpc_svc["spec"]["selector"].items() <= labels.items()
+    extender = find("Service", "gangplugin-extender")
+    # Only the leader runs the extender (all members of a gang must reach its bind barrier); it
+    # labels its own pod with LEADER_LABEL.
+    assert extender["spec"]["selector"] == {**labels, LEADER_LABEL: "true"}
+    for svc in (grpc_svc, extender):
+        assert {p["targetPort"] for p in svc["spec"]["ports"]} <= names
+    dns = find("Certificate", "gangplugin-serving")["spec"]["dnsNames"]
+    for svc in (grpc_svc, extender):
+        assert f"{svc['metadata']['name']}.{svc['metadata']['namespace']}.svc" in dns
+
+
+def test_scheduler_runs_in_cluster_yaml_against_the_extender_service() -> None:
+    cfg = scheduler_config()
+    assert cfg == yaml.safe_load((REPO / "deploy" / "scheduler" / "in-cluster.yaml").read_text())
+    assert [p["schedulerName"] for p in cfg["profiles"]] == ["gangplugin-scheduler"]
+    ext = cfg["extenders"][0]
+    url = urlsplit(ext["urlPrefix"])
+    service = find("Service", "gangplugin-extender")
+    assert url.hostname == f"{service['metadata']['name']}.{service['metadata']['namespace']}.svc"
+    assert url.port == service["spec"]["ports"][0]["port"]
+    assert url.hostname in find("Certificate", "gangplugin-serving")["spec"]["dnsNames"]
+    # The CA file comes from the serving certificate's secret, mounted where caFile points.
+    spec = pod_spec("gangplugin-scheduler")
+    container = spec["containers"][0]
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    ca_file = Path(ext["tlsConfig"]["caFile"])
+    volume = next(v for v in spec["volumes"] if v["name"] == mounts[str(ca_file.parent)])
+    assert volume["secret"]["secretName"] == "gangplugin-serving-tls"
+    assert volume["secret"]["items"] == [{"key": "ca.crt", "path": ca_file.name}]
+    config_flag = next(a for a in container["command"] if a.startswith("--config="))
+    config_path = Path(config_flag.removeprefix("--config="))
+    volume = next(v for v in spec["volumes"] if v["name"] == mounts[str(config_path.parent)])
+    assert volume["configMap"]["name"] == find("ConfigMap", "gangplugin-scheduler-config")["metadata"]["name"]
+    # Its Lease is the one its Role lets it renew.
+    lease = cfg["leaderElection"]
+    role = find("Role", "gangplugin-scheduler-leader-election")
+    assert role["metadata"]["namespace"] == lease["resourceNamespace"]
+    assert role["rules"][0]["resourceNames"] == [lease["resourceName"]]
+
+
+def test_images_match_the_pinned_versions() -> None:
+    versions = dict(
+        line.split("=", 1)
+        for line in (REPO / "hack" / "versions.env").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+    image = pod_spec("gangplugin-scheduler")["containers"][0]["image"]
+    assert image == f"registry.k8s.io/kube-scheduler:{versions['KUBERNETES_VERSION']}"
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert pod_spec("gangplugin")["containers"][0]["image"] == f"gangplugin:{project['version']}"
+
+
+def test_dockerfile_builds_a_non_root_image_with_generated_grpc_code() -> None:
+    text = (REPO / "Dockerfile").read_text()
+    lines = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
+    base = next(ln for ln in lines if ln.startswith("ARG PYTHON_IMAGE=")).split("=", 1)[1]
+    assert base.startswith("python:3.11-") and not base.endswith(":latest")
+    assert sum(ln.startswith("FROM ") for ln in lines) == 2, "multi-stage: build, then runtime"
+    assert "python -m gangplugin.api.generate" in text
+    user = [ln.split()[1] for ln in lines if ln.startswith("USER ")]
+    assert user and user[-1].split(":")[0] not in ("0", "root")
+    ignored = (REPO / ".dockerignore").read_text().splitlines()
+    assert "gangplugin/api/gen/" in ignored, "generated code is built in the image, never copied"
+
+
+def test_make_image_without_docker_says_what_to_do(tmp_path: Path) -> None:
+    # A PATH with only what the recipe needs besides docker.
+    for tool in ("sed", "bash"):
+        found = shutil.which(tool)
+        assert found, tool
+        (tmp_path / tool).symlink_to(found)
+    make = shutil.which("make")
+    assert make
+    out = subprocess.run(
+        [make, "-s", "image"],
+        cwd=REPO,
+        env={**os.environ, "PATH": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode != 0
+    assert "docker is not installed" in out.stderr and "podman build -t gangplugin:" in out.stderr
