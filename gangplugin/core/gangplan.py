@@ -294,30 +294,47 @@ def filter_single_pod(
 def scores(
     snapshot: Snapshot, pod: GangPod, node_names: Sequence[str], target: str | None
 ) -> list[tuple[str, int]]:
-    """Scores 0..10. A gang member: its planned node 10. Another pod: the engine's best-fit
-    node for it 10, other nodes by how many topology levels they share with that node."""
+    """Scores 0..10. A gang member: its planned node 10, the rest 0. Another pod: 10 for the
+    candidate `place` would pick for one such pod, the best fit (fewest more copies of it fit
+    there, ties by name), other nodes by how many topology levels they share with that node.
+    kube-scheduler has already judged every candidate's constraints, so only capacity is
+    weighed: one `_fit` per candidate, no planner (this runs for every plain GPU pod)."""
     if target is not None:
         return [(n, 10 if n == target else 0) for n in node_names]
-    placement = place(snapshot, Gang((PodSet("pod", 1, pod.requests, pod.constraints),)))
-    best = snapshot.node(placement.assignments[0].node) if placement.feasible else None
-    if best is None:
+    req = _requests(pod.requests)
+    ids, free = snapshot.node_ids, snapshot.free
+    best, best_key = -1, (0, "")
+    for name in node_names:
+        i = ids.get(name)
+        if i is not None:
+            c = _fit(free[i], req)
+            if c and (best < 0 or (c, name) < best_key):
+                best, best_key = i, (c, name)
+    if best < 0:
         return [(n, 0) for n in node_names]
-    levels = [lv for lv in snapshot.levels if lv != HOSTNAME_LABEL]
+    levels = [lv for lv, label in enumerate(snapshot.levels) if label != HOSTNAME_LABEL]
+    best_path = snapshot.path[best]
+    # the levels a node can share with the best one: down to its first unlabelled level
+    shared_levels = []
+    for lv in levels:
+        if snapshot.domains[best_path[lv]].value is None:
+            break
+        shared_levels.append(lv)
+    paths, scale = snapshot.path, max(len(levels), 1)
     out = []
     for name in node_names:
-        node = snapshot.node(name)
-        if node is None:
+        i = ids.get(name)
+        if i is None:
             out.append((name, 0))
-        elif name == best.name:
+        elif i == best:
             out.append((name, 10))
         else:
-            shared = 0
-            for lv in levels:
-                value = node.labels.get(lv)
-                if value is None or value != best.labels.get(lv):
+            path, shared = paths[i], 0
+            for lv in shared_levels:
+                if path[lv] != best_path[lv]:
                     break
                 shared += 1
-            out.append((name, 9 * shared // max(len(levels), 1)))
+            out.append((name, 9 * shared // scale))
     return out
 
 

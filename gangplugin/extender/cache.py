@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from gangplugin.core.errors import InputError
 from gangplugin.core.gangplan import (
@@ -32,7 +32,7 @@ from gangplugin.core.gangplan import (
     scores,
 )
 from gangplugin.core.placement import PlacementPolicy
-from gangplugin.core.topology import BoundPod, Snapshot
+from gangplugin.core.topology import BoundPod, Snapshot, build_snapshot
 from gangplugin.kube.client import JSON
 from gangplugin.kube.records import node_from_k8s
 
@@ -41,14 +41,30 @@ log = logging.getLogger(__name__)
 _PLACEHOLDER_PREFIX = "\0reserved:"
 
 
-class ExtenderCache:
-    """Thread-safe: watch handlers write, extender calls read and plan, all under one lock."""
+# (namespace, gang) -> the gang's placement policy and topology levels, or None for the defaults;
+# raises InputError when the gang's GangPolicy or Topology cannot be used.
+PolicyOf = Callable[[str, str], tuple[PlacementPolicy, tuple[str, ...]] | None]
 
-    def __init__(self, policy: PlacementPolicy | None = None, plan_ttl: float = 40.0) -> None:
+
+class ExtenderCache:
+    """Thread-safe: watch handlers write, extender calls read and plan, all under one lock.
+
+    One snapshot per set of topology levels in use (the defaults, plus those of GangPolicies'
+    Topologies, built on first use); every watch event and reservation updates all of them."""
+
+    def __init__(
+        self,
+        policy: PlacementPolicy | None = None,
+        plan_ttl: float = 40.0,
+        policy_of: PolicyOf | None = None,
+    ) -> None:
         self.policy = policy or PlacementPolicy()
         self.plan_ttl = plan_ttl
+        self.policy_of = policy_of
         self.lock = threading.RLock()
-        self.snapshot = Snapshot()
+        self.snapshot = Snapshot()  # the default levels: plain pods and gangs without a policy
+        self.snapshots: dict[tuple[str, ...], Snapshot] = {self.snapshot.levels: self.snapshot}
+        self.bound: dict[PodKey, BoundPod] = {}  # what the snapshots charge: pods and placeholders
         self.pods: dict[PodKey, GangPod] = {}
         self.gangs: dict[GangKey, set[PodKey]] = {}
         self.plans: dict[GangKey, GangPlan] = {}
@@ -57,6 +73,33 @@ class ExtenderCache:
         self.reserved_on: Counter[str] = Counter()  # node -> placeholders charged to it
         # per plan and member shape (requests): why each node is not that member's node
         self.reasons: dict[GangKey, dict[Requests, dict[str, str]]] = {}
+        self.settings: dict[GangKey, tuple[PlacementPolicy, Snapshot]] = {}  # a plan was made with
+
+    # -- the snapshots -----------------------------------------------------------------------
+
+    def _bind(self, pod: BoundPod) -> None:
+        self.bound[(pod.namespace, pod.name)] = pod
+        for snap in self.snapshots.values():
+            snap.bind(pod)
+
+    def _unbind(self, namespace: str, name: str) -> None:
+        if self.bound.pop((namespace, name), None) is not None:
+            for snap in self.snapshots.values():
+                snap.unbind(namespace, name)
+
+    def snapshot_for(self, levels: tuple[str, ...]) -> Snapshot:
+        snap = self.snapshots.get(levels)
+        if snap is None:
+            nodes = [n for n in self.snapshot.nodes if n is not None]
+            snap = self.snapshots[levels] = build_snapshot(nodes, self.bound.values(), levels)
+        return snap
+
+    def _settings_of(self, gkey: GangKey) -> tuple[PlacementPolicy, Snapshot]:
+        found = self.policy_of(*gkey) if self.policy_of is not None else None
+        if found is None:
+            return self.policy, self.snapshot
+        policy, levels = found
+        return policy, self.snapshot_for(levels)
 
     # -- watch handlers --------------------------------------------------------------------
 
@@ -64,14 +107,16 @@ class ExtenderCache:
         with self.lock:
             if new is None:
                 if old is not None:
-                    self.snapshot.remove_node(str(old["metadata"]["name"]))
+                    for snap in self.snapshots.values():
+                        snap.remove_node(str(old["metadata"]["name"]))
                 return
             try:
                 node = node_from_k8s(new)
             except InputError as err:
                 log.warning("ignoring node %s: %s", new.get("metadata", {}).get("name"), err)
                 return
-            self.snapshot.upsert_node(node)
+            for snap in self.snapshots.values():
+                snap.upsert_node(node)
 
     def on_pod(self, kind: str, old: GangPod | None, new: GangPod | None) -> None:
         with self.lock:
@@ -79,20 +124,22 @@ class ExtenderCache:
                 if old is not None:
                     self._forget(old)
                 return
+            if old == new:
+                return  # a status-only update (kwok, kubelet): nothing the extender reads changed
             self.pods[new.key] = new
             gkey = new.gang_key
             if gkey is not None:
                 self.gangs.setdefault(gkey, set()).add(new.key)
             if new.node is not None and not new.finished:
-                self.snapshot.bind(BoundPod(new.namespace, new.name, new.node, new.requests))
+                self._bind(BoundPod(new.namespace, new.name, new.node, new.requests))
                 if gkey is not None:
                     self._release_claim(gkey, new.key)
             else:
-                self.snapshot.unbind(new.namespace, new.name)
+                self._unbind(new.namespace, new.name)
 
     def _forget(self, pod: GangPod) -> None:
         self.pods.pop(pod.key, None)
-        self.snapshot.unbind(pod.namespace, pod.name)
+        self._unbind(pod.namespace, pod.name)
         gkey = pod.gang_key
         if gkey is None:
             return
@@ -109,23 +156,24 @@ class ExtenderCache:
         return gkey[0], f"{_PLACEHOLDER_PREFIX}{gkey[1]}#{slot}"
 
     def _unreserve(self, gkey: GangKey, slot: int) -> None:
-        self.snapshot.unbind(*self._placeholder(gkey, slot))
+        self._unbind(*self._placeholder(gkey, slot))
         node = self.plans[gkey].slots[slot].node
         self.reserved_on[node] -= 1
         if self.reserved_on[node] <= 0:
             del self.reserved_on[node]
 
-    def _reserve(self, plan: GangPlan) -> None:
+    def _reserve(self, plan: GangPlan, settings: tuple[PlacementPolicy, Snapshot]) -> None:
         slots = set(range(len(plan.slots)))
         for i in slots:
             s = plan.slots[i]
             ns, name = self._placeholder(plan.gang, i)
-            self.snapshot.bind(BoundPod(ns, name, s.node, s.requests))
+            self._bind(BoundPod(ns, name, s.node, s.requests))
             self.reserved_on[s.node] += 1
         self.plans[plan.gang] = plan
         self.reserved[plan.gang] = slots
         self.claims[plan.gang] = {}
         self.reasons[plan.gang] = {}
+        self.settings[plan.gang] = settings
 
     def _reasons(self, plan: GangPlan, pod: GangPod) -> Mapping[str, str]:
         """Per-node reasons for members shaped like `pod`, computed once per shape and plan."""
@@ -133,7 +181,8 @@ class ExtenderCache:
         shape = pod.signature[0]
         reasons = by_shape.get(shape)
         if reasons is None:
-            reasons = by_shape[shape] = node_reasons(self.snapshot, plan, pod.requests, self.policy)
+            policy, snap = self.settings[plan.gang]
+            reasons = by_shape[shape] = node_reasons(snap, plan, pod.requests, policy)
         return reasons
 
     def _release_claim(self, gkey: GangKey, pod: PodKey) -> None:
@@ -156,6 +205,7 @@ class ExtenderCache:
         self.plans.pop(gkey, None)
         self.claims.pop(gkey, None)
         self.reasons.pop(gkey, None)
+        self.settings.pop(gkey, None)
 
     def _sweep(self, now: float) -> None:
         for gkey in [g for g, p in self.plans.items() if p.expires_at <= now]:
@@ -188,12 +238,11 @@ class ExtenderCache:
             made = None
             if plan is None:
                 members = [m for m in self.members(gkey) if m.key != pod.key]
-                plan = plan_gang(
-                    self.snapshot, pod, [*members, pod], self.policy, expires_at=now + self.plan_ttl
-                )
+                policy, snap = settings = self._settings_of(gkey)
+                plan = plan_gang(snap, pod, [*members, pod], policy, expires_at=now + self.plan_ttl)
                 made = plan
                 if plan.feasible:
-                    self._reserve(plan)
+                    self._reserve(plan, settings)
             elif plan.size != pod.size:
                 raise InputError(
                     f"pod {pod.namespace}/{pod.name}: metadata.annotations.gangplugin.io/gang-size",

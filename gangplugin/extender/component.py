@@ -10,14 +10,16 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from gangplugin.admission.records import ADMISSION_CHECKS, GANG_POLICIES, TOPOLOGIES
 from gangplugin.core.gangplan import GangPlan
 from gangplugin.core.placement import PlacementPolicy
 from gangplugin.extender.barrier import Barrier, api_binder
-from gangplugin.extender.cache import ExtenderCache
+from gangplugin.extender.cache import ExtenderCache, PolicyOf
 from gangplugin.extender.pods import gang_pod_from_k8s
 from gangplugin.extender.server import AbandonFn, ExtenderHandlers, make_app, serve
-from gangplugin.kube.client import NODES, PODS, ApiError, Client
+from gangplugin.kube.client import NODES, PODS, WORKLOADS, ApiError, Client
 from gangplugin.kube.events import record_event
+from gangplugin.kube.gangpolicies import GangPolicies
 from gangplugin.kube.informer import identity
 from gangplugin.server.runtime import Runtime
 
@@ -54,10 +56,43 @@ def setup(runtime: Runtime) -> None:
     # One INFO line per Binding call is noise that costs CPU on the bind hot path.
     logging.getLogger("httpx").setLevel(logging.WARNING)
     _cache = ExtenderCache(
-        PlacementPolicy(_settings.spares_per_ultraserver), plan_ttl=2 * _settings.barrier_timeout
+        PlacementPolicy(_settings.spares_per_ultraserver),
+        plan_ttl=2 * _settings.barrier_timeout,
+        policy_of=_policy_source(runtime),
     )
     runtime.informer(NODES, identity).add_handler(_cache.on_node)
     runtime.informer(PODS, gang_pod_from_k8s).add_handler(_cache.on_pod)
+
+
+def _served(client: Client, group_version: str) -> bool:
+    try:
+        client.request("GET", f"/apis/{group_version}")
+    except ApiError as err:
+        if err.status == 404:
+            return False
+        raise
+    return True
+
+
+def _policy_source(runtime: Runtime) -> PolicyOf | None:
+    """Gangs admitted through Kueue are placed by their GangPolicy (spares, Topology levels);
+    without Kueue's and gangplugin's APIs every gang gets the serve options' defaults."""
+    wanted = (WORKLOADS.api_version, GANG_POLICIES.api_version)
+    if not all(_served(runtime.client, gv) for gv in wanted):
+        log.info("Kueue or GangPolicy API not served: every gang is placed with the default policy")
+        return None
+    policies = GangPolicies(
+        runtime.informer(WORKLOADS),
+        runtime.informer(ADMISSION_CHECKS),
+        runtime.informer(GANG_POLICIES),
+        runtime.informer(TOPOLOGIES),
+    )
+
+    def policy_of(namespace: str, gang: str) -> tuple[PlacementPolicy, tuple[str, ...]] | None:
+        found = policies.of_gang(namespace, gang)
+        return None if found is None else (found[0].placement, found[1])
+
+    return policy_of
 
 
 def _abandoner(client: Client, cache: ExtenderCache, executor: ThreadPoolExecutor) -> AbandonFn:

@@ -1,0 +1,110 @@
+"""A gang admitted through Kueue is placed by its GangPolicy: spares per UltraServer and the
+levels of the policy's Topology. Plain pods (no Workload) keep the extender's defaults."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gangplugin.core.errors import InputError
+from gangplugin.core.names import ADMISSION_CHECK_CONTROLLER, REQUIRED_TOPOLOGY_ANNOTATION
+from gangplugin.extender.cache import ExtenderCache
+from gangplugin.extender.pods import gang_pod_from_k8s
+from gangplugin.kube.client import JSON
+from gangplugin.kube.gangpolicies import GangPolicies
+from tests.unit.extender.test_server import NODES, node, pod
+
+RACK = "example.com/rack"
+
+
+class Objects:
+    """A watch cache's read side over plain objects."""
+
+    def __init__(self, *objs: JSON) -> None:
+        self.objs = {
+            "/".join(filter(None, (o["metadata"].get("namespace"), o["metadata"]["name"]))): o for o in objs
+        }
+
+    def get(self, key: str) -> JSON | None:
+        return self.objs.get(key)
+
+    def items(self) -> list[JSON]:
+        return list(self.objs.values())
+
+
+def policies(spares: int = 0, topology: str | None = None, check: str = "gang") -> GangPolicies:
+    workload = {
+        "metadata": {"name": "train", "namespace": "ns"},
+        "status": {"admissionChecks": [{"name": check, "state": "Ready"}]},
+    }
+    ac = {
+        "metadata": {"name": "gang"},
+        "spec": {
+            "controllerName": ADMISSION_CHECK_CONTROLLER,
+            "parameters": {"apiGroup": "gangplugin.io", "kind": "GangPolicy", "name": "us"},
+        },
+    }
+    spec: dict[str, Any] = {"sparesPerUltraServer": spares}
+    if topology:
+        spec["topologyName"] = topology
+    policy = {
+        "apiVersion": "gangplugin.io/v1alpha1",
+        "kind": "GangPolicy",
+        "metadata": {"name": "us"},
+        "spec": spec,
+    }
+    topo = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Topology",
+        "metadata": {"name": "racks"},
+        "spec": {"levels": [{"nodeLabel": RACK}, {"nodeLabel": "kubernetes.io/hostname"}]},
+    }
+    return GangPolicies(Objects(workload), Objects(ac), Objects(policy), Objects(topo))
+
+
+def cache_with(source: GangPolicies | None) -> ExtenderCache:
+    def policy_of(namespace: str, gang: str) -> Any:
+        found = source.of_gang(namespace, gang) if source is not None else None
+        return None if found is None else (found[0].placement, found[1])
+
+    cache = ExtenderCache(policy_of=policy_of)
+    for i, n in enumerate(NODES):  # racks r0 (n0, n1) and r1 (n2, n3), one UltraServer
+        raw = node(n, "us-1")
+        raw["metadata"]["labels"][RACK] = f"r{i // 2}"
+        cache.on_node("ADDED", None, raw)
+    return cache
+
+
+def test_gang_of_a_workload_gets_its_policys_spares():
+    members = [gang_pod_from_k8s(pod(f"m{i}", "train", 4)) for i in range(4)]
+    plain = cache_with(None)
+    assert plain.filter(members[0], NODES, now=0.0)[1].feasible  # type: ignore[union-attr]
+    held = cache_with(policies(spares=1))
+    verdict, plan = held.filter(members[0], NODES, now=0.0)
+    assert plan is not None and not plan.feasible  # one of the 4 nodes is the UltraServer's spare
+    assert verdict.passed == () and "spare" in plan.reason
+
+
+def test_gang_of_a_workload_is_placed_by_its_topologys_levels():
+    raw = pod("m0", "train", 2)
+    raw["metadata"]["annotations"][REQUIRED_TOPOLOGY_ANNOTATION] = RACK
+    member = gang_pod_from_k8s(raw)
+    with pytest.raises(InputError, match="unknown topology label"):  # not a default level
+        cache_with(None).filter(member, NODES, now=0.0)
+    cache = cache_with(policies(topology="racks"))
+    _, plan = cache.filter(member, NODES, now=0.0)
+    assert plan is not None and plan.feasible and plan.level == RACK
+    assert len({cache.snapshot.node(s.node).labels[RACK] for s in plan.slots}) == 1  # type: ignore[union-attr]
+    # the rack-level snapshot counts the reservation too: the default one sees the same free GPUs
+    racks = cache.snapshots[(RACK, "kubernetes.io/hostname")]
+    for n in NODES:
+        assert racks.free[racks.node_ids[n]] == cache.snapshot.free[cache.snapshot.node_ids[n]]
+
+
+def test_missing_policy_or_topology_is_an_error_naming_the_field():
+    source = policies(topology="absent")
+    with pytest.raises(InputError, match=r"spec\.topologyName.*'absent' does not exist"):
+        source.of_gang("ns", "train")
+    assert policies(check="someone-elses").of_gang("ns", "train") is None  # not our check: defaults
+    assert policies().of_gang("ns", "no-such-gang") is None
