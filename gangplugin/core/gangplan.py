@@ -32,9 +32,7 @@ Requests = tuple[tuple[str, int], ...]  # a pod's requests, sorted: its shape
 Signature = tuple[Requests, PodConstraints, str | None, str | None]
 
 SIZE_FIELD = f"metadata.annotations.{GANG_SIZE_ANNOTATION}"
-# Reasons a node fails filter; the scheduler counts nodes per reason in FailedScheduling.
-UNKNOWN_NODE = "not (yet) in gangplugin's node cache"
-SPARE = "held as a spare of its UltraServer"
+# Why a plain pod may not use a node kube-scheduler found room on.
 TOO_FULL = "too little free capacity (counting capacity reserved for gangs being bound)"
 
 
@@ -219,38 +217,12 @@ def _requests(requests: Mapping[str, int]) -> tuple[tuple[str, int], ...]:
     return _req_items(PodSet("", 1, requests))
 
 
-def node_reasons(
-    snapshot: Snapshot, plan: GangPlan, requests: Mapping[str, int], policy: PlacementPolicy | None = None
-) -> dict[str, str]:
-    """Why each node is not a member's node in a feasible plan: outside the gang's domain, a
-    spare, too full, or planned for nobody (the plan packs the gang elsewhere). Computed once
-    per plan, so a filter call costs one dict look-up per candidate node."""
-    gang = plan.gang[1]
-    spares = snapshot.spare_nodes((policy or PlacementPolicy()).spares_per_ultraserver)
-    level, domains = plan.level, set(plan.domains)
-    outside = f"outside gang {gang}'s {level} {', '.join(plan.domains)}"
-    elsewhere = f"gang {gang}'s plan packs its pods on other nodes"
-    req = _requests(requests)
-    out: dict[str, str] = {}
-    for name, i in snapshot.node_ids.items():
-        node = snapshot.nodes[i]
-        assert node is not None
-        if level is not None and node.labels.get(level) not in domains:
-            out[name] = outside
-        elif i in spares:
-            out[name] = SPARE
-        elif _fit(snapshot.free[i], req) == 0:
-            out[name] = TOO_FULL
-        else:
-            out[name] = elsewhere
-    return out
-
-
-def filter_gang_pod(
-    plan: GangPlan, reasons: Mapping[str, str], node_names: Sequence[str], target: str | None
-) -> FilterVerdict:
-    """The verdict for a gang member: only its planned node passes; every other node gets its
-    reason from `node_reasons` (or the plan's reason when the gang cannot be placed)."""
+def filter_gang_pod(plan: GangPlan, node_names: Sequence[str], target: str | None) -> FilterVerdict:
+    """The verdict for a gang member: only its planned node passes. When it does, the other
+    nodes get no reason: kube-scheduler shows filter reasons only for a pod no node passes, and
+    decoding one per candidate (hundreds) would cost its serial scheduling cycle more than the
+    rest of the call. When no node passes, each gets the reason (the plan's, when the gang
+    cannot be placed: it names the domains, spares and capacity that fall short)."""
     gang = plan.gang[1]
     if not plan.feasible:
         return FilterVerdict((), dict.fromkeys(node_names, plan.reason))
@@ -263,10 +235,7 @@ def filter_gang_pod(
             "the gang is planned again"
         )
         return FilterVerdict((), dict.fromkeys(node_names, reason), replan=True)
-    get = reasons.get
-    failed = {name: get(name, UNKNOWN_NODE) for name in node_names}
-    del failed[target]
-    return FilterVerdict((target,), failed)
+    return FilterVerdict((target,), {})
 
 
 def filter_single_pod(

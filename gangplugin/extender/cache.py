@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 
 from gangplugin.core.errors import InputError
 from gangplugin.core.gangplan import (
@@ -23,11 +23,9 @@ from gangplugin.core.gangplan import (
     GangPlan,
     GangPod,
     PodKey,
-    Requests,
     assign,
     filter_gang_pod,
     filter_single_pod,
-    node_reasons,
     plan_gang,
     scores,
 )
@@ -71,9 +69,6 @@ class ExtenderCache:
         self.claims: dict[GangKey, dict[PodKey, int]] = {}
         self.reserved: dict[GangKey, set[int]] = {}  # slot indexes whose placeholder is charged
         self.reserved_on: Counter[str] = Counter()  # node -> placeholders charged to it
-        # per plan and member shape (requests): why each node is not that member's node
-        self.reasons: dict[GangKey, dict[Requests, dict[str, str]]] = {}
-        self.settings: dict[GangKey, tuple[PlacementPolicy, Snapshot]] = {}  # a plan was made with
 
     # -- the snapshots -----------------------------------------------------------------------
 
@@ -162,7 +157,7 @@ class ExtenderCache:
         if self.reserved_on[node] <= 0:
             del self.reserved_on[node]
 
-    def _reserve(self, plan: GangPlan, settings: tuple[PlacementPolicy, Snapshot]) -> None:
+    def _reserve(self, plan: GangPlan) -> None:
         slots = set(range(len(plan.slots)))
         for i in slots:
             s = plan.slots[i]
@@ -172,18 +167,6 @@ class ExtenderCache:
         self.plans[plan.gang] = plan
         self.reserved[plan.gang] = slots
         self.claims[plan.gang] = {}
-        self.reasons[plan.gang] = {}
-        self.settings[plan.gang] = settings
-
-    def _reasons(self, plan: GangPlan, pod: GangPod) -> Mapping[str, str]:
-        """Per-node reasons for members shaped like `pod`, computed once per shape and plan."""
-        by_shape = self.reasons.setdefault(plan.gang, {})
-        shape = pod.signature[0]
-        reasons = by_shape.get(shape)
-        if reasons is None:
-            policy, snap = self.settings[plan.gang]
-            reasons = by_shape[shape] = node_reasons(snap, plan, pod.requests, policy)
-        return reasons
 
     def _release_claim(self, gkey: GangKey, pod: PodKey) -> None:
         """The member is bound (its own requests now count) or gone: free its slot's placeholder."""
@@ -204,8 +187,6 @@ class ExtenderCache:
             self._unreserve(gkey, slot)
         self.plans.pop(gkey, None)
         self.claims.pop(gkey, None)
-        self.reasons.pop(gkey, None)
-        self.settings.pop(gkey, None)
 
     def _sweep(self, now: float) -> None:
         for gkey in [g for g, p in self.plans.items() if p.expires_at <= now]:
@@ -238,11 +219,11 @@ class ExtenderCache:
             made = None
             if plan is None:
                 members = [m for m in self.members(gkey) if m.key != pod.key]
-                policy, snap = settings = self._settings_of(gkey)
+                policy, snap = self._settings_of(gkey)
                 plan = plan_gang(snap, pod, [*members, pod], policy, expires_at=now + self.plan_ttl)
                 made = plan
                 if plan.feasible:
-                    self._reserve(plan, settings)
+                    self._reserve(plan)
             elif plan.size != pod.size:
                 raise InputError(
                     f"pod {pod.namespace}/{pod.name}: metadata.annotations.gangplugin.io/gang-size",
@@ -255,8 +236,7 @@ class ExtenderCache:
                 if slot is not None:
                     claims[pod.key] = slot
                     target = plan.slots[slot].node
-            reasons = self._reasons(plan, pod) if target is not None else {}
-            verdict = filter_gang_pod(plan, reasons, node_names, target)
+            verdict = filter_gang_pod(plan, node_names, target)
             if verdict.replan:
                 self.drop(gkey)
             return verdict, made

@@ -33,7 +33,9 @@ class ExtenderSettings:
     bind: str = "0.0.0.0:8443"
     tls_cert: str | None = None
     tls_key: str | None = None
-    barrier_timeout: float = 20.0  # must stay below the scheduler's extender httpTimeout
+    # Must stay below the scheduler's extender httpTimeout, and cover the time the scheduler takes
+    # to reach every member: its queue does not keep a gang together (a backlog comes in any order).
+    barrier_timeout: float = 60.0
     spares_per_ultraserver: int = 0
 
 

@@ -113,9 +113,10 @@ def cli() -> None:
 @click.option("--extender-tls-key", default=None, help="Key of --extender-tls-cert.")
 @click.option(
     "--extender-barrier-timeout",
-    default=20.0,
+    default=60.0,
     show_default=True,
-    help="Seconds a gang may take to reach bind whole; keep below the scheduler's httpTimeout.",
+    help="Seconds a gang may take to reach bind whole (cover the scheduler's pass over its backlog); "
+    "keep below the scheduler's httpTimeout.",
 )
 @click.option("--extender-spares-per-ultraserver", default=0, show_default=True, type=click.IntRange(0))
 def serve(

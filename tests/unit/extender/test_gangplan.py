@@ -11,7 +11,6 @@ from gangplugin.core.gangplan import (
     barrier_open,
     filter_gang_pod,
     filter_single_pod,
-    node_reasons,
     plan_gang,
     scores,
 )
@@ -49,7 +48,7 @@ def test_twenty_pods_required_ultraserver_cannot_fit_eighteen_node_ultraservers(
     assert "cannot be placed whole" in plan.reason and ULTRASERVER_LABEL in plan.reason
     assert "room for 18" in plan.reason
     names = sorted(s.node_ids)
-    verdict = filter_gang_pod(plan, {}, names, None)
+    verdict = filter_gang_pod(plan, names, None)
     assert verdict.passed == ()
     assert set(verdict.failed) == set(names) and set(verdict.failed.values()) == {plan.reason}
 
@@ -112,30 +111,32 @@ def test_assign_gives_each_member_its_own_slot_and_keeps_it():
     assert assign(plan, pods[3], claims) is None
 
 
-def test_filter_reasons_for_every_other_node():
+def test_member_passes_only_its_planned_node_and_no_reasons_are_sent():
     s = build_snapshot(ultraservers(2, 4), levels=LEVELS)
     s.bind(BoundPod("other", "x", "us1-n00", {GPU: 4}))
     pods = [member(i, 2, required_topology=ULTRASERVER_LABEL) for i in range(2)]
     plan = plan_gang(s, pods[0], pods, PlacementPolicy(spares_per_ultraserver=1))
     assert plan.feasible and plan.domains == ("us-1",)  # best fit: us-1 has one node busy
+    assert "us1-n03" not in {sl.node for sl in plan.slots}  # us-1's spare
     target = plan.slots[0].node
-    reasons = node_reasons(s, plan, REQ, PlacementPolicy(1))
-    verdict = filter_gang_pod(plan, reasons, [*sorted(s.node_ids), "gone"], target)
-    assert verdict.passed == (target,)
-    f = verdict.failed
-    assert f["us2-n00"].startswith("outside gang g's topology.k8s.aws/ultraserver-id us-1")
-    assert f["us1-n03"] == "held as a spare of its UltraServer"
-    assert f["us1-n00"].startswith("too little free capacity")
-    other = plan.slots[1].node
-    assert f[other] == "gang g's plan packs its pods on other nodes"
-    assert "node cache" in f["gone"]
+    verdict = filter_gang_pod(plan, [*sorted(s.node_ids), "gone"], target)
+    assert verdict.passed == (target,) and verdict.failed == {}
+
+
+def test_every_node_gets_the_plans_reason_when_the_gang_cannot_be_placed():
+    s = build_snapshot(ultraservers(2, 4), levels=LEVELS)
+    pods = [member(i, 5, required_topology=ULTRASERVER_LABEL) for i in range(5)]
+    plan = plan_gang(s, pods[0], pods)
+    verdict = filter_gang_pod(plan, sorted(s.node_ids), None)
+    assert verdict.passed == () and set(verdict.failed) == set(s.node_ids)
+    assert set(verdict.failed.values()) == {plan.reason} and "room for 4" in plan.reason
 
 
 def test_filter_asks_for_a_new_plan_when_the_scheduler_refused_the_planned_node():
     s = snap()
     pods = [member(i, 2) for i in range(2)]
     plan = plan_gang(s, pods[0], pods)
-    verdict = filter_gang_pod(plan, node_reasons(s, plan, REQ), ["us4-n00"], plan.slots[0].node)
+    verdict = filter_gang_pod(plan, ["us4-n00"], plan.slots[0].node)
     assert verdict.replan and verdict.passed == ()
     assert "rejected by the scheduler" in verdict.failed["us4-n00"]
 
