@@ -22,11 +22,14 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from gangplugin.admission import records as rec
+from gangplugin.admission.capacity import CapacityView, Promise
 from gangplugin.core.admission import (
     AdmissionDecision,
     charge,
@@ -47,12 +50,13 @@ from gangplugin.core.names import (
 from gangplugin.core.placement import Assignment, Gang, replace
 from gangplugin.core.policy import GangPolicy, requeue_decision
 from gangplugin.core.timeutil import format_time
-from gangplugin.core.topology import DEFAULT_LEVELS, Snapshot, build_snapshot
+from gangplugin.core.topology import Snapshot
 from gangplugin.core.watchdog import GangObservation, Verdict, watch
 from gangplugin.kube.client import JSON, NODES, PODS, WORKLOADS, ApiError, Client
 from gangplugin.kube.events import record_event
+from gangplugin.kube.gangpolicies import GangPolicies
 from gangplugin.kube.informer import Informer, object_key
-from gangplugin.kube.records import bound_pod_from_k8s, gang_from_k8s, levels_from_topology, node_from_k8s
+from gangplugin.kube.records import gang_from_k8s
 from gangplugin.kube.workqueue import WorkQueue
 from gangplugin.server import metrics
 
@@ -117,11 +121,18 @@ class GangAdmission:
         self.flavors = informer(rec.RESOURCE_FLAVORS)
         self.topologies = informer(rec.TOPOLOGIES)
         self.queue = WorkQueue()
+        self.capacity = CapacityView(self.nodes.items, self.pods.items)
+        self._parsed: dict[str | None, tuple[str | None, GangPolicy]] = {}
+        self.lookup = GangPolicies(self.workloads, self.checks, self.policies, self.topologies)
+        self._writers = ThreadPoolExecutor(8, thread_name_prefix="admission-write")
+        self._events = ThreadPoolExecutor(1, thread_name_prefix="admission-events")
         # (namespace, gang label) -> pods by name: an index over the pod cache, rebuilt by its relist.
         self._gang_pods: dict[tuple[str, str], dict[str, JSON]] = {}
         self._lock = threading.Lock()
         self.workloads.add_handler(self._on_workload)
+        self.pods.add_handler(self.capacity.on_pod)
         self.pods.add_handler(self._on_pod)
+        self.nodes.add_handler(self.capacity.on_node)
         self.nodes.add_handler(self._on_node)
         self.checks.add_handler(lambda _t, _o, n: self._on_config("check", n))
         self.policies.add_handler(lambda _t, _o, n: self._on_config("policy", n))
@@ -151,7 +162,7 @@ class GangAdmission:
                         del self._gang_pods[idx]
                 else:
                     pods[meta.get("name", "")] = new
-            owner = self._workload_of_gang(meta.get("namespace", ""), gang)
+            owner = self.lookup.workload_of_gang(meta.get("namespace", ""), gang)
             if owner:
                 self.queue.add("wl/" + owner)
         # Capacity came free: a waiting gang may fit now.
@@ -178,16 +189,6 @@ class GangAdmission:
                 self.queue.add(f"check/{ac['metadata']['name']}")
         self.queue.add(PASS)
 
-    def _workload_of_gang(self, namespace: str, gang: str) -> str | None:
-        wl = self.workloads.get(f"{namespace}/{gang}")
-        if wl is not None:
-            return f"{namespace}/{gang}"
-        for wl in self.workloads.items():  # a hashed gang id (long Workload name)
-            meta = wl["metadata"]
-            if meta.get("namespace") == namespace and gang_id(meta["name"]) == gang:
-                return _key(wl)
-        return None
-
     # -- reconcile -----------------------------------------------------------------------------
 
     def reconcile(self, key: str) -> float | None:
@@ -204,41 +205,22 @@ class GangAdmission:
 
     def our_checks(self) -> dict[str, str | None]:
         """AdmissionCheck name -> GangPolicy name (None: defaults) for checks routed to us."""
-        out: dict[str, str | None] = {}
-        for ac in self.checks.items():
-            if (ac.get("spec") or {}).get("controllerName") != ADMISSION_CHECK_CONTROLLER:
-                continue
-            try:
-                out[ac["metadata"]["name"]] = rec.policy_name_of_check(ac)
-            except InputError:
-                continue  # reported on the AdmissionCheck's Active condition
-        return out
+        return self.lookup.our_checks()
 
     def policy(self, name: str | None) -> GangPolicy:
-        """The GangPolicy by name (defaults for None); InputError when missing or invalid."""
-        if name is None:
-            return GangPolicy()
-        obj = self.policies.get(name)
-        if obj is None:
-            raise InputError("spec.parameters.name", f"GangPolicy {name!r} does not exist")
-        try:
-            return rec.gang_policy_from_k8s(obj)
-        except InputError as err:
-            raise InputError(f"GangPolicy {name}: {err.field}", err.problem) from None
+        """The GangPolicy by name (defaults for None); InputError when missing or invalid.
+        Parsed once per resourceVersion, not once per gang and pass."""
+        obj = self.policies.get(name) if name is not None else None
+        rv = obj["metadata"].get("resourceVersion") if obj is not None else None
+        cached = self._parsed.get(name)
+        if cached is not None and cached[0] == rv and obj is not None:
+            return cached[1]
+        policy = self.lookup.policy(name)
+        self._parsed[name] = (rv, policy)
+        return policy
 
     def levels(self, policy: GangPolicy) -> tuple[str, ...]:
-        if policy.topology_name is None:
-            return DEFAULT_LEVELS
-        topo = self.topologies.get(policy.topology_name)
-        if topo is None:
-            raise InputError("spec.topologyName", f"Topology {policy.topology_name!r} does not exist")
-        return levels_from_topology(topo, f"Topology {policy.topology_name}")
-
-    def _our_check_of(self, wl: Mapping[str, Any], ours: Mapping[str, str | None]) -> tuple[str, JSON] | None:
-        for state in (wl.get("status") or {}).get("admissionChecks") or []:
-            if state.get("name") in ours:
-                return str(state["name"]), dict(state)
-        return None
+        return self.lookup.levels(policy)
 
     def gang(self, wl: Mapping[str, Any]) -> Gang:
         """The Workload's gang, with the node labels of its assigned flavors and of the domain our
@@ -277,23 +259,6 @@ class GangAdmission:
             podsets.append({**ps, "template": template})
         return {**wl, "spec": {**(wl.get("spec") or {}), "podSets": podsets}}
 
-    def _snapshot(self, levels: tuple[str, ...]) -> Snapshot:
-        nodes = []
-        for obj in self.nodes.items():
-            try:
-                nodes.append(node_from_k8s(obj))
-            except InputError as err:
-                log.warning("node %s ignored: %s", obj.get("metadata", {}).get("name"), err)
-        pods = []
-        for obj in self.pods.items():
-            try:
-                pod = bound_pod_from_k8s(obj)
-            except InputError:
-                continue
-            if pod is not None:
-                pods.append(pod)
-        return build_snapshot(nodes, pods, levels)
-
     def _bound_by_podset(self, namespace: str, gang: str) -> Counter[str]:
         with self._lock:
             pods = list(self._gang_pods.get((namespace, gang), {}).values())
@@ -310,6 +275,7 @@ class GangAdmission:
     # -- admission -------------------------------------------------------------------------
 
     def admission_pass(self) -> float | None:
+        started = time.monotonic()
         now = self.clock()
         ours = self.our_checks()
         if not ours:
@@ -317,7 +283,7 @@ class GangAdmission:
         admitted: list[_Admitted] = []
         candidates: list[tuple[tuple[float, float, str], JSON, str]] = []
         for wl in self.workloads.items():
-            found = self._our_check_of(wl, ours)
+            found = GangPolicies.check_of(wl, ours)
             if found is None or not rec.is_true(wl, "QuotaReserved") or rec.is_true(wl, "Finished"):
                 continue
             name, state = found
@@ -335,18 +301,51 @@ class GangAdmission:
         for a in admitted:
             if not a.ever_ready:
                 unready.setdefault(a.policy, []).append(a.key)
-        rerun = False
+        # Decide every candidate in order on one snapshot (each admission charged before the next
+        # is decided), then write the decisions concurrently: a write waits on the API server,
+        # and the decisions no longer depend on each other.
+        writes: list[Callable[[], bool | None]] = []
+        with self.capacity.locked():
+            self._decide_all(candidates, ours, admitted, unready, snapshots, writes, now)
+        # A refused admission (the Workload changed meanwhile) only over-counted capacity in this
+        # pass; the pass runs again on fresh copies.
+        rerun = not all(self._writers.map(lambda write: write() is not False, writes))
+        took = time.monotonic() - started
+        log.log(
+            logging.INFO if took > 1.0 else logging.DEBUG,
+            "admission pass: %d candidates, %d admitted gangs, %.3fs, rerun=%s",
+            len(candidates),
+            len(admitted),
+            took,
+            rerun,
+        )
+        return 0.5 if rerun else None
+
+    def _decide_all(
+        self,
+        candidates: list[tuple[tuple[float, float, str], JSON, str]],
+        ours: Mapping[str, str | None],
+        admitted: list[_Admitted],
+        unready: dict[str | None, list[str]],
+        snapshots: dict[tuple[str, ...], Snapshot],
+        writes: list[Callable[[], bool | None]],
+        now: float,
+    ) -> None:
+        """Decide every candidate in queue order (under the capacity lock); queue the writes."""
+        promises: list[Promise] | None = None
         for _, wl, check in candidates:
             policy_name = ours[check]
             try:
                 policy = self.policy(policy_name)
                 levels = self.levels(policy)
             except InputError as err:
-                self._write_check(wl, check, "Pending", f"waiting: {err}", now=now)
+                writes.append(partial(self._write_check, wl, check, "Pending", f"waiting: {err}", now=now))
                 continue
             snap = snapshots.get(levels)
             if snap is None:
-                snap = snapshots[levels] = self._promised_snapshot(levels, admitted)
+                if promises is None:
+                    promises = self._promises(admitted)
+                snap = snapshots[levels] = self.capacity.snapshot(levels, promises)
             blocker = (
                 sequential_blocker(_key(wl), unready.get(policy_name, [])) if policy.sequential else None
             )
@@ -354,38 +353,62 @@ class GangAdmission:
                 gang = self.gang(wl)
                 decision = decide(snap, gang, gang.name, policy.placement, blocker)
             except InputError as err:
-                self._reject(wl, check, f"the Workload cannot be used: {err}", now)
+                writes.append(partial(self._reject, wl, check, f"the Workload cannot be used: {err}", now))
                 continue
             if decision.ready:
-                if not self._admit(wl, check, decision, now):
-                    rerun = True
-                    continue
                 assert decision.placement is not None
-                charge(snap, gang, decision.placement, wl["metadata"]["namespace"])
+                ns = wl["metadata"]["namespace"]
+                charge(snap, gang, decision.placement, ns)
+                updates = [u.to_dict() for u in decision.pod_set_updates]
+                self.capacity.record(levels, _key(wl), _fingerprint(updates, Counter()), ns, gang)
                 if policy.sequential:
                     unready.setdefault(policy_name, []).append(_key(wl))
+                writes.append(partial(self._admit, wl, check, decision, now))
             else:
-                self._write_check(wl, check, "Pending", decision.message, now=now)
-        return 0.5 if rerun else None
+                writes.append(partial(self._write_check, wl, check, "Pending", decision.message, now=now))
 
-    def _promised_snapshot(self, levels: tuple[str, ...], admitted: list[_Admitted]) -> Snapshot:
-        """Nodes and bound pods, plus the not-yet-bound pods of every admitted gang charged to the
-        domain its check chose (in admission order)."""
-        snap = self._snapshot(levels)
+    def _promises(self, admitted: list[_Admitted]) -> list[Promise]:
+        """What every admitted gang still needs (its unbound pods in its chosen domain), in
+        admission order; each gang is parsed only when its promise has to be redone."""
+        out = []
         for a in admitted:
             try:
                 policy = self.policy(a.policy)
-                gang = self.gang(a.wl)
-                state = rec.check_state(a.wl, a.check) or {}
-                for upd in state.get("podSetUpdates") or []:
-                    gang = with_selector(gang, upd.get("nodeSelector") or {}, [str(upd.get("name"))])
-                ns = a.wl["metadata"]["namespace"]
-                promise(snap, remaining(gang, self._bound_by_podset(ns, gang.name)), ns, policy.placement)
+            except InputError:
+                continue
+            ns = a.wl["metadata"]["namespace"]
+            gid = gang_id(a.wl["metadata"]["name"])
+            updates = (rec.check_state(a.wl, a.check) or {}).get("podSetUpdates") or []
+            bound = self._bound_by_podset(ns, gid)
+            out.append(
+                Promise(
+                    a.key,
+                    _fingerprint(updates, bound),
+                    ns,
+                    partial(self._unbound_gang, a.wl, updates, bound),
+                    policy.placement,
+                )
+            )
+        return out
+
+    def _promised_snapshot(self, levels: tuple[str, ...], admitted: list[_Admitted]) -> Snapshot:
+        """A fresh snapshot with every admitted gang's promise, for read-only what-ifs off the
+        admission path (the gangs API's explain); the pass itself uses the kept `capacity`."""
+        snap = self.capacity.build(levels)
+        for p in self._promises(admitted):
+            try:
+                promise(snap, p.gang(), p.namespace, p.policy)
             except InputError as err:
-                log.warning("admitted workload %s: promised capacity not counted: %s", a.key, err)
+                log.warning("admitted workload %s: promised capacity not counted: %s", p.key, err)
         return snap
 
-    def _admit(self, wl: JSON, check: str, decision: AdmissionDecision, now: float) -> bool:
+    def _unbound_gang(self, wl: JSON, updates: list[JSON], bound: Counter[str]) -> Gang:
+        gang = self.gang(wl)
+        for upd in updates:
+            gang = with_selector(gang, upd.get("nodeSelector") or {}, [str(upd.get("name"))])
+        return remaining(gang, bound)
+
+    def _admit(self, wl: JSON, check: str, decision: AdmissionDecision, now: float) -> bool | None:
         ok = self._write_check(
             wl,
             check,
@@ -400,9 +423,11 @@ class GangAdmission:
                 metrics.ADMISSION_LATENCY.observe(max(0.0, now - reserved))
         return ok
 
-    def _reject(self, wl: JSON, check: str, message: str, now: float) -> None:
-        if self._write_check(wl, check, "Rejected", message, now=now):
+    def _reject(self, wl: JSON, check: str, message: str, now: float) -> bool | None:
+        ok = self._write_check(wl, check, "Rejected", message, now=now)
+        if ok:
             self.event(wl, "Warning", "GangRejected", message)
+        return ok
 
     def _ever_ready(self, wl: Mapping[str, Any]) -> bool:
         """Whether the gang was fully Ready since its current admission: Kueue's PodsReady
@@ -422,7 +447,7 @@ class GangAdmission:
             metrics.GANG_READY.forget(key)
             return None
         ours = self.our_checks()
-        found = self._our_check_of(wl, ours)
+        found = GangPolicies.check_of(wl, ours)
         if found is None or found[1].get("state") != "Ready":
             return None
         check, state = found
@@ -502,7 +527,7 @@ class GangAdmission:
             )
             for i, p in enumerate(sorted(pods, key=lambda p: p["metadata"]["name"]))
         ]
-        snap = self._snapshot(self.levels(policy))
+        snap = self.capacity.build(self.levels(policy))
         for node in failed:
             on_node = [p for p in pods if p["spec"]["nodeName"] == node]
             if not on_node:
@@ -545,10 +570,11 @@ class GangAdmission:
         updates: list[JSON] | None = None,
         requeue_after: int | None = None,
         now: float,
-    ) -> bool:
+    ) -> bool | None:
         """Server-side apply of our check's entry only (our field manager), conditional on the
         Workload's resourceVersion: a decision made on a stale copy is never written. Returns
-        False when the Workload changed meanwhile (the next event reruns the decision)."""
+        True when written, None when the entry already says this, False when the Workload
+        changed meanwhile (the decision is made again on the fresh copy)."""
         prev = rec.check_state(wl, check) or {}
         entry: JSON = {"name": check, "state": state, "message": message[:32768]}
         if updates:
@@ -559,7 +585,7 @@ class GangAdmission:
             bool(prev.get("podSetUpdates")) == bool(updates)
         )
         if unchanged:
-            return False
+            return None
         same_state = prev.get("state") == state
         entry["lastTransitionTime"] = (
             prev.get("lastTransitionTime")
@@ -589,13 +615,14 @@ class GangAdmission:
             if err.status in (404, 409):
                 return False
             raise
-        if not same_state and state in ("Pending",) and prev:
-            self.event(wl, "Normal", "GangPending", message)
+        if state == "Pending" and str(prev.get("message", "")).split(":")[0] != message.split(":")[0]:
+            self.event(wl, "Normal", "GangWaiting", message)  # a new kind of reason, not every recount
         log.info("workload %s/%s: check %s -> %s: %s", meta["namespace"], meta["name"], check, state, message)
         return True
 
     def event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
-        record_event(self.client, dict(obj), type_, reason, message, COMPONENT)
+        """Recorded in the background: an Event is for people, a decision must not wait for it."""
+        self._events.submit(record_event, self.client, dict(obj), type_, reason, message, COMPONENT)
 
     # -- AdmissionCheck and GangPolicy status ------------------------------------------------------
 
@@ -650,6 +677,14 @@ class GangAdmission:
             res, obj["metadata"]["name"], {"status": {"conditions": [*others, cond]}}, subresource="status"
         )
         return True
+
+
+def _fingerprint(updates: list[JSON], bound: Counter[str]) -> tuple[Any, ...]:
+    """What an admitted gang's promise depends on: its domain per podset and its bound pods."""
+    domains = tuple(
+        sorted((str(u.get("name")), tuple(sorted((u.get("nodeSelector") or {}).items()))) for u in updates)
+    )
+    return domains, tuple(sorted(bound.items()))
 
 
 def _node_view(obj: JSON) -> tuple[Any, ...]:

@@ -142,6 +142,13 @@ def charge(snapshot: Snapshot, gang: Gang, placement: Placement, namespace: str)
     return len(placement.assignments)
 
 
+def release(snapshot: Snapshot, gang: Gang, namespace: str) -> None:
+    """Undo `promise`/`charge` of `gang` (every synthetic pod it could have bound)."""
+    for ps in gang.podsets:
+        for i in range(ps.count):
+            snapshot.unbind(namespace, f"{PROMISED_PREFIX}/{gang.name}/{ps.name}/{i}")
+
+
 def remaining(gang: Gang, bound: Mapping[str, int]) -> Gang:
     """The podsets of `gang` reduced by the pods already bound (per podset name)."""
     out = tuple(

@@ -1,0 +1,245 @@
+"""Admission throughput through Kueue with the gang check against Kueue without any check.
+
+Run: .venv/bin/python bench/admission.py   (starts its own local cluster; GANGPLUGIN_PORT_BASE
+moves its ports, default 30000)
+
+One local cluster, 500 kwok nodes (25 UltraServers of 20 8-GPU instances), one run after the
+other in the same cluster: 300 Workloads of 8 one-GPU pods each that prefer one UltraServer,
+submitted to a ClusterQueue without admission checks, then 300 more to a ClusterQueue whose
+gangs pass the gangplugin.io/gang check. Workloads are created directly (no Job), so no pods
+run: what is measured is admission, not scheduling, and every gang admitted with the check
+stays promised (its capacity counted for the gangs after it), the check's worst case.
+
+Rate = 300 / (first create -> last Admitted). Check latency = when a watch saw the check Ready
+minus when it saw QuotaReserved, per Workload (both observed by the same watch, so its delivery
+delay cancels out).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from gangplugin.kube.client import CLUSTER_QUEUES, LOCAL_QUEUES, NAMESPACES, WORKLOADS, Client
+from gangplugin.localcluster.cluster import REPO, LocalCluster, Ports
+
+GPU = "nvidia.com/gpu"
+US = "topology.k8s.aws/ultraserver-id"
+GANGS, GANG_SIZE = 300, 8
+INSTANCE_TYPE = "ml.bench.8gpu"
+SHAPE = {
+    "apiVersion": "gangplugin.io/v1alpha1",
+    "kind": "LocalClusterShape",
+    "spec": {
+        "groups": [
+            {
+                "name": "bench",
+                "instanceType": INSTANCE_TYPE,
+                "ultraServerType": "ml.u-bench",
+                "availabilityZone": "us-east-1a",
+                "ultraServerCount": 25,
+                "instancesPerUltraServer": 20,
+                "instancesPerNetworkLayer": [500, 100, 20],
+                "allocatable": {"cpu": "192", "memory": "1900Gi", "pods": "110", GPU: "8"},
+            }
+        ]
+    },
+}
+
+
+def queue_objects(name: str, checks: list[str]) -> list[tuple[Any, dict[str, Any]]]:
+    cq: dict[str, Any] = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ClusterQueue",
+        "metadata": {"name": name},
+        "spec": {
+            "namespaceSelector": {},
+            "resourceGroups": [
+                {
+                    "coveredResources": ["cpu", "memory", GPU],
+                    "flavors": [
+                        {
+                            "name": "bench",
+                            "resources": [
+                                {"name": "cpu", "nominalQuota": "100000"},
+                                {"name": "memory", "nominalQuota": "1000000Gi"},
+                                {"name": GPU, "nominalQuota": str(GANGS * GANG_SIZE)},
+                            ],
+                        }
+                    ],
+                }
+            ],
+        },
+    }
+    if checks:
+        cq["spec"]["admissionChecksStrategy"] = {"admissionChecks": [{"name": c} for c in checks]}
+    lq = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "LocalQueue",
+        "metadata": {"name": name, "namespace": name},
+        "spec": {"clusterQueue": name},
+    }
+    return [(CLUSTER_QUEUES, cq), (LOCAL_QUEUES, lq)]
+
+
+def workload(name: str, namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "queueName": namespace,
+            "podSets": [
+                {
+                    "name": "main",
+                    "count": GANG_SIZE,
+                    "template": {
+                        "metadata": {"annotations": {"gangplugin.io/preferred-topology": US}},
+                        "spec": {
+                            "restartPolicy": "Never",
+                            "containers": [
+                                {
+                                    "name": "trainer",
+                                    "image": "trainer:latest",
+                                    "resources": {"requests": {"cpu": "1", "memory": "1Gi", GPU: "1"}},
+                                }
+                            ],
+                        },
+                    },
+                }
+            ],
+        },
+    }
+
+
+class Observer:
+    """Watches a namespace's Workloads; records when each was first seen reserved, checked, admitted."""
+
+    def __init__(self, client: Client, namespace: str) -> None:
+        self.client, self.namespace = client, namespace
+        self.reserved: dict[str, float] = {}
+        self.synced: dict[str, float] = {}  # Kueue listed the check on the Workload
+        self.checked: dict[str, float] = {}
+        self.admitted: dict[str, float] = {}
+        self.stop = threading.Event()
+        rv = client.list(WORKLOADS, namespace)["metadata"]["resourceVersion"]
+        self.thread = threading.Thread(target=self._run, args=(rv,), daemon=True)
+        self.thread.start()
+
+    def _run(self, rv: str) -> None:
+        while not self.stop.is_set():
+            try:
+                rv = self._watch(rv)
+            except httpx.HTTPError:  # the server closed the stream: watch again from rv
+                continue
+
+    def _watch(self, rv: str) -> str:
+        for event in self.client.watch(WORKLOADS, self.namespace, resource_version=rv, timeout_seconds=5):
+            now = time.monotonic()
+            obj = event["object"]
+            rv = obj.get("metadata", {}).get("resourceVersion", rv)
+            if event["type"] not in ("ADDED", "MODIFIED"):
+                continue
+            name = obj["metadata"]["name"]
+            conds = {c["type"]: c["status"] for c in obj.get("status", {}).get("conditions", [])}
+            checks = obj.get("status", {}).get("admissionChecks") or []
+            if conds.get("QuotaReserved") == "True":
+                self.reserved.setdefault(name, now)
+            if conds.get("Admitted") == "True":
+                self.admitted.setdefault(name, now)
+            if checks:
+                self.synced.setdefault(name, now)
+            if any(c.get("state") == "Ready" for c in checks):
+                self.checked.setdefault(name, now)
+        return rv
+
+
+def _p50(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def run(client: Client, namespace: str, checks: list[str]) -> tuple[float, list[float]]:
+    client.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    for res, obj in queue_objects(namespace, checks):
+        client.create(res, obj)
+    deadline = time.monotonic() + 60
+    while not any(
+        c["type"] == "Active" and c["status"] == "True"
+        for c in client.get(CLUSTER_QUEUES, namespace).get("status", {}).get("conditions", [])
+    ):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"ClusterQueue {namespace} not Active in 60s")
+        time.sleep(0.2)
+    obs = Observer(client, namespace)
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda i: client.create(WORKLOADS, workload(f"g-{i:03d}", namespace)), range(GANGS)))
+    while len(obs.admitted) < GANGS:
+        if time.monotonic() - t0 > 600:
+            raise RuntimeError(f"{namespace}: only {len(obs.admitted)} of {GANGS} admitted in 600s")
+        time.sleep(0.2)
+    obs.stop.set()
+    elapsed = max(obs.admitted.values()) - t0
+    latencies = [obs.checked[n] - obs.reserved[n] for n in obs.checked if n in obs.reserved]
+    if checks:  # where the time goes, p50 of each step
+        steps = (
+            ("quota reserved -> Kueue lists the check", obs.reserved, obs.synced),
+            ("check listed -> check Ready (gangplugin)", obs.synced, obs.checked),
+            ("check Ready -> Admitted (Kueue)", obs.checked, obs.admitted),
+        )
+        for label, start, end in steps:
+            print(f"  {label:<42} p50 {_p50([end[n] - start[n] for n in end if n in start]) * 1000:>7.0f} ms")
+    return GANGS / elapsed, latencies
+
+
+def main() -> None:
+    base = int(os.environ.get("GANGPLUGIN_PORT_BASE", "30000"))
+    shape = Path(tempfile.mkdtemp()) / "shape.yaml"
+    shape.write_text(yaml.safe_dump(SHAPE))
+    os.environ["GANGPLUGIN_SHAPE"] = str(shape)
+    os.environ.setdefault("GANGPLUGIN_COMPONENTS", "admission")
+    cluster = LocalCluster(REPO / ".local" / "bench-admission", Ports(base), log=lambda _m: None)
+    cluster.up()
+    client = Client.from_kubeconfig(cluster.kubeconfig)
+    try:
+        cluster.apply_file(client, REPO / "deploy" / "admission" / "gangpolicies.yaml")
+        cluster.apply_file(client, REPO / "deploy" / "admission" / "admission-check.yaml")
+        flavor = {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ResourceFlavor",
+            "metadata": {"name": "bench"},
+            "spec": {"nodeLabels": {"node.kubernetes.io/instance-type": INSTANCE_TYPE}},
+        }
+        client.request("POST", "/apis/kueue.x-k8s.io/v1beta2/resourceflavors", body=flavor)
+        plain_rate, _ = run(client, "bench-plain", [])
+        gang_rate, lat = run(client, "bench-gang", ["gang"])
+    finally:
+        client.close()
+        log = cluster.log_dir / "gangplugin.log"
+        if log.exists():  # kept for a look at the controller's side; `down` deletes the state
+            (REPO / ".local" / "bench-admission-gangplugin.log").write_bytes(log.read_bytes())
+        cluster.down(quiet=True)
+    lat.sort()
+    p50 = statistics.median(lat)
+    p99 = lat[min(len(lat) - 1, int(0.99 * len(lat)))]
+    print(f"500 kwok nodes, {GANGS} Workloads of {GANG_SIZE} pods each, one run after the other")
+    print(f"{'queue':<28} {'admitted/s':>11}")
+    print(f"{'Kueue, no admission check':<28} {plain_rate:>11.1f}")
+    print(f"{'Kueue + gangplugin.io/gang':<28} {gang_rate:>11.1f}")
+    print(f"ratio {gang_rate / plain_rate:.2f} (target >= 0.8)")
+    print(
+        f"quota reserved -> check Ready: p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms ({len(lat)} gangs)"
+    )
+
+
+if __name__ == "__main__":
+    main()
