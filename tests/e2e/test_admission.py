@@ -434,3 +434,56 @@ def test_controller_killed_during_admission_and_restarted(
     time.sleep(3)
     after = {job: check_of(workload(client, namespace, job)) for job in jobs}
     assert before == after
+
+
+@pytest.mark.parametrize(
+    ("spec", "field", "says"),
+    [
+        ({"readyTimeout": "-5m"}, "spec.readyTimeout", "readyTimeout must be longer than 0s"),
+        ({"unscheduledTimeout": "0s"}, "spec.unscheduledTimeout", "longer than 0s"),
+        (
+            {"requeue": {"backoffBaseSeconds": 100, "backoffMaxSeconds": 10}},
+            "spec.requeue.backoffMaxSeconds",
+            "must not be below backoffBaseSeconds",
+        ),
+        ({"admission": "OneByOne"}, "spec.admission", "Parallel"),
+        ({"requeue": {"backoffLimitCount": -1}}, "spec.requeue.backoffLimitCount", "0"),
+    ],
+)
+def test_bad_gang_policy_is_refused_naming_the_field(
+    cluster: E2ECluster, spec: dict[str, Any], field: str, says: str
+) -> None:
+    body = {"apiVersion": "gangplugin.io/v1alpha1", "kind": "GangPolicy", "metadata": {"name": unique("bad")}}
+    with pytest.raises(ApiError) as err:
+        cluster.client.create(GANG_POLICIES, {**body, "spec": spec})
+    assert err.value.status == 422
+    assert field in str(err.value) and says in str(err.value), str(err.value)
+
+
+def test_workload_naming_an_unknown_topology_level_is_rejected(
+    cluster: E2ECluster, namespace: str, gang_queue: Any
+) -> None:
+    client = cluster.client
+    queue = gang_queue()
+    name = unique("job")
+    job = gpu_job(
+        name,
+        namespace,
+        queue,
+        2,
+        4,
+        metadata={"annotations": {"gangplugin.io/required-topology": "example.com/rack"}},
+    )
+    client.create(JOBS, job)
+    wl = wait_for(
+        lambda: (w := workload_of(client, namespace, name)) and w["spec"].get("active") is False and w,
+        60,
+        "the Workload deactivated",
+    )
+    (rejected,) = [
+        e for e in events_of(client, namespace, wl["metadata"]["name"]) if e["reason"] == "GangRejected"
+    ]
+    assert (
+        "gangplugin.io/required-topology" in rejected["message"] and "example.com/rack" in rejected["message"]
+    )
+    assert not job_pods(client, namespace, name)

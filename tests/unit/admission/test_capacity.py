@@ -1,0 +1,88 @@
+"""The admission pass's capacity view: kept current from watch events, promises redone only
+when what they stand for changed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gangplugin.admission.capacity import CapacityView, Promise
+from gangplugin.core.admission import with_selector
+from gangplugin.core.placement import Gang, PlacementPolicy, PodSet
+from gangplugin.core.topology import ULTRASERVER_LABEL
+
+GPU = "nvidia.com/gpu"
+LEVELS = ("topology.kubernetes.io/zone", ULTRASERVER_LABEL, "kubernetes.io/hostname")
+
+
+def node(name: str, us: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {ULTRASERVER_LABEL: us, "kubernetes.io/hostname": name}},
+        "status": {
+            "allocatable": {"cpu": "8", "memory": "64Gi", "pods": "110", GPU: "4"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+def pod(name: str, node_name: str, gpus: int = 4) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "ns"},
+        "spec": {
+            "nodeName": node_name,
+            "containers": [{"name": "c", "resources": {"requests": {GPU: str(gpus)}}}],
+        },
+        "status": {"phase": "Running"},
+    }
+
+
+def gang(name: str, count: int, us: str) -> Gang:
+    ps = PodSet("main", count, {GPU: 4})
+    return with_selector(Gang((ps,), name), {ULTRASERVER_LABEL: us})
+
+
+def free_gpus(view: CapacityView, promises: list[Promise]) -> int:
+    with view.locked():
+        snap = view.snapshot(LEVELS, promises)
+        return sum(snap.free[i].get(GPU, 0) for i in snap.live_node_ids())
+
+
+def test_events_keep_the_snapshot_current() -> None:
+    nodes = [node(f"n{i}", "us-1") for i in range(3)]
+    view = CapacityView(lambda: nodes, lambda: [])
+    assert free_gpus(view, []) == 12
+    view.on_pod("ADDED", None, pod("p1", "n0"))
+    assert free_gpus(view, []) == 8
+    view.on_pod("DELETED", pod("p1", "n0"), None)
+    view.on_node("ADDED", None, node("n3", "us-1"))
+    assert free_gpus(view, []) == 16
+    view.on_node("DELETED", node("n3", "us-1"), None)
+    unready = node("n2", "us-1")
+    unready["status"]["conditions"][0]["status"] = "False"
+    view.on_node("MODIFIED", node("n2", "us-1"), unready)
+    with view.locked():
+        snap = view.snapshot(LEVELS, [])
+        assert not snap.usable[snap.node_ids["n2"]]
+
+
+def test_promises_are_charged_once_and_redone_only_when_changed() -> None:
+    nodes = [node(f"a{i}", "us-1") for i in range(2)] + [node(f"b{i}", "us-2") for i in range(2)]
+    view = CapacityView(lambda: nodes, lambda: [])
+    calls: list[str] = []
+
+    def make(name: str, count: int) -> Any:
+        def build() -> Gang:
+            calls.append(name)
+            return gang(name, count, "us-1")
+
+        return build
+
+    p = Promise("ns/g1", ("us-1", ()), "ns", make("g1", 2), PlacementPolicy())
+    assert free_gpus(view, [p]) == 8
+    assert free_gpus(view, [p]) == 8 and calls == ["g1"]  # unchanged: kept, not redone
+    # one pod of the gang got bound: the promise shrinks to the other pod
+    view.on_pod("ADDED", None, pod("g1-0", "a0"))
+    p2 = Promise("ns/g1", ("us-1", (("main", 1),)), "ns", make("g1", 1), PlacementPolicy())
+    assert free_gpus(view, [p2]) == 8 and calls == ["g1", "g1"]
+    # the gang is gone (evicted, finished): its promise is released
+    view.on_pod("DELETED", pod("g1-0", "a0"), None)
+    assert free_gpus(view, []) == 16
