@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from gangplugin.server.runtime import Runtime
 log = logging.getLogger(__name__)
 
 COMPONENT = "gangplugin-extender"
+GIL_SWITCH_INTERVAL = 0.0005  # seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +133,10 @@ def start(runtime: Runtime) -> None:
     if cache is None:
         raise RuntimeError("extender: start() before setup()")
     settings = _settings
+    # kube-scheduler waits for each filter answer in its serial scheduling cycle; with Python's
+    # default 5 ms GIL switch interval a watch thread busy with a burst of pod events delays the
+    # HTTP thread by up to that much per call.
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL)
     executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="extender-bind")
     host, _, port = settings.bind.rpartition(":")
     handlers = ExtenderHandlers(cache, _abandoner(runtime.client, cache, executor))
