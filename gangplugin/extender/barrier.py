@@ -14,18 +14,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
-from concurrent.futures import Executor
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+
+import aiohttp
+import orjson
 
 from gangplugin.core.gangplan import GangKey, PodKey, barrier_open
 from gangplugin.extender.cache import ExtenderCache
-from gangplugin.kube.client import ApiError, Client
+from gangplugin.kube.client import ApiError, Client, api_error
 
 log = logging.getLogger(__name__)
 
 # (namespace, name, uid, node) -> None, raises on failure
-BindFn = Callable[[str, str, str, str], None]
+BindFn = Callable[[str, str, str, str], Awaitable[None]]
 
 
 @dataclass
@@ -42,26 +44,41 @@ class _Gang:
     timer: asyncio.TimerHandle | None = None
 
 
-def api_binder(client: Client) -> BindFn:
-    def bind(namespace: str, name: str, uid: str, node: str) -> None:
+class ApiBinder:
+    """Binding API calls made on the extender's event loop over one keep-alive connection pool:
+    no thread per call, so binding a gang does not compete for the GIL with the HTTP handlers
+    answering kube-scheduler's filter calls."""
+
+    def __init__(self, client: Client, connections: int = 32) -> None:
+        self.client = client
+        self.connections = connections
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __call__(self, namespace: str, name: str, uid: str, node: str) -> None:
+        if self._session is None:  # made on the loop that uses it
+            connector = aiohttp.TCPConnector(ssl=self.client.ssl_context, limit=self.connections)
+            self._session = aiohttp.ClientSession(
+                headers=self.client.headers, connector=connector, timeout=aiohttp.ClientTimeout(total=30)
+            )
         body = {
             "apiVersion": "v1",
             "kind": "Binding",
             "metadata": {"name": name, "namespace": namespace, **({"uid": uid} if uid else {})},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
-        client.request("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/binding", body=body)
-
-    return bind
+        url = f"{self.client.server}/api/v1/namespaces/{namespace}/pods/{name}/binding"
+        headers = {"Content-Type": "application/json"}
+        async with self._session.post(url, data=orjson.dumps(body), headers=headers) as resp:
+            if resp.status >= 400:
+                raise api_error(resp.status, await resp.read())
 
 
 class Barrier:
     """Lives on one event loop; `bind` is awaited by the HTTP handler of each bind call."""
 
-    def __init__(self, cache: ExtenderCache, binder: BindFn, executor: Executor, timeout: float) -> None:
+    def __init__(self, cache: ExtenderCache, binder: BindFn, timeout: float) -> None:
         self.cache = cache
         self.binder = binder
-        self.executor = executor
         self.timeout = timeout
         self.gangs: dict[GangKey, _Gang] = {}
 
@@ -132,9 +149,8 @@ class Barrier:
                 w.future.set_result(result)
 
     async def _bind_one(self, namespace: str, name: str, uid: str, node: str) -> str:
-        loop = asyncio.get_running_loop()
         try:
-            await loop.run_in_executor(self.executor, self.binder, namespace, name, uid, node)
+            await self.binder(namespace, name, uid, node)
         except ApiError as err:
             return f"binding {namespace}/{name} to {node} failed: {err}"
         except Exception as err:

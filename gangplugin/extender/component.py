@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from gangplugin.admission.records import ADMISSION_CHECKS, GANG_POLICIES, TOPOLOGIES
 from gangplugin.core.gangplan import GangPlan
 from gangplugin.core.placement import PlacementPolicy
-from gangplugin.extender.barrier import Barrier, api_binder
+from gangplugin.extender.barrier import ApiBinder, Barrier
 from gangplugin.extender.cache import ExtenderCache, PolicyOf
 from gangplugin.extender.pods import gang_pod_from_k8s
 from gangplugin.extender.server import AbandonFn, ExtenderHandlers, make_app, serve
@@ -137,7 +137,7 @@ def start(runtime: Runtime) -> None:
     # default 5 ms GIL switch interval a watch thread busy with a burst of pod events delays the
     # HTTP thread by up to that much per call.
     sys.setswitchinterval(GIL_SWITCH_INTERVAL)
-    executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="extender-bind")
+    executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="extender-abandon")
     host, _, port = settings.bind.rpartition(":")
     handlers = ExtenderHandlers(cache, _abandoner(runtime.client, cache, executor))
     started = threading.Event()
@@ -145,7 +145,7 @@ def start(runtime: Runtime) -> None:
     def run() -> None:
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
-        barrier = Barrier(cache, api_binder(runtime.client), executor, settings.barrier_timeout)
+        barrier = Barrier(cache, ApiBinder(runtime.client), settings.barrier_timeout)
         app = make_app(handlers, barrier)
         loop.run_until_complete(serve(app, host or "0.0.0.0", int(port), _ssl_context(settings)))
         log.info("extender serving on %s (%s)", settings.bind, "https" if settings.tls_cert else "http")

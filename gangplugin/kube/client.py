@@ -79,6 +79,7 @@ class Client:
         if token:
             headers["Authorization"] = f"Bearer {token}"
         self.server = server.rstrip("/")
+        self.ssl_context, self.headers = ssl_context, headers  # for async clients of the same server
         self._http = httpx.Client(base_url=self.server, verify=ssl_context, headers=headers, timeout=30.0)
 
     @classmethod
@@ -139,7 +140,7 @@ class Client:
         )
         resp = self._http.request(method, path, content=content, headers=headers, params=params)
         if resp.status_code >= 400:
-            raise _api_error(resp.status_code, resp.content)
+            raise api_error(resp.status_code, resp.content)
         return orjson.loads(resp.content) if resp.content else {}
 
     def get(self, res: Resource, name: str, namespace: str | None = None) -> JSON:
@@ -227,13 +228,14 @@ class Client:
             "GET", res.path(namespace), params=params, timeout=httpx.Timeout(30.0, read=timeout_seconds + 30)
         ) as resp:
             if resp.status_code >= 400:
-                raise _api_error(resp.status_code, resp.read())
+                raise api_error(resp.status_code, resp.read())
             for line in resp.iter_lines():
                 if line:
                     yield orjson.loads(line)
 
 
-def _api_error(status: int, content: bytes) -> ApiError:
+def api_error(status: int, content: bytes) -> ApiError:
+    """The ApiError of a non-2xx answer: its Status reason and message when the body is one."""
     try:
         body = orjson.loads(content)
         return ApiError(status, body.get("reason", ""), body.get("message", ""))

@@ -143,14 +143,12 @@ def test_still_serving_after_the_fuzz(channel: grpc.Channel) -> None:
 
 @pytest.fixture(scope="module")
 def extender() -> Iterator[str]:
-    from concurrent.futures import ThreadPoolExecutor
-
     loop = asyncio.new_event_loop()
     started = threading.Event()
     box: dict[str, Any] = {}
 
     async def start() -> None:
-        barrier = Barrier(make_cache(), Recorder(), ThreadPoolExecutor(4), 0.5)
+        barrier = Barrier(make_cache(), Recorder(), 0.5)
         runner = web.AppRunner(make_app(ExtenderHandlers(barrier.cache), barrier))
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)

@@ -7,8 +7,6 @@ in place of the API server (the e2e tests bind through the real one).
 from __future__ import annotations
 
 import asyncio
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import orjson
@@ -65,17 +63,15 @@ def make_cache() -> ExtenderCache:
 class Recorder:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, str, str]] = []
-        self.lock = threading.Lock()
 
-    def __call__(self, namespace: str, name: str, uid: str, node: str) -> None:
-        with self.lock:
-            self.calls.append((namespace, name, uid, node))
+    async def __call__(self, namespace: str, name: str, uid: str, node: str) -> None:
+        self.calls.append((namespace, name, uid, node))
 
 
 def run(coro_fn, cache: ExtenderCache, timeout: float = 2.0):  # type: ignore[no-untyped-def]
     async def main():  # type: ignore[no-untyped-def]
         rec = Recorder()
-        barrier = Barrier(cache, rec, ThreadPoolExecutor(4), timeout)
+        barrier = Barrier(cache, rec, timeout)
         app = make_app(ExtenderHandlers(cache), barrier)
         async with TestClient(TestServer(app)) as client:
             return await coro_fn(client, rec)
