@@ -57,8 +57,6 @@ def configure(settings: ExtenderSettings) -> None:
 
 def setup(runtime: Runtime) -> None:
     global _cache
-    # One INFO line per Binding call is noise that costs CPU on the bind hot path.
-    logging.getLogger("httpx").setLevel(logging.WARNING)
     _cache = ExtenderCache(
         PlacementPolicy(_settings.spares_per_ultraserver),
         plan_ttl=2 * _settings.barrier_timeout,
