@@ -567,6 +567,9 @@ class LocalCluster:
                     # On only so Kueue keeps each Workload's PodsReady condition, which the gang
                     # check's watchdog reads; its timeouts never fire (ours are per GangPolicy).
                     "waitForPodsReady": KUEUE_WAIT_FOR_PODS_READY,
+                    # Kueue's workload controller runs one reconcile at a time by default; with
+                    # admission checks each gang needs two of them (list the checks, admit).
+                    "controller": {"groupKindConcurrency": {"Workload.kueue.x-k8s.io": 5}},
                 },
                 sort_keys=False,
             )
