@@ -462,7 +462,10 @@ class GangAdmission:
         metrics.GANG_READY.update(key, obs.admitted_at, obs.ready >= obs.size, now)
         verdict = watch(policy, obs, now)
         if obs.failed_nodes and policy.node_failure == "ReplaceFromSpare" and not verdict.expired:
-            self.replace_failed(wl, state, policy, obs.failed_nodes)
+            try:
+                self.replace_failed(wl, state, policy, obs.failed_nodes)
+            except InputError as err:  # the recovery timeout still runs; say why nothing moved
+                self.event(wl, "Warning", "NodeReplacementImpossible", str(err))
         if not verdict.expired:
             return None if verdict.recheck_at is None else max(0.05, verdict.recheck_at - now)
         self._time_out(wl, check, state, policy, verdict, now)
@@ -486,8 +489,6 @@ class GangAdmission:
         pr = rec.conditions(wl).get("PodsReady") or {}
         if ever and pr.get("status") == "False":
             since.append(_cond_time(wl, "PodsReady"))
-        elif ever and ready < size and not pr:
-            since.append(self.clock())
         return GangObservation(
             size=size,
             bound=len(bound),
