@@ -487,3 +487,36 @@ def test_workload_naming_an_unknown_topology_level_is_rejected(
         "gangplugin.io/required-topology" in rejected["message"] and "example.com/rack" in rejected["message"]
     )
     assert not job_pods(client, namespace, name)
+
+
+def test_gang_that_cannot_be_bound_is_requeued_after_unscheduled_timeout(
+    cluster: E2ECluster, namespace: str, gang_queue: Any
+) -> None:
+    """Placement does not model inter-pod anti-affinity, so this gang is admitted, yet only one of
+    its pods can be bound per zone: the short unscheduledTimeout fires long before readyTimeout."""
+    client = cluster.client
+    queue = gang_queue(unscheduledTimeout="3s", readyTimeout="10m", requeue={"backoffBaseSeconds": 60})
+    name = unique("job")
+    job = gpu_job(
+        name,
+        namespace,
+        queue,
+        2,
+        4,
+        metadata={"annotations": {"gangplugin.io/required-topology": US}, "labels": {"app": name}},
+    )
+    job["spec"]["template"]["spec"]["affinity"] = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "labelSelector": {"matchLabels": {"app": name}},
+                    "topologyKey": "topology.kubernetes.io/zone",
+                }
+            ]
+        }
+    }
+    client.create(JOBS, job)
+    (retry,) = _retries(client, namespace, name, 1, 120)
+    assert retry["state"] == "Retry" and retry["requeueAfterSeconds"] == 60
+    # 0/2 with the extender's bind barrier (all or nothing), 1/2 with kube-scheduler alone
+    assert "/2 pods bound to nodes" in retry["message"] and "unscheduledTimeout 3s" in retry["message"]
