@@ -13,6 +13,10 @@ Work items (one WorkQueue, keys collapse):
   "wl/<ns>/<name>" watchdog of one admitted gang; wakes itself at its next deadline.
   "check/<name>"   the AdmissionCheck's Active condition.
   "policy/<name>"  the GangPolicy's Valid condition.
+
+Where TrainingPlans feed a Workload's ClusterQueue flavor, `core.drain` also decides: a gang that
+would outlive the plan capacity is not admitted from the termination start on, an admitted one
+is requeued (check Retry) at that instant, and pods carry the block end to checkpoint before it.
 """
 
 from __future__ import annotations
@@ -40,10 +44,14 @@ from gangplugin.core.admission import (
     sequential_blocker,
     with_selector,
 )
+from gangplugin.core.drain import DrainDecision, gang_drain
 from gangplugin.core.errors import InputError
 from gangplugin.core.names import (
     ADMISSION_CHECK_CONTROLLER,
+    BLOCK_END_ANNOTATION,
     GANG_LABEL,
+    MAX_RUNTIME_ANNOTATION,
+    PLAN_DRAINING_REASON,
     PREFERRED_TOPOLOGY_ANNOTATION,
     REQUIRED_TOPOLOGY_ANNOTATION,
 )
@@ -58,6 +66,7 @@ from gangplugin.kube.gangpolicies import GangPolicies
 from gangplugin.kube.informer import Informer, object_key
 from gangplugin.kube.records import gang_from_k8s
 from gangplugin.kube.workqueue import WorkQueue
+from gangplugin.plans.controller import TRAINING_PLANS
 from gangplugin.server import metrics
 
 log = logging.getLogger(__name__)
@@ -120,6 +129,7 @@ class GangAdmission:
         self.pods = informer(PODS)
         self.flavors = informer(rec.RESOURCE_FLAVORS)
         self.topologies = informer(rec.TOPOLOGIES)
+        self.plans = informer(TRAINING_PLANS, rec.plan_or_none)
         self.queue = WorkQueue()
         self.capacity = CapacityView(self.nodes.items, self.pods.items)
         self._parsed: dict[str | None, tuple[str | None, GangPolicy]] = {}
@@ -138,6 +148,7 @@ class GangAdmission:
         self.policies.add_handler(lambda _t, _o, n: self._on_config("policy", n))
         self.topologies.add_handler(lambda _t, _o, _n: self.queue.add(PASS))
         self.flavors.add_handler(lambda _t, _o, _n: self.queue.add(PASS))
+        self.plans.add_handler(lambda _t, _o, _n: self._recheck_admitted())
 
     # -- event handlers: only enqueue ----------------------------------------------------------
 
@@ -176,6 +187,9 @@ class GangAdmission:
     def _on_node(self, kind: str, old: JSON | None, new: JSON | None) -> None:
         if old is not None and new is not None and _node_view(old) == _node_view(new):
             return  # a heartbeat: nothing placement or the watchdog reads changed
+        self._recheck_admitted()
+
+    def _recheck_admitted(self) -> None:
         self.queue.add(PASS)
         for wl in self.workloads.items():
             if rec.is_true(wl, "Admitted"):
@@ -248,7 +262,8 @@ class GangAdmission:
                 extra = {
                     k: v
                     for k, v in ann.items()
-                    if k in (REQUIRED_TOPOLOGY_ANNOTATION, PREFERRED_TOPOLOGY_ANNOTATION)
+                    if k
+                    in (REQUIRED_TOPOLOGY_ANNOTATION, PREFERRED_TOPOLOGY_ANNOTATION, MAX_RUNTIME_ANNOTATION)
                 }
                 if extra:
                     break
@@ -258,6 +273,24 @@ class GangAdmission:
             template["metadata"] = meta
             podsets.append({**ps, "template": template})
         return {**wl, "spec": {**(wl.get("spec") or {}), "podSets": podsets}}
+
+    def drain(
+        self, wl: Mapping[str, Any], now: float, admitted_at: float | None = None
+    ) -> DrainDecision | None:
+        """What the TrainingPlans feeding the Workload's quota say about it (None: no plan feeds
+        it); InputError when its max-runtime annotation is unusable."""
+        cluster_queue, flavors = rec.quota_of(wl)
+        plans = [p for p in self.plans.items() if p is not None and p.cluster_queue == cluster_queue]
+        if not plans:
+            return None
+        return gang_drain(
+            plans,
+            cluster_queue,
+            flavors,
+            datetime.fromtimestamp(now, UTC),
+            rec.max_runtime(self._with_pod_group_annotations(wl)),
+            None if admitted_at is None else datetime.fromtimestamp(admitted_at, UTC),
+        )
 
     def _bound_by_podset(self, namespace: str, gang: str) -> Counter[str]:
         with self._lock:
@@ -350,8 +383,26 @@ class GangAdmission:
                 sequential_blocker(_key(wl), unready.get(policy_name, [])) if policy.sequential else None
             )
             try:
+                drain = self.drain(wl, now)
+                if drain is not None and not drain.admit:
+                    writes.append(
+                        partial(
+                            self._write_check,
+                            wl,
+                            check,
+                            "Pending",
+                            f"waiting for the next block: {drain.reason}",
+                            now=now,
+                        )
+                    )
+                    continue
+                end = (
+                    {}
+                    if drain is None or drain.block_end is None
+                    else {BLOCK_END_ANNOTATION: format_time(drain.block_end)}
+                )
                 gang = self.gang(wl)
-                decision = decide(snap, gang, gang.name, policy.placement, blocker)
+                decision = decide(snap, gang, gang.name, policy.placement, blocker, end)
             except InputError as err:
                 writes.append(partial(self._reject, wl, check, f"the Workload cannot be used: {err}", now))
                 continue
@@ -460,6 +511,13 @@ class GangAdmission:
         gang = gang_id(wl["metadata"]["name"])
         obs = self.observe(wl, self.gang_pods(ns, gang))
         metrics.GANG_READY.update(key, obs.admitted_at, obs.ready >= obs.size, now)
+        try:
+            drain = self.drain(wl, now, obs.admitted_at)
+        except InputError:
+            drain = None  # admitted before the annotation went bad: the readiness watch goes on
+        if drain is not None and drain.evict:
+            self._drain_out(wl, check, drain, now)
+            return None
         verdict = watch(policy, obs, now)
         if obs.failed_nodes and policy.node_failure == "ReplaceFromSpare" and not verdict.expired:
             try:
@@ -467,9 +525,21 @@ class GangAdmission:
             except InputError as err:  # the recovery timeout still runs; say why nothing moved
                 self.event(wl, "Warning", "NodeReplacementImpossible", str(err))
         if not verdict.expired:
-            return None if verdict.recheck_at is None else max(0.05, verdict.recheck_at - now)
+            # Wake at the next deadline: the watchdog's, or the plans' termination start.
+            wake = [] if verdict.recheck_at is None else [verdict.recheck_at]
+            if drain is not None and drain.evict_at is not None:
+                wake.append(drain.evict_at.timestamp())
+            return max(0.05, min(wake) - now) if wake else None
         self._time_out(wl, check, state, policy, verdict, now)
         return None
+
+    def _drain_out(self, wl: JSON, check: str, drain: DrainDecision, now: float) -> None:
+        """Requeue a gang whose plan capacity is about to end (Kueue evicts it on Retry)."""
+        end = format_time(drain.block_end) if drain.block_end is not None else "?"
+        message = f"block ends at {end}, draining: {drain.reason}; requeued for the next block"
+        if self._write_check(wl, check, "Retry", message, now=now):
+            self.event(wl, "Normal", PLAN_DRAINING_REASON, message)
+            metrics.eviction(PLAN_DRAINING_REASON, "Retry")
 
     def observe(self, wl: Mapping[str, Any], pods: list[JSON]) -> GangObservation:
         size = sum(int(ps.get("count", 1)) for ps in (wl.get("spec") or {}).get("podSets") or [])

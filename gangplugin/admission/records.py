@@ -6,14 +6,18 @@ Plain dict access (watch-event hot path). Anything unusable raises `InputError(f
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
 
 from gangplugin.core.durations import parse_duration
 from gangplugin.core.errors import InputError
+from gangplugin.core.names import MAX_RUNTIME_ANNOTATION
+from gangplugin.core.plans import TrainingPlan
 from gangplugin.core.policy import DEFAULT_READY_TIMEOUT, GangPolicy, Requeue, validate_policy
 from gangplugin.core.timeutil import parse_time, to_seconds
 from gangplugin.kube.client import JSON, Resource
 from gangplugin.kube.records import policy_from_k8s
+from gangplugin.plans.controller import parse_plan
 
 ADMISSION_CHECKS = Resource("kueue.x-k8s.io/v1beta2", "admissionchecks", namespaced=False)
 RESOURCE_FLAVORS = Resource("kueue.x-k8s.io/v1beta2", "resourceflavors", namespaced=False)
@@ -147,3 +151,44 @@ def flavor_selector(
                 )
         out[str(psa.get("name", ""))] = labels
     return out
+
+
+def plan_or_none(obj: JSON) -> TrainingPlan | None:
+    """TrainingPlan watch-cache transform: the core plan, None for one that does not parse
+    (the plans controller reports that on the plan; it feeds no quota, so it drains nothing)."""
+    try:
+        return parse_plan(obj)
+    except InputError:
+        return None
+
+
+def max_runtime(wl: Mapping[str, Any]) -> timedelta | None:
+    """The longest `gangplugin.io/max-runtime` of the Workload's pod templates (None: none gives
+    one); a value that is not a positive duration raises InputError naming the annotation."""
+    longest: float | None = None
+    for i, ps in enumerate((wl.get("spec") or {}).get("podSets") or []):
+        value = (((ps.get("template") or {}).get("metadata") or {}).get("annotations") or {}).get(
+            MAX_RUNTIME_ANNOTATION
+        )
+        if value is None:
+            continue
+        field = f"spec.podSets[{i}].template.metadata.annotations[{MAX_RUNTIME_ANNOTATION}]"
+        seconds = parse_duration(str(value), field)
+        if seconds <= 0:
+            raise InputError(
+                field, f"{value!r} is not positive; write how long the job runs at most, like 6h"
+            )
+        longest = seconds if longest is None else max(longest, seconds)
+    return None if longest is None else timedelta(seconds=longest)
+
+
+def quota_of(wl: Mapping[str, Any]) -> tuple[str, set[str]]:
+    """(ClusterQueue, ResourceFlavors) Kueue reserved the Workload's quota in ("" and none
+    before quota is reserved)."""
+    admission = (wl.get("status") or {}).get("admission") or {}
+    flavors = {
+        str(f)
+        for psa in admission.get("podSetAssignments") or []
+        for f in (psa.get("flavors") or {}).values()
+    }
+    return str(admission.get("clusterQueue") or ""), flavors

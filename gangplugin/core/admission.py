@@ -93,11 +93,13 @@ def decide(
     gang_label: str,
     policy: PlacementPolicy,
     blocked_by: str | None = None,
+    annotations: Mapping[str, str] | None = None,
 ) -> AdmissionDecision:
     """Admit the whole gang into one domain now, or say why it waits.
 
     A gang that asked for a topology level is pinned to the chosen domain by nodeSelector;
-    one that asked for none is only checked to fit (kube-scheduler keeps its freedom)."""
+    one that asked for none is only checked to fit (kube-scheduler keeps its freedom).
+    `annotations` are stamped on every pod besides the gang size (e.g. the block end)."""
     if blocked_by is not None:
         return AdmissionDecision(False, f"Sequential admission: waiting for gang {blocked_by} to be Ready")
     placement = place(snapshot, gang, policy)
@@ -106,7 +108,9 @@ def decide(
     domain = domain_selector(placement) if _asks_topology(gang) else {}
     size = str(sum(ps.count for ps in gang.podsets))
     updates = tuple(
-        PodSetUpdate(ps.name, {GANG_LABEL: gang_label}, {GANG_SIZE_ANNOTATION: size}, domain)
+        PodSetUpdate(
+            ps.name, {GANG_LABEL: gang_label}, {**(annotations or {}), GANG_SIZE_ANNOTATION: size}, domain
+        )
         for ps in gang.podsets
     )
     where = ", ".join(f"{k}={v}" for k, v in domain.items()) if domain else "no topology pinned"

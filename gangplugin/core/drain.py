@@ -110,3 +110,34 @@ def drain_decision(
         block_end=end,
         reason=f"{reason} it is still running" if evict else "",
     )
+
+
+def gang_drain(
+    plans: Iterable[TrainingPlan],
+    cluster_queue: str,
+    flavors: Iterable[str],
+    at: datetime,
+    max_runtime: timedelta | None,
+    admitted_at: datetime | None = None,
+) -> DrainDecision | None:
+    """`drain_decision` for a gang given quota in `flavors` of `cluster_queue`, the strictest
+    flavor winning (a gang holds all of its flavors until it ends); None when no plan feeds any
+    of them (the plans have no say)."""
+    fed = [p for p in plans if p.cluster_queue == cluster_queue]
+    decisions = [
+        drain_decision(fed, cluster_queue, f, at, max_runtime, admitted_at)
+        for f in sorted(set(flavors))
+        if any(p.flavor == f for p in fed)
+    ]
+    if not decisions:
+        return None
+    refusal = next((d for d in decisions if not d.admit or d.evict), None)
+    evict_ats = [d.evict_at for d in decisions if d.evict_at is not None]
+    ends = [d.block_end for d in decisions if d.block_end is not None]
+    return DrainDecision(
+        admit=all(d.admit for d in decisions),
+        evict=any(d.evict for d in decisions),
+        evict_at=min(evict_ats, default=None),
+        block_end=min(ends, default=None),
+        reason="" if refusal is None else refusal.reason,
+    )

@@ -18,9 +18,12 @@ MAX_RUNTIME_ANNOTATION = f"{GROUP}/max-runtime"
 ADMISSION_CHECK_CONTROLLER = f"{GROUP}/gang"
 
 # Training plans: the ClusterQueue annotation recording which quotas plans manage (and the value
-# each had before), and the pod annotation carrying the end of the block a gang runs on.
+# each had before), and the pod annotation carrying the end (RFC 3339) of the block a gang runs
+# on, set by the gang check through podSetUpdates so a trainer can checkpoint before it.
 PLAN_QUOTA_ANNOTATION = f"{GROUP}/plan-quota"
-BLOCK_END_ANNOTATION = f"{GROUP}/block-end"
+BLOCK_END_ANNOTATION = f"{GROUP}/block-end-time"
+# The reason (Events, eviction metrics) when the gang check requeues a gang for the next block.
+PLAN_DRAINING_REASON = "PlanDraining"
 
 # On the pod of the `gangplugin serve` replica that holds the leader Lease (in-cluster): the
 # extender Service selects it, so kube-scheduler reaches the one replica running the extender.

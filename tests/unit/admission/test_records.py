@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -10,8 +11,11 @@ from gangplugin.admission.records import (
     check_state,
     flavor_selector,
     gang_policy_from_k8s,
+    max_runtime,
     node_ready_since,
+    plan_or_none,
     policy_name_of_check,
+    quota_of,
 )
 from gangplugin.core.errors import InputError
 
@@ -116,3 +120,47 @@ def test_node_readiness() -> None:
     ready, since = node_ready_since(node)
     assert not ready and since == 1767225610.0
     assert node_ready_since({"status": {}}) == (False, None)
+
+
+def _podsets(*annotations: dict[str, str]) -> dict[str, Any]:
+    return {
+        "spec": {
+            "podSets": [
+                {"name": f"ps{i}", "count": 1, "template": {"metadata": {"annotations": a}}}
+                for i, a in enumerate(annotations)
+            ]
+        }
+    }
+
+
+def test_max_runtime_is_the_longest_podset() -> None:
+    assert max_runtime(_podsets({}, {})) is None
+    wl = _podsets({"gangplugin.io/max-runtime": "90m"}, {}, {"gangplugin.io/max-runtime": "2h"})
+    assert max_runtime(wl) == timedelta(hours=2)
+
+
+@pytest.mark.parametrize("value", ["soon", "0s", "-5m"])
+def test_bad_max_runtime_names_the_annotation(value: str) -> None:
+    with pytest.raises(InputError) as err:
+        max_runtime(_podsets({}, {"gangplugin.io/max-runtime": value}))
+    assert err.value.field == "spec.podSets[1].template.metadata.annotations[gangplugin.io/max-runtime]"
+
+
+def test_quota_of_reads_kueues_admission() -> None:
+    assert quota_of({}) == ("", set())
+    wl = {
+        "status": {
+            "admission": {
+                "clusterQueue": "cq",
+                "podSetAssignments": [
+                    {"name": "a", "flavors": {"cpu": "default", "nvidia.com/gpu": "p5"}},
+                    {"name": "b", "flavors": {"nvidia.com/gpu": "p5"}},
+                ],
+            }
+        }
+    }
+    assert quota_of(wl) == ("cq", {"default", "p5"})
+
+
+def test_unparsable_plan_is_none_in_the_cache() -> None:
+    assert plan_or_none({"apiVersion": "gangplugin.io/v1alpha1", "kind": "TrainingPlan", "spec": {}}) is None

@@ -53,6 +53,15 @@ def test_gang_size_counts_every_podset() -> None:
     assert not d.domain  # no topology asked: nothing pinned
 
 
+def test_extra_annotations_reach_every_podset() -> None:
+    g = Gang((PodSet("leader", 1, {GPU: 4}), PodSet("workers", 3, {GPU: 4})))
+    end = {"gangplugin.io/block-end-time": "2026-12-03T11:30:00Z"}
+    d = decide(snap(), g, "wl", PlacementPolicy(), annotations=end)
+    assert d.ready
+    for u in d.pod_set_updates:
+        assert u.annotations == {**end, GANG_SIZE_ANNOTATION: "4"}
+
+
 def test_too_big_for_any_ultraserver_waits_with_the_reason() -> None:
     d = decide(snap(2, 4), gang(5, required=ULTRASERVER_LABEL), "wl", PlacementPolicy())
     assert not d.ready and d.message.startswith("gang does not fit now:")

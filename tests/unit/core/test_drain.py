@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from gangplugin.core.drain import capacity_drop, drain_decision, termination_start
+from gangplugin.core.drain import capacity_drop, drain_decision, gang_drain, termination_start
 from gangplugin.core.plans import CapacityBlock, TargetResource, TrainingPlan
 from gangplugin.core.timeutil import parse_time
 
@@ -100,3 +100,26 @@ def test_a_partial_drop_drains_and_other_queues_do_not_count() -> None:
     other_flavor = plan(blk("2026-12-01T11:30:00Z", "2026-12-02T11:30:00Z"), flavor="gb200")
     d = drain_decision([P, other_flavor], "training", "p5", t("2026-12-01T12:00:00Z"), None)
     assert d.block_end == END
+
+
+def test_gang_drain_ignores_queues_and_flavors_no_plan_feeds() -> None:
+    at = t("2026-12-02T00:00:00Z")
+    assert gang_drain([P], "training", ["other-flavor"], at, None) is None
+    assert gang_drain([P], "other-queue", ["p5"], at, None) is None
+    d = gang_drain([P], "training", ["p5", "cpu-only"], at, None)
+    assert d is not None and d.admit and d.block_end == END and d.evict_at == TERM
+
+
+def test_gang_drain_strictest_flavor_wins() -> None:
+    # Flavor "a" ends its capacity earlier than flavor "b": the gang holds both until it ends.
+    early = plan(blk("2026-12-01T11:30:00Z", "2026-12-02T11:30:00Z"), flavor="a")
+    late = plan(blk("2026-12-01T11:30:00Z", "2026-12-03T11:30:00Z"), flavor="b")
+    at = t("2026-12-02T11:10:00Z")  # past a's termination start, well before b's
+    waiting = gang_drain([early, late], "training", ["a", "b"], at, 2 * H)
+    assert waiting is not None and not waiting.admit
+    assert waiting.block_end == t("2026-12-02T11:30:00Z") and "2026-12-02T11:30:00Z" in waiting.reason
+    running = gang_drain([early, late], "training", ["b", "a"], at, None, t("2026-12-01T12:00:00Z"))
+    assert running is not None and running.evict and running.admit
+    assert running.evict_at == t("2026-12-02T11:00:00Z")
+    only_b = gang_drain([early, late], "training", ["b"], at, None, t("2026-12-01T12:00:00Z"))
+    assert only_b is not None and not only_b.evict and only_b.block_end == END
