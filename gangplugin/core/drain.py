@@ -90,8 +90,8 @@ def drain_decision(
     start = termination_start(feeding, cluster_queue, end)
     finish = None if max_runtime is None else (admitted_at or at) + max_runtime
     outlives = finish is None or finish > end
-    when = "its max runtime ends after" if finish is not None else "it gives no max runtime and"
-    reason = f"plan capacity ends at {format_time(end)}, draining from {format_time(start)}; {when}"
+    why = "it gives no max runtime" if finish is None else f"its max runtime ends at {format_time(finish)}"
+    reason = f"plan capacity ends at {format_time(end)}, draining from {format_time(start)}; {why},"
     if admitted_at is None:
         admit = at < start or not outlives
         return DrainDecision(
@@ -99,7 +99,7 @@ def drain_decision(
             evict=False,
             evict_at=start if outlives else None,
             block_end=end,
-            reason="" if admit else f"{reason} it would run past the end",
+            reason="" if admit else f"{reason} so it would run past the end",
         )
     evict_at = start if outlives else None
     evict = evict_at is not None and at >= evict_at
@@ -108,7 +108,7 @@ def drain_decision(
         evict=evict,
         evict_at=evict_at,
         block_end=end,
-        reason=f"{reason} it is still running" if evict else "",
+        reason=f"{reason} and it is still running" if evict else "",
     )
 
 
