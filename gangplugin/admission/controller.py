@@ -56,7 +56,9 @@ from gangplugin.core.names import (
     REQUIRED_TOPOLOGY_ANNOTATION,
 )
 from gangplugin.core.placement import Assignment, Gang, replace
+from gangplugin.core.plans import TrainingPlan
 from gangplugin.core.policy import GangPolicy, requeue_decision
+from gangplugin.core.quota import next_quota_change
 from gangplugin.core.timeutil import format_time
 from gangplugin.core.topology import Snapshot
 from gangplugin.core.watchdog import GangObservation, Verdict, watch
@@ -274,13 +276,17 @@ class GangAdmission:
             podsets.append({**ps, "template": template})
         return {**wl, "spec": {**(wl.get("spec") or {}), "podSets": podsets}}
 
+    def _plans_of(self, wl: Mapping[str, Any]) -> tuple[str, set[str], list[TrainingPlan]]:
+        cluster_queue, flavors = rec.quota_of(wl)
+        plans = [p for p in self.plans.items() if p is not None and p.cluster_queue == cluster_queue]
+        return cluster_queue, flavors, plans
+
     def drain(
         self, wl: Mapping[str, Any], now: float, admitted_at: float | None = None
     ) -> DrainDecision | None:
         """What the TrainingPlans feeding the Workload's quota say about it (None: no plan feeds
         it); InputError when its max-runtime annotation is unusable."""
-        cluster_queue, flavors = rec.quota_of(wl)
-        plans = [p for p in self.plans.items() if p is not None and p.cluster_queue == cluster_queue]
+        cluster_queue, flavors, plans = self._plans_of(wl)
         if not plans:
             return None
         return gang_drain(
@@ -338,8 +344,9 @@ class GangAdmission:
         # is decided), then write the decisions concurrently: a write waits on the API server,
         # and the decisions no longer depend on each other.
         writes: list[Callable[[], bool | None]] = []
+        wake: list[float] = []  # when a gang the plans hold back may be decided otherwise
         with self.capacity.locked():
-            self._decide_all(candidates, ours, admitted, unready, snapshots, writes, now)
+            self._decide_all(candidates, ours, admitted, unready, snapshots, writes, wake, now)
         # A refused admission (the Workload changed meanwhile) only over-counted capacity in this
         # pass; the pass runs again on fresh copies.
         rerun = not all(self._writers.map(lambda write: write() is not False, writes))
@@ -352,7 +359,9 @@ class GangAdmission:
             took,
             rerun,
         )
-        return 0.5 if rerun else None
+        if rerun:
+            return 0.5
+        return max(0.05, min(wake) - now) if wake else None
 
     def _decide_all(
         self,
@@ -362,6 +371,7 @@ class GangAdmission:
         unready: dict[str | None, list[str]],
         snapshots: dict[tuple[str, ...], Snapshot],
         writes: list[Callable[[], bool | None]],
+        wake: list[float],
         now: float,
     ) -> None:
         """Decide every candidate in queue order (under the capacity lock); queue the writes."""
@@ -385,6 +395,10 @@ class GangAdmission:
             try:
                 drain = self.drain(wl, now)
                 if drain is not None and not drain.admit:
+                    cluster_queue, _, plans = self._plans_of(wl)
+                    change = next_quota_change(plans, cluster_queue, datetime.fromtimestamp(now, UTC))
+                    if change is not None:
+                        wake.append(change.timestamp())
                     writes.append(
                         partial(
                             self._write_check,

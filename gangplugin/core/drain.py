@@ -122,13 +122,21 @@ def gang_drain(
 ) -> DrainDecision | None:
     """`drain_decision` for a gang given quota in `flavors` of `cluster_queue`, the strictest
     flavor winning (a gang holds all of its flavors until it ends); None when no plan feeds any
-    of them (the plans have no say)."""
+    of them (the plans have no say).
+
+    A waiting gang is also held while a flavor it got gives no plan capacity at all: the quota
+    is 0 then, so its reservation is left over from before the capacity ended (Kueue does not
+    take reserved quota back when nominalQuota drops), and the instances are gone."""
     fed = [p for p in plans if p.cluster_queue == cluster_queue]
-    decisions = [
-        drain_decision(fed, cluster_queue, f, at, max_runtime, admitted_at)
-        for f in sorted(set(flavors))
-        if any(p.flavor == f for p in fed)
-    ]
+    decisions = []
+    for f in sorted(set(flavors)):
+        mine = [p for p in fed if p.flavor == f]
+        if not mine:
+            continue
+        d = drain_decision(mine, cluster_queue, f, at, max_runtime, admitted_at)
+        if admitted_at is None and not any(queue_quota(mine, cluster_queue, at).values()):
+            d = DrainDecision(False, False, None, None, f"no plan capacity of flavor {f} is active now")
+        decisions.append(d)
     if not decisions:
         return None
     refusal = next((d for d in decisions if not d.admit or d.evict), None)

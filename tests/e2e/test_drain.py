@@ -135,6 +135,15 @@ def test_running_gang_is_requeued_at_the_termination_start(
     )
     assert held["state"] == "Pending"
     assert format_time(end) in held["message"]
+    # After the block: Kueue keeps the reservation, but there is no plan capacity to admit it into.
+    gap = wait_for(
+        lambda: check_when(client, namespace, "gang", lambda c: "no plan capacity" in c.get("message", "")),
+        60,
+        "the gang to wait for the next block after the block ended",
+    )
+    assert gap["state"] == "Pending" and datetime.now(UTC) >= end
+    assert flavor_quota(client, queue)["nvidia.com/gpu"] == 0
+    assert not job_pods(client, namespace, "gang")
 
 
 def test_gang_that_would_outlive_the_block_is_not_admitted(

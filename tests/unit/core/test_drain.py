@@ -123,3 +123,14 @@ def test_gang_drain_strictest_flavor_wins() -> None:
     assert running.evict_at == t("2026-12-02T11:00:00Z")
     only_b = gang_drain([early, late], "training", ["b"], at, None, t("2026-12-01T12:00:00Z"))
     assert only_b is not None and not only_b.evict and only_b.block_end == END
+
+
+def test_gang_drain_holds_a_waiting_gang_between_blocks() -> None:
+    gap = t("2026-12-04T00:00:00Z")
+    waiting = gang_drain([P], "training", ["p5"], gap, timedelta(minutes=5))
+    assert waiting is not None and not waiting.admit and "no plan capacity" in waiting.reason
+    # One that runs (admitted in the block before) is left alone: it was drained at its end if needed.
+    running = gang_drain([P], "training", ["p5"], gap, None, t("2026-12-03T12:00:00Z"))
+    assert running is not None and running.admit and not running.evict
+    next_block = gang_drain([P], "training", ["p5"], t("2026-12-05T12:00:00Z"), None)
+    assert next_block is not None and next_block.admit
