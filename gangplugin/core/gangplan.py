@@ -11,12 +11,19 @@ does not fit gets no node at all, so its pods wait whole instead of holding part
 A gang found partially bound (the extender died between Binding calls) is completed in the
 domain its bound pods already occupy; if it cannot be, `plan_gang` names the bound pods to
 delete so their controller recreates them and the gang starts over whole.
+
+kube-scheduler's view of a node can differ from the extender's for a while (a Terminating pod
+it still counts during its grace period). When it leaves a member's planned node out of the
+candidates, `filter_gang_pod` names the plan's nodes it refused (`FilterVerdict.rejected`);
+the caller remembers them for that pod shape and `plan_gang` plans the whole gang again
+without them (`rejected`), so a re-plan never picks the same refused node and the gang either
+gets a placement the scheduler accepts or the plan's reason why it cannot be placed.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Container, Iterable, Mapping, Sequence
+from collections.abc import Collection, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gangplugin.core.eligibility import PodConstraints
@@ -30,6 +37,8 @@ GangKey = tuple[str, str]  # (namespace, gang label value)
 Requests = tuple[tuple[str, int], ...]  # a pod's requests, sorted: its shape
 # What makes two pods of a gang interchangeable in a plan.
 Signature = tuple[Requests, PodConstraints, str | None, str | None]
+# What kube-scheduler judges a pod by (its requests and constraints, not gang topology).
+Shape = tuple[Requests, PodConstraints]
 
 SIZE_FIELD = f"metadata.annotations.{GANG_SIZE_ANNOTATION}"
 # Why a plain pod may not use a node kube-scheduler found room on.
@@ -71,6 +80,10 @@ class GangPod:
             self.preferred_topology,
         )
 
+    @property
+    def shape(self) -> Shape:
+        return (tuple(sorted(self.requests.items())), self.constraints)
+
 
 @dataclass(frozen=True, slots=True)
 class Slot:
@@ -107,6 +120,7 @@ class FilterVerdict:
     passed: tuple[str, ...]
     failed: Mapping[str, str]
     replan: bool = False  # the plan's node for this pod was refused by the scheduler: plan again
+    rejected: tuple[str, ...] = ()  # with replan: the plan's nodes the scheduler refused this pod
 
 
 def gang_size(pod: GangPod, members: Iterable[GangPod]) -> int:
@@ -125,9 +139,14 @@ def gang_size(pod: GangPod, members: Iterable[GangPod]) -> int:
 
 
 def _podsets(
-    pod: GangPod, pending: Sequence[GangPod], need: int, pin: tuple[str, str] | None
+    pod: GangPod,
+    pending: Sequence[GangPod],
+    need: int,
+    pin: tuple[str, str] | None,
+    rejected: Mapping[Shape, Collection[str]],
 ) -> list[PodSet]:
-    """Pending members grouped by signature; members not created yet are taken to be like `pod`."""
+    """Pending members grouped by signature; members not created yet are taken to be like `pod`.
+    Each podset excludes the nodes kube-scheduler rejected for its shape."""
     groups: dict[Signature, list[GangPod]] = {}
     for m in (pod, *(m for m in pending if m.key != pod.key)):
         groups.setdefault(m.signature, []).append(m)
@@ -139,8 +158,17 @@ def _podsets(
         if pin is not None:
             cons = dataclasses.replace(cons, node_selector=tuple(sorted({*cons.node_selector, pin})))
         count = len(ms) + (unseen if sig == pod.signature else 0)
+        excluded = frozenset(rejected.get(first.shape, ()))
         out.append(
-            PodSet(f"{i}", count, first.requests, cons, first.required_topology, first.preferred_topology)
+            PodSet(
+                f"{i}",
+                count,
+                first.requests,
+                cons,
+                first.required_topology,
+                first.preferred_topology,
+                excluded,
+            )
         )
     return out
 
@@ -152,11 +180,14 @@ def plan_gang(
     policy: PlacementPolicy | None = None,
     *,
     expires_at: float = 0.0,
+    rejected: Mapping[Shape, Collection[str]] | None = None,
 ) -> GangPlan:
     """Place every member of `pod`'s gang that is not bound yet. See the module docstring.
 
     `members`: every known pod of the gang (bound or not, `pod` may be among them); `snapshot`
-    must count capacity reserved by other gangs but not by this one. Raises InputError for a
+    must count capacity reserved by other gangs but not by this one; `rejected`: per pod shape,
+    nodes kube-scheduler refused lately, which no member of that shape is planned on (the gang
+    is still planned whole: without them, or not at all). Raises InputError for a
     gang-size that members disagree on or a topology annotation naming an unknown level.
     """
     members = [m for m in members if not m.finished]
@@ -173,7 +204,7 @@ def plan_gang(
         values = {n.labels.get(required) if n is not None else None for n in nodes}
         if len(values) == 1 and None not in values:
             pin = (required, str(next(iter(values))))
-    podsets = _podsets(pod, pending, need, pin)
+    podsets = _podsets(pod, pending, need, pin, rejected or {})
     try:
         placement = place(snapshot, Gang(tuple(podsets), f"{gkey[0]}/{gkey[1]}"), policy)
     except InputError as err:
@@ -232,9 +263,11 @@ def filter_gang_pod(plan: GangPlan, node_names: Sequence[str], target: str | Non
     if target not in node_names:
         reason = (
             f"the node gang {gang}'s plan gives this pod ({target}) was rejected by the scheduler; "
-            "the gang is planned again"
+            "the gang is planned again without it"
         )
-        return FilterVerdict((), dict.fromkeys(node_names, reason), replan=True)
+        candidates = set(node_names)
+        refused = tuple(sorted({sl.node for sl in plan.slots if sl.node not in candidates}))
+        return FilterVerdict((), dict.fromkeys(node_names, reason), replan=True, rejected=refused)
     return FilterVerdict((target,), {})
 
 

@@ -46,7 +46,11 @@ from gangplugin.core.topology import HOSTNAME_LABEL, ULTRASERVER_LABEL, Snapshot
 
 @dataclass(frozen=True, slots=True)
 class PodSet:
-    """`count` identical pods; `requests` per pod in canonical units (without `pods`)."""
+    """`count` identical pods; `requests` per pod in canonical units (without `pods`).
+
+    `excluded_nodes`: nodes these pods may not use although the snapshot shows room there
+    (kube-scheduler rejected them for such a pod: its view of the node differs for a while).
+    """
 
     name: str
     count: int
@@ -54,6 +58,7 @@ class PodSet:
     constraints: PodConstraints = field(default_factory=PodConstraints)
     required_topology: str | None = None
     preferred_topology: str | None = None
+    excluded_nodes: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,20 +242,20 @@ class _Planner:
             range(len(gang.podsets)),
             key=lambda p: (-any(_is_extended(r) for r, _ in self.reqs[p]), -gang.podsets[p].count, p),
         )
-        self.eligible: dict[PodConstraints, list[int]] = {}
+        self.eligible: dict[tuple[PodConstraints, frozenset[str]], list[int]] = {}
         self.node_counts: list[dict[int, int]] = []
         self.dom_counts: list[list[int]] = []
         for p, ps in enumerate(gang.podsets):
             nc = {}
-            for n in self._eligible(ps.constraints):
+            for n in self._eligible(ps.constraints, ps.excluded_nodes):
                 c = _fit(snap.free[n], self.reqs[p])
                 if c:
                     nc[n] = c
             self.node_counts.append(nc)
             self.dom_counts.append(self._aggregate(nc))
 
-    def _eligible(self, cons: PodConstraints) -> list[int]:
-        cached = self.eligible.get(cons)
+    def _eligible(self, cons: PodConstraints, excluded: frozenset[str] = frozenset()) -> list[int]:
+        cached = self.eligible.get((cons, excluded))
         if cached is not None:
             return cached
         snap, spares = self.snap, self.spares
@@ -261,9 +266,11 @@ class _Planner:
                 continue
             if node.taints and cons.untolerated(node.taints) is not None:
                 continue
+            if excluded and node.name in excluded:
+                continue
             if plain or cons.selects(node.labels, node.name):
                 out.append(i)
-        self.eligible[cons] = out
+        self.eligible[(cons, excluded)] = out
         return out
 
     def _aggregate(self, node_counts: Mapping[int, int]) -> list[int]:
@@ -404,6 +411,8 @@ def _node_summary(snap: Snapshot, ps: PodSet, spares: frozenset[int]) -> str:
             why[f"taint {taint} not tolerated"] += 1
         elif not ps.constraints.selects(node.labels, node.name):
             why["not matching nodeSelector/affinity"] += 1
+        elif node.name in ps.excluded_nodes:
+            why["rejected by kube-scheduler"] += 1
         elif _fit(snap.free[i], req) == 0:
             free = snap.free[i]
             short = next((r for r, q in req if free.get(r, 0) < q), PODS)
@@ -423,8 +432,10 @@ def _spare_counts(snap: Snapshot, planner: _Planner, spares: frozenset[int]) -> 
         for n in spares:
             node = snap.nodes[n]
             assert node is not None
-            if ps.constraints.untolerated(node.taints) is None and ps.constraints.selects(
-                node.labels, node.name
+            if (
+                node.name not in ps.excluded_nodes
+                and ps.constraints.untolerated(node.taints) is None
+                and ps.constraints.selects(node.labels, node.name)
             ):
                 c = _fit(snap.free[n], planner.reqs[p])
                 if c:

@@ -7,6 +7,10 @@ placeholder is released when the member it was given to shows up bound in the po
 or when the plan is dropped (barrier timeout, expiry, re-plan). Everything here is rebuilt
 from the API after a restart: plans are short-lived reservations, like kube-scheduler's own
 assumed pods, and members waiting at a barrier that died are retried by the scheduler.
+
+Nodes kube-scheduler refused for a gang member's planned slot are remembered per pod shape
+(`rejected`) and left out of that shape's next plans, until `reject_ttl` passes, a watch event
+changes the node or frees a pod on it, or kube-scheduler offers the node for that shape again.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from gangplugin.core.gangplan import (
     GangPlan,
     GangPod,
     PodKey,
+    Shape,
     assign,
     filter_gang_pod,
     filter_single_pod,
@@ -55,9 +60,11 @@ class ExtenderCache:
         policy: PlacementPolicy | None = None,
         plan_ttl: float = 40.0,
         policy_of: PolicyOf | None = None,
+        reject_ttl: float = 60.0,
     ) -> None:
         self.policy = policy or PlacementPolicy()
         self.plan_ttl = plan_ttl
+        self.reject_ttl = reject_ttl
         self.policy_of = policy_of
         self.lock = threading.RLock()
         self.snapshot = Snapshot()  # the default levels: plain pods and gangs without a policy
@@ -69,6 +76,8 @@ class ExtenderCache:
         self.claims: dict[GangKey, dict[PodKey, int]] = {}
         self.reserved: dict[GangKey, set[int]] = {}  # slot indexes whose placeholder is charged
         self.reserved_on: Counter[str] = Counter()  # node -> placeholders charged to it
+        # pod shape -> node -> when kube-scheduler's refusal of it stops counting
+        self.rejected: dict[Shape, dict[str, float]] = {}
 
     # -- the snapshots -----------------------------------------------------------------------
 
@@ -102,19 +111,26 @@ class ExtenderCache:
         with self.lock:
             if new is None:
                 if old is not None:
+                    name = str(old["metadata"]["name"])
+                    self._forget_rejections(name)
                     for snap in self.snapshots.values():
-                        snap.remove_node(str(old["metadata"]["name"]))
+                        snap.remove_node(name)
                 return
             try:
                 node = node_from_k8s(new)
             except InputError as err:
                 log.warning("ignoring node %s: %s", new.get("metadata", {}).get("name"), err)
                 return
+            if self.snapshot.node(node.name) != node:  # not a mere heartbeat
+                self._forget_rejections(node.name)
             for snap in self.snapshots.values():
                 snap.upsert_node(node)
 
     def on_pod(self, kind: str, old: GangPod | None, new: GangPod | None) -> None:
         with self.lock:
+            held = old.node if old is not None and not old.finished else None
+            if held is not None and (new is None or new.node != held or new.finished):
+                self._forget_rejections(held)  # the pod frees its node
             if new is None:
                 if old is not None:
                     self._forget(old)
@@ -144,6 +160,44 @@ class ExtenderCache:
             members.discard(pod.key)
             if not members:
                 del self.gangs[gkey]
+
+    # -- nodes kube-scheduler refused ------------------------------------------------------
+
+    def _forget_rejections(self, node: str) -> None:
+        for shape, nodes in list(self.rejected.items()):
+            nodes.pop(node, None)
+            if not nodes:
+                del self.rejected[shape]
+
+    def _rejected_for(self, pod: GangPod, node_names: Sequence[str], now: float) -> dict[Shape, set[str]]:
+        """The refusals still in force; nodes kube-scheduler offers for `pod` now are forgiven."""
+        offered = self.rejected.get(pod.shape)
+        if offered:
+            candidates = set(node_names)
+            for name in [n for n in offered if n in candidates]:
+                del offered[name]
+        out: dict[Shape, set[str]] = {}
+        for shape in list(self.rejected):
+            nodes = self.rejected[shape]
+            for name in [n for n, until in nodes.items() if until <= now]:
+                del nodes[name]
+            if nodes:
+                out[shape] = set(nodes)
+            else:
+                del self.rejected[shape]
+        return out
+
+    def _record_rejections(self, pod: GangPod, nodes: Sequence[str], now: float) -> None:
+        if nodes:
+            log.info(
+                "kube-scheduler refused %s for pod %s/%s; planning gang %s without them for %gs",
+                ", ".join(nodes),
+                pod.namespace,
+                pod.name,
+                pod.gang,
+                self.reject_ttl,
+            )
+            self.rejected.setdefault(pod.shape, {}).update(dict.fromkeys(nodes, now + self.reject_ttl))
 
     # -- reservations ----------------------------------------------------------------------
 
@@ -215,29 +269,42 @@ class ExtenderCache:
             if gkey is None:
                 return filter_single_pod(self.snapshot, pod, node_names, self.reserved_on), None
             self._sweep(now)
-            plan = self.plans.get(gkey)
             made = None
-            if plan is None:
-                members = [m for m in self.members(gkey) if m.key != pod.key]
-                policy, snap = self._settings_of(gkey)
-                plan = plan_gang(snap, pod, [*members, pod], policy, expires_at=now + self.plan_ttl)
-                made = plan
+            # A plan the scheduler refused is made again at once, without the refused nodes:
+            # the second plan cannot pick them, so each round makes progress.
+            for _ in range(2):
+                plan = self.plans.get(gkey)
+                if plan is None:
+                    members = [m for m in self.members(gkey) if m.key != pod.key]
+                    policy, snap = self._settings_of(gkey)
+                    plan = plan_gang(
+                        snap,
+                        pod,
+                        [*members, pod],
+                        policy,
+                        expires_at=now + self.plan_ttl,
+                        rejected=self._rejected_for(pod, node_names, now),
+                    )
+                    made = plan
+                    if plan.feasible:
+                        self._reserve(plan)
+                elif plan.size != pod.size:
+                    raise InputError(
+                        f"pod {pod.namespace}/{pod.name}: metadata.annotations.gangplugin.io/gang-size",
+                        f"{pod.size} disagrees with {plan.size} of the gang's plan; "
+                        "give every pod the same size",
+                    )
+                target = None
                 if plan.feasible:
-                    self._reserve(plan)
-            elif plan.size != pod.size:
-                raise InputError(
-                    f"pod {pod.namespace}/{pod.name}: metadata.annotations.gangplugin.io/gang-size",
-                    f"{pod.size} disagrees with {plan.size} of the gang's plan; give every pod the same size",
-                )
-            target = None
-            if plan.feasible:
-                claims = self.claims[gkey]
-                slot = assign(plan, pod, claims)
-                if slot is not None:
-                    claims[pod.key] = slot
-                    target = plan.slots[slot].node
-            verdict = filter_gang_pod(plan, node_names, target)
-            if verdict.replan:
+                    claims = self.claims[gkey]
+                    slot = assign(plan, pod, claims)
+                    if slot is not None:
+                        claims[pod.key] = slot
+                        target = plan.slots[slot].node
+                verdict = filter_gang_pod(plan, node_names, target)
+                if not verdict.replan:
+                    break
+                self._record_rejections(pod, verdict.rejected, now)
                 self.drop(gkey)
             return verdict, made
 

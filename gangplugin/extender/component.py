@@ -61,6 +61,7 @@ def setup(runtime: Runtime) -> None:
         PlacementPolicy(_settings.spares_per_ultraserver),
         plan_ttl=2 * _settings.barrier_timeout,
         policy_of=_policy_source(runtime),
+        reject_ttl=_settings.barrier_timeout,
     )
     runtime.informer(NODES, identity).add_handler(_cache.on_node)
     runtime.informer(PODS, gang_pod_from_k8s).add_handler(_cache.on_pod)

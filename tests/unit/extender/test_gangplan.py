@@ -141,6 +141,41 @@ def test_filter_asks_for_a_new_plan_when_the_scheduler_refused_the_planned_node(
     assert "rejected by the scheduler" in verdict.failed["us4-n00"]
 
 
+def test_replan_avoids_the_node_the_scheduler_rejected():
+    s = build_snapshot(ultraservers(2, 4), levels=LEVELS)
+    pods = [member(i, 4, required_topology=ULTRASERVER_LABEL) for i in range(4)]
+    plan = plan_gang(s, pods[0], pods)
+    assert plan.feasible and plan.domains == ("us-1",)
+    target = plan.slots[0].node
+    # kube-scheduler counts a Terminating pod on `target`: it leaves the node out
+    candidates = [n for n in sorted(s.node_ids) if n != target]
+    verdict = filter_gang_pod(plan, candidates, target)
+    assert verdict.replan and verdict.rejected == (target,)
+    again = plan_gang(s, pods[0], pods, rejected={pods[0].shape: verdict.rejected})
+    assert again.feasible and again.domains == ("us-2",)  # whole, in the UltraServer without it
+    assert target not in {sl.node for sl in again.slots} and len(again.slots) == 4
+    slot = assign(again, pods[0], {})
+    assert slot is not None
+    assert filter_gang_pod(again, candidates, again.slots[slot].node).passed == (again.slots[slot].node,)
+    # the refusal counts only for the shape kube-scheduler judged
+    other = GangPod("ns", "o-0", "uid-o", "o", 4, None, {GPU: 2}, required_topology=ULTRASERVER_LABEL)
+    assert plan_gang(s, other, [other], rejected={pods[0].shape: verdict.rejected}).domains == ("us-1",)
+
+
+def test_gang_that_needs_the_rejected_node_gets_the_plans_reason_not_a_replan():
+    s = build_snapshot(ultraservers(1, 2), levels=LEVELS)
+    pods = [member(i, 2, required_topology=ULTRASERVER_LABEL) for i in range(2)]
+    plan = plan_gang(s, pods[0], pods)
+    assert plan.feasible
+    verdict = filter_gang_pod(plan, ["us1-n01"], "us1-n00")
+    assert verdict.replan and verdict.rejected == ("us1-n00",)
+    again = plan_gang(s, pods[0], pods, rejected={pods[0].shape: ["us1-n00"]})
+    assert not again.feasible and again.slots == ()  # never half placed
+    assert "room for 1" in again.reason and "1 rejected by kube-scheduler" in again.reason
+    final = filter_gang_pod(again, ["us1-n01"], None)
+    assert not final.replan and final.passed == () and final.failed == {"us1-n01": again.reason}
+
+
 def test_single_pod_avoids_capacity_reserved_for_a_gang():
     s = build_snapshot(ultraservers(1, 2), levels=LEVELS)
     s.bind(BoundPod("ns", "\0reserved:g#0", "us1-n00", REQ))
