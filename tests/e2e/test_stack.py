@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gangplugin.kube.client import JOBS, NODES, Client, Resource
+from gangplugin.kube.client import JOBS, NODES, PODS, WORKLOADS, Client, Resource
 from gangplugin.localcluster.cluster import _versions
 from tests.e2e.conftest import E2ECluster
 from tests.e2e.kube import condition, gpu_job, is_true, job_pods, queue_objects, unique, wait_for, workload_of
@@ -113,3 +113,53 @@ def test_job_over_quota_stays_suspended(cluster: E2ECluster, namespace: str, que
     assert _suspended(client, namespace, second)
     assert job_pods(client, namespace, second) == []
     assert not _suspended(client, namespace, first)
+
+
+@pytest.mark.queue(gpu_quota=16)
+def test_deleted_pods_held_by_kueue_finalizer_terminate_and_go(
+    cluster: E2ECluster, namespace: str, queue: str
+) -> None:
+    """A running pod of a Kueue pod group carries Kueue's finalizer; deleting it with its Workload
+    must end with the pod gone, not a Terminating pod holding its node forever."""
+    client = cluster.client
+    group = unique("pg")
+    for i in range(2):
+        client.create(
+            PODS,
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": f"{group}-{i}",
+                    "namespace": namespace,
+                    "labels": {"kueue.x-k8s.io/queue-name": queue, "kueue.x-k8s.io/pod-group-name": group},
+                    "annotations": {"kueue.x-k8s.io/pod-group-total-count": "2"},
+                },
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {
+                            "name": "trainer",
+                            "image": "trainer:latest",
+                            "resources": {
+                                "requests": {"cpu": "1", "nvidia.com/gpu": "4"},
+                                "limits": {"nvidia.com/gpu": "4"},
+                            },
+                        }
+                    ],
+                },
+            },
+        )
+
+    def running() -> list[dict[str, object]] | None:
+        pods = client.list(PODS, namespace)["items"]
+        return pods if len(pods) == 2 and all(is_true(p, "Ready") for p in pods) else None
+
+    pods = wait_for(running, 60, "the pod group Running")
+    assert all("kueue.x-k8s.io/managed" in p["metadata"].get("finalizers", []) for p in pods)  # type: ignore[index]
+    # What deleting the namespace does: the pods and their Workload go. Kueue lets go of a pod
+    # only once it has stopped, which the kubelet (here kwok's pod-terminate stage) reports.
+    for p in pods:
+        client.delete(PODS, str(p["metadata"]["name"]), namespace)  # type: ignore[index]
+    client.delete(WORKLOADS, group, namespace)
+    wait_for(lambda: not client.list(PODS, namespace)["items"], 60, "the deleted pods to be gone")
