@@ -60,3 +60,5 @@ def configure(level: str, fmt: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    # httpx logs every request at INFO (a Lease renewal every 2 s): noise, not news.
+    logging.getLogger("httpx").setLevel(max(logging.WARNING, root.level))
