@@ -53,6 +53,23 @@ def job_pods(client: Client, namespace: str, job_name: str) -> list[dict[str, An
     return items
 
 
+def trainer_pod_spec(gpus: int) -> dict[str, Any]:
+    """A pod spec with one trainer container asking for `gpus` nvidia.com/gpu."""
+    return {
+        "restartPolicy": "Never",
+        "containers": [
+            {
+                "name": "trainer",
+                "image": "trainer:latest",
+                "resources": {
+                    "requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": str(gpus)},
+                    "limits": {"nvidia.com/gpu": str(gpus)},
+                },
+            }
+        ],
+    }
+
+
 def gpu_job(
     name: str, namespace: str, queue: str, pods: int, gpus: int, **template_extra: Any
 ) -> dict[str, Any]:
@@ -68,19 +85,7 @@ def gpu_job(
             "suspend": True,
             "template": {
                 "metadata": template_extra.get("metadata", {}),
-                "spec": {
-                    "restartPolicy": "Never",
-                    "containers": [
-                        {
-                            "name": "trainer",
-                            "image": "trainer:latest",
-                            "resources": {
-                                "requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": str(gpus)},
-                                "limits": {"nvidia.com/gpu": str(gpus)},
-                            },
-                        }
-                    ],
-                },
+                "spec": trainer_pod_spec(gpus),
             },
         },
     }
@@ -129,3 +134,20 @@ def queue_objects(
         "spec": {"clusterQueue": name},
     }
     return [(RESOURCE_FLAVORS, flavor), (cq_res, cq), (lq_res, lq)]
+
+
+def pod_group_member(
+    group: str, index: int, namespace: str, queue: str, total: int, gpus: int, **annotations: str
+) -> dict[str, Any]:
+    """One pod of a Kueue plain pod group of `total` pods with `gpus` nvidia.com/gpu each."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{group}-{index}",
+            "namespace": namespace,
+            "labels": {"kueue.x-k8s.io/queue-name": queue, "kueue.x-k8s.io/pod-group-name": group},
+            "annotations": {"kueue.x-k8s.io/pod-group-total-count": str(total), **annotations},
+        },
+        "spec": trainer_pod_spec(gpus),
+    }

@@ -23,7 +23,17 @@ from gangplugin.admission.records import ADMISSION_CHECKS, GANG_POLICIES
 from gangplugin.core.names import GANG_LABEL, GANG_SIZE_ANNOTATION
 from gangplugin.kube.client import EVENTS, JOBS, NODES, PODS, WORKLOADS, ApiError, Client
 from tests.e2e.conftest import E2ECluster, e2e_local_cluster
-from tests.e2e.kube import condition, gpu_job, is_true, job_pods, queue_objects, unique, wait_for, workload_of
+from tests.e2e.kube import (
+    condition,
+    gpu_job,
+    is_true,
+    job_pods,
+    pod_group_member,
+    queue_objects,
+    unique,
+    wait_for,
+    workload_of,
+)
 
 US = "topology.k8s.aws/ultraserver-id"
 GB200 = "ml.p6e-gb200.36xlarge"
@@ -368,35 +378,8 @@ def test_plain_pod_group_is_a_gang(cluster: E2ECluster, namespace: str, gang_que
     queue = gang_queue()
     group = unique("pg")
     for i in range(2):
-        client.create(
-            PODS,
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {
-                    "name": f"{group}-{i}",
-                    "namespace": namespace,
-                    "labels": {"kueue.x-k8s.io/queue-name": queue, "kueue.x-k8s.io/pod-group-name": group},
-                    "annotations": {
-                        "kueue.x-k8s.io/pod-group-total-count": "2",
-                        "gangplugin.io/required-topology": US,
-                    },
-                },
-                "spec": {
-                    "restartPolicy": "Never",
-                    "containers": [
-                        {
-                            "name": "trainer",
-                            "image": "trainer:latest",
-                            "resources": {
-                                "requests": {"cpu": "1", "nvidia.com/gpu": "4"},
-                                "limits": {"nvidia.com/gpu": "4"},
-                            },
-                        }
-                    ],
-                },
-            },
-        )
+        member = pod_group_member(group, i, namespace, queue, 2, 4, **{"gangplugin.io/required-topology": US})
+        client.create(PODS, member)
 
     def gang_ready() -> list[dict[str, Any]] | None:
         items = client.list(PODS, namespace, label_selector=f"kueue.x-k8s.io/pod-group-name={group}")["items"]

@@ -10,7 +10,17 @@ import pytest
 from gangplugin.kube.client import JOBS, NODES, PODS, WORKLOADS, Client, Resource
 from gangplugin.localcluster.cluster import _versions
 from tests.e2e.conftest import E2ECluster
-from tests.e2e.kube import condition, gpu_job, is_true, job_pods, queue_objects, unique, wait_for, workload_of
+from tests.e2e.kube import (
+    condition,
+    gpu_job,
+    is_true,
+    job_pods,
+    pod_group_member,
+    queue_objects,
+    unique,
+    wait_for,
+    workload_of,
+)
 
 CLUSTER_QUEUES = Resource("kueue.x-k8s.io/v1beta2", "clusterqueues", namespaced=False)
 GB200 = "ml.p6e-gb200.36xlarge"
@@ -124,32 +134,7 @@ def test_deleted_pods_held_by_kueue_finalizer_terminate_and_go(
     client = cluster.client
     group = unique("pg")
     for i in range(2):
-        client.create(
-            PODS,
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {
-                    "name": f"{group}-{i}",
-                    "namespace": namespace,
-                    "labels": {"kueue.x-k8s.io/queue-name": queue, "kueue.x-k8s.io/pod-group-name": group},
-                    "annotations": {"kueue.x-k8s.io/pod-group-total-count": "2"},
-                },
-                "spec": {
-                    "restartPolicy": "Never",
-                    "containers": [
-                        {
-                            "name": "trainer",
-                            "image": "trainer:latest",
-                            "resources": {
-                                "requests": {"cpu": "1", "nvidia.com/gpu": "4"},
-                                "limits": {"nvidia.com/gpu": "4"},
-                            },
-                        }
-                    ],
-                },
-            },
-        )
+        client.create(PODS, pod_group_member(group, i, namespace, queue, 2, 4))
 
     def running() -> list[dict[str, object]] | None:
         pods = client.list(PODS, namespace)["items"]
