@@ -80,8 +80,9 @@ def test_serve_answers_health_readiness_and_metrics_of_a_gang(
 ) -> None:
     local = _local(cluster)
     assert _get(local, 1, "/healthz").status_code == 200
-    ready = _get(local, 1, "/readyz")
-    assert ready.status_code == 200 and ready.text.startswith("leader"), ready.text
+    # Ready once its caches synced; leading once it also holds the Lease (a moment later at start).
+    ready = wait_for(lambda: (r := _get(local, 1, "/readyz")).text.startswith("leader") and r, 30, "leading")
+    assert ready.status_code == 200
     with pytest.raises(httpx.HTTPError):  # TLS only: plain HTTP gets no answer
         httpx.get(f"http://127.0.0.1:{local.ports.gangplugin_health}/healthz", timeout=5.0)
     before = _samples(local, 1)
@@ -193,8 +194,10 @@ def test_two_replicas_leader_killed_the_other_takes_over_and_no_gang_is_admitted
         # for a busy 2-core machine.
         assert _epoch(taken["acquireTime"]) - killed_at <= LEASE_DURATION + 2 * 1.2 * RETRY_PERIOD + 3
         assert taken["leaseTransitions"] == before["leaseTransitions"] + 1
-        leading = _get(local, 2, "/readyz")
-        assert leading.text.startswith("leader"), leading.text
+        # The Lease is written before the new leader has started its controllers: give it a moment.
+        wait_for(
+            lambda: (r := _get(local, 2, "/readyz")).text.startswith("leader") and r, 15, "replica 2 leading"
+        )
         assert _value(_samples(local, 2), "gangplugin_leader", lease=lease_name) == 1.0
 
         us = node_us(client)
