@@ -80,7 +80,7 @@ _STARTED_REASONS = ("WaitForRecovery", "Recovered", "Started")
 
 
 @dataclass(frozen=True, slots=True)
-class _Admitted:
+class AdmittedGang:
     """An admitted (check Ready) gang as the pass sees it."""
 
     key: str
@@ -101,7 +101,7 @@ def _ts(wl: Mapping[str, Any], field: str) -> float:
         return 0.0
 
 
-def _cond_time(obj: Mapping[str, Any], kind: str) -> float:
+def condition_time(obj: Mapping[str, Any], kind: str) -> float:
     c = rec.conditions(obj).get(kind) or {}
     try:
         return rec.epoch(c.get("lastTransitionTime"), f"status.conditions[{kind}].lastTransitionTime")
@@ -319,7 +319,7 @@ class GangAdmission:
         ours = self.our_checks()
         if not ours:
             return None
-        admitted: list[_Admitted] = []
+        admitted: list[AdmittedGang] = []
         candidates: list[tuple[tuple[float, float, str], JSON, str]] = []
         for wl in self.workloads.items():
             found = GangPolicies.check_of(wl, ours)
@@ -327,14 +327,14 @@ class GangAdmission:
                 continue
             name, state = found
             if state.get("state") == "Ready":
-                admitted.append(_Admitted(_key(wl), wl, name, ours[name], self._ever_ready(wl)))
+                admitted.append(AdmittedGang(_key(wl), wl, name, ours[name], self.ever_ready(wl)))
             elif state.get("state") == "Pending" and not rec.is_true(wl, "Evicted"):
-                order = (_cond_time(wl, "QuotaReserved"), _ts(wl, "creationTimestamp"), _key(wl))
+                order = (condition_time(wl, "QuotaReserved"), _ts(wl, "creationTimestamp"), _key(wl))
                 candidates.append((order, wl, name))
         if not candidates:
             return None
         candidates.sort(key=lambda c: c[0])
-        admitted.sort(key=lambda a: (_cond_time(a.wl, "Admitted"), a.key))
+        admitted.sort(key=lambda a: (condition_time(a.wl, "Admitted"), a.key))
         snapshots: dict[tuple[str, ...], Snapshot] = {}
         unready: dict[str | None, list[str]] = {}
         for a in admitted:
@@ -367,7 +367,7 @@ class GangAdmission:
         self,
         candidates: list[tuple[tuple[float, float, str], JSON, str]],
         ours: Mapping[str, str | None],
-        admitted: list[_Admitted],
+        admitted: list[AdmittedGang],
         unready: dict[str | None, list[str]],
         snapshots: dict[tuple[str, ...], Snapshot],
         writes: list[Callable[[], bool | None]],
@@ -432,7 +432,7 @@ class GangAdmission:
             else:
                 writes.append(partial(self._write_check, wl, check, "Pending", decision.message, now=now))
 
-    def _promises(self, admitted: list[_Admitted]) -> list[Promise]:
+    def _promises(self, admitted: list[AdmittedGang]) -> list[Promise]:
         """What every admitted gang still needs (its unbound pods in its chosen domain), in
         admission order; each gang is parsed only when its promise has to be redone."""
         out = []
@@ -456,7 +456,7 @@ class GangAdmission:
             )
         return out
 
-    def _promised_snapshot(self, levels: tuple[str, ...], admitted: list[_Admitted]) -> Snapshot:
+    def promised_snapshot(self, levels: tuple[str, ...], admitted: list[AdmittedGang]) -> Snapshot:
         """A fresh snapshot with every admitted gang's promise, for read-only what-ifs off the
         admission path (the gangs API's explain); the pass itself uses the kept `capacity`."""
         snap = self.capacity.build(levels)
@@ -484,7 +484,7 @@ class GangAdmission:
         )
         if ok:
             self.event(wl, "Normal", "GangAdmitted", decision.message)
-            if reserved := _cond_time(wl, "QuotaReserved"):
+            if reserved := condition_time(wl, "QuotaReserved"):
                 metrics.ADMISSION_LATENCY.observe(max(0.0, now - reserved))
         return ok
 
@@ -494,13 +494,13 @@ class GangAdmission:
             self.event(wl, "Warning", "GangRejected", message)
         return ok
 
-    def _ever_ready(self, wl: Mapping[str, Any]) -> bool:
+    def ever_ready(self, wl: Mapping[str, Any]) -> bool:
         """Whether the gang was fully Ready since its current admission: Kueue's PodsReady
         condition (set because waitForPodsReady is on, with a timeout that never fires)."""
         c = rec.conditions(wl).get("PodsReady")
         if c is None:
             return False
-        if _cond_time(wl, "PodsReady") < _cond_time(wl, "Admitted"):
+        if condition_time(wl, "PodsReady") < condition_time(wl, "Admitted"):
             return False  # left over from an earlier admission
         return c.get("status") == "True" or c.get("reason") in ("WaitForRecovery", "Recovered")
 
@@ -560,7 +560,7 @@ class GangAdmission:
         active = [p for p in pods if _pod_active(p)]
         bound = [p for p in active if (p.get("spec") or {}).get("nodeName")]
         ready = sum(1 for p in bound if rec.pod_ready(p))
-        ever = self._ever_ready(wl) or (not rec.conditions(wl).get("PodsReady") and ready >= size)
+        ever = self.ever_ready(wl) or (not rec.conditions(wl).get("PodsReady") and ready >= size)
         failed: list[str] = []
         since: list[float] = []
         for node_name in sorted({p["spec"]["nodeName"] for p in bound}):
@@ -572,12 +572,12 @@ class GangAdmission:
                     since.append(changed)
         pr = rec.conditions(wl).get("PodsReady") or {}
         if ever and pr.get("status") == "False":
-            since.append(_cond_time(wl, "PodsReady"))
+            since.append(condition_time(wl, "PodsReady"))
         return GangObservation(
             size=size,
             bound=len(bound),
             ready=ready,
-            admitted_at=_cond_time(wl, "Admitted"),
+            admitted_at=condition_time(wl, "Admitted"),
             ever_ready=ever,
             degraded_since=min(since) if ever and since else None,
             failed_nodes=tuple(failed),

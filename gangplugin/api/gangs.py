@@ -17,7 +17,7 @@ from typing import Any
 import grpc
 
 from gangplugin.admission import records as rec
-from gangplugin.admission.controller import GangAdmission, _Admitted, _cond_time
+from gangplugin.admission.controller import AdmittedGang, GangAdmission, condition_time
 from gangplugin.api.proto import gangs_pb2, gangs_pb2_grpc
 from gangplugin.core.admission import decide, gang_id, sequential_blocker
 from gangplugin.core.errors import InputError
@@ -327,22 +327,22 @@ class GangService(gangs_pb2_grpc.GangServiceServicer):
                 or rec.is_true(other, "Finished")
             ):
                 continue
-            a = _Admitted(
+            a = AdmittedGang(
                 f"{other['metadata']['namespace']}/{other['metadata']['name']}",
                 other,
                 name,
                 ours[name],
-                self.adm._ever_ready(other),
+                self.adm.ever_ready(other),
             )
             admitted.append(a)
             if not a.ever_ready and a.policy == ours[check]:
                 unready.append(a.key)
-        admitted.sort(key=lambda a: (_cond_time(a.wl, "Admitted"), a.key))
+        admitted.sort(key=lambda a: (condition_time(a.wl, "Admitted"), a.key))
         key = f"{wl['metadata']['namespace']}/{wl['metadata']['name']}"
         blocker = sequential_blocker(key, unready) if policy.sequential else None
         if blocker is not None:
             return Evaluation(False, f"waiting for gang {blocker} to be Ready", blocked_by=blocker)
-        snapshot = self.adm._promised_snapshot(levels, admitted)
+        snapshot = self.adm.promised_snapshot(levels, admitted)
         try:
             decision = decide(snapshot, gang, gang.name, policy.placement)
         except InputError as err:
