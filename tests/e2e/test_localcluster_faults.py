@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gangplugin.localcluster.cluster import ClusterError, LocalCluster, Ports
-from tests.e2e.conftest import E2ECluster, e2e_local_cluster, e2e_port_base
+from tests.e2e.conftest import e2e_port_base
 
 
 def _cluster(tmp_path: Path, base: int) -> LocalCluster:
@@ -41,9 +41,16 @@ def test_component_that_dies_is_reported_and_the_rest_torn_down(tmp_path: Path) 
     assert not cluster.state_file.exists()
 
 
-def test_second_up_finds_the_running_cluster(cluster: E2ECluster) -> None:
-    if not cluster.local:
-        pytest.skip("checks the local launcher; KUBECONFIG names another cluster")
-    again = e2e_local_cluster()
-    assert again.is_running()
-    assert again.up(build=False) is False
+def test_second_up_finds_the_running_cluster_and_down_leaves_nothing(tmp_path: Path) -> None:
+    # A cluster of its own, so this holds whichever cluster KUBECONFIG names for the other tests.
+    first = _cluster(tmp_path, e2e_port_base() + 3000)
+    try:
+        assert first.up(build=False) is True
+        again = _cluster(tmp_path, e2e_port_base() + 3000)
+        assert again.is_running()
+        assert again.up(build=False) is False, "a second up must not start a second cluster"
+        assert again.running_processes() == first.running_processes()
+    finally:
+        first.down(quiet=True)
+    assert first.running_processes() == {}
+    assert not first.state_file.exists()

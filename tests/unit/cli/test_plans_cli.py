@@ -392,8 +392,7 @@ def test_bad_status_mark_and_at(gangctl: Any, tmp_path: Path) -> None:
 
 def test_installed_entry_point() -> None:
     gangctl = Path(sys.executable).parent / "gangctl"
-    if not gangctl.exists():
-        pytest.skip("gangctl is not installed in this environment")
+    assert gangctl.exists(), f"{gangctl} missing: `make venv` installs the gangctl entry point"
     done = subprocess.run(
         [str(gangctl), *search_args("-o", "json", instance_count="5")],
         capture_output=True,
