@@ -24,7 +24,7 @@ from gangplugin.core.offerings import (
     fleet_inventory,
     search_offerings,
 )
-from gangplugin.core.plans import TrainingPlan, plan_state
+from gangplugin.core.plans import CapacityBlock, TrainingPlan, plan_state
 from gangplugin.core.resources import parse_resources
 from gangplugin.core.timeutil import format_time, parse_time
 from gangplugin.kube.client import JSON, ApiError, Client
@@ -71,24 +71,25 @@ def _hm(seconds: int) -> tuple[int, int]:
     return seconds // 3600, seconds % 3600 // 60
 
 
+def _capacity_fields(b: ReservedCapacityOffering | CapacityBlock) -> dict[str, Any]:
+    """The fields an offered block and a plan's block share on the wire."""
+    hours, minutes = _hm(int((b.end - b.start).total_seconds()))
+    return {
+        "instance_type": b.instance_type,
+        "instance_count": b.instance_count,
+        "availability_zone": b.availability_zone,
+        "start_time": format_time(b.start),
+        "end_time": format_time(b.end),
+        "duration_hours": hours,
+        "duration_minutes": minutes,
+        "ultra_server_type": b.ultra_server_type or "",
+        "ultra_server_count": b.ultra_server_count or 0,
+    }
+
+
 def offering_message(o: TrainingPlanOffering) -> plans_pb2.TrainingPlanOffering:
     hours, minutes = _hm(o.duration_seconds)
-    blocks = []
-    for b in o.blocks:
-        bh, bm = _hm(b.duration_seconds)
-        blocks.append(
-            plans_pb2.ReservedCapacityOffering(
-                instance_type=b.instance_type,
-                instance_count=b.instance_count,
-                availability_zone=b.availability_zone,
-                start_time=format_time(b.start),
-                end_time=format_time(b.end),
-                duration_hours=bh,
-                duration_minutes=bm,
-                ultra_server_type=b.ultra_server_type or "",
-                ultra_server_count=b.ultra_server_count or 0,
-            )
-        )
+    blocks = [plans_pb2.ReservedCapacityOffering(**_capacity_fields(b)) for b in o.blocks]
     return plans_pb2.TrainingPlanOffering(
         training_plan_offering_id=o.offering_id,
         target_resources=[o.target_resource.value],
@@ -102,22 +103,13 @@ def plan_message(obj: JSON, plan: TrainingPlan, at: datetime) -> plans_pb2.Train
     state = plan_state(plan, at)
     summaries = []
     for block, b in zip(plan.blocks, state.blocks, strict=True):
-        h, m = _hm(int((block.end - block.start).total_seconds()))
         summaries.append(
             plans_pb2.ReservedCapacitySummary(
-                instance_type=block.instance_type,
-                instance_count=block.instance_count,
-                availability_zone=block.availability_zone,
-                start_time=format_time(block.start),
-                end_time=format_time(block.end),
-                duration_hours=h,
-                duration_minutes=m,
+                **_capacity_fields(block),
                 status=b.status.value,
                 termination_starts_at=""
                 if b.termination_starts_at is None
                 else format_time(b.termination_starts_at),
-                ultra_server_type=block.ultra_server_type or "",
-                ultra_server_count=block.ultra_server_count or 0,
             )
         )
     total = sum(int((b.end - b.start).total_seconds()) for b in plan.blocks)
