@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import ssl
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -119,14 +118,6 @@ def _abandoner(client: Client, cache: ExtenderCache, executor: ThreadPoolExecuto
     return abandon
 
 
-def _ssl_context(settings: ExtenderSettings) -> ssl.SSLContext | None:
-    if not settings.tls_cert:
-        return None
-    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ctx.load_cert_chain(settings.tls_cert, settings.tls_key)
-    return ctx
-
-
 def start(runtime: Runtime) -> None:
     cache = _cache
     if cache is None:
@@ -140,17 +131,31 @@ def start(runtime: Runtime) -> None:
     host, _, port = settings.bind.rpartition(":")
     handlers = ExtenderHandlers(cache, _abandoner(runtime.client, cache, executor))
     started = threading.Event()
+    failed: list[str] = []
+    tls = (settings.tls_cert, settings.tls_key or "") if settings.tls_cert else None
+
+    def stopped(task: asyncio.Task[None]) -> None:
+        if not task.cancelled():  # the server is never stopped on purpose while the process lives
+            runtime.fail(f"extender HTTP server on {settings.bind} stopped: {task.exception()}")
 
     def run() -> None:
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
         barrier = Barrier(cache, ApiBinder(runtime.client), settings.barrier_timeout)
         app = make_app(handlers, barrier)
-        loop.run_until_complete(serve(app, host or "0.0.0.0", int(port), _ssl_context(settings)))
-        log.info("extender serving on %s (%s)", settings.bind, "https" if settings.tls_cert else "http")
+        try:
+            task = loop.run_until_complete(serve(app, host or "0.0.0.0", int(port), tls))
+        except RuntimeError as err:
+            failed.append(str(err))
+            started.set()
+            return
+        task.add_done_callback(stopped)
+        log.info("extender serving on %s (%s)", settings.bind, "https" if tls else "http")
         started.set()
         loop.run_forever()
 
     threading.Thread(target=run, name="extender-http", daemon=True).start()
     if not started.wait(30):
         raise RuntimeError(f"extender: could not start serving on {settings.bind}")
+    if failed:
+        raise RuntimeError(f"extender: {failed[0]}")

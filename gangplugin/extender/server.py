@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import ssl
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import orjson
-from aiohttp import web
+from granian.constants import Interfaces
+from granian.log import LogLevels
+from granian.server.embed import Server
 
 from gangplugin.core.errors import InputError
 from gangplugin.core.gangplan import GangPlan, GangPod
@@ -33,21 +35,6 @@ AbandonFn = Callable[[GangPlan], None]
 
 class BadRequest(Exception):
     pass
-
-
-def _json(obj: Any, status: int = 200) -> web.Response:
-    return web.Response(body=orjson.dumps(obj), status=status, content_type="application/json")
-
-
-async def _body(request: web.Request) -> Mapping[str, Any]:
-    raw = await request.read()
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as err:
-        raise BadRequest(f"request body is not JSON: {err}") from err
-    if not isinstance(body, dict):
-        raise BadRequest("request body must be a JSON object")
-    return body
 
 
 def _get(body: Mapping[str, Any], name: str) -> Any:
@@ -119,48 +106,125 @@ def _binding_args(body: Mapping[str, Any]) -> tuple[str, str, str, str]:
     return fields[0], fields[1], str(uid or ""), fields[2]
 
 
-def make_app(
-    handlers: ExtenderHandlers, barrier: Barrier, clock: Callable[[], float] = time.time
-) -> web.Application:
-    async def guard(request: web.Request, work: Callable[[Mapping[str, Any]], Any]) -> web.Response:
-        start = time.perf_counter()
+# ASGI (no lifespan): scope, receive, send
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+App = Callable[[dict[str, Any], Receive, Send], Awaitable[None]]
+
+MAX_BODY = 64 * 1024 * 1024  # ExtenderArgs with full Node objects (nodeCacheCapable: false) are big
+VERBS = ("filter", "prioritize", "bind")
+
+
+async def _read_body(receive: Receive) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        msg = await receive()
+        if msg["type"] != "http.request":  # the caller went away
+            raise BadRequest("request aborted")
+        chunk = msg.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise BadRequest(f"request body is larger than {MAX_BODY} bytes")
+        chunks.append(chunk)
+        if not msg.get("more_body"):
+            return b"".join(chunks)
+
+
+def _parse(raw: bytes) -> Mapping[str, Any]:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as err:
+        raise BadRequest(f"request body is not JSON: {err}") from err
+    if not isinstance(body, dict):
+        raise BadRequest("request body must be a JSON object")
+    return body
+
+
+def make_app(handlers: ExtenderHandlers, barrier: Barrier, clock: Callable[[], float] = time.time) -> App:
+    """The verbs as an ASGI application: POST /filter, /prioritize and /bind."""
+
+    async def bind(body: Mapping[str, Any]) -> dict[str, str]:
+        return {"Error": await barrier.bind(*_binding_args(body))}
+
+    work_of: dict[str, Callable[[Mapping[str, Any]], Any]] = {
+        "/filter": lambda b: handlers.filter(b, clock()),
+        "/prioritize": handlers.prioritize,
+        "/bind": bind,
+    }
+
+    async def answer(scope: dict[str, Any], receive: Receive) -> tuple[int, Any]:
+        path = scope["path"]
+        work = work_of.get(path)
+        if work is None or scope["method"] != "POST":
+            verbs = ", ".join(f"/{v}" for v in VERBS)
+            return 404, {"Error": f"{scope['method']} {path}: the extender serves POST {verbs}"}
         try:
-            body = await _body(request)
-            result = work(body)
+            result = work(_parse(await _read_body(receive)))
             if asyncio.iscoroutine(result):
                 result = await result
-            return _json(result)
+            return 200, result
         except BadRequest as err:
-            return _json({"Error": str(err)}, status=400)
+            return 400, {"Error": str(err)}
         except Exception as err:  # never a 500 without a message, never a dead server
-            log.exception("extender %s failed", request.path)
-            return _json({"Error": f"extender {request.path} failed: {err}"}, status=400)
-        finally:
-            EXTENDER_LATENCY.labels(request.path.lstrip("/")).observe(time.perf_counter() - start)
+            log.exception("extender %s failed", path)
+            return 400, {"Error": f"extender {path} failed: {err}"}
 
-    async def filter_(request: web.Request) -> web.Response:
-        return await guard(request, lambda b: handlers.filter(b, clock()))
+    async def app(scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        start = time.perf_counter()
+        status, result = await answer(scope, receive)
+        body = orjson.dumps(result)
+        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+        if status != 404:
+            EXTENDER_LATENCY.labels(scope["path"].lstrip("/")).observe(time.perf_counter() - start)
 
-    async def prioritize(request: web.Request) -> web.Response:
-        return await guard(request, handlers.prioritize)
-
-    async def bind(request: web.Request) -> web.Response:
-        async def work(body: Mapping[str, Any]) -> dict[str, str]:
-            return {"Error": await barrier.bind(*_binding_args(body))}
-
-        return await guard(request, work)
-
-    app = web.Application(client_max_size=64 * 1024 * 1024)
-    app.add_routes(
-        [web.post("/filter", filter_), web.post("/prioritize", prioritize), web.post("/bind", bind)]
-    )
     return app
 
 
-async def serve(
-    app: web.Application, host: str, port: int, ssl_context: ssl.SSLContext | None
-) -> web.AppRunner:
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, host, port, ssl_context=ssl_context).start()
-    return runner
+# granian logs through the process's logging (JSON or text, as `serve` set it up), errors only:
+# its startup banner ("Embedded server is experimental!") is not news to an operator.
+_GRANIAN_LOGGING: dict[str, Any] = {
+    "loggers": {
+        "_granian": {"level": "ERROR", "propagate": True},
+        "granian.access": {"level": "ERROR", "propagate": True},
+    }
+}
+
+
+async def serve(app: App, host: str, port: int, tls: tuple[str, str] | None) -> asyncio.Task[None]:
+    """Serve `app` on the running loop with granian (embedded): TLS, HTTP/1.1 and HTTP/2 are
+    handled in Rust threads, off the GIL, and kube-scheduler's Go client multiplexes every
+    call over one HTTP/2 connection. (Over HTTP/1.1 it keeps two idle connections, so each
+    gang's concurrent bind calls cost fresh TLS handshakes, which slowed scheduling by half.)
+    Returns the server's task once it listens; raises if it cannot start."""
+    cert, key = (Path(tls[0]), Path(tls[1])) if tls else (None, None)
+    try:
+        server = Server(
+            app,
+            address=host,
+            port=port,
+            interface=Interfaces.ASGINL,
+            websockets=False,
+            backlog=1024,
+            log_level=LogLevels.error,
+            log_dictconfig=_GRANIAN_LOGGING,
+            ssl_cert=cert,
+            ssl_key=key,
+        )
+    except OSError as err:  # ssl.SSLError among them: a certificate or key that does not load
+        raise RuntimeError(f"extender could not serve on {host}:{port}: TLS certificate/key: {err}") from err
+    listening = asyncio.Event()
+    server.on_startup(listening.set)
+    task = asyncio.get_running_loop().create_task(server.serve(), name=f"extender-{host}:{port}")
+    waiter = asyncio.ensure_future(listening.wait())
+    await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    waiter.cancel()
+    await asyncio.sleep(0.05)  # a worker that cannot start ends the task at once
+    if task.done():
+        why = task.exception() or "the server stopped"
+        raise RuntimeError(f"extender could not serve on {host}:{port}: {why}")
+    return task

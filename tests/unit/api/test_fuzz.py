@@ -15,7 +15,6 @@ import grpc
 import httpx
 import orjson
 import pytest
-from aiohttp import web
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 from hypothesis import HealthCheck, given, settings
@@ -23,10 +22,10 @@ from hypothesis import strategies as st
 
 from gangplugin.api.proto import gangs_pb2, plans_pb2
 from gangplugin.extender.barrier import Barrier
-from gangplugin.extender.server import ExtenderHandlers, make_app
+from gangplugin.extender.server import ExtenderHandlers, make_app, serve
 from gangplugin.kube.client import PODS, WORKLOADS
 from tests.unit.api.cluster import Caches, pod, serving, standard, workload
-from tests.unit.extender.test_server import NODES, Recorder, make_cache
+from tests.unit.extender.test_server import NODES, Recorder, free_port, make_cache
 
 EXAMPLES = int(os.environ.get("GANGPLUGIN_FUZZ_EXAMPLES", "60"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
@@ -149,12 +148,9 @@ def extender() -> Iterator[str]:
 
     async def start() -> None:
         barrier = Barrier(make_cache(), Recorder(), 0.5)
-        runner = web.AppRunner(make_app(ExtenderHandlers(barrier.cache), barrier))
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        box["runner"] = runner
-        box["port"] = runner.addresses[0][1]
+        box["port"] = free_port()
+        app = make_app(ExtenderHandlers(barrier.cache), barrier)
+        box["server"] = await serve(app, "127.0.0.1", box["port"], None)
         started.set()
 
     thread = threading.Thread(
@@ -163,7 +159,7 @@ def extender() -> Iterator[str]:
     thread.start()
     assert started.wait(10)
     yield f"http://127.0.0.1:{box['port']}"
-    asyncio.run_coroutine_threadsafe(box["runner"].cleanup(), loop).result(10)
+    loop.call_soon_threadsafe(box["server"].cancel)
     loop.call_soon_threadsafe(loop.stop)
     thread.join(10)
 

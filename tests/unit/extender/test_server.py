@@ -1,4 +1,4 @@
-"""The extender's HTTP endpoints and bind barrier, served for real on loopback by aiohttp.
+"""The extender's HTTP endpoints and bind barrier, served for real on loopback by granian.
 
 The cache is fed watch-style events with plain dicts; bindings go to a recording function
 in place of the API server (the e2e tests bind through the real one).
@@ -7,16 +7,21 @@ in place of the API server (the e2e tests bind through the real one).
 from __future__ import annotations
 
 import asyncio
+import socket
+import ssl
+from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
-from aiohttp.test_utils import TestClient, TestServer
+import pytest
 
 from gangplugin.core.names import GANG_LABEL, GANG_SIZE_ANNOTATION
 from gangplugin.extender.barrier import Barrier
 from gangplugin.extender.cache import ExtenderCache
 from gangplugin.extender.pods import gang_pod_from_k8s
-from gangplugin.extender.server import ExtenderHandlers, make_app
+from gangplugin.extender.server import ExtenderHandlers, make_app, serve
+from gangplugin.localcluster.pki import CertificateAuthority
 
 
 def node(name: str, us: str) -> dict[str, Any]:
@@ -68,21 +73,32 @@ class Recorder:
         self.calls.append((namespace, name, uid, node))
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def run(coro_fn, cache: ExtenderCache, timeout: float = 2.0):  # type: ignore[no-untyped-def]
     async def main():  # type: ignore[no-untyped-def]
         rec = Recorder()
         barrier = Barrier(cache, rec, timeout)
         app = make_app(ExtenderHandlers(cache), barrier)
-        async with TestClient(TestServer(app)) as client:
-            return await coro_fn(client, rec)
+        port = free_port()
+        server = await serve(app, "127.0.0.1", port, None)
+        try:
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+                return await coro_fn(client, rec)
+        finally:
+            server.cancel()
 
     return asyncio.run(main())
 
 
-async def post(client: TestClient, path: str, body: Any) -> tuple[int, Any]:
+async def post(client: httpx.AsyncClient, path: str, body: Any) -> tuple[int, Any]:
     data = body if isinstance(body, bytes) else orjson.dumps(body)
-    resp = await client.post(path, data=data)
-    return resp.status, orjson.loads(await resp.read())
+    resp = await client.post(path, content=data)
+    return resp.status_code, orjson.loads(resp.content)
 
 
 def test_bad_input_gets_4xx_or_an_error_and_the_server_keeps_serving():
@@ -237,3 +253,64 @@ def test_members_of_different_shapes_each_get_a_node_that_fits_them():
     assert plan is not None and plan.feasible
     assert small_verdict.passed == ("n3",)  # best fit: the node with exactly one GPU free
     assert big_verdict.passed in (("n0",), ("n1",))  # a whole free node, not n2's two GPUs
+
+
+def test_an_unknown_path_or_method_gets_404_naming_the_verbs():
+    async def go(client, rec):  # type: ignore[no-untyped-def]
+        status, body = await post(client, "/filters", {})
+        assert status == 404 and "POST /filter, /prioritize, /bind" in body["Error"]
+        resp = await client.get("/filter")
+        assert resp.status_code == 404 and "GET /filter" in resp.json()["Error"]
+        status, body = await post(client, "/filter", b"[]")  # still serving
+        assert status == 400 and "JSON object" in body["Error"]
+
+    run(go, make_cache())
+
+
+def test_tls_offers_http2_so_the_scheduler_multiplexes_its_calls(tmp_path: Path) -> None:
+    """kube-scheduler's Go client keeps two idle HTTP/1.1 connections per host: a gang's
+    concurrent bind calls would each cost a TLS handshake. Over HTTP/2 they share one."""
+    ca = CertificateAuthority(tmp_path)
+    cert, key = ca.issue("extender", common_name="extender", hosts=("127.0.0.1",))
+
+    async def main() -> tuple[str | None, str | None]:
+        port = free_port()
+        app = make_app(ExtenderHandlers(make_cache()), Barrier(make_cache(), Recorder(), 1.0))
+        server = await serve(app, "127.0.0.1", port, (str(cert), str(key)))
+        try:
+            protocols = []
+            for offer in (["h2", "http/1.1"], ["http/1.1"]):
+                ctx = ssl.create_default_context(cafile=str(ca.cert_path))
+                ctx.set_alpn_protocols(offer)
+                _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx)
+                protocols.append(writer.get_extra_info("ssl_object").selected_alpn_protocol())
+                writer.close()
+            return protocols[0], protocols[1]
+        finally:
+            server.cancel()
+
+    assert asyncio.run(main()) == ("h2", "http/1.1")
+
+
+def test_a_server_that_cannot_start_says_why(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.pem"
+    bad.write_text("not a certificate")
+
+    async def main() -> None:
+        app = make_app(ExtenderHandlers(make_cache()), Barrier(make_cache(), Recorder(), 1.0))
+        await serve(app, "127.0.0.1", free_port(), (str(bad), str(bad)))
+
+    with pytest.raises(RuntimeError, match=r"extender could not serve on 127\.0\.0\.1:\d+"):
+        asyncio.run(main())
+
+
+def test_a_busy_port_is_reported() -> None:
+    async def main() -> None:
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            app = make_app(ExtenderHandlers(make_cache()), Barrier(make_cache(), Recorder(), 1.0))
+            await serve(app, "127.0.0.1", taken.getsockname()[1], None)
+
+    with pytest.raises(RuntimeError, match=r"extender could not serve on 127\.0\.0\.1:\d+"):
+        asyncio.run(main())
