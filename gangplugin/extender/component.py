@@ -16,11 +16,12 @@ from gangplugin.core.placement import PlacementPolicy
 from gangplugin.extender.barrier import ApiBinder, Barrier
 from gangplugin.extender.cache import ExtenderCache, PolicyOf
 from gangplugin.extender.pods import gang_pod_from_k8s
-from gangplugin.extender.server import AbandonFn, ExtenderHandlers, make_app, serve
+from gangplugin.extender.server import AbandonFn, ExtenderHandlers, make_app
 from gangplugin.kube.client import NODES, PODS, WORKLOADS, ApiError, Client
 from gangplugin.kube.events import record_event
 from gangplugin.kube.gangpolicies import GangPolicies
 from gangplugin.kube.informer import identity
+from gangplugin.server.asgi import serve
 from gangplugin.server.runtime import Runtime
 
 log = logging.getLogger(__name__)

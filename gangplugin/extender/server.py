@@ -11,30 +11,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from pathlib import Path
+from collections.abc import Callable, Mapping
 from typing import Any
-
-import orjson
-from granian.constants import Interfaces
-from granian.log import LogLevels
-from granian.server.embed import Server
 
 from gangplugin.core.errors import InputError
 from gangplugin.core.gangplan import GangPlan, GangPod
 from gangplugin.extender.barrier import Barrier
 from gangplugin.extender.cache import ExtenderCache
 from gangplugin.extender.pods import gang_pod_from_k8s
+from gangplugin.server.asgi import App, BadRequest, Receive, Send, read_json, respond_json
 from gangplugin.server.metrics import EXTENDER_LATENCY
 
 log = logging.getLogger(__name__)
 
 # Called with a plan that names bound pods to abandon (a partial gang that cannot complete).
 AbandonFn = Callable[[GangPlan], None]
-
-
-class BadRequest(Exception):
-    pass
 
 
 def _get(body: Mapping[str, Any], name: str) -> Any:
@@ -106,39 +97,7 @@ def _binding_args(body: Mapping[str, Any]) -> tuple[str, str, str, str]:
     return fields[0], fields[1], str(uid or ""), fields[2]
 
 
-# ASGI (no lifespan): scope, receive, send
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
-App = Callable[[dict[str, Any], Receive, Send], Awaitable[None]]
-
-MAX_BODY = 64 * 1024 * 1024  # ExtenderArgs with full Node objects (nodeCacheCapable: false) are big
 VERBS = ("filter", "prioritize", "bind")
-
-
-async def _read_body(receive: Receive) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        msg = await receive()
-        if msg["type"] != "http.request":  # the caller went away
-            raise BadRequest("request aborted")
-        chunk = msg.get("body", b"")
-        size += len(chunk)
-        if size > MAX_BODY:
-            raise BadRequest(f"request body is larger than {MAX_BODY} bytes")
-        chunks.append(chunk)
-        if not msg.get("more_body"):
-            return b"".join(chunks)
-
-
-def _parse(raw: bytes) -> Mapping[str, Any]:
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as err:
-        raise BadRequest(f"request body is not JSON: {err}") from err
-    if not isinstance(body, dict):
-        raise BadRequest("request body must be a JSON object")
-    return body
 
 
 def make_app(handlers: ExtenderHandlers, barrier: Barrier, clock: Callable[[], float] = time.time) -> App:
@@ -160,7 +119,7 @@ def make_app(handlers: ExtenderHandlers, barrier: Barrier, clock: Callable[[], f
             verbs = ", ".join(f"/{v}" for v in VERBS)
             return 404, {"Error": f"{scope['method']} {path}: the extender serves POST {verbs}"}
         try:
-            result = work(_parse(await _read_body(receive)))
+            result = work(await read_json(receive))
             if asyncio.iscoroutine(result):
                 result = await result
             return 200, result
@@ -175,56 +134,8 @@ def make_app(handlers: ExtenderHandlers, barrier: Barrier, clock: Callable[[], f
             return
         start = time.perf_counter()
         status, result = await answer(scope, receive)
-        body = orjson.dumps(result)
-        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        await respond_json(send, status, result)
         if status != 404:
             EXTENDER_LATENCY.labels(scope["path"].lstrip("/")).observe(time.perf_counter() - start)
 
     return app
-
-
-# granian logs through the process's logging (JSON or text, as `serve` set it up), errors only:
-# its startup banner ("Embedded server is experimental!") is not news to an operator.
-_GRANIAN_LOGGING: dict[str, Any] = {
-    "loggers": {
-        "_granian": {"level": "ERROR", "propagate": True},
-        "granian.access": {"level": "ERROR", "propagate": True},
-    }
-}
-
-
-async def serve(app: App, host: str, port: int, tls: tuple[str, str] | None) -> asyncio.Task[None]:
-    """Serve `app` on the running loop with granian (embedded): TLS, HTTP/1.1 and HTTP/2 are
-    handled in Rust threads, off the GIL, and kube-scheduler's Go client multiplexes every
-    call over one HTTP/2 connection. (Over HTTP/1.1 it keeps two idle connections, so each
-    gang's concurrent bind calls cost fresh TLS handshakes, which slowed scheduling by half.)
-    Returns the server's task once it listens; raises if it cannot start."""
-    cert, key = (Path(tls[0]), Path(tls[1])) if tls else (None, None)
-    try:
-        server = Server(
-            app,
-            address=host,
-            port=port,
-            interface=Interfaces.ASGINL,
-            websockets=False,
-            backlog=1024,
-            log_level=LogLevels.error,
-            log_dictconfig=_GRANIAN_LOGGING,
-            ssl_cert=cert,
-            ssl_key=key,
-        )
-    except OSError as err:  # ssl.SSLError among them: a certificate or key that does not load
-        raise RuntimeError(f"extender could not serve on {host}:{port}: TLS certificate/key: {err}") from err
-    listening = asyncio.Event()
-    server.on_startup(listening.set)
-    task = asyncio.get_running_loop().create_task(server.serve(), name=f"extender-{host}:{port}")
-    waiter = asyncio.ensure_future(listening.wait())
-    await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
-    waiter.cancel()
-    await asyncio.sleep(0.05)  # a worker that cannot start ends the task at once
-    if task.done():
-        why = task.exception() or "the server stopped"
-        raise RuntimeError(f"extender could not serve on {host}:{port}: {why}")
-    return task

@@ -20,8 +20,9 @@ from gangplugin.core.names import GANG_LABEL, GANG_SIZE_ANNOTATION
 from gangplugin.extender.barrier import Barrier
 from gangplugin.extender.cache import ExtenderCache
 from gangplugin.extender.pods import gang_pod_from_k8s
-from gangplugin.extender.server import ExtenderHandlers, make_app, serve
+from gangplugin.extender.server import ExtenderHandlers, make_app
 from gangplugin.localcluster.pki import CertificateAuthority
+from gangplugin.server.asgi import serve
 
 
 def node(name: str, us: str) -> dict[str, Any]:
@@ -300,7 +301,7 @@ def test_a_server_that_cannot_start_says_why(tmp_path: Path) -> None:
         app = make_app(ExtenderHandlers(make_cache()), Barrier(make_cache(), Recorder(), 1.0))
         await serve(app, "127.0.0.1", free_port(), (str(bad), str(bad)))
 
-    with pytest.raises(RuntimeError, match=r"extender could not serve on 127\.0\.0\.1:\d+"):
+    with pytest.raises(RuntimeError, match=r"could not serve on 127\.0\.0\.1:\d+"):
         asyncio.run(main())
 
 
@@ -312,5 +313,5 @@ def test_a_busy_port_is_reported() -> None:
             app = make_app(ExtenderHandlers(make_cache()), Barrier(make_cache(), Recorder(), 1.0))
             await serve(app, "127.0.0.1", taken.getsockname()[1], None)
 
-    with pytest.raises(RuntimeError, match=r"extender could not serve on 127\.0\.0\.1:\d+"):
+    with pytest.raises(RuntimeError, match=r"could not serve on 127\.0\.0\.1:\d+"):
         asyncio.run(main())

@@ -1,0 +1,101 @@
+"""Serving ASGI applications (no lifespan) with granian, embedded in the running asyncio loop:
+TLS, HTTP/1.1 and HTTP/2 are handled in Rust threads, off the GIL. The extender and the
+admission webhook both serve this way, with JSON bodies in and out."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+from granian.constants import Interfaces
+from granian.log import LogLevels
+from granian.server.embed import Server
+
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+App = Callable[[dict[str, Any], Receive, Send], Awaitable[None]]
+
+MAX_BODY = 64 * 1024 * 1024  # ExtenderArgs with full Node objects (nodeCacheCapable: false) are big
+
+
+class BadRequest(Exception):
+    """The request cannot be understood: answered with 400 and this message."""
+
+
+async def read_json(receive: Receive, limit: int = MAX_BODY) -> Mapping[str, Any]:
+    """The request body as a JSON object."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        msg = await receive()
+        if msg["type"] != "http.request":  # the caller went away
+            raise BadRequest("request aborted")
+        chunk = msg.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise BadRequest(f"request body is larger than {limit} bytes")
+        chunks.append(chunk)
+        if not msg.get("more_body"):
+            break
+    try:
+        body = orjson.loads(b"".join(chunks))
+    except orjson.JSONDecodeError as err:
+        raise BadRequest(f"request body is not JSON: {err}") from err
+    if not isinstance(body, dict):
+        raise BadRequest("request body must be a JSON object")
+    return body
+
+
+async def respond_json(send: Send, status: int, obj: Any) -> None:
+    body = orjson.dumps(obj)
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+# granian logs through the process's logging (JSON or text, as `serve` set it up), errors only:
+# its startup banner ("Embedded server is experimental!") is not news to an operator.
+_GRANIAN_LOGGING: dict[str, Any] = {
+    "loggers": {
+        "_granian": {"level": "ERROR", "propagate": True},
+        "granian.access": {"level": "ERROR", "propagate": True},
+    }
+}
+
+
+async def serve(app: App, host: str, port: int, tls: tuple[str, str] | None) -> asyncio.Task[None]:
+    """Serve `app` on the running loop; returns the server's task once it listens, raises
+    RuntimeError naming the address when it cannot. Go clients (kube-scheduler, the API
+    server) multiplex their calls over one HTTP/2 connection; over HTTP/1.1 kube-scheduler
+    keeps two idle connections, so a gang's concurrent bind calls each cost a TLS handshake,
+    which slowed scheduling by half."""
+    cert, key = (Path(tls[0]), Path(tls[1])) if tls else (None, None)
+    try:
+        server = Server(
+            app,
+            address=host,
+            port=port,
+            interface=Interfaces.ASGINL,
+            websockets=False,
+            backlog=1024,
+            log_level=LogLevels.error,
+            log_dictconfig=_GRANIAN_LOGGING,
+            ssl_cert=cert,
+            ssl_key=key,
+        )
+    except OSError as err:  # ssl.SSLError among them: a certificate or key that does not load
+        raise RuntimeError(f"could not serve on {host}:{port}: TLS certificate/key: {err}") from err
+    listening = asyncio.Event()
+    server.on_startup(listening.set)
+    task = asyncio.get_running_loop().create_task(server.serve(), name=f"serve-{host}:{port}")
+    waiter = asyncio.ensure_future(listening.wait())
+    await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    waiter.cancel()
+    await asyncio.sleep(0.05)  # a worker that cannot start ends the task at once
+    if task.done():
+        why = task.exception() or "the server stopped"
+        raise RuntimeError(f"could not serve on {host}:{port}: {why}")
+    return task
