@@ -3,10 +3,8 @@ HTTPS server kube-scheduler calls, on its own asyncio event loop thread."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sys
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -21,7 +19,7 @@ from gangplugin.kube.client import NODES, PODS, WORKLOADS, ApiError, Client
 from gangplugin.kube.events import record_event
 from gangplugin.kube.gangpolicies import GangPolicies
 from gangplugin.kube.informer import identity
-from gangplugin.server.asgi import serve
+from gangplugin.server.asgi import App, serve_in_thread
 from gangplugin.server.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -129,34 +127,11 @@ def start(runtime: Runtime) -> None:
     # HTTP thread by up to that much per call.
     sys.setswitchinterval(GIL_SWITCH_INTERVAL)
     executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="extender-abandon")
-    host, _, port = settings.bind.rpartition(":")
     handlers = ExtenderHandlers(cache, _abandoner(runtime.client, cache, executor))
-    started = threading.Event()
-    failed: list[str] = []
     tls = (settings.tls_cert, settings.tls_key or "") if settings.tls_cert else None
 
-    def stopped(task: asyncio.Task[None]) -> None:
-        if not task.cancelled():  # the server is never stopped on purpose while the process lives
-            runtime.fail(f"extender HTTP server on {settings.bind} stopped: {task.exception()}")
-
-    def run() -> None:
-        loop = asyncio.new_event_loop()
-        asyncio.set_event_loop(loop)
+    def app() -> App:  # on the server's loop: the barrier's futures belong to it
         barrier = Barrier(cache, ApiBinder(runtime.client), settings.barrier_timeout)
-        app = make_app(handlers, barrier)
-        try:
-            task = loop.run_until_complete(serve(app, host or "0.0.0.0", int(port), tls))
-        except RuntimeError as err:
-            failed.append(str(err))
-            started.set()
-            return
-        task.add_done_callback(stopped)
-        log.info("extender serving on %s (%s)", settings.bind, "https" if tls else "http")
-        started.set()
-        loop.run_forever()
+        return make_app(handlers, barrier)
 
-    threading.Thread(target=run, name="extender-http", daemon=True).start()
-    if not started.wait(30):
-        raise RuntimeError(f"extender: could not start serving on {settings.bind}")
-    if failed:
-        raise RuntimeError(f"extender: {failed[0]}")
+    serve_in_thread("extender", settings.bind, tls, app, runtime.fail)

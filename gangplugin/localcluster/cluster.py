@@ -8,6 +8,7 @@ starting another. Any failure during `up` stops whatever had been started.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -119,12 +120,14 @@ class Ports:
     def gangplugin_grpc(self) -> int:
         return self.base + 613
 
-    def gangplugin_replica(self, n: int) -> tuple[int, int]:
-        """Health and gRPC ports of `gangplugin serve` replica n (1 has the ones above). Replicas
-        share the extender's port: only the leader binds it, as a Service would pick the leader."""
+    def gangplugin_replica(self, n: int) -> tuple[int, int, int]:
+        """Health, gRPC and webhook ports of `gangplugin serve` replica n (1 has the ones above).
+        Replicas share the extender's port: only the leader binds it, as a Service would pick
+        the leader. The API server calls replica 1's webhook."""
         if n == 1:
-            return self.gangplugin_health, self.gangplugin_grpc
-        return self.base + 614 + 2 * (n - 2), self.base + 615 + 2 * (n - 2)
+            return self.gangplugin_health, self.gangplugin_grpc, self.gangplugin_webhook
+        first = self.base + 614 + 3 * (n - 2)
+        return first, first + 1, first + 2
 
     def named(self) -> dict[str, int]:
         return {
@@ -311,6 +314,7 @@ class LocalCluster:
             gangplugin = self._gangplugin()
             if gangplugin:
                 self._start(gangplugin)
+                self._register_gangplugin_webhook(client)
         finally:
             client.close()
         self._log(f"cluster up in {time.monotonic() - t0:.1f}s; export KUBECONFIG={self.kubeconfig}")
@@ -592,13 +596,11 @@ class LocalCluster:
         """`gangplugin serve` (the console script, as a user runs it) with every registered
         component (or GANGPLUGIN_COMPONENTS). Replica 1 is the one `up` starts and waits to lead;
         `restart("gangplugin-2")` starts a second one, a follower until the first is gone."""
-        from gangplugin.server.main import COMPONENTS
-
         p = self.ports
-        components = os.environ.get("GANGPLUGIN_COMPONENTS", ",".join(COMPONENTS))
+        components = ",".join(self._gangplugin_components())
         if not components:
             return None
-        health, grpc = p.gangplugin_replica(replica)
+        health, grpc, webhook = p.gangplugin_replica(replica)
         ca = ssl.create_default_context(cafile=str(self.pki_dir / "ca.crt"))
 
         def ready() -> bool:
@@ -626,6 +628,9 @@ class LocalCluster:
                 f"--extender-bind=127.0.0.1:{p.gangplugin_extender}",
                 f"--extender-tls-cert={self.pki_dir / 'webhook.crt'}",
                 f"--extender-tls-key={self.pki_dir / 'webhook.key'}",
+                f"--webhook-bind=127.0.0.1:{webhook}",
+                f"--webhook-tls-cert={self.pki_dir / 'webhook.crt'}",
+                f"--webhook-tls-key={self.pki_dir / 'webhook.key'}",
             ],
             health=ready,
         )
@@ -727,6 +732,33 @@ class LocalCluster:
                     client.apply(_CRDS, crd, field_manager=FIELD_MANAGER)
                     names.append(crd["metadata"]["name"])
         _wait(lambda: all(_established(client, n) for n in names), 30, "gangplugin's CRDs to be established")
+
+    @staticmethod
+    def _gangplugin_components() -> list[str]:
+        from gangplugin.server.main import COMPONENTS
+
+        chosen = os.environ.get("GANGPLUGIN_COMPONENTS", ",".join(COMPONENTS))
+        return [c for c in chosen.split(",") if c]
+
+    def _register_gangplugin_webhook(self, client: Client) -> None:
+        """deploy/manifests/base's ValidatingWebhookConfiguration, pointed at replica 1 with the
+        cluster CA; registered once gangplugin serves it (the launcher applied the local
+        GangPolicy before), and only when the webhook component runs."""
+        if "webhook" not in self._gangplugin_components():
+            return
+        docs = yaml.safe_load_all((REPO / "deploy" / "manifests" / "base" / "webhook.yaml").read_text())
+        config = next(d for d in docs if d and d["kind"] == "ValidatingWebhookConfiguration")
+        config["metadata"].pop("annotations", None)  # cert-manager's CA injection: not here
+        # Its own name: the e2e manifests test dry-runs the base's object beside it.
+        config["metadata"]["name"] = "gangplugin-local"
+        ca = base64.b64encode((self.pki_dir / "ca.crt").read_bytes()).decode()
+        for hook in config["webhooks"]:
+            path = hook["clientConfig"]["service"]["path"]
+            hook["clientConfig"] = {
+                "url": f"https://127.0.0.1:{self.ports.gangplugin_webhook}{path}",
+                "caBundle": ca,
+            }
+        client.apply(_VALIDATING, config, field_manager=FIELD_MANAGER)
 
     def _wait_kueue_webhooks(self, client: Client) -> None:
         # A dry-run create goes through the mutating and validating webhooks end to end.

@@ -5,6 +5,8 @@ admission webhook both serve this way, with JSON bodies in and out."""
 from __future__ import annotations
 
 import asyncio
+import logging
+import threading
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,8 @@ import orjson
 from granian.constants import Interfaces
 from granian.log import LogLevels
 from granian.server.embed import Server
+
+log = logging.getLogger(__name__)
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
@@ -99,3 +103,42 @@ async def serve(app: App, host: str, port: int, tls: tuple[str, str] | None) -> 
         why = task.exception() or "the server stopped"
         raise RuntimeError(f"could not serve on {host}:{port}: {why}")
     return task
+
+
+def serve_in_thread(
+    name: str,
+    bind: str,
+    tls: tuple[str, str] | None,
+    make_app: Callable[[], App],
+    fail: Callable[[str], None],
+) -> None:
+    """Serve on `bind` ("host:port") from a thread of its own with its own asyncio loop;
+    `make_app` runs on that loop (what it builds may hold futures of it). Returns once
+    listening, raises RuntimeError when it cannot; if the server stops later, `fail` is told."""
+    host, _, port = bind.rpartition(":")
+    started = threading.Event()
+    failed: list[str] = []
+
+    def stopped(task: asyncio.Task[None]) -> None:
+        if not task.cancelled():  # never stopped on purpose while the process lives
+            fail(f"{name} server on {bind} stopped: {task.exception()}")
+
+    def run() -> None:
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        try:
+            task = loop.run_until_complete(serve(make_app(), host or "0.0.0.0", int(port), tls))
+        except RuntimeError as err:
+            failed.append(str(err))
+            started.set()
+            return
+        task.add_done_callback(stopped)
+        log.info("%s serving on %s (%s)", name, bind, "https" if tls else "http")
+        started.set()
+        loop.run_forever()
+
+    threading.Thread(target=run, name=f"{name}-http", daemon=True).start()
+    if not started.wait(30):
+        raise RuntimeError(f"{name}: could not start serving on {bind} within 30s")
+    if failed:
+        raise RuntimeError(f"{name}: {failed[0]}")

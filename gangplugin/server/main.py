@@ -52,6 +52,7 @@ COMPONENTS: dict[str, str] = {
     "extender": "gangplugin.extender.component",
     "plans": "gangplugin.plans.component",
     "api": "gangplugin.api.component",
+    "webhook": "gangplugin.webhook.component",
 }
 
 
@@ -119,6 +120,13 @@ def cli() -> None:
     "keep below the scheduler's httpTimeout.",
 )
 @click.option("--extender-spares-per-ultraserver", default=0, show_default=True, type=click.IntRange(0))
+@click.option(
+    "--webhook-bind", default="0.0.0.0:9443", show_default=True, help="Admission webhook's address."
+)
+@click.option(
+    "--webhook-tls-cert", default=None, help="Webhook serving certificate (PEM); the API server needs it."
+)
+@click.option("--webhook-tls-key", default=None, help="Key of --webhook-tls-cert.")
 def serve(
     kubeconfig: str | None,
     components: str,
@@ -142,6 +150,9 @@ def serve(
     extender_tls_key: str | None,
     extender_barrier_timeout: float,
     extender_spares_per_ultraserver: int,
+    webhook_bind: str,
+    webhook_tls_cert: str | None,
+    webhook_tls_key: str | None,
 ) -> None:
     """Run the chosen components in one process until SIGTERM."""
     logs.configure(log_level, log_format)
@@ -188,6 +199,15 @@ def serve(
                 extender_spares_per_ultraserver,
             )
         )
+    if "webhook" in wanted:
+        from gangplugin.webhook.component import WebhookSettings
+        from gangplugin.webhook.component import configure as configure_webhook
+
+        if (webhook_tls_cert is None) != (webhook_tls_key is None):
+            raise click.BadParameter(
+                "give both or neither", param_hint="--webhook-tls-cert/--webhook-tls-key"
+            )
+        configure_webhook(WebhookSettings(webhook_bind, webhook_tls_cert, webhook_tls_key))
     if "api" in wanted:
         from gangplugin.api.component import configure as configure_api
 

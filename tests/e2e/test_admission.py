@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from gangplugin.admission.records import ADMISSION_CHECKS, GANG_POLICIES
+from gangplugin.admission.records import ADMISSION_CHECKS, GANG_POLICIES, TOPOLOGIES
 from gangplugin.core.names import GANG_LABEL, GANG_SIZE_ANNOTATION
 from gangplugin.kube.client import EVENTS, JOBS, NODES, PODS, WORKLOADS, ApiError, Client
 from tests.e2e.conftest import E2ECluster, e2e_local_cluster
@@ -441,6 +441,35 @@ def test_bad_gang_policy_is_refused_naming_the_field(
         cluster.client.create(GANG_POLICIES, {**body, "spec": spec})
     assert err.value.status == 422
     assert field in str(err.value) and says in str(err.value), str(err.value)
+
+
+def test_gang_policy_naming_a_missing_topology_is_refused_by_the_webhook(cluster: E2ECluster) -> None:
+    """What CEL cannot see: the Topology a policy names must exist. gangplugin's validating
+    webhook refuses the write, names the field, and lets it through once the Topology is there."""
+    client = cluster.client
+    topology = unique("topo")
+    policy = {
+        "apiVersion": "gangplugin.io/v1alpha1",
+        "kind": "GangPolicy",
+        "metadata": {"name": unique("needs-topo")},
+        "spec": {"topologyName": topology},
+    }
+    with pytest.raises(ApiError) as err:
+        client.create(GANG_POLICIES, policy)
+    text = str(err.value)
+    assert err.value.status == 422, text
+    assert 'admission webhook "gangpolicies.gangplugin.io" denied the request' in text, text
+    assert "spec.topologyName" in text and f"Kueue Topology {topology!r} does not exist" in text, text
+    assert client.get_or_none(GANG_POLICIES, policy["metadata"]["name"]) is None  # nothing half-made
+    levels = [{"nodeLabel": "topology.k8s.aws/ultraserver-id"}, {"nodeLabel": "kubernetes.io/hostname"}]
+    topo = {"apiVersion": TOPOLOGIES.api_version, "kind": "Topology", "metadata": {"name": topology}}
+    client.create(TOPOLOGIES, {**topo, "spec": {"levels": levels}})
+    try:
+        created = client.create(GANG_POLICIES, policy)
+        assert created["spec"]["topologyName"] == topology
+        client.delete(GANG_POLICIES, policy["metadata"]["name"])
+    finally:
+        client.delete(TOPOLOGIES, topology)
 
 
 def test_workload_naming_an_unknown_topology_level_is_rejected(

@@ -98,11 +98,14 @@ def test_base_has_every_part_of_the_install() -> None:
         ("PodDisruptionBudget", "gangplugin"),
         ("Issuer", "gangplugin-ca"),
         ("Certificate", "gangplugin-serving"),
+        ("ValidatingWebhookConfiguration", "gangplugin"),
+        ("Service", "gangplugin-webhook"),
     ]:
         assert want in kinds, f"{want} missing from the rendered base"
     # Namespaced objects name their namespace themselves (no kustomize `namespace:`).
+    cluster_scoped = ("Namespace", "CustomResourceDefinition", "ValidatingWebhookConfiguration")
     for obj in render():
-        if obj["kind"] in ("Namespace", "CustomResourceDefinition") or obj["kind"].startswith("Cluster"):
+        if obj["kind"] in cluster_scoped or obj["kind"].startswith("Cluster"):
             continue
         assert obj["metadata"].get("namespace") in ("gangplugin-system", "kube-system"), obj["metadata"]
 
@@ -302,3 +305,25 @@ def test_make_image_without_docker_says_what_to_do(tmp_path: Path) -> None:
     )
     assert out.returncode != 0
     assert "docker is not installed" in out.stderr and "podman build -t gangplugin:" in out.stderr
+
+
+def test_the_webhook_is_served_by_gangplugin_with_the_serving_certificate() -> None:
+    (config,) = [o for o in render() if o["kind"] == "ValidatingWebhookConfiguration"]
+    (hook,) = config["webhooks"]
+    assert hook["failurePolicy"] == "Fail" and hook["sideEffects"] == "None"
+    assert hook["rules"][0]["resources"] == ["gangpolicies"]
+    assert config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == (
+        "gangplugin-system/gangplugin-serving"
+    )
+    service = hook["clientConfig"]["service"]
+    (svc,) = [o for o in render() if o["kind"] == "Service" and o["metadata"]["name"] == service["name"]]
+    (port,) = svc["spec"]["ports"]
+    (deploy,) = [o for o in render() if o["kind"] == "Deployment" and o["metadata"]["name"] == "gangplugin"]
+    (container,) = deploy["spec"]["template"]["spec"]["containers"]
+    named = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert f"--webhook-bind=0.0.0.0:{named[port['targetPort']]}" in container["args"]
+    assert "--webhook-tls-cert=/etc/gangplugin/tls/tls.crt" in container["args"]
+    (cert,) = [
+        o for o in render() if o["kind"] == "Certificate" and o["metadata"]["name"] == "gangplugin-serving"
+    ]
+    assert f"{service['name']}.{service['namespace']}.svc" in cert["spec"]["dnsNames"]

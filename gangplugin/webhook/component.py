@@ -1,0 +1,72 @@
+"""`gangplugin serve --components webhook`: the validating admission webhook, HTTPS, on every
+replica (the API server may call any; nothing here is state). POST /validate takes an
+AdmissionReview for GangPolicies (deploy: a ValidatingWebhookConfiguration; `make up`
+registers one for the local cluster)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from gangplugin.admission.records import TOPOLOGIES
+from gangplugin.core.errors import InputError
+from gangplugin.server.asgi import App, BadRequest, Receive, Send, read_json, respond_json, serve_in_thread
+from gangplugin.server.runtime import Runtime
+from gangplugin.webhook.review import Validator, gang_policy_validator, review
+
+log = logging.getLogger(__name__)
+
+PATH = "/validate"
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookSettings:
+    bind: str = "0.0.0.0:9443"
+    tls_cert: str | None = None
+    tls_key: str | None = None
+
+
+_settings = WebhookSettings()
+
+
+def configure(settings: WebhookSettings) -> None:
+    """Called by `gangplugin serve` with its --webhook-* options, before `start`."""
+    global _settings
+    _settings = settings
+
+
+def setup(runtime: Runtime) -> None:
+    """No watch caches: a GangPolicy write is rare, its Topology is read when it comes."""
+
+
+def make_app(validators: dict[str, Validator]) -> App:
+    async def app(scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        if scope["path"] != PATH or scope["method"] != "POST":
+            await respond_json(send, 404, {"message": f"the webhook serves POST {PATH}"})
+            return
+        try:
+            body = await read_json(receive)
+            # validators may read the API (a Topology): off the loop, which keeps serving
+            out = await asyncio.to_thread(review, body, validators)
+        except (BadRequest, InputError) as err:
+            await respond_json(send, 400, {"message": str(err)})
+            return
+        response = out["response"]
+        if not response["allowed"]:
+            log.info("refused: %s", response["status"]["message"])
+        await respond_json(send, 200, out)
+
+    return app
+
+
+def start(runtime: Runtime) -> None:
+    settings = _settings
+    tls = (settings.tls_cert, settings.tls_key or "") if settings.tls_cert else None
+    if tls is None:
+        log.warning("webhook serving plain HTTP: the API server calls webhooks over HTTPS only")
+    validators = {"GangPolicy": gang_policy_validator(lambda n: runtime.client.get_or_none(TOPOLOGIES, n))}
+    serve_in_thread("webhook", settings.bind, tls, lambda: make_app(validators), runtime.fail)

@@ -1,0 +1,101 @@
+"""AdmissionReview in, response out, for GangPolicies: plain dicts, no server."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gangplugin.core.errors import InputError
+from gangplugin.webhook.review import gang_policy_validator, review
+
+TOPOLOGY = {
+    "apiVersion": "kueue.x-k8s.io/v1beta2",
+    "kind": "Topology",
+    "metadata": {"name": "aws"},
+    "spec": {
+        "levels": [
+            {"nodeLabel": "topology.k8s.aws/ultraserver-id"},
+            {"nodeLabel": "kubernetes.io/hostname"},
+        ]
+    },
+}
+
+
+def policy(**spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "gangplugin.io/v1alpha1",
+        "kind": "GangPolicy",
+        "metadata": {"name": "p"},
+        "spec": spec,
+    }
+
+
+def request(obj: Any, operation: str = "CREATE") -> dict[str, Any]:
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {"uid": "u-1", "operation": operation, "object": obj},
+    }
+
+
+def validators(topologies: dict[str, Any] | None = None) -> dict[str, Any]:
+    known = {"aws": TOPOLOGY} if topologies is None else topologies
+    return {"GangPolicy": gang_policy_validator(known.get)}
+
+
+def test_a_good_policy_is_allowed_and_the_uid_echoed() -> None:
+    out = review(request(policy(readyTimeout="10m", topologyName="aws")), validators())
+    assert out["apiVersion"] == "admission.k8s.io/v1" and out["kind"] == "AdmissionReview"
+    assert out["response"] == {"uid": "u-1", "allowed": True}
+
+
+@pytest.mark.parametrize(
+    ("spec", "field", "words"),
+    [
+        ({"readyTimeout": "-5m"}, "spec.readyTimeout", "duration"),
+        ({"recoveryTimeout": "soon"}, "spec.recoveryTimeout", "duration"),
+        (
+            {"requeue": {"backoffBaseSeconds": 60, "backoffMaxSeconds": 30}},
+            "spec.requeue.backoffMaxSeconds",
+            "below backoffBaseSeconds",
+        ),
+        ({"admission": "Sometimes"}, "spec.admission", "Parallel, Sequential"),
+        ({"topologyName": "nowhere"}, "spec.topologyName", "does not exist; create it first"),
+    ],
+)
+def test_a_bad_policy_is_refused_naming_the_field(spec: dict[str, Any], field: str, words: str) -> None:
+    response = review(request(policy(**spec)), validators())["response"]
+    assert response["allowed"] is False
+    assert response["status"]["code"] == 422 and response["status"]["reason"] == "Invalid"
+    message = response["status"]["message"]
+    assert message.startswith('GangPolicy "p" is invalid: ') and field in message and words in message
+
+
+def test_a_topology_whose_levels_are_not_labels_is_refused() -> None:
+    broken = {**TOPOLOGY, "spec": {"levels": [{"nodeLabel": ""}]}}
+    response = review(request(policy(topologyName="aws")), validators({"aws": broken}))["response"]
+    assert response["allowed"] is False
+    assert "spec.topologyName" in response["status"]["message"]
+    assert "nodeLabel" in response["status"]["message"]
+
+
+def test_delete_and_unknown_kinds_are_allowed() -> None:
+    assert review(request(policy(readyTimeout="-1s"), "DELETE"), validators())["response"]["allowed"]
+    other = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}
+    response = review(request(other), validators())["response"]
+    assert response["allowed"] and "ConfigMap" in response["warnings"][0]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview", "request": {"uid": "u"}},
+        {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"},
+        {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": 7}},
+    ],
+)
+def test_what_is_not_an_admission_review_is_an_input_error(body: dict[str, Any]) -> None:
+    with pytest.raises(InputError):
+        review(body, validators())
