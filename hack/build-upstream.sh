@@ -128,6 +128,44 @@ GOMOD
   publish etcd "$v" "${mod}/etcd.out"
 }
 
+build_jobset() {
+  local v="${JOBSET_VERSION}"
+  if have jobset "$v"; then relink jobset "$v"; return; fi
+  need_go "jobset ${v}"
+  # The proxy does not list sigs.k8s.io/jobset (so `go install ...@v` fails), but serves the
+  # version itself: build it from a module that requires it.
+  local mod="${work}/jobset-${v}"
+  mkdir -p "${mod}"
+  cat >"${mod}/go.mod" <<GOMOD
+module gangplugin.io/build/jobset
+
+go 1.25.0
+
+require sigs.k8s.io/jobset ${v}
+GOMOD
+  printf '//go:build tools\n\npackage tools\n\nimport _ "sigs.k8s.io/jobset"\n' >"${mod}/tools.go"
+  log "building jobset ${v}"
+  (cd "${mod}" && step "go mod tidy for sigs.k8s.io/jobset ${v}" "${mod}/tidy.log" go mod tidy -e)
+  (cd "${mod}" && step "go build jobset ${v}" "${mod}/build.log" \
+    go build -ldflags "-s -w" -o "${mod}/jobset.out" sigs.k8s.io/jobset)
+  publish jobset "$v" "${mod}/jobset.out"
+}
+
+jobset_manifests() {
+  local v="${JOBSET_VERSION}"
+  local dst="${cache}/jobset-${v}"
+  [[ -f "${dst}/.done" ]] && return
+  need_go "JobSet ${v} CRDs"
+  step "go mod download sigs.k8s.io/jobset@${v}" "${work}/jobset-download.log" \
+    go mod download "sigs.k8s.io/jobset@${v}"
+  local src
+  src="$(go env GOMODCACHE)/sigs.k8s.io/jobset@${v}/config/components"
+  mkdir -p "${dst}"
+  cp "${src}"/crd/bases/*.yaml "${dst}/" && chmod u+w "${dst}"/*.yaml
+  cp "${src}/webhook/manifests.yaml" "${dst}/webhooks.yaml" && chmod u+w "${dst}/webhooks.yaml"
+  touch "${dst}/.done"
+}
+
 build_install() { # name version package ldflags
   local n="$1" v="$2" pkg="$3" ld="$4"
   if have "$n" "$v"; then relink "$n" "$v"; return; fi
@@ -160,6 +198,8 @@ build_kubernetes
 build_install kueue "${KUEUE_VERSION}" sigs.k8s.io/kueue/cmd/kueue \
   "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=${KUEUE_VERSION}"
 kueue_crds
+build_jobset
+jobset_manifests
 build_install kwok "${KWOK_VERSION}" sigs.k8s.io/kwok/cmd/kwok \
   "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v} -X sigs.k8s.io/kwok/pkg/consts.KubeVersion=${KUBERNETES_VERSION#v}"
 build_install kwokctl "${KWOK_VERSION}" sigs.k8s.io/kwok/cmd/kwokctl \

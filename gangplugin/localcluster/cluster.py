@@ -37,11 +37,12 @@ KUEUE_NAMESPACE = "kueue-system"
 # Where `gangplugin serve` keeps its leader Lease (as in deploy/manifests).
 GANGPLUGIN_NAMESPACE = "gangplugin-system"
 # Kueue integrations the local cluster enables; their webhooks are installed, no others.
-KUEUE_FRAMEWORKS = ("batch/job", "pod")
+KUEUE_FRAMEWORKS = ("batch/job", "pod", "jobset.x-k8s.io/jobset")
 KUEUE_METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
 # deploy/admission/kueue-config.yaml documents the same setting for real clusters.
 KUEUE_WAIT_FOR_PODS_READY = {"timeout": "8760h", "blockAdmission": False, "recoveryTimeout": "0s"}
-_KUEUE_WEBHOOK_PATHS = ("kueue-x-k8s-io", "-batch-v1-job", "--v1-pod")
+_KUEUE_WEBHOOK_PATHS = ("kueue-x-k8s-io", "-batch-v1-job", "--v1-pod", "jobset-x-k8s-io")
+JOBSET_NAMESPACE = "jobset-system"
 
 
 class ClusterError(RuntimeError):
@@ -105,6 +106,18 @@ class Ports:
         return self.base + 881
 
     @property
+    def jobset_webhook(self) -> int:
+        return self.base + 945
+
+    @property
+    def jobset_metrics(self) -> int:
+        return self.base + 882
+
+    @property
+    def jobset_health(self) -> int:
+        return self.base + 883
+
+    @property
     def gangplugin_health(self) -> int:
         return self.base + 610
 
@@ -140,6 +153,9 @@ class Ports:
             "kueue webhook": self.kueue_webhook,
             "kueue metrics": self.kueue_metrics,
             "kueue health": self.kueue_health,
+            "jobset webhook": self.jobset_webhook,
+            "jobset metrics": self.jobset_metrics,
+            "jobset health": self.jobset_health,
             "gangplugin health": self.gangplugin_health,
             "gangplugin extender": self.gangplugin_extender,
             "gangplugin webhook": self.gangplugin_webhook,
@@ -301,7 +317,10 @@ class LocalCluster:
             self._start(self._scheduler())
             self._start(self._kwok())
             self._install_kueue(client)
+            # before Kueue starts: its jobset integration needs the JobSet CRD
+            self._install_jobset(client)
             self._install_gangplugin_crds(client)
+            self._start(self._jobset())
             self._start(self._kueue())
             self._wait_kueue_webhooks(client)
             self._create_nodes(client)
@@ -668,11 +687,71 @@ class LocalCluster:
     def _kueue_dir(self) -> Path:
         return cache_dir() / f"kueue-{_versions()['KUEUE_VERSION']}"
 
-    def _webhook_client_config(self, path: str) -> dict[str, Any]:
-        import base64
-
+    def _webhook_client_config(self, path: str, port: int | None = None) -> dict[str, Any]:
+        """A webhook's clientConfig on 127.0.0.1 (Kueue's port unless told), trusting the CA."""
         ca = base64.b64encode((self.pki_dir / "ca.crt").read_bytes()).decode()
-        return {"url": f"https://127.0.0.1:{self.ports.kueue_webhook}{path}", "caBundle": ca}
+        return {"url": f"https://127.0.0.1:{port or self.ports.kueue_webhook}{path}", "caBundle": ca}
+
+    def _jobset_dir(self) -> Path:
+        return cache_dir() / f"jobset-{_versions()['JOBSET_VERSION']}"
+
+    def _install_jobset(self, client: Client) -> None:
+        """JobSet's CRD and webhooks (pointed at 127.0.0.1; its pod webhooks only for JobSet pods,
+        as its kustomize patches set them)."""
+        jdir = self._jobset_dir()
+        crds = sorted(jdir.glob("jobset.x-k8s.io_*.yaml"))
+        if not crds:
+            raise ClusterError(f"JobSet CRDs not found in {jdir}; run hack/build-upstream.sh")
+        for path in crds:
+            client.apply(_CRDS, yaml.safe_load(path.read_text()), field_manager=FIELD_MANAGER)
+        for cfg in yaml.safe_load_all((jdir / "webhooks.yaml").read_text()):
+            if not cfg:
+                continue
+            cfg["metadata"]["name"] = "jobset-" + cfg["metadata"]["name"]
+            for hook in cfg["webhooks"]:
+                path = hook["clientConfig"]["service"]["path"]
+                hook["clientConfig"] = self._webhook_client_config(path, self.ports.jobset_webhook)
+                if path.endswith("--v1-pod"):
+                    hook["objectSelector"] = {
+                        "matchExpressions": [{"key": "jobset.sigs.k8s.io/jobset-name", "operator": "Exists"}]
+                    }
+            res = _MUTATING if cfg["kind"] == "MutatingWebhookConfiguration" else _VALIDATING
+            client.apply(res, cfg, field_manager=FIELD_MANAGER)
+        names = [yaml.safe_load(path.read_text())["metadata"]["name"] for path in crds]
+        _wait(lambda: all(_established(client, n) for n in names), 30, "JobSet's CRD to be established")
+
+    def _jobset(self) -> Component:
+        p = self.ports
+        config = self.state_dir / "jobset-config.yaml"
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "config.jobset.x-k8s.io/v1alpha1",
+                    "kind": "Configuration",
+                    "leaderElection": {"leaderElect": False},
+                    "internalCertManagement": {"enable": False},
+                    "webhook": {
+                        "port": p.jobset_webhook,
+                        "host": "127.0.0.1",
+                        "certDir": str(self.state_dir / "kueue-certs"),
+                    },
+                    "metrics": {
+                        "bindAddress": f"127.0.0.1:{p.jobset_metrics}",
+                        "certDir": str(self.state_dir / "kueue-certs"),
+                    },
+                    "health": {"healthProbeBindAddress": f"127.0.0.1:{p.jobset_health}"},
+                },
+                sort_keys=False,
+            )
+        )
+        return Component(
+            "jobset",
+            [str(self.bin_dir / "jobset"), f"--config={config}", f"--kubeconfig={self.kubeconfig}"],
+            env={"KUBECONFIG": str(self.kubeconfig)},
+            health=lambda: (
+                httpx.get(f"http://127.0.0.1:{p.jobset_health}/readyz", timeout=2.0).status_code == 200
+            ),
+        )
 
     def _install_kueue(self, client: Client) -> None:
         """Kueue's CRDs (conversion through its webhook) and webhook configurations, pointed at 127.0.0.1."""
@@ -751,13 +830,9 @@ class LocalCluster:
         config["metadata"].pop("annotations", None)  # cert-manager's CA injection: not here
         # Its own name: the e2e manifests test dry-runs the base's object beside it.
         config["metadata"]["name"] = "gangplugin-local"
-        ca = base64.b64encode((self.pki_dir / "ca.crt").read_bytes()).decode()
         for hook in config["webhooks"]:
             path = hook["clientConfig"]["service"]["path"]
-            hook["clientConfig"] = {
-                "url": f"https://127.0.0.1:{self.ports.gangplugin_webhook}{path}",
-                "caBundle": ca,
-            }
+            hook["clientConfig"] = self._webhook_client_config(path, self.ports.gangplugin_webhook)
         client.apply(_VALIDATING, config, field_manager=FIELD_MANAGER)
 
     def _wait_kueue_webhooks(self, client: Client) -> None:

@@ -21,7 +21,7 @@ import pytest
 
 from gangplugin.admission.records import ADMISSION_CHECKS, GANG_POLICIES, TOPOLOGIES
 from gangplugin.core.names import GANG_LABEL, GANG_SIZE_ANNOTATION
-from gangplugin.kube.client import EVENTS, JOBS, NODES, PODS, WORKLOADS, ApiError, Client
+from gangplugin.kube.client import EVENTS, JOBS, NODES, PODS, WORKLOADS, ApiError, Client, Resource
 from tests.e2e.conftest import E2ECluster, e2e_local_cluster
 from tests.e2e.kube import (
     condition,
@@ -30,6 +30,7 @@ from tests.e2e.kube import (
     job_pods,
     pod_group_member,
     queue_objects,
+    trainer_pod_spec,
     unique,
     wait_for,
     workload_of,
@@ -152,6 +153,57 @@ def test_gang_admitted_into_one_ultraserver(cluster: E2ECluster, namespace: str,
         assert pod["spec"]["nodeSelector"][US] == domain
         assert us[pod["spec"]["nodeName"]] == domain
     assert any(e["reason"] == "GangAdmitted" for e in events_of(client, namespace, wl["metadata"]["name"]))
+
+
+JOBSETS = Resource("jobset.x-k8s.io/v1alpha2", "jobsets")
+
+
+def test_jobset_gang_of_two_podsets_admitted_into_one_ultraserver(
+    cluster: E2ECluster, namespace: str, gang_queue: Any
+) -> None:
+    """A JobSet (run by the real JobSet controller): a leader Job and two worker Jobs are one
+    gang of 5 pods in two podsets; every pod carries the gang label, the whole gang's size and
+    the same UltraServer."""
+    client = cluster.client
+    queue = gang_queue()
+    name = unique("js")
+
+    def replicated(rname: str, replicas: int, pods: int) -> dict[str, Any]:
+        template = {
+            "metadata": {"annotations": {"gangplugin.io/required-topology": US}},
+            "spec": trainer_pod_spec(4),
+        }
+        job = {"parallelism": pods, "completions": pods, "backoffLimit": 0, "template": template}
+        return {"name": rname, "replicas": replicas, "template": {"spec": job}}
+
+    labels = {"kueue.x-k8s.io/queue-name": queue}
+    client.create(
+        JOBSETS,
+        {
+            "apiVersion": JOBSETS.api_version,
+            "kind": "JobSet",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels},
+            "spec": {"replicatedJobs": [replicated("leader", 1, 1), replicated("workers", 2, 2)]},
+        },
+    )
+
+    def ready_pods() -> list[dict[str, Any]] | None:
+        selector = f"jobset.sigs.k8s.io/jobset-name={name}"
+        items = client.list(PODS, namespace, label_selector=selector)["items"]
+        return items if len(items) == 5 and all(is_true(p, "Ready") for p in items) else None
+
+    pods = wait_for(ready_pods, 120, f"5 Ready pods of JobSet {name}")
+    wl = workload(client, namespace, name)
+    check = check_of(wl)
+    assert check["state"] == "Ready", check
+    assert sorted(u["name"] for u in check["podSetUpdates"]) == ["leader", "workers"]
+    domains = {u["nodeSelector"][US] for u in check["podSetUpdates"]}
+    assert len(domains) == 1, check["podSetUpdates"]
+    us = node_us(client)
+    for pod in pods:
+        assert pod["metadata"]["labels"][GANG_LABEL] == wl["metadata"]["name"]
+        assert pod["metadata"]["annotations"][GANG_SIZE_ANNOTATION] == "5"
+        assert us[pod["spec"]["nodeName"]] in domains
 
 
 def test_gang_too_big_for_any_ultraserver_waits_with_a_clear_message(
