@@ -151,21 +151,6 @@ GOMOD
   publish jobset "$v" "${mod}/jobset.out"
 }
 
-jobset_manifests() {
-  local v="${JOBSET_VERSION}"
-  local dst="${cache}/jobset-${v}"
-  [[ -f "${dst}/.done" ]] && return
-  need_go "JobSet ${v} CRDs"
-  step "go mod download sigs.k8s.io/jobset@${v}" "${work}/jobset-download.log" \
-    go mod download "sigs.k8s.io/jobset@${v}"
-  local src
-  src="$(go env GOMODCACHE)/sigs.k8s.io/jobset@${v}/config/components"
-  mkdir -p "${dst}"
-  cp "${src}"/crd/bases/*.yaml "${dst}/" && chmod u+w "${dst}"/*.yaml
-  cp "${src}/webhook/manifests.yaml" "${dst}/webhooks.yaml" && chmod u+w "${dst}/webhooks.yaml"
-  touch "${dst}/.done"
-}
-
 build_install() { # name version package ldflags
   local n="$1" v="$2" pkg="$3" ld="$4"
   if have "$n" "$v"; then relink "$n" "$v"; return; fi
@@ -178,15 +163,14 @@ build_install() { # name version package ldflags
   publish "$n" "$v" "${out}/$(basename "${pkg}")"
 }
 
-kueue_crds() {
-  local v="${KUEUE_VERSION}"
-  local dst="${cache}/kueue-${v}"
+upstream_manifests() { # name module version: its CRDs and webhook configuration, from its module
+  local n="$1" m="$2" v="$3"
+  local dst="${cache}/${n}-${v}"
   [[ -f "${dst}/.done" ]] && return
-  need_go "Kueue ${v} CRDs"
-  step "go mod download sigs.k8s.io/kueue@${v}" "${work}/kueue-download.log" \
-    go mod download "sigs.k8s.io/kueue@${v}"
+  need_go "${n} ${v} CRDs"
+  step "go mod download ${m}@${v}" "${work}/${n}-download.log" go mod download "${m}@${v}"
   local src
-  src="$(go env GOMODCACHE)/sigs.k8s.io/kueue@${v}/config/components"
+  src="$(go env GOMODCACHE)/${m}@${v}/config/components"
   mkdir -p "${dst}"
   cp "${src}"/crd/bases/*.yaml "${dst}/" && chmod u+w "${dst}"/*.yaml
   cp "${src}/webhook/manifests.yaml" "${dst}/webhooks.yaml" && chmod u+w "${dst}/webhooks.yaml"
@@ -197,9 +181,9 @@ build_etcd
 build_kubernetes
 build_install kueue "${KUEUE_VERSION}" sigs.k8s.io/kueue/cmd/kueue \
   "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=${KUEUE_VERSION}"
-kueue_crds
+upstream_manifests kueue sigs.k8s.io/kueue "${KUEUE_VERSION}"
 build_jobset
-jobset_manifests
+upstream_manifests jobset sigs.k8s.io/jobset "${JOBSET_VERSION}"
 build_install kwok "${KWOK_VERSION}" sigs.k8s.io/kwok/cmd/kwok \
   "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v} -X sigs.k8s.io/kwok/pkg/consts.KubeVersion=${KUBERNETES_VERSION#v}"
 build_install kwokctl "${KWOK_VERSION}" sigs.k8s.io/kwok/cmd/kwokctl \

@@ -19,7 +19,6 @@ from gangplugin.core.names import API_VERSION
 from gangplugin.core.offerings import (
     FleetNode,
     OfferingRequest,
-    ReservedCapacityOffering,
     TrainingPlanOffering,
     fleet_inventory,
     search_offerings,
@@ -71,9 +70,9 @@ def _hm(seconds: int) -> tuple[int, int]:
     return seconds // 3600, seconds % 3600 // 60
 
 
-def _capacity_fields(b: ReservedCapacityOffering | CapacityBlock) -> dict[str, Any]:
+def _capacity_fields(b: CapacityBlock) -> dict[str, Any]:
     """The fields an offered block and a plan's block share on the wire."""
-    hours, minutes = _hm(int((b.end - b.start).total_seconds()))
+    hours, minutes = _hm(b.duration_seconds)
     return {
         "instance_type": b.instance_type,
         "instance_count": b.instance_count,
@@ -291,7 +290,7 @@ class PlanService(plans_pb2_grpc.PlanServiceServicer):
         )
 
 
-def _block_spec(b: ReservedCapacityOffering) -> JSON:
+def _block_spec(b: CapacityBlock) -> JSON:
     out: JSON = {
         "availabilityZone": b.availability_zone,
         "startTime": format_time(b.start),

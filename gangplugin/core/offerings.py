@@ -45,6 +45,7 @@ from gangplugin.core.plans import (
     MAX_LEAD,
     MIN_LEAD,
     ULTRA_SERVER_TYPES,
+    CapacityBlock,
     Status,
     TargetResource,
     TrainingPlan,
@@ -109,25 +110,10 @@ class OfferingRequest:
 
 
 @dataclass(frozen=True, slots=True)
-class ReservedCapacityOffering:
-    instance_type: str
-    instance_count: int
-    availability_zone: str
-    start: datetime
-    end: datetime
-    ultra_server_type: str | None = None
-    ultra_server_count: int | None = None
-
-    @property
-    def duration_seconds(self) -> int:
-        return to_seconds(self.end) - to_seconds(self.start)
-
-
-@dataclass(frozen=True, slots=True)
 class TrainingPlanOffering:
     offering_id: str
     target_resource: TargetResource
-    blocks: tuple[ReservedCapacityOffering, ...]
+    blocks: tuple[CapacityBlock, ...]  # as offered: never `marked`
 
     @property
     def duration_seconds(self) -> int:
@@ -362,12 +348,12 @@ def _rank(blocks: tuple[_Block, ...]) -> tuple[object, ...]:
 
 
 def _offering(req: OfferingRequest, need: int, blocks: tuple[_Block, ...]) -> TrainingPlanOffering:
-    out: list[ReservedCapacityOffering] = []
+    out: list[CapacityBlock] = []
     for b in blocks:
         pool = b.tl.pool
         ultra = pool.ultra_server_type is not None
         out.append(
-            ReservedCapacityOffering(
+            CapacityBlock(
                 instance_type=pool.instance_type,
                 instance_count=need * pool.instances_per_ultra_server if ultra else need,
                 availability_zone=pool.availability_zone,
@@ -380,7 +366,7 @@ def _offering(req: OfferingRequest, need: int, blocks: tuple[_Block, ...]) -> Tr
     return TrainingPlanOffering(offering_id(req.target_resource, out), req.target_resource, tuple(out))
 
 
-def offering_id(target: TargetResource, blocks: Iterable[ReservedCapacityOffering]) -> str:
+def offering_id(target: TargetResource, blocks: Iterable[CapacityBlock]) -> str:
     """A stable id from the offering's content: the same offering always gets the same id."""
     content = [
         str(target),

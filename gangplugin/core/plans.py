@@ -109,6 +109,10 @@ class CapacityBlock:
     #: The status an outside party recorded (only Pending and Failed change the timeline).
     marked: Status | None = None
 
+    @property
+    def duration_seconds(self) -> int:
+        return int((self.end - self.start).total_seconds())
+
 
 @dataclass(frozen=True, slots=True)
 class TrainingPlan:
