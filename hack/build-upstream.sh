@@ -106,49 +106,21 @@ GO
   done
 }
 
-build_etcd() {
-  local v="${ETCD_VERSION}"
-  if have etcd "$v"; then relink etcd "$v"; return; fi
-  need_go "etcd ${v}"
-  # etcd's server module also replaces its siblings with local paths.
-  local mod="${work}/etcd-${v}"
+build_required() { # name version package go: a main package built from a module requiring it
+  # For modules `go install pkg@version` cannot build: etcd's server module replaces its
+  # siblings with local paths; the proxy does not list sigs.k8s.io/jobset (it serves the version).
+  local n="$1" v="$2" pkg="$3" gover="$4"
+  if have "$n" "$v"; then relink "$n" "$v"; return; fi
+  need_go "$n ${v}"
+  local mod="${work}/$n-${v}"
   mkdir -p "${mod}"
-  cat >"${mod}/go.mod" <<GOMOD
-module gangplugin.io/build/etcd
-
-go 1.26.0
-
-require go.etcd.io/etcd/server/v3 ${v}
-GOMOD
-  printf '//go:build tools\n\npackage tools\n\nimport _ "go.etcd.io/etcd/server/v3"\n' >"${mod}/tools.go"
-  log "building etcd ${v}"
-  (cd "${mod}" && step "go mod tidy for go.etcd.io/etcd/server/v3 ${v}" "${mod}/tidy.log" go mod tidy -e)
-  (cd "${mod}" && step "go build etcd ${v}" "${mod}/build.log" \
-    go build -ldflags "-s -w" -o "${mod}/etcd.out" go.etcd.io/etcd/server/v3)
-  publish etcd "$v" "${mod}/etcd.out"
-}
-
-build_jobset() {
-  local v="${JOBSET_VERSION}"
-  if have jobset "$v"; then relink jobset "$v"; return; fi
-  need_go "jobset ${v}"
-  # The proxy does not list sigs.k8s.io/jobset (so `go install ...@v` fails), but serves the
-  # version itself: build it from a module that requires it.
-  local mod="${work}/jobset-${v}"
-  mkdir -p "${mod}"
-  cat >"${mod}/go.mod" <<GOMOD
-module gangplugin.io/build/jobset
-
-go 1.25.0
-
-require sigs.k8s.io/jobset ${v}
-GOMOD
-  printf '//go:build tools\n\npackage tools\n\nimport _ "sigs.k8s.io/jobset"\n' >"${mod}/tools.go"
-  log "building jobset ${v}"
-  (cd "${mod}" && step "go mod tidy for sigs.k8s.io/jobset ${v}" "${mod}/tidy.log" go mod tidy -e)
-  (cd "${mod}" && step "go build jobset ${v}" "${mod}/build.log" \
-    go build -ldflags "-s -w" -o "${mod}/jobset.out" sigs.k8s.io/jobset)
-  publish jobset "$v" "${mod}/jobset.out"
+  printf 'module gangplugin.io/build/%s\n\ngo %s\n\nrequire %s %s\n' "$n" "${gover}" "${pkg}" "$v" >"${mod}/go.mod"
+  printf '//go:build tools\n\npackage tools\n\nimport _ "%s"\n' "${pkg}" >"${mod}/tools.go"
+  log "building $n ${v}"
+  (cd "${mod}" && step "go mod tidy for ${pkg} ${v}" "${mod}/tidy.log" go mod tidy -e)
+  (cd "${mod}" && step "go build $n ${v}" "${mod}/build.log" \
+    go build -ldflags "-s -w" -o "${mod}/$n.out" "${pkg}")
+  publish "$n" "$v" "${mod}/$n.out"
 }
 
 build_install() { # name version package ldflags
@@ -177,12 +149,12 @@ upstream_manifests() { # name module version: its CRDs and webhook configuration
   touch "${dst}/.done"
 }
 
-build_etcd
+build_required etcd "${ETCD_VERSION}" go.etcd.io/etcd/server/v3 1.26.0
 build_kubernetes
 build_install kueue "${KUEUE_VERSION}" sigs.k8s.io/kueue/cmd/kueue \
   "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=${KUEUE_VERSION}"
 upstream_manifests kueue sigs.k8s.io/kueue "${KUEUE_VERSION}"
-build_jobset
+build_required jobset "${JOBSET_VERSION}" sigs.k8s.io/jobset 1.25.0
 upstream_manifests jobset sigs.k8s.io/jobset "${JOBSET_VERSION}"
 build_install kwok "${KWOK_VERSION}" sigs.k8s.io/kwok/cmd/kwok \
   "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v} -X sigs.k8s.io/kwok/pkg/consts.KubeVersion=${KUBERNETES_VERSION#v}"
