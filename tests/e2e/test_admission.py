@@ -18,10 +18,12 @@ from datetime import datetime
 from typing import Any
 
 import pytest
+import yaml
 
 from gangplugin.admission.records import ADMISSION_CHECKS, GANG_POLICIES, TOPOLOGIES
 from gangplugin.core.names import GANG_LABEL, GANG_SIZE_ANNOTATION
 from gangplugin.kube.client import EVENTS, JOBS, NODES, PODS, WORKLOADS, ApiError, Client, Resource
+from gangplugin.localcluster.cluster import REPO
 from tests.e2e.conftest import E2ECluster, e2e_local_cluster
 from tests.e2e.kube import (
     condition,
@@ -30,7 +32,6 @@ from tests.e2e.kube import (
     job_pods,
     pod_group_member,
     queue_objects,
-    trainer_pod_spec,
     unique,
     wait_for,
     workload_of,
@@ -161,31 +162,15 @@ JOBSETS = Resource("jobset.x-k8s.io/v1alpha2", "jobsets")
 def test_jobset_gang_of_two_podsets_admitted_into_one_ultraserver(
     cluster: E2ECluster, namespace: str, gang_queue: Any
 ) -> None:
-    """A JobSet (run by the real JobSet controller): a leader Job and two worker Jobs are one
-    gang of 5 pods in two podsets; every pod carries the gang label, the whole gang's size and
-    the same UltraServer."""
+    """deploy/samples/jobset-gang.yaml, run by the real JobSet controller: a leader Job and two
+    worker Jobs are one gang of 5 pods in two podsets; every pod carries the gang label, the
+    whole gang's size and the same UltraServer."""
     client = cluster.client
     queue = gang_queue()
     name = unique("js")
-
-    def replicated(rname: str, replicas: int, pods: int) -> dict[str, Any]:
-        template = {
-            "metadata": {"annotations": {"gangplugin.io/required-topology": US}},
-            "spec": trainer_pod_spec(4),
-        }
-        job = {"parallelism": pods, "completions": pods, "backoffLimit": 0, "template": template}
-        return {"name": rname, "replicas": replicas, "template": {"spec": job}}
-
-    labels = {"kueue.x-k8s.io/queue-name": queue}
-    client.create(
-        JOBSETS,
-        {
-            "apiVersion": JOBSETS.api_version,
-            "kind": "JobSet",
-            "metadata": {"name": name, "namespace": namespace, "labels": labels},
-            "spec": {"replicatedJobs": [replicated("leader", 1, 1), replicated("workers", 2, 2)]},
-        },
-    )
+    jobset = yaml.safe_load((REPO / "deploy" / "samples" / "jobset-gang.yaml").read_text())
+    jobset["metadata"].update(name=name, namespace=namespace, labels={"kueue.x-k8s.io/queue-name": queue})
+    client.create(JOBSETS, jobset)
 
     def ready_pods() -> list[dict[str, Any]] | None:
         selector = f"jobset.sigs.k8s.io/jobset-name={name}"
