@@ -128,10 +128,9 @@ def start(runtime: Runtime) -> None:
     sys.setswitchinterval(GIL_SWITCH_INTERVAL)
     executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="extender-abandon")
     handlers = ExtenderHandlers(cache, _abandoner(runtime.client, cache, executor))
-    tls = (settings.tls_cert, settings.tls_key or "") if settings.tls_cert else None
 
     def app() -> App:  # on the server's loop: the barrier's futures belong to it
         barrier = Barrier(cache, ApiBinder(runtime.client), settings.barrier_timeout)
         return make_app(handlers, barrier)
 
-    serve_in_thread("extender", settings.bind, tls, app, runtime.fail)
+    serve_in_thread("extender", settings.bind, settings.tls_cert, settings.tls_key, app, runtime.fail)

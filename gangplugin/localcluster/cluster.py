@@ -687,10 +687,39 @@ class LocalCluster:
     def _kueue_dir(self) -> Path:
         return cache_dir() / f"kueue-{_versions()['KUEUE_VERSION']}"
 
-    def _webhook_client_config(self, path: str, port: int | None = None) -> dict[str, Any]:
-        """A webhook's clientConfig on 127.0.0.1 (Kueue's port unless told), trusting the CA."""
+    def _webhook_client_config(self, path: str, port: int) -> dict[str, Any]:
+        """A webhook's clientConfig on 127.0.0.1, trusting the cluster CA."""
         ca = base64.b64encode((self.pki_dir / "ca.crt").read_bytes()).decode()
-        return {"url": f"https://127.0.0.1:{port or self.ports.kueue_webhook}{path}", "caBundle": ca}
+        return {"url": f"https://127.0.0.1:{port}{path}", "caBundle": ca}
+
+    def _apply_upstream_webhooks(
+        self,
+        client: Client,
+        manifests: Path,
+        prefix: str,
+        port: int,
+        keep: Callable[[str], bool],
+        pod_selector: dict[str, Any],
+    ) -> None:
+        """An upstream controller's webhook configurations, named `<prefix>-...`, each webhook
+        whose path `keep` accepts served on 127.0.0.1:`port`; its pod webhooks get `pod_selector`
+        (the scope the upstream install gives them), so they see no other pods."""
+        for cfg in yaml.safe_load_all(manifests.read_text()):
+            if not cfg:
+                continue
+            cfg["metadata"]["name"] = f"{prefix}-{cfg['metadata']['name']}"
+            hooks = []
+            for hook in cfg["webhooks"]:
+                path = hook["clientConfig"]["service"]["path"]
+                if not keep(path):
+                    continue
+                hook["clientConfig"] = self._webhook_client_config(path, port)
+                if path.endswith("--v1-pod"):
+                    hook.update(pod_selector)
+                hooks.append(hook)
+            cfg["webhooks"] = hooks
+            res = _MUTATING if cfg["kind"] == "MutatingWebhookConfiguration" else _VALIDATING
+            client.apply(res, cfg, field_manager=FIELD_MANAGER)
 
     def _jobset_dir(self) -> Path:
         return cache_dir() / f"jobset-{_versions()['JOBSET_VERSION']}"
@@ -704,19 +733,15 @@ class LocalCluster:
             raise ClusterError(f"JobSet CRDs not found in {jdir}; run hack/build-upstream.sh")
         for path in crds:
             client.apply(_CRDS, yaml.safe_load(path.read_text()), field_manager=FIELD_MANAGER)
-        for cfg in yaml.safe_load_all((jdir / "webhooks.yaml").read_text()):
-            if not cfg:
-                continue
-            cfg["metadata"]["name"] = "jobset-" + cfg["metadata"]["name"]
-            for hook in cfg["webhooks"]:
-                path = hook["clientConfig"]["service"]["path"]
-                hook["clientConfig"] = self._webhook_client_config(path, self.ports.jobset_webhook)
-                if path.endswith("--v1-pod"):
-                    hook["objectSelector"] = {
-                        "matchExpressions": [{"key": "jobset.sigs.k8s.io/jobset-name", "operator": "Exists"}]
-                    }
-            res = _MUTATING if cfg["kind"] == "MutatingWebhookConfiguration" else _VALIDATING
-            client.apply(res, cfg, field_manager=FIELD_MANAGER)
+        jobset_pods = {"matchExpressions": [{"key": "jobset.sigs.k8s.io/jobset-name", "operator": "Exists"}]}
+        self._apply_upstream_webhooks(
+            client,
+            jdir / "webhooks.yaml",
+            "jobset",
+            self.ports.jobset_webhook,
+            keep=lambda _path: True,
+            pod_selector={"objectSelector": jobset_pods},
+        )
         names = [yaml.safe_load(path.read_text())["metadata"]["name"] for path in crds]
         _wait(lambda: all(_established(client, n) for n in names), 30, "JobSet's CRD to be established")
 
@@ -765,7 +790,7 @@ class LocalCluster:
                 crd["spec"]["conversion"] = {
                     "strategy": "Webhook",
                     "webhook": {
-                        "clientConfig": self._webhook_client_config("/convert"),
+                        "clientConfig": self._webhook_client_config("/convert", self.ports.kueue_webhook),
                         "conversionReviewVersions": ["v1"],
                     },
                 }
@@ -775,30 +800,23 @@ class LocalCluster:
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KUEUE_NAMESPACE}},
             field_manager=FIELD_MANAGER,
         )
-        for cfg in yaml.safe_load_all((kdir / "webhooks.yaml").read_text()):
-            if not cfg:
-                continue
-            cfg["metadata"]["name"] = "kueue-" + cfg["metadata"]["name"]
-            hooks = []
-            for hook in cfg["webhooks"]:
-                path = hook["clientConfig"]["service"]["path"]
-                if not any(k in path for k in _KUEUE_WEBHOOK_PATHS):
-                    continue
-                hook["clientConfig"] = self._webhook_client_config(path)
-                if path.endswith("--v1-pod"):
-                    hook["namespaceSelector"] = {
-                        "matchExpressions": [
-                            {
-                                "key": "kubernetes.io/metadata.name",
-                                "operator": "NotIn",
-                                "values": ["kube-system", KUEUE_NAMESPACE],
-                            }
-                        ]
-                    }
-                hooks.append(hook)
-            cfg["webhooks"] = hooks
-            res = _MUTATING if cfg["kind"] == "MutatingWebhookConfiguration" else _VALIDATING
-            client.apply(res, cfg, field_manager=FIELD_MANAGER)
+        outside_system = {
+            "matchExpressions": [
+                {
+                    "key": "kubernetes.io/metadata.name",
+                    "operator": "NotIn",
+                    "values": ["kube-system", KUEUE_NAMESPACE],
+                }
+            ]
+        }
+        self._apply_upstream_webhooks(
+            client,
+            kdir / "webhooks.yaml",
+            "kueue",
+            self.ports.kueue_webhook,
+            keep=lambda path: any(k in path for k in _KUEUE_WEBHOOK_PATHS),
+            pod_selector={"namespaceSelector": outside_system},
+        )
         names = [yaml.safe_load(path.read_text())["metadata"]["name"] for path in crds]
         _wait(lambda: all(_established(client, n) for n in names), 30, "Kueue's CRDs to be established")
 

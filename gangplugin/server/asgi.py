@@ -108,14 +108,17 @@ async def serve(app: App, host: str, port: int, tls: tuple[str, str] | None) -> 
 def serve_in_thread(
     name: str,
     bind: str,
-    tls: tuple[str, str] | None,
+    tls_cert: str | None,
+    tls_key: str | None,
     make_app: Callable[[], App],
     fail: Callable[[str], None],
 ) -> None:
-    """Serve on `bind` ("host:port") from a thread of its own with its own asyncio loop;
-    `make_app` runs on that loop (what it builds may hold futures of it). Returns once
-    listening, raises RuntimeError when it cannot; if the server stops later, `fail` is told."""
+    """Serve on `bind` ("host:port"), HTTPS when given a certificate and key, from a thread of
+    its own with its own asyncio loop; `make_app` runs on that loop (what it builds may hold
+    futures of it). Returns once listening, raises RuntimeError when it cannot; if the server
+    stops later, `fail` is told."""
     host, _, port = bind.rpartition(":")
+    tls = (tls_cert, tls_key) if tls_cert and tls_key else None
     started = threading.Event()
     failed: list[str] = []
 

@@ -163,8 +163,14 @@ def serve(
             f"{', '.join(unknown) or 'none given'}; choose from {', '.join(COMPONENTS) or '(none yet)'}",
             param_hint="--components",
         )
-    if (health_tls_cert is None) != (health_tls_key is None):
-        raise click.BadParameter("give both or neither", param_hint="--health-tls-cert/--health-tls-key")
+    for flag, cert, key in (
+        ("health", health_tls_cert, health_tls_key),
+        ("extender", extender_tls_cert, extender_tls_key),
+        ("webhook", webhook_tls_cert, webhook_tls_key),
+        ("grpc", grpc_tls_cert, grpc_tls_key),
+    ):
+        if (cert is None) != (key is None):
+            raise click.BadParameter("give both or neither", param_hint=f"--{flag}-tls-cert/--{flag}-tls-key")
     election = None
     if leader_elect:
         try:
@@ -203,16 +209,10 @@ def serve(
         from gangplugin.webhook.component import WebhookSettings
         from gangplugin.webhook.component import configure as configure_webhook
 
-        if (webhook_tls_cert is None) != (webhook_tls_key is None):
-            raise click.BadParameter(
-                "give both or neither", param_hint="--webhook-tls-cert/--webhook-tls-key"
-            )
         configure_webhook(WebhookSettings(webhook_bind, webhook_tls_cert, webhook_tls_key))
     if "api" in wanted:
         from gangplugin.api.component import configure as configure_api
 
-        if (grpc_tls_cert is None) != (grpc_tls_key is None):
-            raise click.BadParameter("give both or neither", param_hint="--grpc-tls-cert/--grpc-tls-key")
         configure_api(grpc_bind, grpc_tls_cert, grpc_tls_key)
 
     def _stop(signum: int, _frame: FrameType | None) -> None:

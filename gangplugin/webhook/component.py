@@ -6,6 +6,7 @@ registers one for the local cluster)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -65,8 +66,8 @@ def make_app(validators: dict[str, Validator]) -> App:
 
 def start(runtime: Runtime) -> None:
     settings = _settings
-    tls = (settings.tls_cert, settings.tls_key or "") if settings.tls_cert else None
-    if tls is None:
+    if not settings.tls_cert:
         log.warning("webhook serving plain HTTP: the API server calls webhooks over HTTPS only")
     validators = {"GangPolicy": gang_policy_validator(lambda n: runtime.client.get_or_none(TOPOLOGIES, n))}
-    serve_in_thread("webhook", settings.bind, tls, lambda: make_app(validators), runtime.fail)
+    app = functools.partial(make_app, validators)
+    serve_in_thread("webhook", settings.bind, settings.tls_cert, settings.tls_key, app, runtime.fail)

@@ -25,6 +25,9 @@ def _serve(*args: str) -> subprocess.CompletedProcess[str]:
         (["--leader-election-retry-period=9s"], "--leader-election-renew-deadline"),
         (["--leader-election-lease-duration=soon"], "--leader-election-lease-duration"),
         (["--health-tls-cert=/tmp/x.crt"], "--health-tls-cert/--health-tls-key"),
+        (["--extender-tls-cert=/tmp/x.crt"], "--extender-tls-cert/--extender-tls-key"),
+        (["--webhook-tls-key=/tmp/x.key"], "--webhook-tls-cert/--webhook-tls-key"),
+        (["--grpc-tls-cert=/tmp/x.crt"], "--grpc-tls-cert/--grpc-tls-key"),
         (["--log-format=xml"], "--log-format"),
     ],
 )
