@@ -28,8 +28,9 @@ from gangplugin.core.resources import parse_resources
 from gangplugin.core.timeutil import format_time, parse_time
 from gangplugin.kube.client import JSON, ApiError, Client
 from gangplugin.kube.informer import Informer
-from gangplugin.kube.plan_records import target_resource
-from gangplugin.plans.controller import ACCEPTED, TRAINING_PLANS, parse_plan
+from gangplugin.kube.plan_records import parse_plan, target_resource
+from gangplugin.kube.resources import TRAINING_PLANS
+from gangplugin.plans.controller import ACCEPTED
 
 ZONE_LABEL = "topology.kubernetes.io/zone"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
