@@ -16,6 +16,7 @@ import httpx
 from gangplugin.api.proto import plans_pb2, plans_pb2_grpc
 from gangplugin.core.errors import InputError
 from gangplugin.core.names import API_VERSION
+from gangplugin.core.names import PLAN_ACCEPTED_CONDITION as ACCEPTED
 from gangplugin.core.offerings import (
     FleetNode,
     OfferingRequest,
@@ -30,7 +31,6 @@ from gangplugin.kube.client import JSON, ApiError, Client
 from gangplugin.kube.informer import Informer
 from gangplugin.kube.plan_records import parse_plan, target_resource
 from gangplugin.kube.resources import TRAINING_PLANS
-from gangplugin.plans.controller import ACCEPTED
 
 ZONE_LABEL = "topology.kubernetes.io/zone"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from gangplugin.core import names
 from gangplugin.core.errors import InputError
 from gangplugin.core.plans import PlanState, TrainingPlan, plan_state
 from gangplugin.core.quota import next_quota_change, queue_quota, quota_update
@@ -29,7 +30,7 @@ from gangplugin.runtime import metrics
 log = logging.getLogger(__name__)
 
 COMPONENT = "gangplugin-plans"
-ACCEPTED = "Accepted"
+ACCEPTED = names.PLAN_ACCEPTED_CONDITION
 
 Clock = Callable[[], datetime]
 
