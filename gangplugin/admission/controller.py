@@ -36,6 +36,7 @@ from gangplugin.admission import records as rec
 from gangplugin.admission.capacity import CapacityView, Promise
 from gangplugin.core.admission import (
     AdmissionDecision,
+    admission_order,
     charge,
     decide,
     gang_id,
@@ -333,7 +334,7 @@ class GangAdmission:
                 candidates.append((order, wl, name))
         if not candidates:
             return None
-        candidates.sort(key=lambda c: c[0])
+        candidates = admission_order(candidates, lambda c: c[0])
         admitted.sort(key=lambda a: (condition_time(a.wl, "Admitted"), a.key))
         snapshots: dict[tuple[str, ...], Snapshot] = {}
         unready: dict[str | None, list[str]] = {}

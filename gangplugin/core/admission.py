@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from gangplugin.core.names import GANG_LABEL, GANG_SIZE_ANNOTATION
 from gangplugin.core.placement import Gang, Placement, PlacementPolicy, place
 from gangplugin.core.topology import BoundPod, Snapshot
 
+_T = TypeVar("_T")
+#: Where a waiting gang stands in the admission pass: (QuotaReserved time, creation time, key).
+QueuePosition = tuple[float, float, str]
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 PROMISED_PREFIX = "~promised"
 
@@ -167,3 +170,10 @@ def sequential_blocker(candidate: str, unready_admitted: Sequence[str]) -> str |
     """In Sequential mode, the gang (if any) that must become Ready before `candidate` may go."""
     others = sorted(k for k in unready_admitted if k != candidate)
     return others[0] if others else None
+
+
+def admission_order(candidates: Iterable[_T], position: Callable[[_T], QueuePosition]) -> list[_T]:
+    """The order in which one admission pass decides the waiting gangs: first to get Kueue's
+    quota reservation first, then the older Workload, then the key (a total, stable order, so
+    the controller and the simulator admit the same gangs)."""
+    return sorted(candidates, key=position)

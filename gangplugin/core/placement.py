@@ -41,7 +41,7 @@ from gangplugin.core.errors import InputError
 from gangplugin.core.names import PREFERRED_TOPOLOGY_ANNOTATION as PREFERRED_ANNOTATION
 from gangplugin.core.names import REQUIRED_TOPOLOGY_ANNOTATION as REQUIRED_ANNOTATION
 from gangplugin.core.resources import CPU, MEMORY, PODS, format_quantity
-from gangplugin.core.topology import HOSTNAME_LABEL, ULTRASERVER_LABEL, Snapshot
+from gangplugin.core.topology import HOSTNAME_LABEL, ULTRASERVER_LABEL, Requests, Snapshot, pods_fitting
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +72,9 @@ class Gang:
 @dataclass(frozen=True, slots=True)
 class PlacementPolicy:
     spares_per_ultraserver: int = 0
+    #: False: try one domain at the starting level only, never a wider one (Kueue's TAS BestFit
+    #: does not climb; the capacity simulator compares with it).
+    climb_levels: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,24 +130,13 @@ class Replacement:
 
 # -- helpers ----------------------------------------------------------------------------------
 
-_Req = tuple[tuple[str, int], ...]
+_Req = Requests
 _NO_CONSTRAINTS = PodConstraints()
+_fit = pods_fitting
 
 
 def _req_items(podset: PodSet) -> _Req:
     return tuple(sorted((r, q) for r, q in podset.requests.items() if q > 0 and r != PODS))
-
-
-def _fit(free: Mapping[str, int], req: _Req, cap: int = 1 << 40) -> int:
-    """How many pods with requests `req` fit in `free`, at most `cap`."""
-    c = free.get(PODS, cap)
-    if c > cap:
-        c = cap
-    for r, q in req:
-        k = free.get(r, 0) // q
-        if k < c:
-            c = k
-    return c if c > 0 else 0
 
 
 def _is_extended(resource: str) -> bool:
@@ -246,13 +238,30 @@ class _Planner:
         self.node_counts: list[dict[int, int]] = []
         self.dom_counts: list[list[int]] = []
         for p, ps in enumerate(gang.podsets):
-            nc = {}
-            for n in self._eligible(ps.constraints, ps.excluded_nodes):
-                c = _fit(snap.free[n], self.reqs[p])
-                if c:
-                    nc[n] = c
+            if ps.constraints == _NO_CONSTRAINTS and not ps.excluded_nodes:
+                nc, dc = self._plain_counts(self.reqs[p])
+            else:
+                nc = {}
+                for n in self._eligible(ps.constraints, ps.excluded_nodes):
+                    c = _fit(snap.free[n], self.reqs[p])
+                    if c:
+                        nc[n] = c
+                dc = self._aggregate(nc)
             self.node_counts.append(nc)
-            self.dom_counts.append(self._aggregate(nc))
+            self.dom_counts.append(dc)
+
+    def _plain_counts(self, req: _Req) -> tuple[dict[int, int], list[int]]:
+        """The snapshot's kept counts for pods without constraints, less the spares."""
+        kept_nc, kept_dc = self.snap.plain_fit_counts(req)
+        nc, dc = dict(kept_nc), list(kept_dc)
+        path = self.snap.path
+        for n in self.spares:
+            c = nc.pop(n, 0)
+            if c:
+                dc[0] -= c
+                for d in path[n]:
+                    dc[d] -= c
+        return nc, dc
 
     def _eligible(self, cons: PodConstraints, excluded: frozenset[str] = frozenset()) -> list[int]:
         cached = self.eligible.get((cons, excluded))
@@ -508,11 +517,14 @@ def place(snapshot: Snapshot, gang: Gang, policy: PlacementPolicy | None = None)
     needs = [ps.count for ps in gang.podsets]
     total = sum(needs)
     dcs = planner.dom_counts
-    for level in range(start, stop - 1, -1):
+    last = stop if policy.climb_levels else start
+    first, first_need = dcs[0], needs[0]  # the cheap test first: most domains fail it
+    for level in range(start, last - 1, -1):
         fitting = [
             d
             for d in snapshot.by_level[level]
-            if snapshot.domains[d].value is not None
+            if first[d] >= first_need
+            and snapshot.domains[d].value is not None
             # a narrower domain counts only inside a labelled domain of the required level
             and (req is None or snapshot.domains[d].key[req] is not None)
             and all(dcs[p][d] >= n for p, n in enumerate(needs))
