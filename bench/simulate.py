@@ -65,7 +65,10 @@ def main() -> None:
         cProfile.run("run(int(sys.argv[-1]) if sys.argv[-1].isdigit() else 2000)", "/tmp/simulate.prof")
         pstats.Stats("/tmp/simulate.prof").sort_stats("cumulative").print_stats(30)
         return
-    print(f"{'GANGS':>6}  {'NODES':>5}  {'WALL S':>6}  {'CPU S':>6}  {'CPU/GANG':>9}  {'GROWTH':>6}  GPU UTIL  P95 WAIT")
+    print(
+        f"{'GANGS':>6}  {'NODES':>5}  {'WALL S':>6}  {'CPU S':>6}  {'CPU/GANG':>9}  {'GROWTH':>6}  "
+        "GPU UTIL  P95 WAIT"
+    )
     base: float | None = None
     for count in (1000, 2500, 5000, 10000):
         wall, cpu, doc = run(count)

@@ -109,7 +109,21 @@ def _jobs(trace: str | None, synthetic_count: int | None, seed: int) -> list[Job
     show_default=True,
     help="Node label a job without a topology column prefers ('' for none).",
 )
+@click.option(
+    "--required-max-pods",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Jobs of at most this many pods require the --preferred-topology level (18: one UltraServer).",
+)
 @click.option("--pod-gpus", type=int, help="Split pods asking for more GPUs into pods of this many.")
+@click.option(
+    "--arrival-scale",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Multiply arrival times (0.5: twice the load).",
+)
 @click.option("--plot", "plot_dir", help="Write utilization.png, wait-cdf.png and queue.png here.")
 @click.option("--sweep", help="ultraservers=A..B: replay once per UltraServer count.")
 @click.option("--max-p95-wait", help="With --sweep: the p95 wait to stay under, e.g. 1h.")
@@ -126,7 +140,9 @@ def simulate_command(
     start: str | None,
     startup: str,
     preferred_topology: str,
+    required_max_pods: int,
     pod_gpus: int | None,
+    arrival_scale: float,
     plot_dir: str | None,
     sweep: str | None,
     max_p95_wait: str | None,
@@ -174,19 +190,20 @@ def simulate_command(
     if startup_s >= gang_policy.ready_timeout and gang_policy.requeue.backoff_limit_count is None:
         raise InputError("--startup", "is not shorter than readyTimeout: every gang would time out forever")
     jobs = _jobs(trace_path, synthetic_count, seed)
-    if preferred_topology:
-        if preferred_topology not in levels:
-            raise InputError("--preferred-topology", f"{preferred_topology!r} is not one of the levels")
-        jobs = [
-            j
-            if j.required_topology or j.preferred_topology
-            else replace(j, preferred_topology=preferred_topology)
-            for j in jobs
-        ]
     if pod_gpus is not None:
         if pod_gpus < 1:
             raise InputError("--pod-gpus", "must be at least 1")
         jobs = scaled(jobs, pod_gpus)
+    if preferred_topology:
+        if preferred_topology not in levels:
+            raise InputError("--preferred-topology", f"{preferred_topology!r} is not one of the levels")
+        jobs = [_with_topology(j, preferred_topology, required_max_pods) for j in jobs]
+    elif required_max_pods:
+        raise InputError("--required-max-pods", "needs a --preferred-topology level")
+    if not arrival_scale > 0:
+        raise InputError("--arrival-scale", "must be more than 0")
+    if arrival_scale != 1.0:
+        jobs = [replace(j, arrival=j.arrival * arrival_scale) for j in jobs]
     settings = Settings(gang_policy, tuple(plans), origin, startup_s, levels)
     if sweep is not None:
         m = _SWEEP.fullmatch(sweep.strip())
@@ -218,3 +235,13 @@ def _cluster(shape: Any, path: str, ultraservers: int | None) -> list[Node]:
         if err.field == "--sweep":
             raise
         raise InputError(f"{path}: {err.field}", err.problem) from err
+
+
+def _with_topology(job: Job, label: str, required_max_pods: int) -> Job:
+    """A job without topology columns asks for `label`: required up to `required_max_pods`
+    pods (after --pod-gpus splits them), preferred above."""
+    if job.required_topology or job.preferred_topology:
+        return job
+    if job.pods <= required_max_pods:
+        return replace(job, required_topology=label)
+    return replace(job, preferred_topology=label)
