@@ -499,8 +499,13 @@ def _explain(snap: Snapshot, planner: _Planner, spares: frozenset[int], level: i
 # -- public API -----------------------------------------------------------------------------------
 
 
-def place(snapshot: Snapshot, gang: Gang, policy: PlacementPolicy | None = None) -> Placement:
+def place(
+    snapshot: Snapshot, gang: Gang, policy: PlacementPolicy | None = None, *, explain: bool = True
+) -> Placement:
     """Where every pod of `gang` goes, or why it cannot run now. See the module docstring.
+
+    `explain=False` skips the reason of a refusal (a pass over every node): for callers that
+    ask again and again and only need the answer, such as the capacity simulator.
 
     Raises InputError for a gang without podsets, a count below 1, or a topology annotation
     naming a label that is not one of the snapshot's levels.
@@ -550,7 +555,8 @@ def place(snapshot: Snapshot, gang: Gang, policy: PlacementPolicy | None = None)
                     f"all {total} pods fit in {levels[level]} {value} (best fit{room})",
                 )
     if req is not None:
-        return Placement(False, None, (), (), _explain(snapshot, planner, spares, req))
+        why = _explain(snapshot, planner, spares, req) if explain else "does not fit"
+        return Placement(False, None, (), (), why)
     if pref is not None:
         spread_level = pref
     else:
@@ -558,7 +564,8 @@ def place(snapshot: Snapshot, gang: Gang, policy: PlacementPolicy | None = None)
         spread_level = above_host[-1] if above_host else narrowest
     spread = planner.fill_spread(spread_level)
     if spread is None:
-        return Placement(False, None, (), (), _explain(snapshot, planner, spares, None))
+        why = _explain(snapshot, planner, spares, None) if explain else "does not fit"
+        return Placement(False, None, (), (), why)
     result, used = spread
     values = tuple(sorted({v for d in used if (v := snapshot.domains[d].value) is not None}))
     wanted = "preferred" if pref is not None else "no topology requested"

@@ -190,12 +190,15 @@ def first_fit(snapshot: Snapshot, gang: Gang, order: Sequence[int]) -> Placement
     return Placement(True, None, (), tuple(out), "first fit")
 
 
-def _decider(name: str, policy: GangPolicy, snapshot: Snapshot) -> Decider:
+def _decider(name: str, policy: GangPolicy, snapshot: Snapshot, explain: bool) -> Decider:
+    """The policy's decision for one gang; `explain` says why a gang does not fit (costly)."""
     if name == "gangplugin":
-        return lambda snap, gang, blocker: decide(snap, gang, gang.name, policy.placement, blocker)
+        return lambda snap, gang, blocker: decide(
+            snap, gang, gang.name, policy.placement, blocker, explain=explain
+        )
     if name == "best-fit":
         flat = PlacementPolicy(0, climb_levels=False)
-        return lambda snap, gang, blocker: decide(snap, gang, gang.name, flat, blocker)
+        return lambda snap, gang, blocker: decide(snap, gang, gang.name, flat, blocker, explain=explain)
     if name == "first-fit":
         order = snapshot.live_node_ids()
 
@@ -233,7 +236,7 @@ def replay(
     """Replay `jobs` under one placement policy; `progress(n)` is told of n more events done."""
     snap = build_snapshot(nodes, levels=settings.levels) if settings.levels else build_snapshot(nodes)
     gp = settings.policy
-    decide_one = _decider(policy_name, gp, snap)
+    decide_one = _decider(policy_name, gp, snap, explain=False)
     total_gpus = sum(n.allocatable.get(GPU, 0) for n in snap.nodes if n is not None)
     level_capacity = _domain_capacity(snap)
     plans = settings.plans
@@ -259,7 +262,7 @@ def replay(
     for j in sorted(jobs, key=lambda j: (j.arrival, j.key)):
         sig = (j.pods, j.gpus_per_pod, j.required_topology, j.preferred_topology)
         if sig not in never_fits:
-            empty = decide_one(snap, states[j.key].gang, None)
+            empty = _decider(policy_name, gp, snap, explain=True)(snap, states[j.key].gang, None)
             why = empty.placement.reason if empty.placement is not None else empty.message
             never_fits[sig] = None if empty.ready else f"never fits this cluster: {why}"
         refusal = never_fits[sig]
@@ -491,6 +494,8 @@ def _stranded(snap: Snapshot, head: Job, level_capacity: Sequence[int]) -> int:
         need = head.gpus_per_pod
         if level is None:
             return 0
+    if snap.levels[level] == HOSTNAME_LABEL:  # the nodes with a free GPU, not every node
+        return sum(f for f in snap.plain_fit_counts(_ONE_GPU)[0].values() if f < need)
     free = _free_gpus(snap)
     return sum(f for d in snap.by_level[level] if (f := free[d]) < need)
 
