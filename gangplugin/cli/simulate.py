@@ -19,6 +19,7 @@ from gangplugin.cli.place import _load, _read
 from gangplugin.cli.plans import _check_output, _emit, _output_option
 from gangplugin.core.durations import parse_duration
 from gangplugin.core.errors import InputError
+from gangplugin.core.optimal import MAX_NODES
 from gangplugin.core.plans import TrainingPlan
 from gangplugin.core.policy import GangPolicy
 from gangplugin.core.simulate import POLICIES, Job, Replay, Settings, replay, scaled
@@ -66,6 +67,12 @@ def _progress(label: str) -> Iterator[Callable[[int], None] | None]:
 def _replays(
     nodes: list[Node], jobs: list[Job], policies: tuple[str, ...], settings: Settings
 ) -> list[Replay]:
+    """One replay per policy; by default every policy (`optimal` only on a small cluster)."""
+    small = len(nodes) <= MAX_NODES
+    if not policies:
+        policies = tuple(p for p in POLICIES if small or p != "optimal")
+    elif "optimal" in policies and not small:
+        raise InputError("--policy", f"optimal solves an exact program: for at most {MAX_NODES} nodes")
     out = []
     for name in policies:
         with _progress(name) as tick:
@@ -153,7 +160,8 @@ def simulate_command(
     Every decision of policy gangplugin is the controllers' own code: admission order,
     Sequential mode, placement with spares and topology levels, readiness timeouts and
     backoff, plan quota over time and draining before block ends. best-fit is Kueue-like
-    (no spares, no climbing above the preferred level); first-fit ignores topology.
+    (no spares, no climbing above the preferred level); first-fit ignores topology;
+    optimal (clusters of at most 128 nodes) admits the exact packing optimum at each pass.
 
     \b
     Example: the Kalos trace on GB200 UltraServers (8-GPU workers as two 4-GPU pods),
@@ -169,8 +177,8 @@ def simulate_command(
     for name in policies:
         if name not in POLICIES:
             raise InputError("--policy", f"{name!r} is not one of {', '.join(POLICIES)}")
-    chosen = tuple(dict.fromkeys(policies)) or POLICIES
-    if "gangplugin" not in chosen:
+    chosen = tuple(dict.fromkeys(policies))
+    if chosen and "gangplugin" not in chosen:
         chosen = ("gangplugin", *chosen)  # the contract: ours is always there
     shape = _load(cluster_path)
     gang_policy = _read(gang_policy_path, gang_policy_from_k8s) if gang_policy_path else GangPolicy()

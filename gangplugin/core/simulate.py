@@ -14,8 +14,10 @@ current with `charge`/`release` (bind/unbind), never rebuilt per event:
   and requeued; it resumes from its checkpoint with the run time it had left.
 
 Policies differ only in where a gang goes: `gangplugin` (ours), `best-fit` (no spares, no
-climbing above the preferred level, close to Kueue's TAS BestFit) and `first-fit` (topology
-blind: the first nodes by name with room). The replay is deterministic: events at one instant are
+climbing above the preferred level, close to Kueue's TAS BestFit), `first-fit` (topology
+blind: the first nodes by name with room) and, on small clusters, `optimal` (each pass admits
+the packing optimum of the first `MAX_GANGS` waiting gangs, `core/optimal.py`, with our spares;
+it ignores Sequential mode). The replay is deterministic: events at one instant are
 applied in the order they were scheduled, then one admission pass runs.
 """
 
@@ -37,6 +39,7 @@ from gangplugin.core.admission import (
     sequential_blocker,
 )
 from gangplugin.core.drain import gang_drain
+from gangplugin.core.optimal import MAX_GANGS, optimal_admissions
 from gangplugin.core.placement import Assignment, Gang, Placement, PlacementPolicy, PodSet
 from gangplugin.core.plans import TrainingPlan
 from gangplugin.core.policy import GangPolicy, requeue_decision
@@ -45,7 +48,7 @@ from gangplugin.core.topology import HOSTNAME_LABEL, Node, Snapshot, build_snaps
 from gangplugin.core.watchdog import GangObservation, watch
 
 GPU = "nvidia.com/gpu"
-POLICIES = ("gangplugin", "best-fit", "first-fit")
+POLICIES = ("gangplugin", "best-fit", "first-fit", "optimal")
 NAMESPACE = "sim"
 
 
@@ -209,6 +212,14 @@ def _decider(name: str, policy: GangPolicy, snapshot: Snapshot, explain: bool) -
             return AdmissionDecision(p.feasible, p.reason, placement=p)
 
         return first
+    if name == "optimal":
+
+        def optimum(snap: Snapshot, gang: Gang, blocker: str | None) -> AdmissionDecision:
+            spares = snap.spare_nodes(policy.placement.spares_per_ultraserver)
+            (p,) = optimal_admissions(snap, [gang], spares)
+            return AdmissionDecision(p.feasible, p.reason, placement=p)
+
+        return optimum
     raise ValueError(f"unknown policy {name!r}; the policies are {', '.join(POLICIES)}")
 
 
@@ -306,6 +317,16 @@ def replay(
         s.attempt += 1
         infeasible = []
 
+    def hold(s: _State, t: float) -> str | None:
+        """Why the plans keep a waiting gang out now (a wake-up at their next change), or None."""
+        d = gang_drain(plans, queue_name, flavors, at(t), _td(s.job.max_runtime))
+        if d is None or d.admit:
+            return None
+        change = next_quota_change(plans, queue_name, at(t))
+        if change is not None:
+            push((change - settings.start).total_seconds(), _Ev.WAKE)
+        return f"waiting for the next block: {d.reason}"
+
     def requeue(s: _State) -> None:
         s.reserved_at = None
         for_quota.append(s.job.key)
@@ -374,23 +395,37 @@ def replay(
         for_quota = still
         # The admission pass.
         head: _State | None = None
-        for s in admission_order(reserved.values(), _position):
+        ordered = admission_order(reserved.values(), _position)
+        held = {s.job.key: r for s in ordered if (r := hold(s, t)) is not None} if plans else {}
+        optimum: dict[str, Placement] = {}
+        if policy_name == "optimal" and ordered:
+            pick = [s for s in ordered if s.job.key not in held][:MAX_GANGS]
+            # the optimum keeps the same spares free as our placement would
+            spares = snap.spare_nodes(gp.placement.spares_per_ultraserver)
+            found = optimal_admissions(snap, [s.gang for s in pick], spares)
+            optimum = {s.job.key: p for s, p in zip(pick, found, strict=True) if p.feasible}
+        for s in ordered:
             key = s.job.key
-            if plans:
-                hold = gang_drain(plans, queue_name, flavors, at(t), _td(s.job.max_runtime))
-                if hold is not None and not hold.admit:
-                    s.reason = f"waiting for the next block: {hold.reason}"
-                    change = next_quota_change(plans, queue_name, at(t))
-                    if change is not None:
-                        push((change - settings.start).total_seconds(), _Ev.WAKE)
-                    continue
-            blocker = sequential_blocker(key, unready) if gp.sequential else None
-            known = _dominated(s.job, infeasible) if blocker is None else None
-            if known is not None:
-                s.reason = states[known.key].reason
-                head = head or s
+            if key in held:
+                s.reason = held[key]
                 continue
-            decision = decide_one(snap, s.gang, blocker)
+            blocker = sequential_blocker(key, unready) if gp.sequential else None
+            if policy_name == "optimal":
+                chosen = optimum.get(key)
+                decision = AdmissionDecision(
+                    chosen is not None, "not in the packing optimum now", placement=chosen
+                )
+                if chosen is None:
+                    s.reason = decision.message
+                    head = head or s
+                    continue
+            else:
+                known = _dominated(s.job, infeasible) if blocker is None else None
+                if known is not None:
+                    s.reason = states[known.key].reason
+                    head = head or s
+                    continue
+                decision = decide_one(snap, s.gang, blocker)
             if not decision.ready:
                 s.reason = decision.message
                 if blocker is None:

@@ -145,7 +145,7 @@ def plot(replays: Sequence[Replay], directory: str) -> list[str]:
     try:
         import matplotlib
     except ImportError as err:
-        raise RuntimeError("--plot needs matplotlib: pip install 'gangplugin[plot]'") from err
+        raise RuntimeError("--plot needs matplotlib: pip install 'gangplugin[sim]'") from err
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
 

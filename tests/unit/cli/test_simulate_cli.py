@@ -56,7 +56,7 @@ def test_json_has_exactly_the_documented_shape(tmp_path):
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert list(doc) == ["jobs", "policies"] and doc["jobs"] == 4
-    assert [p["policy"] for p in doc["policies"]] == ["gangplugin", "best-fit", "first-fit"]
+    assert [p["policy"] for p in doc["policies"]] == ["gangplugin", "best-fit", "first-fit", "optimal"]
     for p in doc["policies"]:
         assert list(p) == POLICY_KEYS
         assert list(p["waitSeconds"]) == ["p50", "p95", "max"]

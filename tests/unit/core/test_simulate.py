@@ -6,7 +6,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from gangplugin.core.admission import admission_order
+from gangplugin.core.admission import admission_order, charge
+from gangplugin.core.optimal import optimal_admissions
+from gangplugin.core.placement import place
 from gangplugin.core.plans import CapacityBlock, TargetResource, TrainingPlan
 from gangplugin.core.policy import GangPolicy, Requeue
 from gangplugin.core.simulate import GPU, POLICIES, Job, Settings, first_fit, percentile, replay, scaled
@@ -191,3 +193,31 @@ def test_percentile_and_scaling():
     assert percentile([0, 0, 30, 80], 50) == 0 and percentile([0, 0, 30, 80], 95) == 80
     (j,) = scaled([Job("k", 0, 8, 8, 10)], 4)
     assert (j.pods, j.gpus_per_pod, j.gpus) == (16, 4, 64)
+
+
+def test_optimal_admits_the_packing_that_starts_the_most_gpus():
+    # 5 nodes free; x (4 pods) is first in the queue, y (5 pods) packs more: the optimum takes y.
+    jobs = [job("busy", 0, 3, 1000), job("x", 1, 4, 10), job("y", 1, 5, 10)]
+    assert waits(replay(cluster(), jobs, "gangplugin", Settings())) == {"busy": 0, "x": 0, "y": 10}
+    assert waits(replay(cluster(), jobs, "optimal", Settings())) == {"busy": 0, "x": 10, "y": 0}
+
+
+def test_optimal_packs_required_gangs_better_than_greedy_best_fit():
+    # Gangs of 3, 2 and 3 pods, each required in one UltraServer of 4 nodes: greedy best fit
+    # (queue order) admits 3 + 2 and strands the rest; the optimum admits 3 + 3.
+    snap = build_snapshot(cluster())
+    gangs = [
+        replace(job(k, 0, n, 1), preferred_topology=None, required_topology=US).gang()
+        for k, n in (("a", 3), ("b", 2), ("c", 3))
+    ]
+    greedy = []
+    for g in gangs:
+        p = place(snap, g)
+        greedy.append(p.feasible)
+        if p.feasible:
+            charge(snap, g, p, "ns")
+    assert greedy == [True, True, False]
+    placed = optimal_admissions(build_snapshot(cluster()), gangs, frozenset())
+    assert [p.feasible for p in placed] == [True, False, True]
+    for p in (placed[0], placed[2]):
+        assert len({a.node.split("-")[0] for a in p.assignments}) == 1  # one UltraServer each
