@@ -110,7 +110,11 @@ def optimal_admissions(snapshot: Snapshot, gangs: Sequence[Gang], spares: frozen
     for g, gang in enumerate(gangs):
         ps = gang.podsets[0]
         if round(result.x[index[("y", g, 0)]]) != 1:
-            out.append(Placement(False, None, (), (), "not in the packing optimum now"))
+            out.append(
+                Placement(
+                    False, None, (), (), "not admitted by the packing optimum (no room, or others pack more)"
+                )
+            )
             continue
         assignments: list[Assignment] = []
         for j, n in enumerate(nodes):
