@@ -390,7 +390,9 @@ def replay(
                 reserved[key] = s
                 reserved_gpus += s.job.gpus
             else:
-                s.reason = f"waiting for quota: {s.job.gpus} GPUs, {max(quota - reserved_gpus, 0)} free"
+                s.reason = (
+                    f"waiting for quota; it needs {s.job.gpus} GPUs, {max(quota - reserved_gpus, 0)} free"
+                )
                 still.append(key)
         for_quota = still
         # The admission pass.
