@@ -94,15 +94,18 @@ def decide(
     policy: PlacementPolicy,
     blocked_by: str | None = None,
     annotations: Mapping[str, str] | None = None,
+    *,
+    explain: bool = True,
 ) -> AdmissionDecision:
     """Admit the whole gang into one domain now, or say why it waits.
 
     A gang that asked for a topology level is pinned to the chosen domain by nodeSelector;
     one that asked for none is only checked to fit (kube-scheduler keeps its freedom).
-    `annotations` are stamped on every pod besides the gang size (e.g. the block end)."""
+    `annotations` are stamped on every pod besides the gang size (e.g. the block end);
+    `explain=False` leaves out why a gang does not fit (see `place`)."""
     if blocked_by is not None:
         return AdmissionDecision(False, f"Sequential admission: waiting for gang {blocked_by} to be Ready")
-    placement = place(snapshot, gang, policy)
+    placement = place(snapshot, gang, policy, explain=explain)
     if not placement.feasible:
         return AdmissionDecision(False, f"gang does not fit now: {placement.reason}", placement=placement)
     domain = domain_selector(placement) if _asks_topology(gang) else {}
