@@ -50,6 +50,7 @@ from gangplugin.core.topology import (
     Requests,
     Snapshot,
     pods_fitting,
+    request_items,
 )
 
 
@@ -167,7 +168,7 @@ _fit = pods_fitting
 
 
 def _req_items(podset: PodSet) -> _Req:
-    return tuple(sorted((r, q) for r, q in podset.requests.items() if q > 0 and r != PODS))
+    return request_items(podset.requests)
 
 
 def _is_extended(resource: str) -> bool:

@@ -43,6 +43,12 @@ Requests = tuple[tuple[str, int], ...]
 _KEPT_SHAPES = 32
 
 
+def request_items(requests: Mapping[str, int]) -> Requests:
+    """A pod's requests as `pods_fitting` reads them: positive amounts, sorted, without `pods`
+    (every pod takes one pod slot, counted on its own)."""
+    return tuple(sorted((r, q) for r, q in requests.items() if q > 0 and r != PODS))
+
+
 def pods_fitting(free: Mapping[str, int], req: Requests, cap: int = 1 << 40) -> int:
     """How many pods with requests `req` fit in `free`, at most `cap`."""
     c = free.get(PODS, cap)
