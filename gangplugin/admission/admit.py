@@ -34,12 +34,14 @@ from gangplugin.core.admission import (
     admission_queue,
     decide,
     sequential_blocker,
+    with_selector,
 )
 from gangplugin.core.errors import InputError
 from gangplugin.core.names import (
     BLOCK_END_ANNOTATION,
 )
 from gangplugin.core.placement import Gang
+from gangplugin.core.policy import GangPolicy
 from gangplugin.core.quota import next_quota_change
 from gangplugin.core.timeutil import format_time
 from gangplugin.core.topology import Snapshot
@@ -75,7 +77,7 @@ class CandidateVerdict:
     message: str
     decision: AdmissionDecision | None = None
     gang: Gang | None = None
-    sequential: bool = False
+    policy: GangPolicy | None = None
     blocked_by: str | None = None
     rejected: bool = False
     wake_at: float | None = None
@@ -231,7 +233,7 @@ class AdmissionPass:
             decision = decide(snapshot(levels), gang, gang.name, policy.placement, blocker, end)
         except InputError as err:
             return CandidateVerdict(f"the Workload cannot be used: {err}", rejected=True)
-        return CandidateVerdict(decision.message, decision, gang, policy.sequential, blocker)
+        return CandidateVerdict(decision.message, decision, gang, policy, blocker)
 
     def explain(self, wl: JSON, check: str, now: float) -> CandidateVerdict | None:
         """What the pass would decide for this waiting gang now (None: not our check), on a
@@ -250,8 +252,9 @@ class AdmissionPass:
         self, q: QueuedWorkload, wl: JSON, verdict: CandidateVerdict, unready: dict[str | None, list[str]]
     ) -> None:
         """Charge an admission being written until the cache shows it (under the capacity lock)."""
-        decision, gang = verdict.decision, verdict.gang
-        assert decision is not None and decision.placement is not None and gang is not None
+        decision, gang, policy = verdict.decision, verdict.gang, verdict.policy
+        assert decision is not None and decision.placement is not None
+        assert gang is not None and policy is not None
         updates = [u.to_dict() for u in decision.pod_set_updates]
         self.view.capacity.assume(
             q.key,
@@ -260,11 +263,12 @@ class AdmissionPass:
                 True,
                 (fingerprint(updates, Counter()), ()),
                 wl["metadata"]["namespace"],
-                gang,
+                with_selector(gang, decision.domain),
                 decision.placement,
+                policy.placement,
             ),
         )
-        if verdict.sequential:
+        if policy.sequential:
             unready.setdefault(q.policy, []).append(q.key)
 
     def _still_assumed(self, key: str, wl: JSON) -> bool:

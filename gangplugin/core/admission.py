@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -140,7 +140,7 @@ def charge(snapshot: Snapshot, gang: Gang, placement: Placement, namespace: str)
     if not gang.name:
         raise ValueError("a promised gang needs its name: synthetic pods are keyed by it")
     by_name = {ps.name: ps for ps in gang.podsets}
-    for a in placement.assignments:
+    for a in placement.assignments:  # named as `promised_pods` names them
         snapshot.bind(
             BoundPod(
                 namespace,
@@ -152,11 +152,28 @@ def charge(snapshot: Snapshot, gang: Gang, placement: Placement, namespace: str)
     return len(placement.assignments)
 
 
-def release(snapshot: Snapshot, gang: Gang, namespace: str) -> None:
-    """Undo `promise`/`charge` of `gang` (every synthetic pod it could have bound)."""
+def promised_pods(gang: Gang) -> Iterator[str]:
+    """The names of the synthetic pods `promise`/`charge` may bind for `gang`."""
     for ps in gang.podsets:
         for i in range(ps.count):
-            snapshot.unbind(namespace, f"{PROMISED_PREFIX}/{gang.name}/{ps.name}/{i}")
+            yield f"{PROMISED_PREFIX}/{gang.name}/{ps.name}/{i}"
+
+
+def crowded(snapshot: Snapshot, gang: Gang, namespace: str) -> bool:
+    """Whether a promised pod of `gang` sits on a node whose pods now ask for more than it has:
+    pods bind where kube-scheduler puts them, not where a promise sat, so a gang's real pods can
+    land on the nodes another gang's promise was charged to. Such a promise is placed again."""
+    for name in promised_pods(gang):
+        node = snapshot.node_of(namespace, name)
+        if node is not None and snapshot.overcommitted(node):
+            return True
+    return False
+
+
+def release(snapshot: Snapshot, gang: Gang, namespace: str) -> None:
+    """Undo `promise`/`charge` of `gang` (every synthetic pod it could have bound)."""
+    for name in promised_pods(gang):
+        snapshot.unbind(namespace, name)
 
 
 def remaining(gang: Gang, bound: Mapping[str, int]) -> Gang:

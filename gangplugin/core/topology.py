@@ -372,6 +372,15 @@ class Snapshot:
         self.pod_count[i] += 1
         self._charge(i, pod.requests, 1)
 
+    def node_of(self, namespace: str, name: str) -> int | None:
+        """The node id a pod is bound to here, or None."""
+        entry = self._pods.get((namespace, name))
+        return None if entry is None else entry[0]
+
+    def overcommitted(self, node_id: int) -> bool:
+        """Whether the pods bound to the node ask for more than it has."""
+        return any(v < 0 for v in self.free[node_id].values())
+
     def unbind(self, namespace: str, name: str) -> None:
         """Release a pod's requests (it finished, was deleted or evicted)."""
         entry = self._pods.pop((namespace, name), None)
