@@ -18,12 +18,12 @@ from typing import Any
 import httpx
 import yaml
 
-from gangplugin.admission.records import ADMISSION_CHECKS, GANG_POLICIES
 from gangplugin.core.names import GANG_LABEL
 from gangplugin.kube.client import EVENTS, JOBS, NODES, ApiError, Client, Resource
 from gangplugin.localcluster.cluster import LocalCluster, cache_dir
 from tests.e2e.conftest import E2ECluster, e2e_local_cluster
-from tests.e2e.kube import gpu_job, is_true, job_pods, queue_objects, unique, wait_for, workload_of
+from tests.e2e.grpcauth import service_account_token
+from tests.e2e.kube import gpu_job, is_true, job_pods, unique, wait_for, workload_of
 from tests.unit.test_manifests import kubectl, render
 
 NAMESPACE = "gangplugin-system"
@@ -82,20 +82,6 @@ def installed_rbac(cluster: E2ECluster) -> Iterator[list[dict[str, Any]]]:
             cluster.client.delete(_resource(obj), obj["metadata"]["name"], obj["metadata"].get("namespace"))
 
 
-def service_account_token(cluster: E2ECluster, account: str) -> str:
-    """A TokenRequest token of ServiceAccount `account` of the base's namespace (one hour)."""
-    answer = cluster.client.request(
-        "POST",
-        f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{account}/token",
-        body={
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenRequest",
-            "spec": {"expirationSeconds": 3600},
-        },
-    )
-    return str(answer["status"]["token"])
-
-
 def token_kubeconfig(cluster: E2ECluster, account: str, path: Path) -> Path:
     """A kubeconfig that authenticates as ServiceAccount `account` with a TokenRequest token."""
     admin = yaml.safe_load(cluster.kubeconfig.read_text())
@@ -107,7 +93,12 @@ def token_kubeconfig(cluster: E2ECluster, account: str, path: Path) -> Path:
                 "apiVersion": "v1",
                 "kind": "Config",
                 "clusters": [{"name": "c", "cluster": server}],
-                "users": [{"name": account, "user": {"token": service_account_token(cluster, account)}}],
+                "users": [
+                    {
+                        "name": account,
+                        "user": {"token": service_account_token(cluster.client, NAMESPACE, account)},
+                    }
+                ],
                 "contexts": [{"name": account, "context": {"cluster": "c", "user": account}}],
                 "current-context": account,
             }
@@ -211,51 +202,6 @@ def gangplugin_scheduler(cluster: E2ECluster, local: LocalCluster, tmp_path: Pat
         yield sched_log
     finally:
         stop(proc)
-
-
-@contextlib.contextmanager
-def gang_queue(client: Client, namespace: str) -> Iterator[tuple[str, Resource]]:
-    """A GangPolicy, its AdmissionCheck and a ClusterQueue (64 GPUs) that requires it, Active;
-    yields their name and the ClusterQueue resource; the cluster-scoped objects are deleted after."""
-    made: list[tuple[Resource, str]] = []
-    try:
-        name = unique("rbac")
-        client.create(
-            GANG_POLICIES,
-            {
-                "apiVersion": "gangplugin.io/v1alpha1",
-                "kind": "GangPolicy",
-                "metadata": {"name": name},
-                "spec": {},
-            },
-        )
-        made.append((GANG_POLICIES, name))
-        client.create(
-            ADMISSION_CHECKS,
-            {
-                "apiVersion": "kueue.x-k8s.io/v1beta2",
-                "kind": "AdmissionCheck",
-                "metadata": {"name": name},
-                "spec": {
-                    "controllerName": "gangplugin.io/gang",
-                    "parameters": {"apiGroup": "gangplugin.io", "kind": "GangPolicy", "name": name},
-                },
-            },
-        )
-        made.append((ADMISSION_CHECKS, name))
-        for res, obj in queue_objects(name, namespace, 64, "ml.p6e-gb200.36xlarge"):
-            if obj["kind"] == "ClusterQueue":
-                obj["spec"]["admissionChecksStrategy"] = {"admissionChecks": [{"name": name}]}
-                cq_res = res
-            client.create(res, obj)
-            if not res.namespaced:
-                made.append((res, name))
-        wait_for(lambda: is_true(client.get(cq_res, name), "Active"), 60, "the ClusterQueue Active")
-        yield name, cq_res
-    finally:
-        for res, obj_name in reversed(made):
-            with contextlib.suppress(ApiError):
-                client.delete(res, obj_name)
 
 
 def run_gang(client: Client, namespace: str, queue: str) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import socket
 import ssl
 import subprocess
 import time
@@ -38,9 +39,10 @@ from gangplugin.core.names import LEADER_LABEL
 from gangplugin.kube.client import PODS, ApiError, Client
 from gangplugin.localcluster.cluster import REPO, LocalCluster
 from tests.e2e import base_install
-from tests.e2e.base_install import LEASES, NAMESPACE, gang_queue, refused, run_gang
+from tests.e2e.base_install import LEASES, NAMESPACE, refused, run_gang
 from tests.e2e.conftest import E2ECluster
-from tests.e2e.kube import unique, wait_for
+from tests.e2e.grpcauth import service_account_token
+from tests.e2e.kube import gang_queues, unique, wait_for
 from tests.unit.test_manifests import render
 
 ENGINE = str(REPO / "hack" / "container.sh")
@@ -69,7 +71,8 @@ def test_image_is_the_version_runs_non_root_and_holds_no_compiler(image: str) ->
     assert out.stdout.strip() == f"gangplugin, version {version}"
     out = engine("run", "--rm", "--entrypoint", "sh", image, "-c", "id -u; command -v gcc cc c++ clang ld as")
     uid, *compilers = out.stdout.split()
-    assert uid != "0" and compilers == [], out.stdout
+    assert uid == str(_deployment()["spec"]["template"]["spec"]["securityContext"]["runAsUser"]), out.stdout
+    assert compilers == [], out.stdout
 
 
 def _deployment() -> dict[str, Any]:
@@ -89,6 +92,8 @@ def _security_flags(pod_spec: dict[str, Any], container: dict[str, Any]) -> list
         flags.append("--security-opt=no-new-privileges")
     if sc.pop("readOnlyRootFilesystem") is True:
         flags.append("--read-only")
+        if engine().stdout.strip() == "podman":  # else it adds writable /tmp, /run, /var/tmp
+            flags.append("--read-only-tmpfs=false")
     flags += [f"--cap-drop={c}" for c in sc.pop("capabilities").pop("drop")]
     assert pod_sc == {} and sc == {}, f"securityContext fields the image test does not apply: {pod_sc} {sc}"
     return flags
@@ -150,7 +155,7 @@ def _run_argv(
             assert volume["secret"]["secretName"] == "gangplugin-serving-tls", volume
             mode = "ro" if vol_mount.get("readOnly") else "rw"
             mounts.append(f"--volume={sources[vol_mount['name']]}:{vol_mount['mountPath']}:{mode}")
-    token = base_install.service_account_token(cluster, spec["serviceAccountName"])
+    token = service_account_token(cluster.client, NAMESPACE, spec["serviceAccountName"])
     account = _files(
         tmp_path / f"{name}-serviceaccount",
         {"token": token.encode(), "ca.crt": (pki / "ca.crt").read_bytes(), "namespace": NAMESPACE.encode()},
@@ -188,10 +193,10 @@ def _replicas(
                 # No scheduler serves this name: the pod object stands for the container run here.
                 "spec": {**template["spec"], "schedulerName": "e2e-runs-it-as-a-container"},
             }
-            cluster.client.create(PODS, pod, NAMESPACE)
             argv, health = _run_argv(cluster, local, image, name, n, tmp_path)
             replica = Replica(name, health, tmp_path / f"{name}.log")
             replicas.append(replica)
+            cluster.client.create(PODS, pod, NAMESPACE)
             out = engine(*argv)
             assert out.returncode == 0, out.stderr
             wait_for(partial(_healthy, replica, local), 120, f"{name} to answer /healthz")
@@ -221,6 +226,12 @@ def _holder(client: Client) -> str | None:
     return str(holder) if holder else None
 
 
+def _listening(port: int) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=2):
+        return True
+    return False
+
+
 def _leads(client: Client, pod: str) -> bool:
     return _holder(client) == pod
 
@@ -234,7 +245,6 @@ def test_two_containers_elect_a_leader_run_a_gang_and_hand_over(
     cluster: E2ECluster, namespace: str, image: str, tmp_path: Path
 ) -> None:
     client = cluster.client
-    tmp_path.chmod(0o755)
     with (
         base_install.installed_rbac(cluster),
         base_install.local_gangplugin_stopped(cluster) as local,
@@ -247,12 +257,17 @@ def test_two_containers_elect_a_leader_run_a_gang_and_hand_over(
         standby = httpx.get(f"https://127.0.0.1:{second.health}/readyz", verify=_ca(local), timeout=5)
         assert "standby" in standby.text, standby.text
         assert _leader_label(client, second.name) is None
+        # The securityContext in force inside: its UID, no capabilities, a read-only root.
+        out = engine("exec", first.name, "sh", "-c", "id -u; grep CapEff /proc/1/status; touch /probe")
+        uid = _deployment()["spec"]["template"]["spec"]["securityContext"]["runAsUser"]
+        assert out.stdout.split() == [str(uid), "CapEff:", "0000000000000000"], out.stdout
+        assert "Read-only file system" in out.stderr, out.stderr
 
         with (
             base_install.gangplugin_scheduler(cluster, local, tmp_path) as sched_log,
-            gang_queue(client, namespace) as (queue, _),
+            gang_queues(client, namespace) as make_queue,
         ):
-            run_gang(client, namespace, queue)
+            run_gang(client, namespace, make_queue(gpu_quota=64))
 
         duration = client.get(LEASES, "gangplugin", NAMESPACE)["spec"]["leaseDurationSeconds"]
         killed = time.monotonic()
@@ -265,6 +280,7 @@ def test_two_containers_elect_a_leader_run_a_gang_and_hand_over(
         # the standby notices within one jittered retry period (and this poll's interval).
         assert handover <= duration + RETRY_PERIOD * JITTER + 0.5, handover
         wait_for(lambda: _leader_label(client, second.name) == "true", 30, "the new leader's pod labeled")
+        wait_for(partial(_listening, local.ports.gangplugin_extender), 30, "the new leader's extender")
         wait_for(
             lambda: (
                 "standby"

@@ -27,9 +27,9 @@ from gangplugin.core.names import PLAN_QUOTA_ANNOTATION
 from gangplugin.kube.client import ApiError, Client, Resource
 from gangplugin.plans.controller import TRAINING_PLANS
 from tests.e2e import base_install
-from tests.e2e.base_install import NAMESPACE, docs, gang_queue, refused, run_gang, run_kubectl, start, stop
+from tests.e2e.base_install import NAMESPACE, docs, refused, run_gang, run_kubectl, start, stop
 from tests.e2e.conftest import E2ECluster
-from tests.e2e.kube import queue_objects, unique, wait_for
+from tests.e2e.kube import CLUSTER_QUEUES, gang_queues, queue_objects, unique, wait_for
 from tests.unit.test_manifests import CERT_MANAGER, render, render_text
 
 
@@ -103,8 +103,8 @@ def test_least_privilege_runs_a_gang_end_to_end(
     gp_log, sched_log = serving_as_service_accounts
     made: list[tuple[Resource, str]] = []
     try:
-        with gang_queue(client, namespace) as (name, cq_res):
-            run_gang(client, namespace, name)
+        with gang_queues(client, namespace) as make_queue:
+            run_gang(client, namespace, make_queue(gpu_quota=64))
 
             # A plan for a future block: the controller writes its status and the queue's bookkeeping.
             plan_queue = unique("plan")
@@ -149,7 +149,7 @@ def test_least_privilege_runs_a_gang_end_to_end(
             wait_for(
                 lambda: (
                     PLAN_QUOTA_ANNOTATION
-                    in (client.get(cq_res, plan_queue)["metadata"].get("annotations") or {})
+                    in (client.get(CLUSTER_QUEUES, plan_queue)["metadata"].get("annotations") or {})
                 ),
                 60,
                 "the plan's quota bookkeeping on its ClusterQueue",
