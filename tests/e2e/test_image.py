@@ -94,7 +94,9 @@ def _security_flags(pod_spec: dict[str, Any], container: dict[str, Any]) -> list
         flags.append("--read-only")
         if engine().stdout.strip() == "podman":  # else it adds writable /tmp, /run, /var/tmp
             flags.append("--read-only-tmpfs=false")
-    flags += [f"--cap-drop={c}" for c in sc.pop("capabilities").pop("drop")]
+    caps = sc.pop("capabilities")
+    assert set(caps) == {"drop"}, f"capabilities the image test does not apply: {caps}"
+    flags += [f"--cap-drop={c}" for c in caps["drop"]]
     assert pod_sc == {} and sc == {}, f"securityContext fields the image test does not apply: {pod_sc} {sc}"
     return flags
 
