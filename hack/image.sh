@@ -7,8 +7,9 @@
 #
 #   PYTHON_IMAGE=...   the base to use, without trying anything else
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "${BASH_SOURCE[0]%/*}/.."
 engine=(hack/container.sh)
+name=$("${engine[@]}")  # fails here, saying what to install, when there is no engine
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 image="${IMAGE:-gangplugin:${version}}"
 log() { echo "image: $*" >&2; }
@@ -23,7 +24,7 @@ if [[ -z "${base}" ]]; then
     base=$(hack/build-base-image.sh | tail -n 1)
   fi
 fi
-log "building ${image} on ${base} with $("${engine[@]}")"
+log "building ${image} on ${base} with ${name}"
 start=$(date +%s)
 # Host networking: pip inside the build reaches the package index the way this host does, and
 # trusts the CA bundle this host's pip is told to (a TLS-inspecting proxy's), as a build secret.
