@@ -228,6 +228,15 @@ def _holder(client: Client) -> str | None:
     return str(holder) if holder else None
 
 
+def _ready(r: Replica, local: LocalCluster) -> str | None:
+    """None until /readyz answers 200, then whether the replica stands by or leads."""
+    with contextlib.suppress(httpx.HTTPError):
+        answer = httpx.get(f"https://127.0.0.1:{r.health}/readyz", verify=_ca(local), timeout=5)
+        if answer.status_code == 200:
+            return "standby" if "standby" in answer.text else "leading"
+    return None
+
+
 def _listening(port: int) -> bool:
     with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=2):
         return True
@@ -256,8 +265,9 @@ def test_two_containers_elect_a_leader_run_a_gang_and_hand_over(
         assert all(_healthy(r, local) for r in replicas)
         assert _holder(client) == first.name
         wait_for(lambda: _leader_label(client, first.name) == "true", 30, "the leader's pod labeled")
-        standby = httpx.get(f"https://127.0.0.1:{second.health}/readyz", verify=_ca(local), timeout=5)
-        assert "standby" in standby.text, standby.text
+        # Ready once its caches synced, standing by for the leader-only components.
+        wait_for(lambda: _ready(second, local), 60, f"{second.name} ready")
+        assert _ready(first, local) == "leading" and _ready(second, local) == "standby"
         assert _leader_label(client, second.name) is None
         # The securityContext in force inside: its UID, no capabilities, a read-only root.
         out = engine("exec", first.name, "sh", "-c", "id -u; grep CapEff /proc/1/status; touch /probe")
@@ -283,16 +293,7 @@ def test_two_containers_elect_a_leader_run_a_gang_and_hand_over(
         assert handover <= duration + RETRY_PERIOD * JITTER + 0.5, handover
         wait_for(lambda: _leader_label(client, second.name) == "true", 30, "the new leader's pod labeled")
         wait_for(partial(_listening, local.ports.gangplugin_extender), 30, "the new leader's extender")
-        wait_for(
-            lambda: (
-                "standby"
-                not in httpx.get(
-                    f"https://127.0.0.1:{second.health}/readyz", verify=_ca(local), timeout=5
-                ).text
-            ),
-            30,
-            "the new leader ready with every component",
-        )
+        wait_for(lambda: _ready(second, local) == "leading", 30, "the new leader ready with every component")
     for r in replicas:
         assert r.log.stat().st_size > 0, r.log
         assert refused(r.log) == [], f"{r.name} was refused by the API server ({r.log})"
