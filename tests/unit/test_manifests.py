@@ -287,8 +287,8 @@ def test_dockerfile_builds_a_non_root_image_with_generated_grpc_code() -> None:
     assert "gangplugin/api/gen/" in ignored, "generated code is built in the image, never copied"
 
 
-def test_make_image_without_docker_says_what_to_do(tmp_path: Path) -> None:
-    # A PATH with only what the recipe needs besides docker.
+def test_make_image_without_an_engine_says_what_to_do(tmp_path: Path) -> None:
+    # A PATH with only what the recipe needs besides docker and podman.
     for tool in ("sed", "bash"):
         found = shutil.which(tool)
         assert found, tool
@@ -304,7 +304,8 @@ def test_make_image_without_docker_says_what_to_do(tmp_path: Path) -> None:
         check=False,
     )
     assert out.returncode != 0
-    assert "docker is not installed" in out.stderr and "podman build -t gangplugin:" in out.stderr
+    assert "no Docker engine answers (docker info) and podman is not installed" in out.stderr, out.stderr
+    assert "apt-get install podman runc" in out.stderr, out.stderr
 
 
 def test_the_webhook_is_served_by_gangplugin_with_the_serving_certificate() -> None:
