@@ -28,3 +28,8 @@ PLAN_DRAINING_REASON = "PlanDraining"
 # On the pod of the `gangplugin serve` replica that holds the leader Lease (in-cluster): the
 # extender Service selects it, so kube-scheduler reaches the one replica running the extender.
 LEADER_LABEL = f"{GROUP}/leader"
+
+# The kubeconfig cluster extension that tells gangctl where gangplugin's gRPC API is:
+# {server: host:port, client-certificate-server: host:port (for client-certificate users),
+#  certificate-authority or certificate-authority-data: the CA of its serving certificate}.
+GRPC_EXTENSION = f"{GROUP}/grpc"

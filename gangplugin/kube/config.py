@@ -55,7 +55,6 @@ class Credentials:
         token: str | None = None,
         token_file: Path | None = None,
         exec_plugin: Callable[[], dict[str, Any]] | None = None,
-        exec_status: dict[str, Any] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:
@@ -65,8 +64,6 @@ class Credentials:
         self._read_at: float | None = None  # monotonic: when the token file was last read
         self._expires: float | None = None  # wall clock: an exec token's expirationTimestamp
         self._stale = exec_plugin is not None or token_file is not None
-        if exec_status is not None:  # the plugin's first answer, already at hand
-            self._accept(exec_status)
 
     @property
     def refreshable(self) -> bool:
@@ -109,7 +106,10 @@ class Credentials:
     def _accept(self, status: dict[str, Any]) -> None:
         token = status.get("token")
         if not isinstance(token, str) or not token:
-            raise ConfigError("the kubeconfig's exec plugin returned no token (status.token)")
+            raise ConfigError(
+                "the kubeconfig's exec plugin returned no token (status.token); plugins that return "
+                "client certificates are not supported: use one that returns a token"
+            )
         self._token, self._stale = token, False
         expiry = status.get("expirationTimestamp")
         try:
@@ -206,14 +206,8 @@ def kubeconfig_config(paths: str, context: str | None = None) -> ClusterConfig:
         credentials = Credentials(token=str(user["token"]))
     elif user.get("tokenFile"):
         credentials = Credentials(token_file=_resolve(str(user["tokenFile"]), user_dir))
-    elif user.get("exec"):
-        plugin = _exec_plugin(user["exec"], cluster, user_dir, who)
-        status = plugin()  # once now: a broken plugin fails at start, not on the first call
-        if status.get("clientCertificateData"):
-            cert = str(status["clientCertificateData"]).encode()
-            key = str(status.get("clientKeyData", "")).encode()
-        if status.get("token"):
-            credentials = Credentials(exec_plugin=plugin, exec_status=status)
+    elif user.get("exec"):  # run at the first request, then again when its token expires
+        credentials = Credentials(exec_plugin=_exec_plugin(user["exec"], cluster, user_dir, who))
     elif user.get("auth-provider"):
         name = (user["auth-provider"] or {}).get("name", "?")
         raise ConfigError(

@@ -148,6 +148,7 @@ def _plugin(tmp_path: Path, expiry: str | None) -> tuple[dict[str, Any], Path]:
 def test_an_exec_plugin_token_is_kept_until_it_expires(tmp_path: Path) -> None:
     spec, counter = _plugin(tmp_path, "2999-01-01T00:00:00Z")
     cfg = load_config(str(_write(tmp_path / "config", _cfg({"server": "https://x"}, {"exec": spec}))))
+    assert not counter.exists()  # loading the config runs nothing: the first request does
     assert cfg.credentials.authorization() == "Bearer token-1-us-east-1"
     assert cfg.credentials.authorization() == "Bearer token-1-us-east-1"
     assert counter.read_text() == "1"
@@ -158,15 +159,16 @@ def test_an_exec_plugin_token_is_kept_until_it_expires(tmp_path: Path) -> None:
 def test_an_expired_exec_token_is_renewed(tmp_path: Path) -> None:
     spec, counter = _plugin(tmp_path, "2000-01-01T00:00:00Z")
     cfg = load_config(str(_write(tmp_path / "config", _cfg({"server": "https://x"}, {"exec": spec}))))
-    assert cfg.credentials.authorization() == "Bearer token-2-us-east-1"  # the first was expired
-    assert cfg.credentials.authorization() == "Bearer token-3-us-east-1"
-    assert counter.read_text() == "3"
+    assert cfg.credentials.authorization() == "Bearer token-1-us-east-1"
+    assert cfg.credentials.authorization() == "Bearer token-2-us-east-1"  # the first had expired
+    assert counter.read_text() == "2"
 
 
 def test_a_failing_exec_plugin_says_which_user_and_command(tmp_path: Path) -> None:
     spec = {"apiVersion": "client.authentication.k8s.io/v1beta1", "command": "/nonexistent/aws"}
+    cfg = load_config(str(_write(tmp_path / "config", _cfg({"server": "https://x"}, {"exec": spec}))))
     with pytest.raises(ConfigError, match=r"kubeconfig user 'c': exec plugin '/nonexistent/aws'"):
-        load_config(str(_write(tmp_path / "config", _cfg({"server": "https://x"}, {"exec": spec}))))
+        cfg.credentials.authorization()
 
 
 def test_a_token_file_is_read_again_once_a_minute(tmp_path: Path) -> None:
