@@ -53,7 +53,12 @@ class Connection:
         return load_config(self.kubeconfig, self.context)
 
     def _extension(self) -> dict[str, Any]:
-        ext = self.cluster.extensions.get(GRPC_EXTENSION)
+        """The cluster's gangplugin.io/grpc extension ({} without one, or without a kubeconfig:
+        the flags must then say everything)."""
+        try:
+            ext = self.cluster.extensions.get(GRPC_EXTENSION)
+        except ConfigError:
+            return {}
         return ext if isinstance(ext, dict) else {}
 
     def default_namespace(self) -> str:
@@ -102,8 +107,6 @@ class Connection:
                 return Path(self.ca_file).read_bytes()
             except OSError as err:
                 raise InputError("--ca-file", f"cannot read {self.ca_file}: {err.strerror}") from None
-        if self.server:
-            return None
         ext = self._extension()
         if ext.get("certificate-authority-data"):
             return base64.b64decode(str(ext["certificate-authority-data"]))

@@ -1,0 +1,46 @@
+"""kube-apiserver restarted under a running `gangplugin serve`: its watches notice, back off and
+list again, its lease renews, and the next gang is admitted into one UltraServer and bound by
+the extender's barrier, with no restart of gangplugin."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from tests.e2e.conftest import E2ECluster
+from tests.e2e.test_admission import (
+    check_of,
+    gang_queue,  # noqa: F401 (a fixture the test uses)
+    node_us,
+    running_gang,
+    submit,
+    workload,
+)
+from tests.e2e.test_serve import _local
+
+
+def test_admission_and_binding_carry_on_after_kube_apiserver_restarts(
+    cluster: E2ECluster,
+    namespace: str,
+    gang_queue: Any,  # noqa: F811
+) -> None:
+    local = _local(cluster)
+    queue = gang_queue()
+    before = local.running_processes()["gangplugin"]
+    running_gang(cluster.client, namespace, submit(cluster.client, namespace, queue, 4), 4)
+
+    t0 = time.monotonic()
+    local.restart("kube-apiserver")  # SIGKILL, then start it and wait for /readyz
+    down = time.monotonic() - t0
+
+    job = submit(cluster.client, namespace, queue, 4)
+    pods = running_gang(cluster.client, namespace, job, 4)
+    check = check_of(workload(cluster.client, namespace, job))
+    assert check["state"] == "Ready", check
+    domains = {node_us(cluster.client)[p["spec"]["nodeName"]] for p in pods}
+    assert len(domains) == 1, domains  # placed by our extender and bound whole by its barrier
+    assert local.running_processes().get("gangplugin") == before, (
+        f"gangplugin restarted (the API server was down {down:.1f}s)"
+    )
+    log = (local.log_dir / "gangplugin.log").read_text(errors="replace")
+    assert "listing again in" in log  # the informers noticed the restart and listed again
