@@ -74,7 +74,8 @@ class _Auth(httpx.Auth):
 
 class Client:
     """Synchronous client; one connection pool per instance. Every request carries the
-    credentials' current header (`auth_headers` gives it to clients of other libraries)."""
+    credentials' current header; clients of other libraries (the bind barrier's aiohttp) take
+    theirs from the same `credentials`."""
 
     def __init__(
         self,
@@ -105,9 +106,6 @@ class Client:
         """The current context of the kubeconfig(s) (`path`, else $KUBECONFIG, several joined with
         os.pathsep), or the in-cluster ServiceAccount when neither is given and it runs in a pod."""
         return cls.from_config(load_config(path))
-
-    def auth_headers(self) -> dict[str, str]:
-        return self.credentials.headers()
 
     def close(self) -> None:
         self._http.close()

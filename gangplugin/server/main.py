@@ -64,7 +64,12 @@ def cli() -> None:
 
 
 @cli.command()
-@click.option("--kubeconfig", envvar="KUBECONFIG", default=None, help="Kubeconfig; in-cluster when unset.")
+@click.option(
+    "--kubeconfig",
+    envvar="KUBECONFIG",
+    default=None,
+    help="Kubeconfig file(s), several joined with ':' and merged as kubectl does; in-cluster when unset.",
+)
 @click.option(
     "--components",
     default=",".join(COMPONENTS) or "",
