@@ -18,6 +18,16 @@ from gangplugin.kube.client import Client
 Step = bytes | BaseException | httpx.Response
 
 
+class Clock:
+    """A clock the test sets (`t`), for the wall, monotonic and backoff clocks."""
+
+    def __init__(self, t: float = 0.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
 def pod(name: str, rv: int, **labels: str) -> dict[str, Any]:
     return {"metadata": {"name": name, "namespace": "ns", "resourceVersion": str(rv), "labels": labels}}
 

@@ -22,6 +22,7 @@ from gangplugin.kube.config import (
     load_config,
 )
 from gangplugin.localcluster.pki import CertificateAuthority
+from tests.unit.kube.fakeapi import Clock
 
 
 def _write(path: Path, doc: dict[str, Any]) -> Path:
@@ -42,14 +43,6 @@ def _cfg(
     if current:
         doc["current-context"] = name
     return doc
-
-
-class Clock:
-    def __init__(self, t: float = 1000.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def test_kubeconfig_paths_merge_as_kubectl_merges_them(

@@ -15,7 +15,7 @@ import pytest
 
 from gangplugin.kube.client import PODS
 from gangplugin.kube.informer import PAGE_SIZE, READ_TIMEOUT, WATCH_TIMEOUT, Backoff, Informer, identity
-from tests.unit.kube.fakeapi import FakeApi, event, pod, wait_until
+from tests.unit.kube.fakeapi import Clock, FakeApi, event, pod, wait_until
 
 
 @pytest.fixture
@@ -173,16 +173,8 @@ def test_a_failing_first_list_is_retried_until_it_syncs(api: FakeApi) -> None:
     inf.stop()
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
 def test_backoff_doubles_with_jitter_up_to_its_cap_and_starts_over_after_quiet() -> None:
-    clock = _Clock()
+    clock = Clock()
     low = Backoff(clock=clock, rand=lambda: 0.0)
     assert [round(low.next(), 2) for _ in range(7)] == [0.8, 1.6, 3.2, 6.4, 12.8, 25.6, 30.0]
     clock.t += 120.0  # two minutes without a failure

@@ -12,14 +12,7 @@ import orjson
 from gangplugin.core.leader import ElectionConfig
 from gangplugin.kube.client import Client
 from gangplugin.kube.lease import LeaderElector
-
-
-class Clock:
-    def __init__(self, t: float) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
+from tests.unit.kube.fakeapi import Clock
 
 
 class LeaseApi:
