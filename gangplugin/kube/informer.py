@@ -133,12 +133,15 @@ class Informer(Generic[T]):
                 log.exception("informer %s: handler failed on %s", self._resource.plural, kind)
 
     def _relist(self, resource_version: str | None) -> str:
+        # As client-go's reflector: a limit would send a list at a given resourceVersion to etcd
+        # (an exact read); without one the watch cache answers. "0" and quorum lists page.
+        paged = resource_version in (None, "0")
         listing = self._client.list(
             self._resource,
             self._namespace,
             label_selector=self._selector,
             resource_version=resource_version,
-            limit=PAGE_SIZE,
+            limit=PAGE_SIZE if paged else None,
         )
         fresh = {object_key(o): self._transform(o) for o in listing["items"]}
         with self._lock:

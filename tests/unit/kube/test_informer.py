@@ -82,6 +82,7 @@ def test_an_undecodable_line_relists_from_the_last_version_and_keeps_going(api: 
     wait_until(lambda: "c" in _names(inf))
     relist = api.calls("list")[1].url.params
     assert relist["resourceVersion"] == "6"  # not older than what was seen: the watch cache answers
+    assert "limit" not in relist  # a limit would make it an exact read from etcd
     inf.stop()
 
 
