@@ -17,6 +17,7 @@ soon as `ssl` has read it), and requests themselves stay on httpx with raw JSON.
 from __future__ import annotations
 
 import base64
+import logging
 import os
 import shutil
 import ssl
@@ -32,6 +33,8 @@ from typing import Any
 from kubernetes.config.config_exception import ConfigException
 from kubernetes.config.exec_provider import ExecProvider
 from kubernetes.config.kube_config import ConfigNode, KubeConfigMerger
+
+log = logging.getLogger(__name__)
 
 IN_CLUSTER_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 #: client-go re-reads token files (the in-cluster one too) at most this often.
@@ -97,7 +100,10 @@ class Credentials:
             try:
                 self._token = self._file.read_text(encoding="utf-8").strip() or None
             except OSError as err:
-                raise ConfigError(f"cannot read the token file {self._file}: {err.strerror}") from None
+                if self._token is None:
+                    raise ConfigError(f"cannot read the token file {self._file}: {err.strerror}") from None
+                # As client-go: keep the token we have (the kubelet may be mid-rotation), try later.
+                log.warning("token file %s unreadable (%s); keeping the last token", self._file, err.strerror)
             self._read_at = self._monotonic()
         elif self._exec is not None:
             self._accept(self._exec())

@@ -175,6 +175,11 @@ def test_a_token_file_is_read_again_once_a_minute(tmp_path: Path) -> None:
     assert creds.authorization() == "Bearer one" and not creds.stale()
     clock.t += 1
     assert creds.stale() and creds.authorization() == "Bearer two"
+    token.unlink()  # mid-rotation: the last token is kept, and the file read again later
+    clock.t += TOKEN_FILE_PERIOD
+    assert creds.authorization() == "Bearer two" and not creds.stale()
+    with pytest.raises(ConfigError, match="cannot read the token file"):
+        Credentials(token_file=token).authorization()  # never had one: say so
 
 
 def test_in_cluster_rotates_its_token_and_brackets_an_ipv6_host(
