@@ -630,7 +630,7 @@ class LocalCluster:
             ),
         )
 
-    def _gangplugin(self, replica: int = 1) -> Component | None:
+    def _gangplugin(self, replica: int = 1, extra: tuple[str, ...] = ()) -> Component | None:
         """`gangplugin serve` (the console script, as a user runs it) with every registered
         component (or GANGPLUGIN_COMPONENTS). Replica 1 is the one `up` starts and waits to lead;
         `restart("gangplugin-2")` starts a second one, a follower until the first is gone."""
@@ -677,6 +677,7 @@ class LocalCluster:
                 f"--webhook-bind=127.0.0.1:{webhook}",
                 f"--webhook-tls-cert={self.pki_dir / 'webhook.crt'}",
                 f"--webhook-tls-key={self.pki_dir / 'webhook.key'}",
+                *extra,
             ],
             health=ready,
         )
@@ -693,12 +694,20 @@ class LocalCluster:
                 time.sleep(0.1)
         self._write_state()
 
-    def restart(self, name: str, *, kill: signal.Signals = signal.SIGKILL, extender: bool = True) -> None:
+    def restart(
+        self,
+        name: str,
+        *,
+        kill: signal.Signals = signal.SIGKILL,
+        extender: bool = True,
+        args: tuple[str, ...] = (),
+    ) -> None:
         """Kill one running process ("gangplugin", "gangplugin-<n>", "kube-scheduler" or
         "kube-apiserver") and start it again (or start it, if it was not running); `extender`
-        chooses kube-scheduler's configuration (tests and benchmarks use this)."""
+        chooses kube-scheduler's configuration, `args` are more `gangplugin serve` flags (tests
+        and benchmarks use these)."""
         components: dict[str, Callable[[], Component | None]] = {
-            "gangplugin": self._gangplugin,
+            "gangplugin": lambda: self._gangplugin(1, args),
             "kube-scheduler": lambda: self._scheduler(extender=extender),
             "kube-apiserver": self._apiserver,
         }
