@@ -9,7 +9,10 @@ resourceVersion seen, or, after 410 Gone, a paginated quorum list), then a watch
 and a jittered `timeoutSeconds`, re-watched from the last resourceVersion when the server ends
 it. Any failure (an error status, 410, 429, 5xx, a refused or dead connection, an undecodable
 line, a bug in a transform) backs off with jitter (longer when the server sends Retry-After),
-then lists again. A connection that stays silent past the bookmark interval is taken for dead.
+then lists again. A watch silent for longer than the bookmark interval is replaced by a new one
+from the same resourceVersion: on a dead connection the new request fails (and that failure
+backs off and lists again); on a live one it costs one request. client-go gets the same from
+HTTP/2 pings, which httpx does not send.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import threading
 import time
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
+
+import httpx
 
 from gangplugin.kube.client import JSON, ApiError, Client, Resource, status_error
 
@@ -32,9 +37,11 @@ Handler = Callable[[str, "T | None", "T | None"], None]  # (event type, old, new
 #: client-go's minWatchTimeout: each watch asks for a random timeout in [1, 2) times it, so the
 #: watches of many replicas do not all end (and re-watch) at once.
 WATCH_TIMEOUT = 300.0
-#: The API server sends each watch a bookmark about every minute: a longer silence is a dead
-#: connection (not the 330 s a read timeout past the watch timeout would take).
-READ_TIMEOUT = 90.0
+#: The API server sends a watch a bookmark about every minute while its resource changes (a quiet
+#: resource's watch may stay silent for longer: etcd's progress notices come every 10 minutes).
+#: After this much silence the watch is made again, so a dead connection is noticed within about
+#: a minute, not the 330 s a read timeout past the watch timeout would take.
+READ_TIMEOUT = 70.0
 PAGE_SIZE = 500
 
 
@@ -160,12 +167,14 @@ class Informer(Generic[T]):
         rv: str | None = None  # the last resourceVersion seen, by list or watch
         relist, quorum = True, False
         while not self._stop.is_set():
+            watching = False
             try:
                 if relist:
                     # From the watch cache ("0": any state; rv: not older than it) unless the
                     # server said our resourceVersion is gone: then from etcd, in pages.
                     rv = self._relist(None if quorum else rv or "0")
                     relist = quorum = False
+                watching = True
                 for event in self._client.watch(
                     self._resource,
                     self._namespace,
@@ -178,22 +187,33 @@ class Informer(Generic[T]):
                         return
                     rv = self._apply(event, rv)
                 # The server ended the watch at its timeout: watch on from rv, no list.
+            except httpx.ReadTimeout as err:
+                if not watching:  # a list that does not answer: a failure like any other (relist holds)
+                    self._failed(err)
+                else:
+                    log.debug(
+                        "informer %s: silent for %gs; watching again", self._resource.plural, READ_TIMEOUT
+                    )
             except Exception as err:  # every failure: back off, then list again
                 if self._stop.is_set():
                     return
                 relist = True
                 quorum = isinstance(err, ApiError) and err.status == 410
-                delay = self._backoff.next()
-                if isinstance(err, ApiError) and err.retry_after is not None:
-                    delay = max(delay, err.retry_after)
-                log.warning(
-                    "informer %s: %s: %s; listing again in %.1fs",
-                    self._resource.plural,
-                    type(err).__name__,
-                    err,
-                    delay,
-                )
-                self._stop.wait(delay)
+                self._failed(err)
+
+    def _failed(self, err: Exception) -> None:
+        """Wait out the backoff (or the server's Retry-After, if longer) before listing again."""
+        delay = self._backoff.next()
+        if isinstance(err, ApiError) and err.retry_after is not None:
+            delay = max(delay, err.retry_after)
+        log.warning(
+            "informer %s: %s: %s; listing again in %.1fs",
+            self._resource.plural,
+            type(err).__name__,
+            err,
+            delay,
+        )
+        self._stop.wait(delay)
 
     def _apply(self, event: JSON, rv: str | None) -> str | None:
         kind, obj = event.get("type"), event.get("object", {})

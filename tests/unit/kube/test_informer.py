@@ -136,10 +136,9 @@ def test_429_waits_at_least_retry_after(api: FakeApi) -> None:
         httpx.Response(500, content=b"etcdserver: leader changed"),
         httpx.Response(503, content=orjson.dumps({"kind": "Status", "code": 503, "message": "starting"})),
         httpx.ConnectError("connection refused"),
-        httpx.ReadTimeout("no bookmark for 90s"),
         httpx.RemoteProtocolError("peer closed connection"),
     ],
-    ids=["500", "503", "refused", "silent", "cut"],
+    ids=["500", "503", "refused", "cut"],
 )
 def test_server_and_connection_failures_back_off_and_relist(api: FakeApi, failure: Any) -> None:
     api.set(pod("a", 5))
@@ -148,6 +147,29 @@ def test_server_and_connection_failures_back_off_and_relist(api: FakeApi, failur
     api.set(pod("a", 5), pod("b", 6), pod("c", 9))  # what the relist will find
     wait_until(lambda: _names(inf) == {"a", "b", "c"})
     assert inf._thread.is_alive()
+    assert isinstance(inf._backoff, _Recording) and len(inf._backoff.delays) == 1
+    inf.stop()
+
+
+def test_a_silent_watch_is_made_again_and_a_dead_server_then_backs_off_and_relists(api: FakeApi) -> None:
+    api.set(pod("a", 5))
+    # Silent past READ_TIMEOUT; then the new watch cannot connect (the server is gone); then back.
+    api.watches = [[event("ADDED", pod("b", 6)), httpx.ReadTimeout("silent")], httpx.ConnectError("refused")]
+    inf = _informer(api)
+    wait_until(lambda: len(api.calls("watch")) >= 3)
+    watches, lists = api.calls("watch"), api.calls("list")
+    assert watches[1].url.params["resourceVersion"] == "6"  # made again at once, from where it was
+    assert api.requests.index(watches[1]) == api.requests.index(watches[0]) + 1  # no list between
+    assert len(lists) == 2 and api.requests.index(lists[1]) == api.requests.index(watches[1]) + 1
+    assert isinstance(inf._backoff, _Recording) and len(inf._backoff.delays) == 1  # only the refusal
+    inf.stop()
+
+
+def test_a_list_that_times_out_backs_off_and_lists_again(api: FakeApi) -> None:
+    api.set(pod("a", 5))
+    api.lists = [httpx.ReadTimeout("no answer")]
+    inf = _informer(api)
+    assert _names(inf) == {"a"} and len(api.calls("list")) == 2
     assert isinstance(inf._backoff, _Recording) and len(inf._backoff.delays) == 1
     inf.stop()
 
