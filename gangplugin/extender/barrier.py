@@ -47,7 +47,9 @@ class _Gang:
 class ApiBinder:
     """Binding API calls made on the extender's event loop over one keep-alive connection pool:
     no thread per call, so binding a gang does not compete for the GIL with the HTTP handlers
-    answering kube-scheduler's filter calls."""
+    answering kube-scheduler's filter calls. Each call carries the client's current credentials
+    (a rotated token file, a renewed exec token); reading or running them happens in a thread
+    when due, so the loop never waits on a file or a plugin."""
 
     def __init__(self, client: Client, connections: int = 32) -> None:
         self.client = client
@@ -58,7 +60,9 @@ class ApiBinder:
         if self._session is None:  # made on the loop that uses it
             connector = aiohttp.TCPConnector(ssl=self.client.ssl_context, limit=self.connections)
             self._session = aiohttp.ClientSession(
-                headers=self.client.headers, connector=connector, timeout=aiohttp.ClientTimeout(total=30)
+                headers={"Accept": "application/json"},
+                connector=connector,
+                timeout=aiohttp.ClientTimeout(total=30),
             )
         body = {
             "apiVersion": "v1",
@@ -67,10 +71,14 @@ class ApiBinder:
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         url = f"{self.client.server}/api/v1/namespaces/{namespace}/pods/{name}/binding"
-        headers = {"Content-Type": "application/json"}
+        credentials = self.client.credentials
+        auth = await asyncio.to_thread(credentials.headers) if credentials.stale() else credentials.headers()
+        headers = {"Content-Type": "application/json", **auth}
         async with self._session.post(url, data=orjson.dumps(body), headers=headers) as resp:
+            if resp.status == 401 and credentials.refreshable:
+                credentials.invalidate()  # the kube-scheduler retries the bind with fresh ones
             if resp.status >= 400:
-                raise api_error(resp.status, await resp.read())
+                raise api_error(resp.status, await resp.read(), resp.headers.get("Retry-After"))
 
 
 class Barrier:

@@ -27,6 +27,7 @@ from typing import Any
 import httpx
 import yaml
 
+from gangplugin.core.names import GRPC_EXTENSION
 from gangplugin.kube.client import NODES, ApiError, Client, Resource
 from gangplugin.kube.shape import nodes_from_shape
 from gangplugin.localcluster.pki import CertificateAuthority, service_account_keys
@@ -133,6 +134,11 @@ class Ports:
     def gangplugin_grpc(self) -> int:
         return self.base + 613
 
+    @property
+    def gangplugin_grpc_mtls(self) -> int:
+        """Replica 1's gRPC port for client-certificate callers (kubectl's admin user)."""
+        return self.base + 609
+
     def gangplugin_replica(self, n: int) -> tuple[int, int, int]:
         """Health, gRPC and webhook ports of `gangplugin serve` replica n (1 has the ones above).
         Replicas share the extender's port: only the leader binds it, as a Service would pick
@@ -160,6 +166,7 @@ class Ports:
             "gangplugin extender": self.gangplugin_extender,
             "gangplugin webhook": self.gangplugin_webhook,
             "gangplugin grpc": self.gangplugin_grpc,
+            "gangplugin grpc mtls": self.gangplugin_grpc_mtls,
         }
 
 
@@ -373,6 +380,7 @@ class LocalCluster:
 
     def _write_pki_and_kubeconfig(self) -> None:
         ca = CertificateAuthority(self.pki_dir)
+        grpc, grpc_mtls = self.ports.gangplugin_grpc, self.ports.gangplugin_grpc_mtls
         ca.issue(
             "apiserver",
             common_name="kube-apiserver",
@@ -411,6 +419,17 @@ class LocalCluster:
                     "cluster": {
                         "server": f"https://127.0.0.1:{self.ports.apiserver}",
                         "certificate-authority": str(ca.cert_path),
+                        # Where gangctl finds gangplugin's gRPC API (README: Credentials).
+                        "extensions": [
+                            {
+                                "name": GRPC_EXTENSION,
+                                "extension": {
+                                    "server": f"127.0.0.1:{grpc}",
+                                    "client-certificate-server": f"127.0.0.1:{grpc_mtls}",
+                                    "certificate-authority": str(ca.cert_path),
+                                },
+                            }
+                        ],
                     },
                 }
             ],
@@ -611,7 +630,7 @@ class LocalCluster:
             ),
         )
 
-    def _gangplugin(self, replica: int = 1) -> Component | None:
+    def _gangplugin(self, replica: int = 1, extra: tuple[str, ...] = ()) -> Component | None:
         """`gangplugin serve` (the console script, as a user runs it) with every registered
         component (or GANGPLUGIN_COMPONENTS). Replica 1 is the one `up` starts and waits to lead;
         `restart("gangplugin-2")` starts a second one, a follower until the first is gone."""
@@ -644,12 +663,21 @@ class LocalCluster:
                 f"--grpc-bind=127.0.0.1:{grpc}",
                 f"--grpc-tls-cert={self.pki_dir / 'webhook.crt'}",
                 f"--grpc-tls-key={self.pki_dir / 'webhook.key'}",
+                *(
+                    [
+                        f"--grpc-mtls-bind=127.0.0.1:{p.gangplugin_grpc_mtls}",
+                        f"--grpc-client-ca={self.pki_dir / 'ca.crt'}",
+                    ]
+                    if replica == 1
+                    else []
+                ),
                 f"--extender-bind=127.0.0.1:{p.gangplugin_extender}",
                 f"--extender-tls-cert={self.pki_dir / 'webhook.crt'}",
                 f"--extender-tls-key={self.pki_dir / 'webhook.key'}",
                 f"--webhook-bind=127.0.0.1:{webhook}",
                 f"--webhook-tls-cert={self.pki_dir / 'webhook.crt'}",
                 f"--webhook-tls-key={self.pki_dir / 'webhook.key'}",
+                *extra,
             ],
             health=ready,
         )
@@ -666,13 +694,22 @@ class LocalCluster:
                 time.sleep(0.1)
         self._write_state()
 
-    def restart(self, name: str, *, kill: signal.Signals = signal.SIGKILL, extender: bool = True) -> None:
-        """Kill one running process ("gangplugin", "gangplugin-<n>" or "kube-scheduler") and start
-        it again (or start it, if it was not running); `extender` chooses kube-scheduler's
-        configuration (tests and benchmarks use this)."""
+    def restart(
+        self,
+        name: str,
+        *,
+        kill: signal.Signals = signal.SIGKILL,
+        extender: bool = True,
+        args: tuple[str, ...] = (),
+    ) -> None:
+        """Kill one running process ("gangplugin", "gangplugin-<n>", "kube-scheduler" or
+        "kube-apiserver") and start it again (or start it, if it was not running); `extender`
+        chooses kube-scheduler's configuration, `args` are more `gangplugin serve` flags (tests
+        and benchmarks use these)."""
         components: dict[str, Callable[[], Component | None]] = {
-            "gangplugin": self._gangplugin,
+            "gangplugin": lambda: self._gangplugin(1, args),
             "kube-scheduler": lambda: self._scheduler(extender=extender),
+            "kube-apiserver": self._apiserver,
         }
         if name.startswith("gangplugin-"):
             components[name] = lambda: self._gangplugin(int(name.removeprefix("gangplugin-")))
