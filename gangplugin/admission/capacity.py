@@ -6,6 +6,12 @@ Everything here is a cache of a function of API objects: built from the watch ca
 use, so a restarted controller rebuilds the same capacity (promises in admission order).
 A promise is redone only when what it stands for changed (the gang's domain or how many of
 its pods are bound), so a pass costs O(new admissions), not O(all admitted gangs).
+
+Admissions the pass wrote but the Workload cache has not shown yet are *assumed*, as
+kube-scheduler assumes a pod it is binding: their capacity stays charged, in every level order,
+until the cache holds a newer version of the Workload than the one the write was made on.
+Without that, a pass running on a cache that still shows such a gang Pending released its
+capacity and could promise the same nodes to the next gang in the queue.
 """
 
 from __future__ import annotations
@@ -17,9 +23,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from gangplugin.core.admission import promise, release
+from gangplugin.core.admission import charge, promise, release
 from gangplugin.core.errors import InputError
-from gangplugin.core.placement import Gang, PlacementPolicy
+from gangplugin.core.placement import Gang, Placement, PlacementPolicy
 from gangplugin.core.topology import Snapshot, build_snapshot
 from gangplugin.kube.client import JSON
 from gangplugin.kube.records import bound_pod_from_k8s, node_from_k8s
@@ -37,6 +43,23 @@ class Promise:
     namespace: str
     gang: Callable[[], Gang]
     policy: PlacementPolicy
+    occupied: tuple[str, ...] = ()  # the nodes of its bound pods (their UltraServers' spares are its)
+
+
+@dataclass(frozen=True, slots=True)
+class Assumed:
+    """A gang the pass admitted (wrote Ready) that the cache still shows as before the write.
+
+    `resource_version`: the version the write was conditioned on; the cache showing any other
+    version has seen the write. `certain`: False when the write's outcome is unknown (a
+    transport error): the Workload is read again before the admission is forgotten."""
+
+    resource_version: str
+    certain: bool
+    fingerprint: Any
+    namespace: str
+    gang: Gang
+    placement: Placement
 
 
 @dataclass
@@ -50,6 +73,7 @@ class CapacityView:
         self._nodes, self._pods = nodes, pods
         self._views: dict[tuple[str, ...], _View] = {}
         self._lock = threading.Lock()
+        self.assumed: dict[str, Assumed] = {}  # Workload key -> its admission in flight
 
     # -- watch events (informer threads) ---------------------------------------------------------
 
@@ -95,16 +119,23 @@ class CapacityView:
             yield
 
     def snapshot(self, levels: tuple[str, ...], promises: list[Promise]) -> Snapshot:
-        """The snapshot for `levels` with exactly `promises` charged (call under `locked`)."""
+        """The snapshot for `levels` with exactly `promises` and the assumed admissions charged
+        (call under `locked`)."""
         view = self._views.get(levels)
         if view is None:
             view = self._views[levels] = _View(self.build(levels))
         wanted = {p.key: p for p in promises}
         for key, (fp, ns, gang) in list(view.promised.items()):
             p = wanted.get(key)
+            if p is None and key in self.assumed and self.assumed[key].fingerprint == fp:
+                continue
             if p is None or p.fingerprint != fp:
                 release(view.snapshot, gang, ns)
                 del view.promised[key]
+        for key, a in self.assumed.items():
+            if key not in view.promised and key not in wanted:
+                charge(view.snapshot, a.gang, a.placement, a.namespace)
+                view.promised[key] = (a.fingerprint, a.namespace, a.gang)
         for p in promises:
             if p.key in view.promised:
                 continue
@@ -113,13 +144,23 @@ class CapacityView:
             except InputError as err:
                 log.warning("admitted workload %s: promised capacity not counted: %s", p.key, err)
                 continue
-            promise(view.snapshot, gang, p.namespace, p.policy)
+            promise(view.snapshot, gang, p.namespace, p.policy, p.occupied)
             view.promised[p.key] = (p.fingerprint, p.namespace, gang)
         return view.snapshot
 
-    def record(self, levels: tuple[str, ...], key: str, fingerprint: Any, namespace: str, gang: Gang) -> None:
-        """A gang this pass admitted and charged to the snapshot (under `locked`)."""
-        self._views[levels].promised[key] = (fingerprint, namespace, gang)
+    def assume(self, key: str, admission: Assumed) -> None:
+        """Charge an admission the pass decided to every level order's snapshot (under `locked`),
+        and keep it charged until `forget`: the pass's next decisions and passes count it."""
+        self.assumed[key] = admission
+        for view in self._views.values():
+            if key not in view.promised:
+                charge(view.snapshot, admission.gang, admission.placement, admission.namespace)
+                view.promised[key] = (admission.fingerprint, admission.namespace, admission.gang)
+
+    def forget(self, key: str) -> None:
+        """The admission is no longer assumed: its write failed, or the cache shows the Workload
+        as it is now. The next `snapshot` keeps its capacity only if it is a promise."""
+        self.assumed.pop(key, None)
 
     def build(self, levels: tuple[str, ...]) -> Snapshot:
         """Nodes and bound pods as the watch caches hold them now (no promises)."""

@@ -21,6 +21,7 @@ is requeued (check Retry) at that instant, and pods carry the block end to check
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -33,10 +34,9 @@ from functools import partial
 from typing import Any
 
 from gangplugin.admission import records as rec
-from gangplugin.admission.capacity import CapacityView, Promise
+from gangplugin.admission.capacity import Assumed, CapacityView, Promise
 from gangplugin.core.admission import (
     AdmissionDecision,
-    charge,
     decide,
     gang_id,
     promise,
@@ -55,7 +55,7 @@ from gangplugin.core.names import (
     PREFERRED_TOPOLOGY_ANNOTATION,
     REQUIRED_TOPOLOGY_ANNOTATION,
 )
-from gangplugin.core.placement import Assignment, Gang, replace
+from gangplugin.core.placement import Assignment, Gang, recover
 from gangplugin.core.plans import TrainingPlan
 from gangplugin.core.policy import GangPolicy, requeue_decision
 from gangplugin.core.quota import next_quota_change
@@ -298,14 +298,17 @@ class GangAdmission:
             None if admitted_at is None else datetime.fromtimestamp(admitted_at, UTC),
         )
 
-    def _bound_by_podset(self, namespace: str, gang: str) -> Counter[str]:
+    def _bound(self, namespace: str, gang: str) -> tuple[Counter[str], tuple[str, ...]]:
+        """The gang's bound pods: how many per podset, and their nodes."""
         with self._lock:
             pods = list(self._gang_pods.get((namespace, gang), {}).values())
         out: Counter[str] = Counter()
+        nodes: set[str] = set()
         for pod in pods:
-            if (pod.get("spec") or {}).get("nodeName") and _pod_active(pod):
+            if (node := (pod.get("spec") or {}).get("nodeName")) and _pod_active(pod):
                 out[(pod["metadata"].get("labels") or {}).get(rec.PODSET_LABEL, "main")] += 1
-        return out
+                nodes.add(node)
+        return out, tuple(sorted(nodes))
 
     def gang_pods(self, namespace: str, gang: str) -> list[JSON]:
         with self._lock:
@@ -321,35 +324,49 @@ class GangAdmission:
             return None
         admitted: list[AdmittedGang] = []
         candidates: list[tuple[tuple[float, float, str], JSON, str]] = []
+        unready: dict[str | None, list[str]] = {}
+        seen: set[str] = set()
         for wl in self.workloads.items():
             found = GangPolicies.check_of(wl, ours)
             if found is None or not rec.is_true(wl, "QuotaReserved") or rec.is_true(wl, "Finished"):
                 continue
             name, state = found
+            key = _key(wl)
+            seen.add(key)
+            if self._still_assumed(key, wl):
+                unready.setdefault(ours[name], []).append(key)
+                continue  # admitted by an earlier pass; the cache has not shown the write yet
             if state.get("state") == "Ready":
-                admitted.append(AdmittedGang(_key(wl), wl, name, ours[name], self.ever_ready(wl)))
+                admitted.append(AdmittedGang(key, wl, name, ours[name], self.ever_ready(wl)))
             elif state.get("state") == "Pending" and not rec.is_true(wl, "Evicted"):
-                order = (condition_time(wl, "QuotaReserved"), _ts(wl, "creationTimestamp"), _key(wl))
+                order = (condition_time(wl, "QuotaReserved"), _ts(wl, "creationTimestamp"), key)
                 candidates.append((order, wl, name))
+        for key in set(self.capacity.assumed) - seen:
+            self.capacity.forget(key)  # deleted, finished or no longer ours
         if not candidates:
             return None
         candidates.sort(key=lambda c: c[0])
         admitted.sort(key=lambda a: (condition_time(a.wl, "Admitted"), a.key))
         snapshots: dict[tuple[str, ...], Snapshot] = {}
-        unready: dict[str | None, list[str]] = {}
         for a in admitted:
             if not a.ever_ready:
                 unready.setdefault(a.policy, []).append(a.key)
         # Decide every candidate in order on one snapshot (each admission charged before the next
         # is decided), then write the decisions concurrently: a write waits on the API server,
         # and the decisions no longer depend on each other.
-        writes: list[Callable[[], bool | None]] = []
+        writes: list[tuple[str | None, Callable[[], bool | None]]] = []
         wake: list[float] = []  # when a gang the plans hold back may be decided otherwise
         with self.capacity.locked():
             self._decide_all(candidates, ours, admitted, unready, snapshots, writes, wake, now)
-        # A refused admission (the Workload changed meanwhile) only over-counted capacity in this
+        # Every write runs to its end, each on its own: one Workload's failure holds back no other.
+        outcomes = list(self._writers.map(lambda w: _outcome(w[1]), writes))
+        with self.capacity.locked():
+            for (admitted_key, _), outcome in zip(writes, outcomes, strict=True):
+                if admitted_key is not None and outcome is not True:
+                    self._settle_failed_admission(admitted_key, outcome)
+        # A refused write (the Workload changed meanwhile) only over-counted capacity in this
         # pass; the pass runs again on fresh copies.
-        rerun = not all(self._writers.map(lambda write: write() is not False, writes))
+        rerun = any(o is False or isinstance(o, Exception) for o in outcomes)
         took = time.monotonic() - started
         log.log(
             logging.INFO if took > 1.0 else logging.DEBUG,
@@ -363,6 +380,45 @@ class GangAdmission:
             return 0.5
         return max(0.05, min(wake) - now) if wake else None
 
+    def _still_assumed(self, key: str, wl: JSON) -> bool:
+        """Whether an admission this controller wrote is not yet in the cached Workload (then its
+        capacity stays charged and the gang is not a candidate); forgets it once it is."""
+        a = self.capacity.assumed.get(key)
+        if a is None:
+            return False
+        if wl["metadata"].get("resourceVersion") != a.resource_version:
+            with self.capacity.locked():
+                self.capacity.forget(key)
+            return False
+        if a.certain:
+            return True
+        try:  # the write's outcome is unknown: the API server says whether it happened
+            live = self.client.request(
+                "GET", WORKLOADS.path(wl["metadata"]["namespace"], wl["metadata"]["name"])
+            )
+        except ApiError as err:
+            if err.status == 404:
+                with self.capacity.locked():
+                    self.capacity.forget(key)
+                return False
+            return True  # still unknown: keep counting it
+        if live["metadata"].get("resourceVersion") == a.resource_version:
+            with self.capacity.locked():
+                self.capacity.forget(key)  # not written: the gang is decided again
+            return False
+        return True
+
+    def _settle_failed_admission(self, key: str, outcome: bool | Exception | None) -> None:
+        """After an admission's write: refused (False, or a 4xx) or a no-op (None) means nothing
+        was written; any other error leaves the outcome unknown until the Workload is read again."""
+        a = self.capacity.assumed.get(key)
+        if a is None:
+            return
+        if isinstance(outcome, Exception) and not (isinstance(outcome, ApiError) and outcome.status < 500):
+            self.capacity.assumed[key] = dataclasses.replace(a, certain=False)
+        else:
+            self.capacity.forget(key)
+
     def _decide_all(
         self,
         candidates: list[tuple[tuple[float, float, str], JSON, str]],
@@ -370,7 +426,7 @@ class GangAdmission:
         admitted: list[AdmittedGang],
         unready: dict[str | None, list[str]],
         snapshots: dict[tuple[str, ...], Snapshot],
-        writes: list[Callable[[], bool | None]],
+        writes: list[tuple[str | None, Callable[[], bool | None]]],
         wake: list[float],
         now: float,
     ) -> None:
@@ -382,7 +438,9 @@ class GangAdmission:
                 policy = self.policy(policy_name)
                 levels = self.levels(policy)
             except InputError as err:
-                writes.append(partial(self._write_check, wl, check, "Pending", f"waiting: {err}", now=now))
+                writes.append(
+                    (None, partial(self._write_check, wl, check, "Pending", f"waiting: {err}", now=now))
+                )
                 continue
             snap = snapshots.get(levels)
             if snap is None:
@@ -400,13 +458,16 @@ class GangAdmission:
                     if change is not None:
                         wake.append(change.timestamp())
                     writes.append(
-                        partial(
-                            self._write_check,
-                            wl,
-                            check,
-                            "Pending",
-                            f"waiting for the next block: {drain.reason}",
-                            now=now,
+                        (
+                            None,
+                            partial(
+                                self._write_check,
+                                wl,
+                                check,
+                                "Pending",
+                                f"waiting for the next block: {drain.reason}",
+                                now=now,
+                            ),
                         )
                     )
                     continue
@@ -418,19 +479,32 @@ class GangAdmission:
                 gang = self.gang(wl)
                 decision = decide(snap, gang, gang.name, policy.placement, blocker, end)
             except InputError as err:
-                writes.append(partial(self._reject, wl, check, f"the Workload cannot be used: {err}", now))
+                writes.append(
+                    (None, partial(self._reject, wl, check, f"the Workload cannot be used: {err}", now))
+                )
                 continue
             if decision.ready:
                 assert decision.placement is not None
-                ns = wl["metadata"]["namespace"]
-                charge(snap, gang, decision.placement, ns)
+                key = _key(wl)
                 updates = [u.to_dict() for u in decision.pod_set_updates]
-                self.capacity.record(levels, _key(wl), _fingerprint(updates, Counter()), ns, gang)
+                self.capacity.assume(
+                    key,
+                    Assumed(
+                        wl["metadata"]["resourceVersion"],
+                        True,
+                        (_fingerprint(updates, Counter()), ()),
+                        wl["metadata"]["namespace"],
+                        gang,
+                        decision.placement,
+                    ),
+                )
                 if policy.sequential:
-                    unready.setdefault(policy_name, []).append(_key(wl))
-                writes.append(partial(self._admit, wl, check, decision, now))
+                    unready.setdefault(policy_name, []).append(key)
+                writes.append((key, partial(self._admit, wl, check, decision, now)))
             else:
-                writes.append(partial(self._write_check, wl, check, "Pending", decision.message, now=now))
+                writes.append(
+                    (None, partial(self._write_check, wl, check, "Pending", decision.message, now=now))
+                )
 
     def _promises(self, admitted: list[AdmittedGang]) -> list[Promise]:
         """What every admitted gang still needs (its unbound pods in its chosen domain), in
@@ -444,14 +518,15 @@ class GangAdmission:
             ns = a.wl["metadata"]["namespace"]
             gid = gang_id(a.wl["metadata"]["name"])
             updates = (rec.check_state(a.wl, a.check) or {}).get("podSetUpdates") or []
-            bound = self._bound_by_podset(ns, gid)
+            bound, occupied = self._bound(ns, gid)
             out.append(
                 Promise(
                     a.key,
-                    _fingerprint(updates, bound),
+                    (_fingerprint(updates, bound), occupied),
                     ns,
                     partial(self._unbound_gang, a.wl, updates, bound),
                     policy.placement,
+                    occupied,
                 )
             )
         return out
@@ -462,7 +537,7 @@ class GangAdmission:
         snap = self.capacity.build(levels)
         for p in self._promises(admitted):
             try:
-                promise(snap, p.gang(), p.namespace, p.policy)
+                promise(snap, p.gang(), p.namespace, p.policy, p.occupied)
             except InputError as err:
                 log.warning("admitted workload %s: promised capacity not counted: %s", p.key, err)
         return snap
@@ -596,9 +671,10 @@ class GangAdmission:
     def replace_failed(
         self, wl: JSON, state: Mapping[str, Any], policy: GangPolicy, failed: tuple[str, ...]
     ) -> None:
-        """Move the pods of the gang off NotReady nodes: the core picks the node (a spare of the
-        gang's UltraServer first); the pods there are deleted so their controller recreates them,
-        and the domain nodeSelector keeps the new ones inside the gang's domain."""
+        """Move the pods of the gang off NotReady nodes, all failed nodes in one decision of the
+        core (`recover`: a spare of the gang's UltraServer first), or none of them: the pods
+        there are deleted so their controller recreates them, and the domain nodeSelector keeps
+        the new ones inside the gang's domain, where the extender lets them take the spare."""
         ns = wl["metadata"]["namespace"]
         gang = self.gang(wl)
         for upd in state.get("podSetUpdates") or []:
@@ -612,24 +688,20 @@ class GangAdmission:
             )
             for i, p in enumerate(sorted(pods, key=lambda p: p["metadata"]["name"]))
         ]
-        snap = self.capacity.build(self.levels(policy))
-        for node in failed:
-            on_node = [p for p in pods if p["spec"]["nodeName"] == node]
-            if not on_node:
-                continue
-            result = replace(snap, gang, assignments, node, policy.placement)
-            if not result.feasible:
-                self.event(
-                    wl,
-                    "Warning",
-                    "NodeReplacementImpossible",
-                    f"{result.reason}; waiting for recoveryTimeout",
-                )
-                continue
-            for pod in on_node:
-                self._delete_pod(ns, pod["metadata"]["name"])
+        result = recover(
+            self.capacity.build(self.levels(policy)), gang, assignments, failed, policy.placement
+        )
+        if not result.feasible:
             self.event(
-                wl, "Normal", "NodeReplaced", f"{result.reason}; {len(on_node)} pod(s) recreated there"
+                wl, "Warning", "NodeReplacementImpossible", f"{result.reason}; waiting for recoveryTimeout"
+            )
+            return
+        for pod in pods:
+            if pod["spec"]["nodeName"] in failed:
+                self._delete_pod(ns, pod["metadata"]["name"])
+        for move in result.moves:
+            self.event(
+                wl, "Normal", "NodeReplaced", f"{move.reason}; {len(move.assignments)} pod(s) recreated there"
             )
 
     def _delete_pod(self, namespace: str, name: str) -> None:
@@ -770,6 +842,15 @@ def _fingerprint(updates: list[JSON], bound: Counter[str]) -> tuple[Any, ...]:
         sorted((str(u.get("name")), tuple(sorted((u.get("nodeSelector") or {}).items()))) for u in updates)
     )
     return domains, tuple(sorted(bound.items()))
+
+
+def _outcome(write: Callable[[], bool | None]) -> bool | Exception | None:
+    """A write's result, or the error it raised (logged): one Workload's failure is its own."""
+    try:
+        return write()
+    except Exception as err:  # any failure of one write is that Workload's alone
+        log.warning("admission write failed: %s", err)
+        return err
 
 
 def _node_view(obj: JSON) -> tuple[Any, ...]:

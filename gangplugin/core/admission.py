@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -117,13 +117,16 @@ def decide(
     return AdmissionDecision(True, f"gang admitted: {placement.reason} [{where}]", updates, domain, placement)
 
 
-def promise(snapshot: Snapshot, gang: Gang, namespace: str, policy: PlacementPolicy) -> int:
+def promise(
+    snapshot: Snapshot, gang: Gang, namespace: str, policy: PlacementPolicy, occupied: Collection[str] = ()
+) -> int:
     """Charge `gang` (an admitted gang's pods that are not bound yet, with its domain in the
-    nodeSelector) to the snapshot as synthetic pods; returns how many were charged (0 when they
-    no longer fit: nothing is promised twice and never beyond what exists)."""
+    nodeSelector; `occupied`: the nodes of its bound pods) to the snapshot as synthetic pods;
+    returns how many were charged (0 when they no longer fit: nothing is promised twice and
+    never beyond what exists)."""
     if not gang.podsets:
         return 0
-    placement = place(snapshot, gang, policy)
+    placement = place(snapshot, gang, policy, occupied)
     if not placement.feasible:
         return 0
     return charge(snapshot, gang, placement, namespace)

@@ -61,6 +61,7 @@ class GangPod:
     required_topology: str | None = None
     preferred_topology: str | None = None
     finished: bool = False  # Succeeded or Failed: holds no node and is no longer a member
+    deleting: bool = False  # being deleted: still holds its node until it is gone, but a member no more
     error: str | None = None
 
     @property
@@ -181,16 +182,20 @@ def plan_gang(
     *,
     expires_at: float = 0.0,
     rejected: Mapping[Shape, Collection[str]] | None = None,
+    keep_bound: bool = False,
 ) -> GangPlan:
     """Place every member of `pod`'s gang that is not bound yet. See the module docstring.
 
     `members`: every known pod of the gang (bound or not, `pod` may be among them); `snapshot`
     must count capacity reserved by other gangs but not by this one; `rejected`: per pod shape,
     nodes kube-scheduler refused lately, which no member of that shape is planned on (the gang
-    is still planned whole: without them, or not at all). Raises InputError for a
-    gang-size that members disagree on or a topology annotation naming an unknown level.
+    is still planned whole: without them, or not at all); `keep_bound`: the gang's bound
+    members are never abandoned (a Kueue gang: its admission check recovers or requeues it
+    whole). The spares of an UltraServer where members are bound are theirs to use (a pod
+    recreated after its node failed). Raises InputError for a gang-size that members disagree
+    on or a topology annotation naming an unknown level.
     """
-    members = [m for m in members if not m.finished]
+    members = [m for m in members if not m.finished and not m.deleting]
     size = gang_size(pod, members)
     gkey = pod.gang_key
     assert gkey is not None
@@ -206,13 +211,14 @@ def plan_gang(
             pin = (required, str(next(iter(values))))
     podsets = _podsets(pod, pending, need, pin, rejected or {})
     try:
-        placement = place(snapshot, Gang(tuple(podsets), f"{gkey[0]}/{gkey[1]}"), policy)
+        gang = Gang(tuple(podsets), f"{gkey[0]}/{gkey[1]}")
+        placement = place(snapshot, gang, policy, [m.node for m in bound if m.node is not None])
     except InputError as err:
         raise InputError(f"pod {pod.namespace}/{pod.name}: {err.field}", err.problem) from err
     if not placement.feasible:
         where = f" next to its {len(bound)} bound pod(s) in {pin[0]} {pin[1]}" if pin else ""
         reason = f"gang {gkey[1]} ({size} pods) cannot be placed whole{where}: {placement.reason}"
-        abandon = tuple(sorted(m.key for m in bound))
+        abandon = () if keep_bound else tuple(sorted(m.key for m in bound))
         return GangPlan(gkey, size, False, reason, abandon=abandon, expires_at=expires_at)
     by_set = {ps.name: ps for ps in podsets}
     slots = tuple(

@@ -25,14 +25,16 @@ then larger ones) on a working copy of free capacity; a domain is accepted only 
 Nothing is ever half placed: the result has an assignment for every pod, or none.
 
 Spares: with `spares_per_ultraserver = k`, the k idle nodes with the highest names in each
-UltraServer are invisible to `place` and serve `replace` for a gang already in that
-UltraServer. The answer is a pure function of its inputs; input order never matters.
+UltraServer are held back from every gang except one already running in that UltraServer,
+for which they are the first choice to replace a failed node (`held_spares` is that one rule,
+for the admission check's `place` and `recover` and the extender's plan of a recreated pod).
+The answer is a pure function of its inputs; input order never matters.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,7 +43,7 @@ from gangplugin.core.errors import InputError
 from gangplugin.core.names import PREFERRED_TOPOLOGY_ANNOTATION as PREFERRED_ANNOTATION
 from gangplugin.core.names import REQUIRED_TOPOLOGY_ANNOTATION as REQUIRED_ANNOTATION
 from gangplugin.core.resources import CPU, MEMORY, PODS, format_quantity
-from gangplugin.core.topology import HOSTNAME_LABEL, ULTRASERVER_LABEL, Snapshot
+from gangplugin.core.topology import HOSTNAME_LABEL, ULTRASERVER_LABEL, BoundPod, Snapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +128,28 @@ class Replacement:
 
 
 # -- helpers ----------------------------------------------------------------------------------
+
+
+def held_spares(
+    snapshot: Snapshot, policy: PlacementPolicy, occupied: Collection[str] = ()
+) -> frozenset[int]:
+    """The spare nodes a gang may not use: every UltraServer's spares, except those of an
+    UltraServer where the gang already has pods (`occupied`: their nodes), which exist to take
+    its pods from a failed node."""
+    spares = snapshot.spare_nodes(policy.spares_per_ultraserver)
+    if not spares or not occupied:
+        return spares
+    own = {
+        us
+        for node in map(snapshot.node, occupied)
+        if node is not None and (us := node.labels.get(ULTRASERVER_LABEL)) is not None
+    }
+    return frozenset(
+        i
+        for i in spares
+        if (node := snapshot.nodes[i]) is None or node.labels.get(ULTRASERVER_LABEL) not in own
+    )
+
 
 _Req = tuple[tuple[str, int], ...]
 _NO_CONSTRAINTS = PodConstraints()
@@ -487,8 +511,12 @@ def _explain(snap: Snapshot, planner: _Planner, spares: frozenset[int], level: i
 # -- public API -----------------------------------------------------------------------------------
 
 
-def place(snapshot: Snapshot, gang: Gang, policy: PlacementPolicy | None = None) -> Placement:
+def place(
+    snapshot: Snapshot, gang: Gang, policy: PlacementPolicy | None = None, occupied: Collection[str] = ()
+) -> Placement:
     """Where every pod of `gang` goes, or why it cannot run now. See the module docstring.
+    `occupied`: nodes where other pods of the gang already run (their UltraServers' spares are
+    the gang's to use).
 
     Raises InputError for a gang without podsets, a count below 1, or a topology annotation
     naming a label that is not one of the snapshot's levels.
@@ -496,7 +524,7 @@ def place(snapshot: Snapshot, gang: Gang, policy: PlacementPolicy | None = None)
     validate_gang(gang)
     policy = policy or PlacementPolicy()
     req, pref = _gang_levels(snapshot, gang)
-    spares = snapshot.spare_nodes(policy.spares_per_ultraserver)
+    spares = held_spares(snapshot, policy, occupied)
     planner = _Planner(snapshot, gang, spares)
     levels = snapshot.levels
     narrowest = len(levels) - 1
@@ -568,8 +596,8 @@ def replace(
 
     The snapshot must already count the gang's pods on its other nodes. Candidates keep the
     gang's required domain; the closest in the topology to the gang win (deepest shared
-    level), within that a spare of the gang's own UltraServer first, then the tightest fit,
-    then the name. Spares of other UltraServers are never used.
+    level), within that a spare of an UltraServer the gang runs in first, then the tightest
+    fit, then the name. Spares of other UltraServers are never used (`held_spares`).
     """
     validate_gang(gang)
     policy = policy or PlacementPolicy()
@@ -592,17 +620,14 @@ def replace(
         others = sorted({a.node for a in assignments if a.node != failed_node})
         anchor = next((n for n in map(snapshot.node, others) if n is not None), None)
     anchor_key = tuple(anchor.labels.get(label) for label in snapshot.levels) if anchor is not None else None
-    own_us = anchor.labels.get(ULTRASERVER_LABEL) if anchor is not None else None
     spares = snapshot.spare_nodes(policy.spares_per_ultraserver)
+    held = held_spares(snapshot, policy, {a.node for a in assignments})
     constraints = {by_name[name].constraints for name in per_set}
     best: tuple[tuple[int, int, int, str], int] | None = None
     for i, node in enumerate(snapshot.nodes):
-        if node is None or node.name == failed_node or not snapshot.usable[i]:
+        if node is None or node.name == failed_node or not snapshot.usable[i] or i in held:
             continue
         is_spare = i in spares
-        us = node.labels.get(ULTRASERVER_LABEL)
-        if is_spare and (own_us is None or us != own_us):
-            continue
         free = snapshot.free[i]
         if PODS not in free:
             free = {**free, PODS: need[PODS]}
@@ -638,7 +663,7 @@ def replace(
     node = snapshot.nodes[i]
     assert node is not None
     used_spare = rank[1] == 0
-    kind = f"spare of UltraServer {own_us}" if used_spare else "node"
+    kind = f"spare of UltraServer {node.labels.get(ULTRASERVER_LABEL)}" if used_spare else "node"
     return Replacement(
         True,
         node.name,
@@ -646,3 +671,52 @@ def replace(
         tuple(Assignment(a.pod_set, a.index, node.name) for a in moved),
         f"{failed_node} replaced by {kind} {node.name}",
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Recovery:
+    """Where the pods of every failed node go, decided together: a move per node, or none."""
+
+    feasible: bool
+    moves: tuple[Replacement, ...]
+    reason: str
+
+
+RECOVERY_NAMESPACE = "~recovery"  # synthetic pods `recover` charges while it decides
+
+
+def recover(
+    snapshot: Snapshot,
+    gang: Gang,
+    assignments: Sequence[Assignment],
+    failed_nodes: Collection[str],
+    policy: PlacementPolicy | None = None,
+) -> Recovery:
+    """Replace every node of `failed_nodes` at once (`replace` for each, in name order, each
+    seeing the pods the ones before it moved): all moves, or none when one node cannot be
+    replaced, so a gang is never half moved. The snapshot is left as it was given."""
+    by_name = {ps.name: ps for ps in gang.podsets}
+    current = list(assignments)
+    moves: list[Replacement] = []
+    charged: list[str] = []
+    try:
+        for failed in sorted(set(failed_nodes)):
+            r = replace(snapshot, gang, current, failed, policy)
+            if not r.feasible:
+                n = len(set(failed_nodes))
+                what = "the failed node" if n == 1 else f"all {n} failed nodes"
+                return Recovery(False, (), f"{what} cannot be replaced: {r.reason}")
+            if r.node is None:
+                continue
+            moves.append(r)
+            moved = {(a.pod_set, a.index): a for a in r.assignments}
+            current = [moved.get((a.pod_set, a.index), a) for a in current]
+            for a in r.assignments:
+                name = f"{gang.name}/{a.pod_set}/{a.index}"
+                snapshot.bind(BoundPod(RECOVERY_NAMESPACE, name, a.node, dict(by_name[a.pod_set].requests)))
+                charged.append(name)
+    finally:
+        for name in charged:
+            snapshot.unbind(RECOVERY_NAMESPACE, name)
+    reason = "; ".join(m.reason for m in moves) or "no pod of the gang is on a failed node"
+    return Recovery(True, tuple(moves), reason)

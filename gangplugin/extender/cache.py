@@ -99,12 +99,13 @@ class ExtenderCache:
             snap = self.snapshots[levels] = build_snapshot(nodes, self.bound.values(), levels)
         return snap
 
-    def _settings_of(self, gkey: GangKey) -> tuple[PlacementPolicy, Snapshot]:
+    def _settings_of(self, gkey: GangKey) -> tuple[PlacementPolicy, Snapshot, bool]:
+        """The gang's placement policy and snapshot, and whether Kueue's gang check owns it."""
         found = self.policy_of(*gkey) if self.policy_of is not None else None
         if found is None:
-            return self.policy, self.snapshot
+            return self.policy, self.snapshot, False
         policy, levels = found
-        return policy, self.snapshot_for(levels)
+        return policy, self.snapshot_for(levels), True
 
     # -- watch handlers --------------------------------------------------------------------
 
@@ -277,7 +278,7 @@ class ExtenderCache:
                 plan = self.plans.get(gkey)
                 if plan is None:
                     members = [m for m in self.members(gkey) if m.key != pod.key]
-                    policy, snap = self._settings_of(gkey)
+                    policy, snap, checked = self._settings_of(gkey)
                     plan = plan_gang(
                         snap,
                         pod,
@@ -285,6 +286,7 @@ class ExtenderCache:
                         policy,
                         expires_at=now + self.plan_ttl,
                         rejected=self._rejected_for(pod, node_names, now),
+                        keep_bound=checked,
                     )
                     made = plan
                     if plan.feasible:

@@ -60,6 +60,7 @@ def gang_pod_from_k8s(obj: Mapping[str, Any]) -> GangPod:
             required_topology=str(annotations.get(REQUIRED_TOPOLOGY_ANNOTATION) or "") or None,
             preferred_topology=str(annotations.get(PREFERRED_TOPOLOGY_ANNOTATION) or "") or None,
             finished=finished,
+            deleting=bool(meta.get("deletionTimestamp")),
         )
     except InputError as err:
         return GangPod(namespace, name, str(meta.get("uid") or ""), error=str(err))

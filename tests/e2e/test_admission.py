@@ -389,6 +389,79 @@ def test_node_failure_replaced_from_spare(cluster: E2ECluster, namespace: str, g
         _heal_node(client, victim)
 
 
+def _seventeen_in_one_ultraserver(
+    client: Client, namespace: str, queue: str
+) -> tuple[str, dict[str, Any], dict[str, tuple[str, str]]]:
+    """A 17-pod gang Running in one UltraServer of 18 (its 18th node left as the spare):
+    (job, Workload, pod name -> (uid, node))."""
+    job = submit(client, namespace, queue, 17)
+    pods = running_gang(client, namespace, job, 17)
+    wait_for(lambda: is_true(workload(client, namespace, job), "PodsReady"), 60, "PodsReady")
+    return (
+        job,
+        workload(client, namespace, job),
+        {p["metadata"]["name"]: (p["metadata"]["uid"], p["spec"]["nodeName"]) for p in pods},
+    )
+
+
+def test_node_failure_in_a_full_ultraserver_is_replaced_by_its_spare(
+    cluster: E2ECluster, namespace: str, gang_queue: Any
+) -> None:
+    client = cluster.client
+    queue = gang_queue(nodeFailure="ReplaceFromSpare", sparesPerUltraServer=1, recoveryTimeout="60s")
+    job, wl, before = _seventeen_in_one_ultraserver(client, namespace, queue)
+    domain = check_of(wl)["podSetUpdates"][0]["nodeSelector"][US]
+    in_domain = sorted(n for n, us in node_us(client).items() if us == domain)
+    (spare,) = sorted(set(in_domain) - {node for _, node in before.values()})
+    victim = sorted(node for _, node in before.values())[0]
+    failed_at = time.monotonic()
+    _fail_node(client, victim)
+    try:
+
+        def whole_again() -> list[dict[str, Any]] | None:
+            items = [
+                p for p in job_pods(client, namespace, job) if not p["metadata"].get("deletionTimestamp")
+            ]
+            ok = len(items) == 17 and all(is_true(p, "Ready") for p in items)
+            return items if ok and victim not in {p["spec"]["nodeName"] for p in items} else None
+
+        again = wait_for(whole_again, 60, "the gang whole again within recoveryTimeout")
+        assert time.monotonic() - failed_at < 60
+        healthy = {n: v for n, v in before.items() if v[1] != victim}
+        now = {p["metadata"]["name"]: (p["metadata"]["uid"], p["spec"]["nodeName"]) for p in again}
+        assert all(now.get(name) == v for name, v in healthy.items()), "a healthy member was touched"
+        (moved,) = [p for p in again if p["metadata"]["name"] not in healthy]
+        assert moved["spec"]["nodeName"] == spare
+        reasons = [e["reason"] for e in events_of(client, namespace, wl["metadata"]["name"])]
+        assert "NodeReplaced" in reasons and "GangRequeued" not in reasons
+        incomplete = [e for e in client.list(EVENTS, namespace)["items"] if e["reason"] == "GangIncomplete"]
+        assert not incomplete, incomplete
+        assert check_of(workload(client, namespace, job))["state"] == "Ready"
+    finally:
+        _heal_node(client, victim)
+
+
+def test_two_failed_nodes_with_one_spare_requeue_the_gang_whole_without_deleting_first(
+    cluster: E2ECluster, namespace: str, gang_queue: Any
+) -> None:
+    client = cluster.client
+    queue = gang_queue(nodeFailure="ReplaceFromSpare", sparesPerUltraServer=1, recoveryTimeout="10s")
+    job, wl, before = _seventeen_in_one_ultraserver(client, namespace, queue)
+    victims = sorted(node for _, node in before.values())[:2]
+    for v in victims:
+        _fail_node(client, v)
+    try:
+        (retry,) = _retries(client, namespace, job, 1, 90)
+        assert retry["state"] == "Retry" and "recoveryTimeout 10s" in retry["message"], retry
+        # Decided at once, for both nodes: no pod was moved to the spare before the requeue.
+        reasons = [e["reason"] for e in events_of(client, namespace, wl["metadata"]["name"])]
+        assert "NodeReplacementImpossible" in reasons and "NodeReplaced" not in reasons, reasons
+        assert not [e for e in client.list(EVENTS, namespace)["items"] if e["reason"] == "GangIncomplete"]
+    finally:
+        for v in victims:
+            _heal_node(client, v)
+
+
 def test_node_failure_requeues_after_recovery_timeout(
     cluster: E2ECluster, namespace: str, gang_queue: Any
 ) -> None:

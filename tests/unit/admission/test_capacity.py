@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gangplugin.admission.capacity import CapacityView, Promise
+from gangplugin.admission.capacity import Assumed, CapacityView, Promise
 from gangplugin.core.admission import with_selector
-from gangplugin.core.placement import Gang, PlacementPolicy, PodSet
+from gangplugin.core.placement import Gang, PlacementPolicy, PodSet, place
 from gangplugin.core.topology import ULTRASERVER_LABEL
 
 GPU = "nvidia.com/gpu"
@@ -86,3 +86,40 @@ def test_promises_are_charged_once_and_redone_only_when_changed() -> None:
     # the gang is gone (evicted, finished): its promise is released
     view.on_pod("DELETED", pod("g1-0", "a0"), None)
     assert free_gpus(view, []) == 16
+
+
+def assumed(name: str, count: int, us: str, view: CapacityView, levels: tuple[str, ...] = LEVELS) -> Assumed:
+    """An admission decided on `view`'s snapshot for `levels` (as the pass decides one)."""
+    g = gang(name, count, us)
+    with view.locked():
+        placement = place(view.snapshot(levels, []), g, PlacementPolicy())
+    assert placement.feasible
+    return Assumed("41", True, ("fp", ()), "ns", g, placement)
+
+
+def test_an_admission_not_yet_in_the_cache_stays_charged_in_every_level_order() -> None:
+    nodes = [node(f"a{i}", "us-1") for i in range(3)]
+    view = CapacityView(lambda: nodes, lambda: [])
+    a = assumed("g1", 2, "us-1", view)
+    with view.locked():
+        view.assume("ns/g1", a)
+    # the next pass: the cache still shows g1 Pending, so it is in no promise; still charged
+    assert free_gpus(view, []) == 4
+    assert free_gpus(view, []) == 4
+    other = (ULTRASERVER_LABEL, "kubernetes.io/hostname")  # a second policy's level order
+    with view.locked():
+        snap = view.snapshot(other, [])
+        assert sum(snap.free[i].get(GPU, 0) for i in snap.live_node_ids()) == 4
+        view.forget("ns/g1")  # the write failed, or the cache now shows the Workload
+    assert free_gpus(view, []) == 12
+
+
+def test_an_assumed_admission_becomes_a_promise_without_being_charged_twice() -> None:
+    nodes = [node(f"a{i}", "us-1") for i in range(3)]
+    view = CapacityView(lambda: nodes, lambda: [])
+    a = assumed("g1", 2, "us-1", view)
+    with view.locked():
+        view.assume("ns/g1", a)
+        view.forget("ns/g1")
+    p = Promise("ns/g1", ("fp", ()), "ns", lambda: gang("g1", 2, "us-1"), PlacementPolicy())
+    assert free_gpus(view, [p]) == 4

@@ -1,0 +1,123 @@
+"""Bursts and restarts against the gang check: no domain is ever promised more than it holds.
+
+A burst of gangs reaches the check within about a second; Kueue's writes, our own writes
+coming back through the watch, and a restart of gangplugin all interleave. After each burst:
+the pods promised to admitted gangs in each UltraServer never exceed its usable nodes, and
+every admitted gang runs whole in its domain.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any
+
+from gangplugin.kube.client import JOBS, NODES, PODS, Client
+from tests.e2e.conftest import E2ECluster, e2e_local_cluster
+from tests.e2e.kube import is_true, job_pods, wait_for, workload_of
+from tests.e2e.test_admission import (
+    GB200,
+    US,
+    check_of,
+    gang_queue,  # noqa: F401 (a fixture the tests here use)
+    submit,
+)
+
+GANG = 8  # pods of 4 GPUs: one GB200 node each, so an UltraServer of 18 holds two gangs
+
+
+def usable_nodes(client: Client) -> Counter[str]:
+    out: Counter[str] = Counter()
+    for n in client.list(NODES)["items"]:
+        labels = n["metadata"].get("labels") or {}
+        if labels.get("node.kubernetes.io/instance-type") == GB200 and is_true(n, "Ready"):
+            out[labels[US]] += 1
+    return out
+
+
+def promised(client: Client, namespace: str, jobs: list[str]) -> dict[str, str]:
+    """Job -> the UltraServer our check admitted it into (admitted jobs only)."""
+    out = {}
+    for job in jobs:
+        wl = workload_of(client, namespace, job)
+        check = check_of(wl or {})
+        if check.get("state") == "Ready":
+            out[job] = check["podSetUpdates"][0]["nodeSelector"][US]
+    return out
+
+
+def assert_never_overbooked(
+    client: Client, namespace: str, jobs: list[str], seconds: float
+) -> dict[str, str]:
+    """Watch the admissions for `seconds`; at every look no UltraServer is promised more pods
+    than it has usable nodes. Returns the final job -> domain."""
+    capacity = usable_nodes(client)
+    deadline = time.monotonic() + seconds
+    while True:
+        domains = promised(client, namespace, jobs)
+        per_us = Counter(domains.values())
+        over = {us: n * GANG for us, n in per_us.items() if n * GANG > capacity[us]}
+        assert not over, f"UltraServers promised more pods than they hold: {over} (capacity {dict(capacity)})"
+        if time.monotonic() > deadline:
+            return domains
+        time.sleep(0.5)
+
+
+def assert_admitted_gangs_run_whole(client: Client, namespace: str, domains: dict[str, str]) -> None:
+    nodes_us = {n["metadata"]["name"]: n["metadata"]["labels"].get(US) for n in client.list(NODES)["items"]}
+    for job, domain in domains.items():
+
+        def whole(job: str = job) -> list[dict[str, Any]] | None:
+            pods = [p for p in job_pods(client, namespace, job) if not p["metadata"].get("deletionTimestamp")]
+            ok = len(pods) == GANG and all(is_true(p, "Ready") for p in pods)
+            return pods if ok else None
+
+        pods = wait_for(whole, 120, f"admitted gang {job} Running whole")
+        assert {nodes_us[p["spec"]["nodeName"]] for p in pods} == {domain}, job
+
+
+def clear(client: Client, namespace: str, jobs: list[str]) -> None:
+    for job in jobs:
+        client.request(
+            "DELETE",
+            JOBS.path(namespace, job),
+            body={"propagationPolicy": "Background", "gracePeriodSeconds": 0},
+        )
+    wait_for(lambda: not client.list(PODS, namespace)["items"] or None, 120, "the burst's pods gone")
+
+
+def burst(client: Client, namespace: str, queue: str, count: int) -> list[str]:
+    return [submit(client, namespace, queue, GANG) for _ in range(count)]
+
+
+def test_bursts_never_overbook_an_ultraserver(
+    cluster: E2ECluster,
+    namespace: str,
+    gang_queue: Any,  # noqa: F811
+) -> None:
+    client = cluster.client
+    queue = gang_queue(gpu_quota=20 * GANG * 4)
+    for round_ in range(3):
+        jobs = burst(client, namespace, queue, 12 + 4 * round_)
+        domains = assert_never_overbooked(client, namespace, jobs, 20)
+        assert domains, "no gang of the burst was admitted"
+        assert_admitted_gangs_run_whole(client, namespace, domains)
+        clear(client, namespace, jobs)
+
+
+def test_burst_with_a_restart_in_the_middle_never_overbooks(
+    cluster: E2ECluster,
+    namespace: str,
+    gang_queue: Any,  # noqa: F811
+) -> None:
+    assert cluster.local, "this test restarts gangplugin, which needs the local cluster (KUBECONFIG unset)"
+    client = cluster.client
+    queue = gang_queue(gpu_quota=16 * GANG * 4)
+    for _ in range(2):
+        jobs = burst(client, namespace, queue, 8)
+        e2e_local_cluster().restart("gangplugin")  # SIGKILL while the burst is being admitted
+        jobs += burst(client, namespace, queue, 8)
+        domains = assert_never_overbooked(client, namespace, jobs, 25)
+        assert domains, "no gang of the burst was admitted"
+        assert_admitted_gangs_run_whole(client, namespace, domains)
+        clear(client, namespace, jobs)
