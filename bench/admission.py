@@ -30,8 +30,8 @@ from typing import Any
 import httpx
 import yaml
 
-from gangplugin.admission.records import ADMISSION_CHECKS
 from gangplugin.kube.client import CLUSTER_QUEUES, LOCAL_QUEUES, NAMESPACES, WORKLOADS, Client
+from gangplugin.kube.resources import ADMISSION_CHECKS
 from gangplugin.localcluster.cluster import REPO, LocalCluster, Ports
 
 GPU = "nvidia.com/gpu"

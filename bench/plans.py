@@ -33,8 +33,8 @@ from gangplugin.core.offerings import (
 from gangplugin.core.plans import TargetResource
 from gangplugin.core.timeutil import format_time
 from gangplugin.kube.client import CLUSTER_QUEUES, Client, Resource
+from gangplugin.kube.resources import TRAINING_PLANS
 from gangplugin.localcluster.cluster import REPO, LocalCluster, Ports
-from gangplugin.plans.controller import TRAINING_PLANS
 
 NOW = datetime(2026, 11, 20, 10, 7, tzinfo=UTC)
 HORIZON = timedelta(days=182)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gangplugin.admission.controller import GangAdmission
 from gangplugin.kube.workqueue import start_workers
-from gangplugin.server.runtime import Runtime
+from gangplugin.runtime.components import Runtime
 
 # Only the leader writes check states: two writers would race on the same Workloads.
 needs_leader = True
@@ -18,7 +18,7 @@ def setup(runtime: Runtime) -> None:
 
 def start(runtime: Runtime) -> None:
     ctl = _controllers[id(runtime)]
-    for ac in ctl.checks.items():
+    for ac in ctl.view.checks.items():
         ctl.queue.add(f"check/{ac['metadata']['name']}")
     ctl.queue.add("pass")
     # One worker: the admission pass and the watchdogs write the same check entries, and one

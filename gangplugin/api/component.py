@@ -28,9 +28,9 @@ from gangplugin.api.gangs import MAX_WATCHES, GangService
 from gangplugin.api.plans import PlanService
 from gangplugin.api.proto import gangs_pb2, gangs_pb2_grpc, plans_pb2, plans_pb2_grpc
 from gangplugin.kube.client import CLUSTER_QUEUES, LOCAL_QUEUES, NODES
+from gangplugin.kube.resources import TRAINING_PLANS
 from gangplugin.kube.workqueue import start_workers
-from gangplugin.plans.controller import TRAINING_PLANS
-from gangplugin.server.runtime import Runtime
+from gangplugin.runtime.components import Runtime
 
 log = logging.getLogger(__name__)
 

@@ -16,10 +16,9 @@ from typing import Any
 
 import grpc
 
-from gangplugin.admission import records as rec
-from gangplugin.admission.controller import AdmittedGang, GangAdmission, condition_time
+from gangplugin.admission.controller import GangAdmission
 from gangplugin.api.proto import gangs_pb2, gangs_pb2_grpc
-from gangplugin.core.admission import decide, gang_id, sequential_blocker
+from gangplugin.core.admission import gang_id
 from gangplugin.core.errors import InputError
 from gangplugin.core.gangs import (
     Evaluation,
@@ -34,6 +33,7 @@ from gangplugin.core.gangs import (
 from gangplugin.core.names import GANG_LABEL, GANG_SIZE_ANNOTATION
 from gangplugin.core.timeutil import parse_time, to_seconds
 from gangplugin.core.topology import DEFAULT_LEVELS
+from gangplugin.kube import kueue_records as rec
 from gangplugin.kube.client import JSON
 from gangplugin.kube.informer import Informer
 
@@ -93,8 +93,8 @@ class GangService(gangs_pb2_grpc.GangServiceServicer):
         self._lock = threading.Lock()
         self._watchers: list[queue.SimpleQueue[Key]] = []
         self._by_gang_id: dict[Key, str] = {}  # (ns, gang label) -> Workload name (hashed ids)
-        admission.workloads.add_handler(self._on_workload)
-        admission.pods.add_handler(self._on_pod)
+        admission.view.workloads.add_handler(self._on_workload)
+        admission.view.pods.add_handler(self._on_pod)
 
     # -- watch plumbing: handlers only publish keys ---------------------------------------------
 
@@ -154,7 +154,7 @@ class GangService(gangs_pb2_grpc.GangServiceServicer):
 
     def _levels(self, policy_name: str | None) -> tuple[str, ...]:
         try:
-            return self.adm.levels(self.adm.policy(policy_name))
+            return self.adm.view.levels(self.adm.view.policy(policy_name))
         except InputError:
             return DEFAULT_LEVELS
 
@@ -164,7 +164,7 @@ class GangService(gangs_pb2_grpc.GangServiceServicer):
         labels = []
         for p in pods:
             node_name = (p.get("spec") or {}).get("nodeName")
-            node = self.adm.nodes.get(node_name) if node_name and _active(p) else None
+            node = self.adm.view.nodes.get(node_name) if node_name and _active(p) else None
             if node is not None:
                 labels.append((node.get("metadata") or {}).get("labels") or {})
         return gang_domain(pinned, labels, levels)
@@ -177,7 +177,7 @@ class GangService(gangs_pb2_grpc.GangServiceServicer):
         meta = wl["metadata"]
         ns, gid = meta.get("namespace", ""), gang_id(meta["name"])
         state = rec.check_state(wl, check) or {}
-        pods = self.adm.gang_pods(ns, gid)
+        pods = self.adm.view.gang_pods(ns, gid)
         total = 0
         for ps in (wl.get("spec") or {}).get("podSets") or []:
             count = ps.get("count", 1) if isinstance(ps, Mapping) else 0
@@ -214,7 +214,7 @@ class GangService(gangs_pb2_grpc.GangServiceServicer):
         )
 
     def pod_gang(self, namespace: str, gang: str, pods: list[JSON] | None = None) -> gangs_pb2.Gang | None:
-        pods = self.adm.gang_pods(namespace, gang) if pods is None else pods
+        pods = self.adm.view.gang_pods(namespace, gang) if pods is None else pods
         active = [p for p in pods if _active(p)]
         if not active:
             return None
@@ -262,9 +262,9 @@ class GangService(gangs_pb2_grpc.GangServiceServicer):
 
     def find(self, namespace: str, name: str) -> tuple[gangs_pb2.Gang, JSON | None] | None:
         """A gang by name: the Workload of that name when it is a gang, else the pod gang."""
-        wl = self.adm.workloads.get(f"{namespace}/{name}")
+        wl = self.adm.view.workloads.get(f"{namespace}/{name}")
         if wl is not None:
-            found = self.workload_gang(wl, self.adm.our_checks())
+            found = self.workload_gang(wl, self.adm.view.our_checks())
             if found is not None:
                 return found, wl
         with self._lock:
@@ -273,10 +273,10 @@ class GangService(gangs_pb2_grpc.GangServiceServicer):
         return None if pod_gang is None else (pod_gang, None)
 
     def gangs(self, namespace: str = "") -> list[gangs_pb2.Gang]:
-        ours = self.adm.our_checks()
+        ours = self.adm.view.our_checks()
         out = []
         owned: set[Key] = set()
-        for wl in self.adm.workloads.items():
+        for wl in self.adm.view.workloads.items():
             meta = wl["metadata"]
             if namespace and meta.get("namespace") != namespace:
                 continue
@@ -284,7 +284,7 @@ class GangService(gangs_pb2_grpc.GangServiceServicer):
             if ours and (g := self.workload_gang(wl, ours)) is not None:
                 out.append(g)
         plain: dict[Key, list[JSON]] = {}
-        for pod in self.adm.pods.items():
+        for pod in self.adm.view.pods.items():
             meta = pod.get("metadata") or {}
             gang = (meta.get("labels") or {}).get(GANG_LABEL)
             key = (meta.get("namespace", ""), gang or "")
@@ -298,65 +298,24 @@ class GangService(gangs_pb2_grpc.GangServiceServicer):
     # -- explain -----------------------------------------------------------------------------------
 
     def evaluate(self, wl: JSON, check: str) -> Evaluation | None:
-        """What the admission pass would decide for this waiting gang now: the controller's own
-        snapshot (nodes, bound pods, capacity promised to admitted gangs) and `decide`."""
-        ours = self.adm.our_checks()
-        if check not in ours:
+        """What the admission pass would decide for this waiting gang now: the pass's own
+        `evaluate` (policy, Sequential gate, plans' drain gate, placement) on a fresh snapshot."""
+        verdict = self.adm.admission.explain(wl, check, self.clock())
+        if verdict is None:
             return None
-        try:
-            policy = self.adm.policy(ours[check])
-            levels = self.adm.levels(policy)
-            gang = self.adm.gang(wl)
-        except InputError as err:
-            return Evaluation(False, str(err))
-        admitted, unready = [], []
-        for other in self.adm.workloads.items():
-            name = next(
-                (
-                    s["name"]
-                    for s in (other.get("status") or {}).get("admissionChecks") or []
-                    if s.get("name") in ours
-                ),
-                None,
-            )
-            state = rec.check_state(other, name) if name else None
-            if (
-                name is None
-                or (state or {}).get("state") != "Ready"
-                or not rec.is_true(other, "QuotaReserved")
-                or rec.is_true(other, "Finished")
-            ):
-                continue
-            a = AdmittedGang(
-                f"{other['metadata']['namespace']}/{other['metadata']['name']}",
-                other,
-                name,
-                ours[name],
-                self.adm.ever_ready(other),
-            )
-            admitted.append(a)
-            if not a.ever_ready and a.policy == ours[check]:
-                unready.append(a.key)
-        admitted.sort(key=lambda a: (condition_time(a.wl, "Admitted"), a.key))
-        key = f"{wl['metadata']['namespace']}/{wl['metadata']['name']}"
-        blocker = sequential_blocker(key, unready) if policy.sequential else None
-        if blocker is not None:
+        if verdict.blocked_by is not None:
+            blocker = verdict.blocked_by
             return Evaluation(False, f"waiting for gang {blocker} to be Ready", blocked_by=blocker)
-        snapshot = self.adm.promised_snapshot(levels, admitted)
-        try:
-            decision = decide(snapshot, gang, gang.name, policy.placement)
-        except InputError as err:
-            return Evaluation(False, str(err))
-        placement = decision.placement
+        placement = verdict.decision.placement if verdict.decision is not None else None
         if placement is None:
-            return Evaluation(False, decision.message)
+            return Evaluation(False, verdict.message)
         return Evaluation(placement.feasible, placement.reason, placement.level, tuple(placement.domains))
 
     def explanation(self, gang: gangs_pb2.Gang, wl: JSON | None) -> gangs_pb2.GangExplanation:
         evaluation = None
         if wl is not None and gang.phase == Phase.PENDING.value and gang.check_state == "Pending":
             evaluation = self.evaluate(wl, gang.admission_check)
-        pods = self.adm.gang_pods(gang.namespace, gang.gang_id)
+        pods = self.adm.view.gang_pods(gang.namespace, gang.gang_id)
         placements = sorted(
             (
                 gangs_pb2.PodPlacement(

@@ -16,6 +16,7 @@ import httpx
 from gangplugin.api.proto import plans_pb2, plans_pb2_grpc
 from gangplugin.core.errors import InputError
 from gangplugin.core.names import API_VERSION
+from gangplugin.core.names import PLAN_ACCEPTED_CONDITION as ACCEPTED
 from gangplugin.core.offerings import (
     FleetNode,
     OfferingRequest,
@@ -28,8 +29,8 @@ from gangplugin.core.resources import parse_resources
 from gangplugin.core.timeutil import format_time, parse_time
 from gangplugin.kube.client import JSON, ApiError, Client
 from gangplugin.kube.informer import Informer
-from gangplugin.kube.plan_records import target_resource
-from gangplugin.plans.controller import ACCEPTED, TRAINING_PLANS, parse_plan
+from gangplugin.kube.plan_records import parse_plan, target_resource
+from gangplugin.kube.resources import TRAINING_PLANS
 
 ZONE_LABEL = "topology.kubernetes.io/zone"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"

@@ -29,7 +29,7 @@ def _register() -> None:
         importlib.import_module(f"gangplugin.cli.{name}")
 
 
-_SUBCOMMAND_MODULES: tuple[str, ...] = ("place", "plans", "gangs")
+_SUBCOMMAND_MODULES: tuple[str, ...] = ("place", "plans", "gangs", "simulate")
 
 
 def main() -> None:

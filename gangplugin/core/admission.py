@@ -94,15 +94,18 @@ def decide(
     policy: PlacementPolicy,
     blocked_by: str | None = None,
     annotations: Mapping[str, str] | None = None,
+    *,
+    explain: bool = True,
 ) -> AdmissionDecision:
     """Admit the whole gang into one domain now, or say why it waits.
 
     A gang that asked for a topology level is pinned to the chosen domain by nodeSelector;
     one that asked for none is only checked to fit (kube-scheduler keeps its freedom).
-    `annotations` are stamped on every pod besides the gang size (e.g. the block end)."""
+    `annotations` are stamped on every pod besides the gang size (e.g. the block end);
+    `explain=False` leaves out why a gang does not fit (see `place`)."""
     if blocked_by is not None:
         return AdmissionDecision(False, f"Sequential admission: waiting for gang {blocked_by} to be Ready")
-    placement = place(snapshot, gang, policy)
+    placement = place(snapshot, gang, policy, explain=explain)
     if not placement.feasible:
         return AdmissionDecision(False, f"gang does not fit now: {placement.reason}", placement=placement)
     domain = domain_selector(placement) if _asks_topology(gang) else {}
@@ -170,3 +173,55 @@ def sequential_blocker(candidate: str, unready_admitted: Sequence[str]) -> str |
     """In Sequential mode, the gang (if any) that must become Ready before `candidate` may go."""
     others = sorted(k for k in unready_admitted if k != candidate)
     return others[0] if others else None
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedWorkload:
+    """What the admission order reads of a Workload that carries the gang check (times in epoch
+    seconds). `state`: the check's state; `assumed`: admitted by a write the caller has made but
+    not read back yet (it counts as admitted and not yet Ready)."""
+
+    key: str
+    policy: str | None
+    state: str
+    quota_reserved: bool
+    finished: bool = False
+    evicted: bool = False
+    quota_reserved_at: float = 0.0
+    created_at: float = 0.0
+    admitted_at: float = 0.0
+    ever_ready: bool = False
+    assumed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionQueue:
+    """`candidates`: gangs to decide, in queue order (quota reserved first, then created, then
+    name); `admitted`: gangs holding capacity, in admission order (their promises are charged in
+    that order); `unready`: per policy, admitted gangs not Ready yet (the Sequential gate)."""
+
+    candidates: tuple[QueuedWorkload, ...]
+    admitted: tuple[QueuedWorkload, ...]
+    unready: Mapping[str | None, tuple[str, ...]]
+
+
+def admission_queue(workloads: Sequence[QueuedWorkload]) -> AdmissionQueue:
+    """Which Workloads the admission pass decides, in which order, and which hold capacity."""
+    candidates, admitted = [], []
+    unready: dict[str | None, list[str]] = {}
+    for wl in workloads:
+        if not wl.quota_reserved or wl.finished:
+            continue
+        if wl.assumed:
+            unready.setdefault(wl.policy, []).append(wl.key)
+        elif wl.state == "Ready":
+            admitted.append(wl)
+            if not wl.ever_ready:
+                unready.setdefault(wl.policy, []).append(wl.key)
+        elif wl.state == "Pending" and not wl.evicted:
+            candidates.append(wl)
+    candidates.sort(key=lambda w: (w.quota_reserved_at, w.created_at, w.key))
+    admitted.sort(key=lambda w: (w.admitted_at, w.key))
+    return AdmissionQueue(
+        tuple(candidates), tuple(admitted), {k: tuple(sorted(v)) for k, v in unready.items()}
+    )

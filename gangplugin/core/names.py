@@ -28,3 +28,6 @@ PLAN_DRAINING_REASON = "PlanDraining"
 # On the pod of the `gangplugin serve` replica that holds the leader Lease (in-cluster): the
 # extender Service selects it, so kube-scheduler reaches the one replica running the extender.
 LEADER_LABEL = f"{GROUP}/leader"
+
+# The TrainingPlan condition that says its capacity feeds its ClusterQueue.
+PLAN_ACCEPTED_CONDITION = "Accepted"

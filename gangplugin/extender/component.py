@@ -8,7 +8,6 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from gangplugin.admission.records import ADMISSION_CHECKS, GANG_POLICIES, TOPOLOGIES
 from gangplugin.core.gangplan import GangPlan, GangPod
 from gangplugin.core.placement import PlacementPolicy
 from gangplugin.extender.barrier import ApiBinder, Barrier, RefusedFn
@@ -19,8 +18,9 @@ from gangplugin.kube.client import NODES, PODS, WORKLOADS, ApiError, Client
 from gangplugin.kube.events import record_event
 from gangplugin.kube.gangpolicies import GangPolicies
 from gangplugin.kube.informer import identity
-from gangplugin.server.asgi import App, serve_in_thread
-from gangplugin.server.runtime import Runtime
+from gangplugin.kube.resources import ADMISSION_CHECKS, GANG_POLICIES, TOPOLOGIES
+from gangplugin.runtime.asgi import App, serve_in_thread
+from gangplugin.runtime.components import Runtime
 
 log = logging.getLogger(__name__)
 

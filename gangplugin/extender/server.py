@@ -19,8 +19,8 @@ from gangplugin.core.gangplan import GangPlan, GangPod
 from gangplugin.extender.barrier import Barrier
 from gangplugin.extender.cache import ExtenderCache
 from gangplugin.extender.pods import gang_pod_from_k8s
-from gangplugin.server.asgi import App, BadRequest, Receive, Send, read_json, respond_json
-from gangplugin.server.metrics import EXTENDER_LATENCY
+from gangplugin.runtime.asgi import App, BadRequest, Receive, Send, read_json, respond_json
+from gangplugin.runtime.metrics import EXTENDER_LATENCY
 
 log = logging.getLogger(__name__)
 

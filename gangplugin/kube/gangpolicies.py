@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from gangplugin.admission import records as rec
 from gangplugin.core.admission import gang_id
 from gangplugin.core.errors import InputError
 from gangplugin.core.names import ADMISSION_CHECK_CONTROLLER
 from gangplugin.core.policy import GangPolicy
 from gangplugin.core.topology import DEFAULT_LEVELS
+from gangplugin.kube import kueue_records as rec
 from gangplugin.kube.client import JSON
 from gangplugin.kube.informer import object_key
 from gangplugin.kube.records import levels_from_topology

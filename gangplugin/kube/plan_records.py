@@ -18,6 +18,7 @@ from gangplugin.core.offerings import CapacityInventory, CapacityPool, CapacityR
 from gangplugin.core.plans import ULTRA_SERVER_TYPES, CapacityBlock, Status, TargetResource, TrainingPlan
 from gangplugin.core.resources import parse_resources
 from gangplugin.core.timeutil import parse_time
+from gangplugin.kube.client import JSON
 
 API_VERSION = "gangplugin.io/v1alpha1"
 
@@ -231,3 +232,10 @@ def inventory_from_manifest(doc: object) -> CapacityInventory:
             count = _int(m, "instanceCount", path, minimum=1)
             reservations.append(CapacityReservation(zone, count, start, end, instance_type=rtype))
     return CapacityInventory(tuple(pools), tuple(reservations))
+
+
+def parse_plan(obj: JSON) -> TrainingPlan:
+    """The core plan from the object's spec. The status is the controller's own output, so it
+    is not read back (offline files may mark blocks Pending/Failed there; in a cluster the
+    capacity is confirmed when the plan is created)."""
+    return training_plan_from_manifest({k: v for k, v in obj.items() if k != "status"})

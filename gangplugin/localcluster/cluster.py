@@ -28,8 +28,8 @@ import httpx
 import yaml
 
 from gangplugin.kube.client import NODES, ApiError, Client, Resource
+from gangplugin.kube.shape import nodes_from_shape
 from gangplugin.localcluster.pki import CertificateAuthority, service_account_keys
-from gangplugin.localcluster.shape import nodes_from_shape
 
 REPO = Path(__file__).resolve().parents[2]
 FIELD_MANAGER = "gangplugin-localcluster"

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from gangplugin.kube.client import CLUSTER_QUEUES
+from gangplugin.kube.resources import TRAINING_PLANS
 from gangplugin.kube.workqueue import start_workers
-from gangplugin.plans.controller import TRAINING_PLANS, PlanController
-from gangplugin.server.runtime import Runtime
+from gangplugin.plans.controller import PlanController
+from gangplugin.runtime.components import Runtime
 
 # Only the leader writes plan status and ClusterQueue quota.
 needs_leader = True

@@ -13,33 +13,26 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from gangplugin.core import names
 from gangplugin.core.errors import InputError
-from gangplugin.core.names import API_VERSION
 from gangplugin.core.plans import PlanState, TrainingPlan, plan_state
 from gangplugin.core.quota import next_quota_change, queue_quota, quota_update
 from gangplugin.core.timeutil import format_time
-from gangplugin.kube.client import CLUSTER_QUEUES, JSON, Client, Resource
+from gangplugin.kube.client import CLUSTER_QUEUES, JSON, Client
 from gangplugin.kube.events import record_event
 from gangplugin.kube.informer import Informer
-from gangplugin.kube.plan_records import training_plan_from_manifest
+from gangplugin.kube.plan_records import parse_plan
+from gangplugin.kube.resources import TRAINING_PLANS
 from gangplugin.kube.workqueue import WorkQueue
 from gangplugin.plans.clusterqueue import flavors, managed_quotas, nominal_quotas, quota_patch
-from gangplugin.server import metrics
+from gangplugin.runtime import metrics
 
 log = logging.getLogger(__name__)
 
-TRAINING_PLANS = Resource(API_VERSION, "trainingplans", namespaced=False)
 COMPONENT = "gangplugin-plans"
-ACCEPTED = "Accepted"
+ACCEPTED = names.PLAN_ACCEPTED_CONDITION
 
 Clock = Callable[[], datetime]
-
-
-def parse_plan(obj: JSON) -> TrainingPlan:
-    """The core plan from the object's spec. The status is the controller's own output, so it
-    is not read back (offline files may mark blocks Pending/Failed there; in a cluster the
-    capacity is confirmed when the plan is created)."""
-    return training_plan_from_manifest({k: v for k, v in obj.items() if k != "status"})
 
 
 def _seconds_until(t: datetime | None, now: datetime) -> float | None:

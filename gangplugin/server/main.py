@@ -19,9 +19,9 @@ from gangplugin.core.durations import parse_duration
 from gangplugin.core.errors import InputError
 from gangplugin.core.leader import ElectionConfig
 from gangplugin.kube.client import Client
+from gangplugin.runtime.components import Runtime
 from gangplugin.server import logs
 from gangplugin.server.health import serve_health, tls_context
-from gangplugin.server.runtime import Runtime
 from gangplugin.server.serving import Election, ServeError, Server
 
 _SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")

@@ -17,8 +17,8 @@ from gangplugin.core.leader import ElectionConfig
 from gangplugin.kube.client import ApiError
 from gangplugin.kube.informer import wait_all_synced
 from gangplugin.kube.lease import LeaderElector, label_leader_pod
-from gangplugin.server.metrics import LEADER
-from gangplugin.server.runtime import Runtime
+from gangplugin.runtime.components import Runtime
+from gangplugin.runtime.metrics import LEADER
 
 log = logging.getLogger("gangplugin.serve")
 

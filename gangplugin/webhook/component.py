@@ -11,10 +11,10 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from gangplugin.admission.records import TOPOLOGIES
 from gangplugin.core.errors import InputError
-from gangplugin.server.asgi import App, BadRequest, Receive, Send, read_json, respond_json, serve_in_thread
-from gangplugin.server.runtime import Runtime
+from gangplugin.kube.resources import TOPOLOGIES
+from gangplugin.runtime.asgi import App, BadRequest, Receive, Send, read_json, respond_json, serve_in_thread
+from gangplugin.runtime.components import Runtime
 from gangplugin.webhook.review import Validator, gang_policy_validator, review
 
 log = logging.getLogger(__name__)

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gangplugin.admission import records as rec
 from gangplugin.core.errors import InputError
+from gangplugin.kube import kueue_records as rec
 from gangplugin.kube.records import levels_from_topology
 
 # A validator raises InputError naming the field and the fix; it may read other objects.

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 import yaml
 
-from gangplugin.admission.records import ADMISSION_CHECKS, GANG_POLICIES, TOPOLOGIES
 from gangplugin.core.names import GANG_LABEL, GANG_SIZE_ANNOTATION
 from gangplugin.kube.client import EVENTS, JOBS, NODES, PODS, WORKLOADS, ApiError, Client, Resource
+from gangplugin.kube.resources import ADMISSION_CHECKS, GANG_POLICIES, TOPOLOGIES
 from gangplugin.localcluster.cluster import REPO
 from tests.e2e.conftest import E2ECluster, e2e_local_cluster
 from tests.e2e.kube import (

@@ -15,11 +15,10 @@ from typing import Any
 
 import pytest
 
-from gangplugin.admission.records import ADMISSION_CHECKS
 from gangplugin.core.names import BLOCK_END_ANNOTATION, MAX_RUNTIME_ANNOTATION, PLAN_DRAINING_REASON
 from gangplugin.core.timeutil import format_time, parse_time
 from gangplugin.kube.client import EVENTS, JOBS, ApiError, Client
-from gangplugin.plans.controller import TRAINING_PLANS
+from gangplugin.kube.resources import ADMISSION_CHECKS, TRAINING_PLANS
 from tests.e2e.conftest import E2ECluster
 from tests.e2e.kube import gpu_job, is_true, job_pods, queue_objects, unique, wait_for, workload_of
 from tests.e2e.test_plans import flavor_quota, plan_manifest

@@ -28,11 +28,10 @@ import httpx
 import pytest
 import yaml
 
-from gangplugin.admission.records import ADMISSION_CHECKS, GANG_POLICIES
 from gangplugin.core.names import GANG_LABEL, PLAN_QUOTA_ANNOTATION
 from gangplugin.kube.client import EVENTS, JOBS, NODES, ApiError, Client, Resource
+from gangplugin.kube.resources import ADMISSION_CHECKS, GANG_POLICIES, TRAINING_PLANS
 from gangplugin.localcluster.cluster import cache_dir
-from gangplugin.plans.controller import TRAINING_PLANS
 from tests.e2e.conftest import E2ECluster, e2e_local_cluster
 from tests.e2e.kube import gpu_job, is_true, job_pods, queue_objects, unique, wait_for, workload_of
 from tests.unit.test_manifests import CERT_MANAGER, kubectl, render, render_text

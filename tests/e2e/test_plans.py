@@ -16,7 +16,7 @@ import pytest
 from gangplugin.core.resources import canonical
 from gangplugin.core.timeutil import format_time, parse_time
 from gangplugin.kube.client import CLUSTER_QUEUES, EVENTS, JOBS, ApiError, Client
-from gangplugin.plans.controller import TRAINING_PLANS
+from gangplugin.kube.resources import TRAINING_PLANS
 from tests.e2e.conftest import E2ECluster
 from tests.e2e.kube import gpu_job, is_true, queue_objects, unique, wait_for, workload_of
 

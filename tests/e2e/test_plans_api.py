@@ -11,7 +11,7 @@ import pytest
 
 from gangplugin.api.proto import plans_pb2, plans_pb2_grpc
 from gangplugin.core.timeutil import format_time
-from gangplugin.plans.controller import TRAINING_PLANS
+from gangplugin.kube.resources import TRAINING_PLANS
 from tests.e2e import grpcauth
 from tests.e2e.conftest import E2ECluster
 from tests.e2e.kube import unique

@@ -13,16 +13,16 @@ from typing import Any
 
 import grpc
 
-from gangplugin.admission import records as rec
 from gangplugin.admission.controller import GangAdmission
 from gangplugin.api.component import new_server
 from gangplugin.api.gangs import GangService
 from gangplugin.api.plans import PlanService
 from gangplugin.api.proto import gangs_pb2_grpc, plans_pb2_grpc
 from gangplugin.core.names import GANG_LABEL, GANG_SIZE_ANNOTATION
+from gangplugin.kube import kueue_records as rec
 from gangplugin.kube.client import CLUSTER_QUEUES, LOCAL_QUEUES, NODES, PODS, WORKLOADS, Client, Resource
 from gangplugin.kube.informer import Informer, identity
-from gangplugin.plans.controller import TRAINING_PLANS
+from gangplugin.kube.resources import ADMISSION_CHECKS, TRAINING_PLANS
 
 NOW = 1_800_000_000.0
 CREATED = "2027-01-15T08:00:00Z"  # 1_800_000_000 is 2027-01-15T08:00:00Z
@@ -149,7 +149,7 @@ def pod(
 def standard(caches: Caches) -> None:
     """Two UltraServers of 4 nodes (4 GPUs each); the `training` queues route to check `gang`."""
     caches.put(
-        rec.ADMISSION_CHECKS, {"metadata": {"name": "gang"}, "spec": {"controllerName": "gangplugin.io/gang"}}
+        ADMISSION_CHECKS, {"metadata": {"name": "gang"}, "spec": {"controllerName": "gangplugin.io/gang"}}
     )
     caches.put(
         CLUSTER_QUEUES,

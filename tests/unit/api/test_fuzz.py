@@ -24,7 +24,7 @@ from gangplugin.api.proto import gangs_pb2, plans_pb2
 from gangplugin.extender.barrier import Barrier
 from gangplugin.extender.server import ExtenderHandlers, make_app
 from gangplugin.kube.client import PODS, WORKLOADS
-from gangplugin.server.asgi import serve
+from gangplugin.runtime.asgi import serve
 from tests.unit.api.cluster import Caches, pod, serving, standard, workload
 from tests.unit.extender.test_server import NODES, Recorder, free_port, make_cache
 

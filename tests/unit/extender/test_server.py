@@ -24,7 +24,7 @@ from gangplugin.extender.cache import ExtenderCache
 from gangplugin.extender.pods import gang_pod_from_k8s
 from gangplugin.extender.server import ExtenderHandlers, make_app
 from gangplugin.localcluster.pki import CertificateAuthority
-from gangplugin.server.asgi import serve
+from gangplugin.runtime.asgi import serve
 
 
 def node(name: str, us: str) -> dict[str, Any]:

@@ -12,8 +12,9 @@ from gangplugin.core.errors import InputError
 from gangplugin.core.names import PLAN_QUOTA_ANNOTATION
 from gangplugin.core.plans import plan_state
 from gangplugin.core.timeutil import parse_time
+from gangplugin.kube.plan_records import parse_plan
 from gangplugin.plans.clusterqueue import flavors, managed_quotas, nominal_quotas, quota_patch
-from gangplugin.plans.controller import parse_plan, status_doc
+from gangplugin.plans.controller import status_doc
 
 
 def cq(annotation: str | None = None) -> dict[str, Any]:

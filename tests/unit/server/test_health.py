@@ -11,8 +11,8 @@ import httpx
 import pytest
 
 from gangplugin.localcluster.pki import CertificateAuthority
+from gangplugin.runtime.metrics import LEADER
 from gangplugin.server.health import HealthServer, serve_health, tls_context
-from gangplugin.server.metrics import LEADER
 
 
 @pytest.fixture

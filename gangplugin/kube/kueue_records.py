@@ -15,14 +15,10 @@ from gangplugin.core.names import MAX_RUNTIME_ANNOTATION
 from gangplugin.core.plans import TrainingPlan
 from gangplugin.core.policy import DEFAULT_READY_TIMEOUT, GangPolicy, Requeue, validate_policy
 from gangplugin.core.timeutil import parse_time, to_seconds
-from gangplugin.kube.client import JSON, Resource
+from gangplugin.kube.client import JSON
+from gangplugin.kube.plan_records import parse_plan
 from gangplugin.kube.records import policy_from_k8s
-from gangplugin.plans.controller import parse_plan
 
-ADMISSION_CHECKS = Resource("kueue.x-k8s.io/v1beta2", "admissionchecks", namespaced=False)
-RESOURCE_FLAVORS = Resource("kueue.x-k8s.io/v1beta2", "resourceflavors", namespaced=False)
-TOPOLOGIES = Resource("kueue.x-k8s.io/v1beta2", "topologies", namespaced=False)
-GANG_POLICIES = Resource("gangplugin.io/v1alpha1", "gangpolicies", namespaced=False)
 PODSET_LABEL = "kueue.x-k8s.io/podset"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client import REGISTRY, Histogram
 from prometheus_client.registry import CollectorRegistry
 
-from gangplugin.server import metrics
+from gangplugin.runtime import metrics
 
 
 def _histogram() -> Histogram:

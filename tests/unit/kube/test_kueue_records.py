@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from gangplugin.admission.records import (
+from gangplugin.core.errors import InputError
+from gangplugin.kube.kueue_records import (
     check_state,
     flavor_selector,
     gang_policy_from_k8s,
@@ -17,7 +18,6 @@ from gangplugin.admission.records import (
     policy_name_of_check,
     quota_of,
 )
-from gangplugin.core.errors import InputError
 
 
 def policy(**spec: Any) -> dict[str, Any]:

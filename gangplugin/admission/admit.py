@@ -1,0 +1,307 @@
+"""The admission pass: every Workload whose check is Pending with quota reserved, in queue
+order, decided against one snapshot that already counts capacity promised to admitted gangs
+and admissions written but not yet seen (see `capacity.py`); the writes go out concurrently,
+each Workload's on its own. `explain` answers what the pass would decide for one gang now,
+through the same `evaluate`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import partial
+
+from gangplugin.admission.capacity import Assumed, Promise
+from gangplugin.admission.view import (
+    AdmissionView,
+    AdmittedGang,
+    condition_time,
+    fingerprint,
+    timestamp,
+    workload_key,
+)
+from gangplugin.admission.writes import CheckWriter
+from gangplugin.core.admission import (
+    AdmissionDecision,
+    AdmissionQueue,
+    QueuedWorkload,
+    admission_queue,
+    decide,
+    sequential_blocker,
+)
+from gangplugin.core.errors import InputError
+from gangplugin.core.names import (
+    BLOCK_END_ANNOTATION,
+)
+from gangplugin.core.placement import Gang
+from gangplugin.core.quota import next_quota_change
+from gangplugin.core.timeutil import format_time
+from gangplugin.core.topology import Snapshot
+from gangplugin.kube import kueue_records as rec
+from gangplugin.kube.client import JSON, WORKLOADS, ApiError, Client
+from gangplugin.kube.gangpolicies import GangPolicies
+
+log = logging.getLogger(__name__)
+
+
+def _outcome(write: Callable[[], bool | None]) -> bool | Exception | None:
+    """A write's result, or the error it raised (logged): one Workload's failure is its own."""
+    try:
+        return write()
+    except Exception as err:  # any failure of one write is that Workload's alone
+        log.warning("admission write failed: %s", err)
+        return err
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """A Workload carrying our check, and the check's name."""
+
+    wl: JSON
+    check: str
+
+
+@dataclass(frozen=True, slots=True)
+class CandidateVerdict:
+    """The pass's verdict on one waiting gang: admit (`decision.ready`), wait with `message`
+    (and `wake_at`, when the plans may decide otherwise), or reject (`rejected`)."""
+
+    message: str
+    decision: AdmissionDecision | None = None
+    gang: Gang | None = None
+    sequential: bool = False
+    blocked_by: str | None = None
+    rejected: bool = False
+    wake_at: float | None = None
+
+
+def _admitted(q: QueuedWorkload, entry: Entry) -> AdmittedGang:
+    return AdmittedGang(q.key, entry.wl, entry.check, q.policy, q.ever_ready)
+
+
+class AdmissionPass:
+    def __init__(
+        self, view: AdmissionView, writer: CheckWriter, client: Client, clock: Callable[[], float]
+    ) -> None:
+        self.view = view
+        self.writer = writer
+        self.client = client
+        self.clock = clock
+        self._writers = ThreadPoolExecutor(8, thread_name_prefix="admission-write")
+
+    def queue(
+        self, ours: Mapping[str, str | None], *, settle: bool
+    ) -> tuple[AdmissionQueue, dict[str, Entry]]:
+        """The Workloads carrying our check, in the core's admission order, with each one's
+        Workload and check name. `settle`: forget assumed admissions the cache now shows (the
+        pass); explain only reads."""
+        queued: list[QueuedWorkload] = []
+        entries: dict[str, Entry] = {}
+        for wl in self.view.workloads.items():
+            found = GangPolicies.check_of(wl, ours)
+            if found is None:
+                continue
+            name, state = found
+            key = workload_key(wl)
+            entries[key] = Entry(wl, name)
+            queued.append(
+                QueuedWorkload(
+                    key,
+                    ours[name],
+                    str(state.get("state", "")),
+                    rec.is_true(wl, "QuotaReserved"),
+                    rec.is_true(wl, "Finished"),
+                    rec.is_true(wl, "Evicted"),
+                    condition_time(wl, "QuotaReserved"),
+                    timestamp(wl, "creationTimestamp"),
+                    condition_time(wl, "Admitted"),
+                    self.view.ever_ready(wl),
+                    self._still_assumed(key, wl) if settle else key in self.view.capacity.assumed,
+                )
+            )
+        if settle:
+            for key in set(self.view.capacity.assumed) - set(entries):
+                self.view.capacity.forget(key)  # deleted or no longer ours
+        return admission_queue(queued), entries
+
+    def run(self) -> float | None:
+        started = time.monotonic()
+        now = self.clock()
+        ours = self.view.our_checks()
+        if not ours:
+            return None
+        queue, entries = self.queue(ours, settle=True)
+        if not queue.candidates:
+            return None
+        admitted = [_admitted(q, entries[q.key]) for q in queue.admitted]
+        unready = {k: list(v) for k, v in queue.unready.items()}
+        # Decide every candidate in order on one snapshot (each admission charged before the next
+        # is decided), then write the decisions concurrently: a write waits on the API server,
+        # and the decisions no longer depend on each other.
+        writes: list[tuple[str | None, Callable[[], bool | None]]] = []
+        wake: list[float] = []  # when a gang the plans hold back may be decided otherwise
+        with self.view.capacity.locked():
+            promises: list[Promise] | None = None
+            snapshots: dict[tuple[str, ...], Snapshot] = {}
+
+            def snapshot(levels: tuple[str, ...]) -> Snapshot:
+                nonlocal promises
+                if levels not in snapshots:
+                    if promises is None:
+                        promises = self.view.promises(admitted)
+                    snapshots[levels] = self.view.capacity.snapshot(levels, promises)
+                return snapshots[levels]
+
+            for q in queue.candidates:
+                wl, check = entries[q.key].wl, entries[q.key].check
+                verdict = self.evaluate(wl, check, q.policy, snapshot, unready, now)
+                if verdict.wake_at is not None:
+                    wake.append(verdict.wake_at)
+                if verdict.rejected:
+                    writes.append((None, partial(self.writer.reject, wl, check, verdict.message, now)))
+                elif verdict.decision is None or not verdict.decision.ready:
+                    pending = partial(self.writer.write_check, wl, check, "Pending", verdict.message, now=now)
+                    writes.append((None, pending))
+                else:
+                    self._assume(q, wl, verdict, unready)
+                    writes.append((q.key, partial(self.writer.admit, wl, check, verdict.decision, now)))
+        # Every write runs to its end, each on its own: one Workload's failure holds back no other.
+        outcomes = list(self._writers.map(lambda w: _outcome(w[1]), writes))
+        with self.view.capacity.locked():
+            for (admitted_key, _), outcome in zip(writes, outcomes, strict=True):
+                if admitted_key is not None and outcome is not True:
+                    self._settle_failed_admission(admitted_key, outcome)
+        # A refused write (the Workload changed meanwhile) only over-counted capacity in this
+        # pass; the pass runs again on fresh copies.
+        rerun = any(o is False or isinstance(o, Exception) for o in outcomes)
+        took = time.monotonic() - started
+        log.log(
+            logging.INFO if took > 1.0 else logging.DEBUG,
+            "admission pass: %d candidates, %d admitted gangs, %.3fs, rerun=%s",
+            len(queue.candidates),
+            len(admitted),
+            took,
+            rerun,
+        )
+        if rerun:
+            return 0.5
+        return max(0.05, min(wake) - now) if wake else None
+
+    def evaluate(
+        self,
+        wl: JSON,
+        check: str,
+        policy_name: str | None,
+        snapshot: Callable[[tuple[str, ...]], Snapshot],
+        unready: Mapping[str | None, list[str]],
+        now: float,
+    ) -> CandidateVerdict:
+        """The one decision for one waiting gang, in this order: its policy usable, the
+        Sequential gate, the plans' drain gate, then placement (`core.admission.decide`) on the
+        snapshot for its levels. The pass acts on it; explain shows it."""
+        try:
+            policy = self.view.policy(policy_name)
+            levels = self.view.levels(policy)
+        except InputError as err:
+            return CandidateVerdict(f"waiting: {err}")
+        blocker = (
+            sequential_blocker(workload_key(wl), unready.get(policy_name, [])) if policy.sequential else None
+        )
+        try:
+            drain = self.view.drain(wl, now)
+            if drain is not None and not drain.admit:
+                cluster_queue, _, plans = self.view.plans_of(wl)
+                change = next_quota_change(plans, cluster_queue, datetime.fromtimestamp(now, UTC))
+                return CandidateVerdict(
+                    f"waiting for the next block: {drain.reason}",
+                    wake_at=None if change is None else change.timestamp(),
+                )
+            end = (
+                {}
+                if drain is None or drain.block_end is None
+                else {BLOCK_END_ANNOTATION: format_time(drain.block_end)}
+            )
+            gang = self.view.gang(wl)
+            decision = decide(snapshot(levels), gang, gang.name, policy.placement, blocker, end)
+        except InputError as err:
+            return CandidateVerdict(f"the Workload cannot be used: {err}", rejected=True)
+        return CandidateVerdict(decision.message, decision, gang, policy.sequential, blocker)
+
+    def explain(self, wl: JSON, check: str, now: float) -> CandidateVerdict | None:
+        """What the pass would decide for this waiting gang now (None: not our check), on a
+        fresh snapshot with every admitted gang's promise; nothing is charged or written."""
+        ours = self.view.our_checks()
+        if check not in ours:
+            return None
+        queue, entries = self.queue(ours, settle=False)
+        admitted = [_admitted(q, entries[q.key]) for q in queue.admitted]
+        unready = {k: list(v) for k, v in queue.unready.items()}
+        return self.evaluate(
+            wl, check, ours[check], lambda levels: self.view.promised_snapshot(levels, admitted), unready, now
+        )
+
+    def _assume(
+        self, q: QueuedWorkload, wl: JSON, verdict: CandidateVerdict, unready: dict[str | None, list[str]]
+    ) -> None:
+        """Charge an admission being written until the cache shows it (under the capacity lock)."""
+        decision, gang = verdict.decision, verdict.gang
+        assert decision is not None and decision.placement is not None and gang is not None
+        updates = [u.to_dict() for u in decision.pod_set_updates]
+        self.view.capacity.assume(
+            q.key,
+            Assumed(
+                wl["metadata"]["resourceVersion"],
+                True,
+                (fingerprint(updates, Counter()), ()),
+                wl["metadata"]["namespace"],
+                gang,
+                decision.placement,
+            ),
+        )
+        if verdict.sequential:
+            unready.setdefault(q.policy, []).append(q.key)
+
+    def _still_assumed(self, key: str, wl: JSON) -> bool:
+        """Whether an admission this controller wrote is not yet in the cached Workload (then its
+        capacity stays charged and the gang is not a candidate); forgets it once it is."""
+        a = self.view.capacity.assumed.get(key)
+        if a is None:
+            return False
+        if wl["metadata"].get("resourceVersion") != a.resource_version:
+            with self.view.capacity.locked():
+                self.view.capacity.forget(key)
+            return False
+        if a.certain:
+            return True
+        try:  # the write's outcome is unknown: the API server says whether it happened
+            live = self.client.request(
+                "GET", WORKLOADS.path(wl["metadata"]["namespace"], wl["metadata"]["name"])
+            )
+        except ApiError as err:
+            if err.status == 404:
+                with self.view.capacity.locked():
+                    self.view.capacity.forget(key)
+                return False
+            return True  # still unknown: keep counting it
+        if live["metadata"].get("resourceVersion") == a.resource_version:
+            with self.view.capacity.locked():
+                self.view.capacity.forget(key)  # not written: the gang is decided again
+            return False
+        return True
+
+    def _settle_failed_admission(self, key: str, outcome: bool | Exception | None) -> None:
+        """After an admission's write: refused (False, or a 4xx) or a no-op (None) means nothing
+        was written; any other error leaves the outcome unknown until the Workload is read again."""
+        a = self.view.capacity.assumed.get(key)
+        if a is None:
+            return
+        if isinstance(outcome, Exception) and not (isinstance(outcome, ApiError) and outcome.status < 500):
+            self.view.capacity.assumed[key] = dataclasses.replace(a, certain=False)
+        else:
+            self.view.capacity.forget(key)

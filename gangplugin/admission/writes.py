@@ -1,0 +1,153 @@
+"""The gang check's writes: its entry in a Workload's admissionChecks (server-side apply,
+conditional on the resourceVersion), conditions of its own objects, pod deletions, Events."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from typing import Any
+
+from gangplugin.admission.view import condition_time
+from gangplugin.core.admission import (
+    AdmissionDecision,
+)
+from gangplugin.core.timeutil import format_time
+from gangplugin.kube import kueue_records as rec
+from gangplugin.kube.client import JSON, PODS, WORKLOADS, ApiError, Client
+from gangplugin.kube.events import record_event
+from gangplugin.runtime import metrics
+
+log = logging.getLogger(__name__)
+
+FIELD_MANAGER = "gangplugin-admission"
+COMPONENT = "gangplugin-admission"
+
+
+class CheckWriter:
+    def __init__(self, client: Client, clock: Callable[[], float]) -> None:
+        self.client = client
+        self.clock = clock
+        self._events = ThreadPoolExecutor(1, thread_name_prefix="admission-events")
+
+    def write_check(
+        self,
+        wl: JSON,
+        check: str,
+        state: str,
+        message: str,
+        *,
+        updates: list[JSON] | None = None,
+        requeue_after: int | None = None,
+        now: float,
+    ) -> bool | None:
+        """Server-side apply of our check's entry only (our field manager), conditional on the
+        Workload's resourceVersion: a decision made on a stale copy is never written. Returns
+        True when written, None when the entry already says this, False when the Workload
+        changed meanwhile (the decision is made again on the fresh copy)."""
+        prev = rec.check_state(wl, check) or {}
+        entry: JSON = {"name": check, "state": state, "message": message[:32768]}
+        if updates:
+            entry["podSetUpdates"] = updates
+        if requeue_after is not None:
+            entry["requeueAfterSeconds"] = requeue_after
+        unchanged = all(prev.get(k) == v for k, v in entry.items()) and (
+            bool(prev.get("podSetUpdates")) == bool(updates)
+        )
+        if unchanged:
+            return None
+        same_state = prev.get("state") == state
+        entry["lastTransitionTime"] = (
+            prev.get("lastTransitionTime")
+            if same_state and prev.get("lastTransitionTime")
+            else format_time(datetime.fromtimestamp(int(now), UTC))
+        )
+        meta = wl["metadata"]
+        body = {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "Workload",
+            "metadata": {
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "resourceVersion": meta["resourceVersion"],
+            },
+            "status": {"admissionChecks": [entry]},
+        }
+        try:
+            self.client.request(
+                "PATCH",
+                WORKLOADS.path(meta["namespace"], meta["name"]) + "/status",
+                body=body,
+                content_type="application/apply-patch+yaml",
+                params={"fieldManager": FIELD_MANAGER, "force": "true"},
+            )
+        except ApiError as err:
+            if err.status in (404, 409):
+                return False
+            raise
+        if state == "Pending" and str(prev.get("message", "")).split(":")[0] != message.split(":")[0]:
+            self.event(wl, "Normal", "GangWaiting", message)  # a new kind of reason, not every recount
+        log.info("workload %s/%s: check %s -> %s: %s", meta["namespace"], meta["name"], check, state, message)
+        return True
+
+    def event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+        """Recorded in the background: an Event is for people, a decision must not wait for it."""
+        self._events.submit(record_event, self.client, dict(obj), type_, reason, message, COMPONENT)
+
+    def admit(self, wl: JSON, check: str, decision: AdmissionDecision, now: float) -> bool | None:
+        ok = self.write_check(
+            wl,
+            check,
+            "Ready",
+            decision.message,
+            updates=[u.to_dict() for u in decision.pod_set_updates],
+            now=now,
+        )
+        if ok:
+            self.event(wl, "Normal", "GangAdmitted", decision.message)
+            if reserved := condition_time(wl, "QuotaReserved"):
+                metrics.ADMISSION_LATENCY.observe(max(0.0, now - reserved))
+        return ok
+
+    def reject(self, wl: JSON, check: str, message: str, now: float) -> bool | None:
+        ok = self.write_check(wl, check, "Rejected", message, now=now)
+        if ok:
+            self.event(wl, "Warning", "GangRejected", message)
+        return ok
+
+    def set_condition(self, res: Any, obj: JSON, kind: str, status: str, reason: str, message: str) -> bool:
+        current = rec.conditions(obj).get(kind)
+        if current and (current.get("status"), current.get("reason"), current.get("message")) == (
+            status,
+            reason,
+            message,
+        ):
+            return False
+        now = format_time(datetime.fromtimestamp(int(self.clock()), UTC))
+        cond = {
+            "type": kind,
+            "status": status,
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": current.get("lastTransitionTime", now)
+            if current and current.get("status") == status
+            else now,
+            "observedGeneration": obj["metadata"].get("generation", 0),
+        }
+        others = [c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") != kind]
+        self.client.patch(
+            res, obj["metadata"]["name"], {"status": {"conditions": [*others, cond]}}, subresource="status"
+        )
+        return True
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        try:
+            self.client.request(
+                "DELETE",
+                PODS.path(namespace, name),
+                body={"gracePeriodSeconds": 0, "propagationPolicy": "Background"},
+            )
+        except ApiError as err:
+            if err.status != 404:
+                raise

@@ -1,0 +1,12 @@
+"""The API resources gangplugin reads and writes beyond the built-in ones in `client.py`."""
+
+from __future__ import annotations
+
+from gangplugin.core.names import API_VERSION
+from gangplugin.kube.client import Resource
+
+ADMISSION_CHECKS = Resource("kueue.x-k8s.io/v1beta2", "admissionchecks", namespaced=False)
+RESOURCE_FLAVORS = Resource("kueue.x-k8s.io/v1beta2", "resourceflavors", namespaced=False)
+TOPOLOGIES = Resource("kueue.x-k8s.io/v1beta2", "topologies", namespaced=False)
+GANG_POLICIES = Resource(API_VERSION, "gangpolicies", namespaced=False)
+TRAINING_PLANS = Resource(API_VERSION, "trainingplans", namespaced=False)
