@@ -30,7 +30,7 @@ from gangplugin.core.eligibility import PodConstraints
 from gangplugin.core.errors import InputError
 from gangplugin.core.names import GANG_SIZE_ANNOTATION
 from gangplugin.core.placement import Gang, PlacementPolicy, PodSet, place
-from gangplugin.core.topology import HOSTNAME_LABEL, Snapshot, pods_fitting, request_items
+from gangplugin.core.topology import HOSTNAME_LABEL, Node, Snapshot, pods_fitting, request_items
 
 PodKey = tuple[str, str]  # (namespace, name)
 GangKey = tuple[str, str]  # (namespace, gang label value)
@@ -345,3 +345,27 @@ def scores(
 def barrier_open(size: int, bound: Iterable[PodKey], arrived: Iterable[PodKey]) -> bool:
     """Every member has a node: bound already, or waiting at the barrier with one."""
     return len({*bound, *arrived}) >= size
+
+
+def bind_refusal(
+    pod: GangPod, uid: str, node_name: str, node: Node | None, planned: str | None
+) -> str | None:
+    """Why `bind` must not place `pod` (as the watch cache has it) on `node_name` when asked
+    with `uid`, or None. `planned`: the node the gang's plan gives this member (None: no plan
+    gives it one). Whoever calls bind gets no more than the pod's own constraints and the plan
+    allow: a pod already bound, another pod of the same name, a node the pod's nodeSelector,
+    affinity or tolerations exclude, or a gang member sent elsewhere than its plan says."""
+    what = f"refusing to bind pod {pod.namespace}/{pod.name} to node {node_name}"
+    if uid != pod.uid:
+        return f"{what}: the request names uid {uid or '(none)'}, the pod's uid is {pod.uid}"
+    if pod.node is not None:
+        return f"{what}: the pod is already bound to {pod.node}"
+    if node is None:
+        return f"{what}: there is no such node"
+    why = pod.constraints.refusal(node.labels, node.name, node.taints)
+    if why is not None:
+        return f"{what}: the pod does not allow that node ({why})"
+    if pod.gang is not None and planned != node_name:
+        plan = f"gives it {planned}" if planned else "gives it no node (yet)"
+        return f"{what}: gang {pod.gang}'s plan {plan}"
+    return None

@@ -448,10 +448,8 @@ def _node_summary(snap: Snapshot, ps: PodSet, spares: frozenset[int]) -> str:
             why["not Ready"] += 1
         elif node.unschedulable:
             why["cordoned"] += 1
-        elif (taint := ps.constraints.untolerated(node.taints)) is not None:
-            why[f"taint {taint} not tolerated"] += 1
-        elif not ps.constraints.selects(node.labels, node.name):
-            why["not matching nodeSelector/affinity"] += 1
+        elif (refusal := ps.constraints.refusal(node.labels, node.name, node.taints)) is not None:
+            why[refusal] += 1
         elif node.name in ps.excluded_nodes:
             why["rejected by kube-scheduler"] += 1
         elif _fit(snap.free[i], req) == 0:
@@ -475,8 +473,7 @@ def _spare_counts(snap: Snapshot, planner: _Planner, spares: frozenset[int]) -> 
             assert node is not None
             if (
                 node.name not in ps.excluded_nodes
-                and ps.constraints.untolerated(node.taints) is None
-                and ps.constraints.selects(node.labels, node.name)
+                and ps.constraints.refusal(node.labels, node.name, node.taints) is None
             ):
                 c = _fit(snap.free[n], planner.reqs[p])
                 if c:
@@ -666,9 +663,7 @@ def replace(
             free = {**free, PODS: need[PODS]}
         if any(free.get(r, 0) < q for r, q in need.items()):
             continue
-        if not all(
-            c.untolerated(node.taints) is None and c.selects(node.labels, node.name) for c in constraints
-        ):
+        if any(c.refusal(node.labels, node.name, node.taints) is not None for c in constraints):
             continue
         depth = 0
         if anchor_key is not None:

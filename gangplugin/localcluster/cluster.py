@@ -223,6 +223,9 @@ class LocalCluster:
         ).resolve()
         self.ports = ports or Ports(int(os.environ.get("GANGPLUGIN_PORT_BASE", "21000")))
         self.pki_dir = self.state_dir / "pki"
+        # The CA of the extender's only client, kube-scheduler: it signs nothing else, so the
+        # extender (--extender-client-ca) answers no other certificate of the cluster.
+        self.extender_clients_dir = self.pki_dir / "extender-clients"
         self.log_dir = self.state_dir / "logs"
         self.kubeconfig = self.state_dir / "kubeconfig"
         self.state_file = self.state_dir / "state.json"
@@ -396,6 +399,10 @@ class LocalCluster:
         )
         ca.issue("admin", common_name="kubernetes-admin", organization="system:masters", client=True)
         ca.issue("webhook", common_name="gangplugin-local-webhooks", hosts=("127.0.0.1", "localhost"))
+        clients = CertificateAuthority(
+            self.extender_clients_dir, common_name="gangplugin-local-extender-clients"
+        )
+        clients.issue("kube-scheduler", common_name="kube-scheduler", client=True)
         service_account_keys(self.pki_dir)
         # Kueue expects tls.crt/tls.key in its certDir, and (with its own certificate
         # management off) its metrics certificate at a fixed path.
@@ -530,16 +537,27 @@ class LocalCluster:
             health=lambda: self._https_ok(p.controller_manager, "/healthz", client_cert=False),
         )
 
+    def extender_tls_config(self) -> dict[str, str]:
+        """kube-scheduler's extender tlsConfig: the CA of the extender's serving certificate,
+        and the client certificate the extender asks for (mutual TLS)."""
+        client = self.extender_clients_dir
+        return {
+            "caFile": str(self.pki_dir / "ca.crt"),
+            "certFile": str(client / "kube-scheduler.crt"),
+            "keyFile": str(client / "kube-scheduler.key"),
+        }
+
     def _scheduler(self, *, extender: bool = True) -> Component:
         """kube-scheduler with deploy/scheduler/local.yaml: the gangplugin extender on
-        Ports.gangplugin_extender over HTTPS (the cluster CA); `extender=False` drops it."""
+        Ports.gangplugin_extender over mutual TLS (`extender_tls_config`); `extender=False`
+        drops it."""
         p = self.ports
         config = self.state_dir / "scheduler-config.yaml"
         cfg = yaml.safe_load((REPO / "deploy" / "scheduler" / "local.yaml").read_text())
         cfg["clientConnection"]["kubeconfig"] = str(self.kubeconfig)
         for ext in cfg["extenders"]:
             ext["urlPrefix"] = f"https://127.0.0.1:{p.gangplugin_extender}"
-            ext["tlsConfig"]["caFile"] = str(self.pki_dir / "ca.crt")
+            ext["tlsConfig"] = self.extender_tls_config()
         if not extender:
             del cfg["extenders"]
         config.write_text(yaml.safe_dump(cfg, sort_keys=False))
@@ -674,6 +692,7 @@ class LocalCluster:
                 f"--extender-bind=127.0.0.1:{p.gangplugin_extender}",
                 f"--extender-tls-cert={self.pki_dir / 'webhook.crt'}",
                 f"--extender-tls-key={self.pki_dir / 'webhook.key'}",
+                f"--extender-client-ca={self.extender_clients_dir / 'ca.crt'}",
                 f"--webhook-bind=127.0.0.1:{webhook}",
                 f"--webhook-tls-cert={self.pki_dir / 'webhook.crt'}",
                 f"--webhook-tls-key={self.pki_dir / 'webhook.key'}",

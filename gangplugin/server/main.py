@@ -129,6 +129,14 @@ def cli() -> None:
 @click.option("--extender-tls-cert", default=None, help="Serving certificate (PEM); plain HTTP when unset.")
 @click.option("--extender-tls-key", default=None, help="Key of --extender-tls-cert.")
 @click.option(
+    "--extender-client-ca",
+    default=None,
+    type=click.Path(exists=True, dir_okay=False),
+    help="CA (PEM) of the only callers the extender answers: mutual TLS, a client without a "
+    "certificate it signed is refused in the handshake. Give it a CA that signs only "
+    "kube-scheduler's client certificate (its extender tlsConfig certFile/keyFile).",
+)
+@click.option(
     "--extender-barrier-timeout",
     default=60.0,
     show_default=True,
@@ -166,6 +174,7 @@ def serve(
     extender_bind: str,
     extender_tls_cert: str | None,
     extender_tls_key: str | None,
+    extender_client_ca: str | None,
     extender_barrier_timeout: float,
     extender_spares_per_ultraserver: int,
     webhook_bind: str,
@@ -189,6 +198,11 @@ def serve(
     ):
         if (cert is None) != (key is None):
             raise click.BadParameter("give both or neither", param_hint=f"--{flag}-tls-cert/--{flag}-tls-key")
+    if extender_client_ca and not extender_tls_cert:
+        raise click.BadParameter(
+            "needs --extender-tls-cert/--extender-tls-key: client certificates are checked in TLS",
+            param_hint="--extender-client-ca",
+        )
     election = None
     if leader_elect:
         try:
@@ -219,11 +233,12 @@ def serve(
 
         configure(
             ExtenderSettings(
-                extender_bind,
-                extender_tls_cert,
-                extender_tls_key,
-                extender_barrier_timeout,
-                extender_spares_per_ultraserver,
+                bind=extender_bind,
+                tls_cert=extender_tls_cert,
+                tls_key=extender_tls_key,
+                client_ca=extender_client_ca,
+                barrier_timeout=extender_barrier_timeout,
+                spares_per_ultraserver=extender_spares_per_ultraserver,
             )
         )
     if "webhook" in wanted:

@@ -166,9 +166,10 @@ def gangplugin_scheduler(cluster: E2ECluster, local: LocalCluster, tmp_path: Pat
     sched_config = token_kubeconfig(cluster, "gangplugin-scheduler", tmp_path / "scheduler.kubeconfig")
     cfg = yaml.safe_load(next(o for o in render() if o["kind"] == "ConfigMap")["data"]["config.yaml"])
     cfg["clientConnection"] = {"kubeconfig": str(sched_config)}
-    for ext in cfg["extenders"]:  # the Service and the CA secret's mount, as the local cluster has them
+    for ext in cfg["extenders"]:  # the Service and the secrets' mounts, as the local cluster has them
         ext["urlPrefix"] = f"https://127.0.0.1:{local.ports.gangplugin_extender}"
-        ext["tlsConfig"]["caFile"] = str(local.pki_dir / "ca.crt")
+        assert set(ext["tlsConfig"]) == set(local.extender_tls_config())
+        ext["tlsConfig"] = local.extender_tls_config()
     (tmp_path / "scheduler.yaml").write_text(yaml.safe_dump(cfg))
     port = free_port()
     sched_log = tmp_path / "scheduler.log"

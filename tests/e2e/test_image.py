@@ -141,12 +141,18 @@ def _run_argv(
     for var in container["env"]:
         env[var["name"]] = fields[var["valueFrom"]["fieldRef"]["fieldPath"]]
     pki = local.pki_dir
-    sources = {
-        "tls": _files(
-            tmp_path / f"{name}-tls",
+    # Secret -> (volume name, files): the local cluster's stand-ins for what cert-manager issues.
+    secrets = {
+        "gangplugin-serving-tls": (
+            "tls",
             {"tls.crt": (pki / "webhook.crt").read_bytes(), "tls.key": (pki / "webhook.key").read_bytes()},
-        )
+        ),
+        "gangplugin-extender-client-ca": (
+            "extender-client-ca",
+            {"ca.crt": (local.extender_clients_dir / "ca.crt").read_bytes()},
+        ),
     }
+    sources = {vol: _files(tmp_path / f"{name}-{vol}", files) for vol, files in secrets.values()}
     mounts = []
     for vol_mount in container["volumeMounts"]:
         volume = next(v for v in spec["volumes"] if v["name"] == vol_mount["name"])
@@ -154,7 +160,7 @@ def _run_argv(
             size = volume["emptyDir"]["sizeLimit"].removesuffix("i").lower()
             mounts.append(f"--tmpfs={vol_mount['mountPath']}:rw,size={size}")
         else:
-            assert volume["secret"]["secretName"] == "gangplugin-serving-tls", volume
+            assert volume["secret"]["secretName"] in secrets, volume
             mode = "ro" if vol_mount.get("readOnly") else "rw"
             mounts.append(f"--volume={sources[vol_mount['name']]}:{vol_mount['mountPath']}:{mode}")
     token = service_account_token(cluster.client, NAMESPACE, spec["serviceAccountName"])
