@@ -52,8 +52,7 @@ from gangplugin.core.names import (
     GANG_LABEL,
     MAX_RUNTIME_ANNOTATION,
     PLAN_DRAINING_REASON,
-    PREFERRED_TOPOLOGY_ANNOTATION,
-    REQUIRED_TOPOLOGY_ANNOTATION,
+    TOPOLOGY_ANNOTATIONS,
 )
 from gangplugin.core.placement import Assignment, Gang, recover
 from gangplugin.core.plans import TrainingPlan
@@ -262,10 +261,7 @@ class GangAdmission:
                 pod = self.pods.get(f"{ns}/{o.get('name')}")
                 ann = (pod or {}).get("metadata", {}).get("annotations") or {}
                 extra = {
-                    k: v
-                    for k, v in ann.items()
-                    if k
-                    in (REQUIRED_TOPOLOGY_ANNOTATION, PREFERRED_TOPOLOGY_ANNOTATION, MAX_RUNTIME_ANNOTATION)
+                    k: v for k, v in ann.items() if k in TOPOLOGY_ANNOTATIONS or k == MAX_RUNTIME_ANNOTATION
                 }
                 if extra:
                     break

@@ -18,7 +18,7 @@ from gangplugin.core.names import (
     REQUIRED_TOPOLOGY_ANNOTATION,
 )
 from gangplugin.core.topology import FINISHED_PHASES
-from gangplugin.kube.records import constraints_from_pod_spec, pod_requests
+from gangplugin.kube.records import constraints_from_pod_spec, pod_requests, slice_size, slice_topology
 
 
 def _size(annotations: Mapping[str, Any]) -> int:
@@ -59,6 +59,7 @@ def gang_pod_from_k8s(obj: Mapping[str, Any]) -> GangPod:
             constraints=constraints_from_pod_spec(spec),
             required_topology=str(annotations.get(REQUIRED_TOPOLOGY_ANNOTATION) or "") or None,
             preferred_topology=str(annotations.get(PREFERRED_TOPOLOGY_ANNOTATION) or "") or None,
+            slices=(slice_size(annotations, "metadata.annotations"), *slice_topology(annotations)),
             finished=finished,
             deleting=bool(meta.get("deletionTimestamp")),
         )

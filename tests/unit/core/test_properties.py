@@ -210,7 +210,6 @@ def test_replacement_invariants(cluster, gang, policy, pick):
         snap.bind(BoundPod("gang", f"{a.pod_set}-{a.index}", a.node, gang.podsets[0].requests))
     failed = r.assignments[pick % len(r.assignments)].node
     spares = snap.spare_nodes(policy.spares_per_ultraserver)
-    failed_us = snap.nodes[snap.node_ids[failed]].labels.get(LEVELS[1])
     rep = replace(snap, gang, r.assignments, failed, policy)
     moved = [a for a in r.assignments if a.node == failed]
     if not rep.feasible:
@@ -220,8 +219,9 @@ def test_replacement_invariants(cluster, gang, policy, pick):
     i = snap.node_ids[rep.node]
     assert snap.usable[i]
     assert rep.used_spare == (i in spares)
-    if i in spares:
-        assert snap.nodes[i].labels.get(LEVELS[1]) == failed_us is not None
+    if i in spares:  # a spare of an UltraServer the gang runs in (the failed node's first)
+        gang_us = {snap.nodes[snap.node_ids[a.node]].labels.get(LEVELS[1]) for a in r.assignments}
+        assert snap.nodes[i].labels.get(LEVELS[1]) in gang_us - {None}
     need = {res: q * len(moved) for res, q in gang.podsets[0].requests.items() if q}
     assert all(snap.free[i].get(res, 0) >= q for res, q in need.items())
     assert snap.free[i]["pods"] >= len(moved)
