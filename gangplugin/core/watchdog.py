@@ -5,10 +5,15 @@ Three clocks, each from something the API server keeps, so a restarted controlle
 same verdict: `unscheduledTimeout` and `readyTimeout` run from admission until the gang is fully
 Ready once; `recoveryTimeout` runs from the moment a gang that was running lost a Ready pod or
 a node went NotReady under it.
+
+With `nodeFailure: ReplaceFromSpare` the failed nodes are replaced (`placement.recover`) while
+there are at most `maxReplacedNodes` of them at once (`too_many_failed`); more is an outage
+replacement should not paper over, so the gang is requeued whole at once.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gangplugin.core.durations import format_duration
@@ -47,9 +52,25 @@ def _ago(seconds: float) -> str:
     return format_duration(max(0.0, seconds))
 
 
+def too_many_failed(policy: GangPolicy, failed_nodes: Sequence[str]) -> str | None:
+    """Why a gang with `failed_nodes` NotReady under it is requeued rather than its nodes
+    replaced, or None when they may be replaced. The count is of the nodes failed now (one
+    failure window: those still NotReady under the gang), not of earlier, finished replacements."""
+    limit = policy.max_replaced_nodes
+    if policy.node_failure != "ReplaceFromSpare" or limit is None or len(failed_nodes) <= limit:
+        return None
+    return (
+        f"{len(failed_nodes)} nodes NotReady under the gang at once ({', '.join(failed_nodes)}), "
+        f"more than maxReplacedNodes {limit}: requeued whole instead of replaced"
+    )
+
+
 def watch(policy: GangPolicy, obs: GangObservation, now: float) -> Verdict:
+    phase = "Scheduling" if obs.bound < obs.size else "Starting"
+    requeue = too_many_failed(policy, obs.failed_nodes)
+    if requeue is not None:
+        return Verdict("Recovering" if obs.ever_ready else phase, True, None, requeue)
     if not obs.ever_ready:
-        phase = "Scheduling" if obs.bound < obs.size else "Starting"
         deadlines: list[tuple[float, str]] = []
         if policy.unscheduled_timeout is not None and obs.bound < obs.size:
             deadlines.append(

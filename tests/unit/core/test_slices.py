@@ -3,7 +3,9 @@ inside the gang's domain; joint packing of podsets; recovery that keeps a slice'
 
 import pytest
 
+from gangplugin.core.admission import decide
 from gangplugin.core.errors import InputError
+from gangplugin.core.gangplan import GangPod, assign, plan_gang
 from gangplugin.core.packing import pack
 from gangplugin.core.placement import Gang, PlacementPolicy, PodSet, place, recover
 from gangplugin.core.topology import (
@@ -14,6 +16,7 @@ from gangplugin.core.topology import (
     Node,
     build_snapshot,
 )
+from gangplugin.kube import records
 
 from .clusters import GPU, GPU_NODE
 
@@ -194,3 +197,60 @@ def test_podsets_that_fit_only_sharing_a_node_are_packed_jointly():
         ("cpu", "n01"),
         ("gpu", "n01"),
     ]
+
+
+def _workload(annotations, topology_request=None, count=32):
+    ps = {"name": "main", "count": count, "template": {"metadata": {"annotations": annotations}, "spec": {}}}
+    if topology_request:
+        ps["topologyRequest"] = topology_request
+    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "spec": {"podSets": [ps]}}
+
+
+@pytest.mark.parametrize(
+    ("annotations", "topology_request"),
+    [
+        ({"gangplugin.io/slice-size": "16", "gangplugin.io/slice-required-topology": US}, None),
+        (
+            {"kueue.x-k8s.io/podset-slice-size": "16", "kueue.x-k8s.io/podset-slice-required-topology": US},
+            None,
+        ),
+        ({}, {"podSetSliceSize": 16, "podSetSliceRequiredTopology": US}),
+    ],
+)
+def test_slice_annotations_and_kueues_topology_request_read_the_same(annotations, topology_request):
+    (ps,) = records.gang_from_k8s(_workload(annotations, topology_request)).podsets
+    assert (ps.slice_size, ps.slice_required_topology, ps.slice_preferred_topology) == (16, US, None)
+
+
+def test_bad_slice_size_names_the_annotation():
+    with pytest.raises(InputError) as err:
+        records.gang_from_k8s(_workload({"gangplugin.io/slice-size": "sixteen"}))
+    assert err.value.field == "spec.podSets[0].template.metadata.annotations.gangplugin.io/slice-size"
+
+
+def test_a_sliced_gang_is_pinned_to_its_gang_level_domain_only():
+    snap = build_snapshot(cluster({"nn-a": {"us-1": 18, "us-2": 18}}), [], LEVELS)
+    with_level = decide(snap, sliced(32, 16, required_topology=NN), "g", PlacementPolicy())
+    assert with_level.ready and with_level.domain == {NN: "nn-a"}
+    assert all(u.node_selector == {NN: "nn-a"} for u in with_level.pod_set_updates)
+    without = decide(snap, sliced(32, 16), "g", PlacementPolicy())
+    assert without.ready and without.domain == {} and without.pod_set_updates[0].node_selector == {}
+
+
+def test_the_extender_completes_a_started_slice_in_its_ultraserver():
+    # 32 pods in slices of 16 on us-1 and us-2; one pod of the us-2 slice is recreated.
+    snap = build_snapshot(cluster({"nn-a": {"us-1": 18, "us-2": 18, "us-3": 18}}), [], LEVELS)
+    slices = (16, US, None)
+
+    def pod(i, node=None):
+        return GangPod("ns", f"p{i}", f"u{i}", "g", 32, node, {GPU: 4}, required_topology=NN, slices=slices)
+
+    bound = [pod(i, f"us-1-n{i:02d}") for i in range(16)] + [pod(16 + i, f"us-2-n{i:02d}") for i in range(15)]
+    for m in bound:
+        snap.bind(BoundPod("ns", m.name, m.node or "", {GPU: 4}))
+    # without slices every free node is as good: the first by name (in us-1) would win
+    new = pod(99)
+    plan = plan_gang(snap, new, [*bound, new], keep_bound=True)
+    assert plan.feasible and len(plan.slots) == 1
+    assert snap.node(plan.slots[0].node).labels[US] == "us-2"
+    assert assign(plan, new, {}) == 0

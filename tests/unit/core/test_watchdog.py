@@ -52,3 +52,24 @@ def test_recovery_timeout_zero_never_evicts() -> None:
     p = GangPolicy(recovery_timeout=0)
     v = watch(p, obs(ever_ready=True, ready=2, degraded_since=0.0), 1e9)
     assert not v.expired and v.recheck_at is None and "off" in v.reason
+
+
+def test_more_failed_nodes_than_max_replaced_requeue_the_gang_at_once() -> None:
+    policy = GangPolicy(recovery_timeout=600, node_failure="ReplaceFromSpare", max_replaced_nodes=2)
+    two = obs(ready=6, ever_ready=True, degraded_since=1000.0, failed_nodes=("n1", "n2"))
+    assert not watch(policy, two, 1001.0).expired
+    three = obs(ready=5, ever_ready=True, degraded_since=1000.0, failed_nodes=("n1", "n2", "n3"))
+    v = watch(policy, three, 1001.0)
+    assert v.expired and v.phase == "Recovering"
+    assert v.reason.startswith(
+        "3 nodes NotReady under the gang at once (n1, n2, n3), more than maxReplacedNodes 2"
+    )
+    # no limit, or nodeFailure Requeue: the recovery timeout decides
+    assert not watch(GangPolicy(recovery_timeout=600, node_failure="ReplaceFromSpare"), three, 1001.0).expired
+    assert not watch(GangPolicy(recovery_timeout=600, max_replaced_nodes=0), three, 1001.0).expired
+
+
+def test_max_replaced_nodes_zero_requeues_a_starting_gang_on_any_failed_node() -> None:
+    policy = GangPolicy(node_failure="ReplaceFromSpare", max_replaced_nodes=0)
+    v = watch(policy, obs(ready=2, failed_nodes=("n1",)), 1001.0)
+    assert v.expired and v.phase == "Starting" and "maxReplacedNodes 0" in v.reason
