@@ -62,7 +62,7 @@ from gangplugin.core.names import (
 )
 from gangplugin.core.packing import EXACT_MAX_NODES, Req, fit, pack
 from gangplugin.core.resources import CPU, MEMORY, PODS, format_quantity
-from gangplugin.core.topology import HOSTNAME_LABEL, ULTRASERVER_LABEL, BoundPod, Snapshot
+from gangplugin.core.topology import HOSTNAME_LABEL, ULTRASERVER_LABEL, Snapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -898,6 +898,24 @@ def replace(
     """
     validate_gang(gang)
     policy = policy or PlacementPolicy()
+    spares = snapshot.spare_nodes(policy.spares_per_ultraserver)
+    held = held_spares(snapshot, policy, {a.node for a in assignments})
+    return _replace(snapshot, gang, assignments, failed_node, spares, held, {})
+
+
+def _replace(
+    snapshot: Snapshot,
+    gang: Gang,
+    assignments: Sequence[Assignment],
+    failed_node: str,
+    spares: frozenset[int],
+    held: frozenset[int],
+    taken: Mapping[int, Mapping[str, int]],
+) -> Replacement:
+    """`replace` with the spare sets given and `taken` (node id -> requests) already used by
+    earlier moves of the same decision. Candidates are searched ring by ring outwards from the
+    failed node's domains: once the best found shares a level no node outside the ring can,
+    the wider rings cannot beat it."""
     req, _ = _gang_levels(snapshot, gang)
     moving = [a for a in assignments if a.node == failed_node]
     if not moving:
@@ -919,41 +937,39 @@ def replace(
     for name, k in per_set.items():
         for r, q in _req_items(by_name[name]):
             need[r] = need.get(r, 0) + k * q
-    anchor = snapshot.node(failed_node)
-    if anchor is None:
+    anchor_id = snapshot.node_ids.get(failed_node)
+    if anchor_id is None:
         others = sorted({a.node for a in assignments if a.node != failed_node})
-        anchor = next((n for n in map(snapshot.node, others) if n is not None), None)
+        anchor_id = next((i for n in others if (i := snapshot.node_ids.get(n)) is not None), None)
+    anchor = snapshot.nodes[anchor_id] if anchor_id is not None else None
     anchor_key = tuple(anchor.labels.get(label) for label in snapshot.levels) if anchor is not None else None
-    spares = snapshot.spare_nodes(policy.spares_per_ultraserver)
-    held = held_spares(snapshot, policy, {a.node for a in assignments})
     constraints = {by_name[name].constraints for name in per_set}
+
+    # rings: the anchor's domains from the narrowest up to the required level (or the root)
+    rings: list[tuple[int, int]] = []  # (domain id, level)
+    if anchor_id is not None:
+        top = req if req is not None else -1
+        rings = [(snapshot.path[anchor_id][lv], lv) for lv in range(len(snapshot.levels) - 1, top - 1, -1)]
+        if req is None:
+            rings.append((0, -1))
+        elif anchor_key is not None and anchor_key[req] is None:
+            rings = []
+    elif req is None:
+        rings = [(0, -1)]
     best: tuple[tuple[int, int, int, str], int] | None = None
-    for i, node in enumerate(snapshot.nodes):
-        if node is None or node.name == failed_node or not snapshot.usable[i] or i in held:
-            continue
-        is_spare = i in spares
-        free = snapshot.free[i]
-        if PODS not in free:
-            free = {**free, PODS: need[PODS]}
-        if any(free.get(r, 0) < q for r, q in need.items()):
-            continue
-        if not all(
-            c.untolerated(node.taints) is None and c.selects(node.labels, node.name) for c in constraints
-        ):
-            continue
-        depth = 0
-        if anchor_key is not None:
-            key = tuple(node.labels.get(label) for label in snapshot.levels)
-            if req is not None and (anchor_key[req] is None or key[: req + 1] != anchor_key[: req + 1]):
+    seen: set[int] = set()
+    for domain, level in rings:
+        for i in snapshot.subtree_nodes(domain):
+            if i in seen:
                 continue
-            while depth < len(key) and key[depth] is not None and key[depth] == anchor_key[depth]:
-                depth += 1
-        elif req is not None:
-            continue
-        leftover = sum(free.get(r, 0) - q for r, q in need.items() if r != PODS and _is_extended(r))
-        rank = (-depth, 0 if is_spare else 1, leftover, node.name)
-        if best is None or rank < best[0]:
-            best = (rank, i)
+            seen.add(i)
+            rank = _candidate_rank(
+                snapshot, i, failed_node, need, constraints, anchor_key, spares, held, taken
+            )
+            if rank is not None and (best is None or rank < best[0]):
+                best = (rank, i)
+        if best is not None and -best[0][0] > level:
+            break  # outside this ring a node shares at most `level` levels with the failed one
     moved = sorted(moving, key=lambda a: (a.pod_set, a.index))
     if best is None:
         where = f" in {whose} {snapshot.levels[req]}" if req is not None and anchor_key is not None else ""
@@ -979,6 +995,41 @@ def replace(
     )
 
 
+def _candidate_rank(
+    snapshot: Snapshot,
+    i: int,
+    failed_node: str,
+    need: Mapping[str, int],
+    constraints: Collection[PodConstraints],
+    anchor_key: tuple[str | None, ...] | None,
+    spares: frozenset[int],
+    held: frozenset[int],
+    taken: Mapping[int, Mapping[str, int]],
+) -> tuple[int, int, int, str] | None:
+    """(-levels shared with the failed node, 0 for a spare, leftover extended resources, name)
+    for a node that can take the moved pods, else None."""
+    node = snapshot.nodes[i]
+    if node is None or node.name == failed_node or not snapshot.usable[i] or i in held:
+        return None
+    free = snapshot.free[i]
+    used = taken.get(i)
+    if used is not None:
+        free = {r: q - used.get(r, 0) for r, q in free.items()}
+    if PODS not in free:
+        free = {**free, PODS: need[PODS]}
+    if any(free.get(r, 0) < q for r, q in need.items()):
+        return None
+    if not all(c.untolerated(node.taints) is None and c.selects(node.labels, node.name) for c in constraints):
+        return None
+    depth = 0
+    if anchor_key is not None:
+        key = tuple(node.labels.get(label) for label in snapshot.levels)
+        while depth < len(key) and key[depth] is not None and key[depth] == anchor_key[depth]:
+            depth += 1
+    leftover = sum(free.get(r, 0) - q for r, q in need.items() if r != PODS and _is_extended(r))
+    return (-depth, 0 if i in spares else 1, leftover, node.name)
+
+
 @dataclass(frozen=True, slots=True)
 class Recovery:
     """Where the pods of every failed node go, decided together: a move per node, or none."""
@@ -986,9 +1037,6 @@ class Recovery:
     feasible: bool
     moves: tuple[Replacement, ...]
     reason: str
-
-
-RECOVERY_NAMESPACE = "~recovery"  # synthetic pods `recover` charges while it decides
 
 
 def recover(
@@ -999,30 +1047,32 @@ def recover(
     policy: PlacementPolicy | None = None,
 ) -> Recovery:
     """Replace every node of `failed_nodes` at once (`replace` for each, in name order, each
-    seeing the pods the ones before it moved): all moves, or none when one node cannot be
-    replaced, so a gang is never half moved. The snapshot is left as it was given."""
+    seeing what the ones before it took, with the spares as they were when the nodes failed):
+    all moves, or none when one node cannot be replaced, so a gang is never half moved. A pod
+    of a slice stays in its slice's domain. The snapshot is not changed."""
+    validate_gang(gang)
+    policy = policy or PlacementPolicy()
     by_name = {ps.name: ps for ps in gang.podsets}
+    spares = snapshot.spare_nodes(policy.spares_per_ultraserver)
+    held = held_spares(snapshot, policy, {a.node for a in assignments})
     current = list(assignments)
     moves: list[Replacement] = []
-    charged: list[str] = []
-    try:
-        for failed in sorted(set(failed_nodes)):
-            r = replace(snapshot, gang, current, failed, policy)
-            if not r.feasible:
-                n = len(set(failed_nodes))
-                what = "the failed node" if n == 1 else f"all {n} failed nodes"
-                return Recovery(False, (), f"{what} cannot be replaced: {r.reason}")
-            if r.node is None:
-                continue
-            moves.append(r)
-            moved = {(a.pod_set, a.index): a for a in r.assignments}
-            current = [moved.get((a.pod_set, a.index), a) for a in current]
-            for a in r.assignments:
-                name = f"{gang.name}/{a.pod_set}/{a.index}"
-                snapshot.bind(BoundPod(RECOVERY_NAMESPACE, name, a.node, dict(by_name[a.pod_set].requests)))
-                charged.append(name)
-    finally:
-        for name in charged:
-            snapshot.unbind(RECOVERY_NAMESPACE, name)
+    taken: dict[int, dict[str, int]] = {}
+    for failed in sorted(set(failed_nodes)):
+        r = _replace(snapshot, gang, current, failed, spares, held, taken)
+        if not r.feasible:
+            n = len(set(failed_nodes))
+            what = "the failed node" if n == 1 else f"all {n} failed nodes"
+            return Recovery(False, (), f"{what} cannot be replaced: {r.reason}")
+        if r.node is None:
+            continue
+        moves.append(r)
+        moved = {(a.pod_set, a.index): a for a in r.assignments}
+        current = [moved.get((a.pod_set, a.index), a) for a in current]
+        used = taken.setdefault(snapshot.node_ids[r.node], {})
+        for a in r.assignments:
+            for res, q in by_name[a.pod_set].requests.items():
+                used[res] = used.get(res, 0) + q
+            used[PODS] = used.get(PODS, 0) + 1
     reason = "; ".join(m.reason for m in moves) or "no pod of the gang is on a failed node"
     return Recovery(True, tuple(moves), reason)
