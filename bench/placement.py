@@ -209,7 +209,8 @@ def shapes() -> None:
     for name, (_, limit) in cases.items():
         t = times[name, 5000] * 1e3
         print(
-            f"target: {name} on 5000 nodes under {limit:.0f} ms: {t:.1f} ms -> {'ok' if t < limit else 'MISSED'}"
+            f"target: {name} on 5000 nodes under {limit:.0f} ms: {t:.1f} ms "
+            f"-> {'ok' if t < limit else 'MISSED'}"
         )
 
 
