@@ -62,6 +62,7 @@ class GangPod:
     required_topology: str | None = None
     preferred_topology: str | None = None
     slices: SliceAsk = (None, None, None)
+    index: int | None = None  # the pod's index in its podset (an Indexed Job's completion index)
     finished: bool = False  # Succeeded or Failed: holds no node and is no longer a member
     deleting: bool = False  # being deleted: still holds its node until it is gone, but a member no more
     error: str | None = None
@@ -275,14 +276,20 @@ def plan_gang(
 
 
 def assign(plan: GangPlan, pod: GangPod, claims: Mapping[PodKey, int]) -> int | None:
-    """The index of `pod`'s slot in `plan`: the one it holds, else the first free slot of its
-    signature, else the first free slot (a member unseen at planning time may differ); None if full."""
+    """The index of `pod`'s slot in `plan`: the one it holds, else the slot of its signature at
+    its pod index when that is free (a plan's slots of one signature are in tree order, so
+    consecutive indexes sit together: slices), else the first free slot of its signature, else
+    the first free slot (a member unseen at planning time may differ); None if full."""
     held = claims.get(pod.key)
     if held is not None and held < len(plan.slots):
         return held
     taken = set(claims.values())
-    free = [i for i in range(len(plan.slots)) if i not in taken]
     sig = pod.signature
+    if pod.index is not None:
+        same = [i for i, slot in enumerate(plan.slots) if slot.signature == sig]
+        if pod.index < len(same) and same[pod.index] not in taken:
+            return same[pod.index]
+    free = [i for i in range(len(plan.slots)) if i not in taken]
     return next((i for i in free if plan.slots[i].signature == sig), free[0] if free else None)
 
 

@@ -254,3 +254,18 @@ def test_the_extender_completes_a_started_slice_in_its_ultraserver():
     assert plan.feasible and len(plan.slots) == 1
     assert snap.node(plan.slots[0].node).labels[US] == "us-2"
     assert assign(plan, new, {}) == 0
+
+
+def test_the_extender_gives_each_pod_the_slot_at_its_index_so_slices_follow_indexes():
+    snap = build_snapshot(cluster({"nn-a": {"us-1": 18, "us-2": 18}}), [], LEVELS)
+    slices = (16, US, None)
+    pods = [
+        GangPod("ns", f"p{i}", f"u{i}", "g", 32, None, {GPU: 4}, required_topology=NN, slices=slices, index=i)
+        for i in range(32)
+    ]
+    plan = plan_gang(snap, pods[0], pods)
+    claims: dict = {}
+    for p in reversed(pods):  # arriving in any order
+        claims[p.key] = assign(plan, p, claims)
+    where = [snap.node(plan.slots[claims[p.key]].node).labels[US] for p in pods]
+    assert len(set(where[:16])) == 1 and len(set(where[16:])) == 1 and where[0] != where[16]
