@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -176,6 +176,7 @@ def held_spares(
 
 
 _Req = Req
+_Picks = list[tuple[int, int]]  # (node id, pods) of one podset
 _fit = fit  # the extender's per-node checks use the same rule
 _NO_CONSTRAINTS = PodConstraints()
 
@@ -540,13 +541,16 @@ class _Planner:
         # podsets are few: every fill order (the preferred one first), up to 24 of them
         return list(itertools.permutations(self.order)) if len(self.order) <= 4 else [self.order]
 
-    def fill_one(self, domain: int) -> list[list[tuple[int, int]]] | None:
-        """Every podset inside one domain, or None."""
+    def _fill(
+        self, fill_podset: Callable[[int, dict[int, dict[str, int]]], _Picks | None], domain: int
+    ) -> list[_Picks] | None:
+        """Every podset by `fill_podset`, in each fill order in turn; then the exact search in
+        `domain`; or None."""
         for order in self._orders():
             overlay: dict[int, dict[str, int]] = {}
-            result: list[list[tuple[int, int]]] = [[] for _ in self.gang.podsets]
+            result: list[_Picks] = [[] for _ in self.gang.podsets]
             for p in order:
-                picks = self._fill_podset(p, domain, overlay)
+                picks = fill_podset(p, overlay)
                 if picks is None:
                     break
                 result[p] = picks
@@ -555,24 +559,20 @@ class _Planner:
                 return result
         return self.fill_exact(domain)
 
-    def fill_spread(self, level: int) -> list[list[tuple[int, int]]] | None:
+    def fill_one(self, domain: int) -> list[_Picks] | None:
+        """Every podset inside one domain, or None."""
+        return self._fill(lambda p, overlay: self._fill_podset(p, domain, overlay), domain)
+
+    def fill_spread(self, level: int) -> list[_Picks] | None:
         """Every podset over the fewest domains of `level` (each podset in turn; a podset in
         slices by its slices from the root), or None."""
-        for order in self._orders():
-            overlay: dict[int, dict[str, int]] = {}
-            result: list[list[tuple[int, int]]] = [[] for _ in self.gang.podsets]
-            for p in order:
-                if self.slicing[p] is not None:
-                    picks = self._fill_podset(p, 0, overlay)
-                else:
-                    picks = self._spread_podset(p, level, overlay)
-                if picks is None:
-                    break
-                result[p] = picks
-                self._take(p, picks, overlay)
-            else:
-                return result
-        return self.fill_exact(0)
+
+        def fill_podset(p: int, overlay: dict[int, dict[str, int]]) -> _Picks | None:
+            if self.slicing[p] is not None:
+                return self._fill_podset(p, 0, overlay)
+            return self._spread_podset(p, level, overlay)
+
+        return self._fill(fill_podset, 0)
 
     def _spread_podset(
         self, p: int, level: int, overlay: dict[int, dict[str, int]]

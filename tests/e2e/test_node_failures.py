@@ -10,17 +10,16 @@ spares (the slice keeps its UltraServer); 3 requeue the gang whole at once, long
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
 
-from gangplugin.kube.client import JOBS, NODES, Client
+from gangplugin.kube.client import JOBS, Client
 from tests.e2e.conftest import E2ECluster
 from tests.e2e.kube import gpu_job, is_true, job_pods, unique, wait_for
 from tests.e2e.test_admission import (
-    NOT_READY_NODE,
     US,
+    _fail_node,
     _heal_node,
     _retries,
     check_of,
@@ -48,27 +47,6 @@ def _sliced_job(client: Client, namespace: str, queue: str) -> str:
     return name
 
 
-def _fail_nodes_at_once(client: Client, names: list[str]) -> None:
-    """`test_admission._fail_node` for several nodes, their Ready conditions flipped back to back
-    (everything else done first) so the controller sees them fail together."""
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    down = {
-        "type": "Ready",
-        "status": "False",
-        "reason": "E2ENodeDown",
-        "message": "made NotReady by an e2e test",
-        "lastHeartbeatTime": now,
-        "lastTransitionTime": now,
-    }
-    conditions = {}
-    for name in names:
-        client.patch(NODES, name, {"metadata": {"labels": {NOT_READY_NODE: "true"}}})
-        node = client.get(NODES, name)
-        conditions[name] = [c for c in node["status"]["conditions"] if c["type"] != "Ready"] + [down]
-    for name in names:
-        client.patch(NODES, name, {"status": {"conditions": conditions[name]}}, subresource="status")
-
-
 def _slices(pods: list[dict[str, Any]], us: dict[str, str]) -> list[set[str]]:
     """The UltraServers of pod indexes 0-15 and 16-31."""
     by_index = {int(p["metadata"]["annotations"][INDEX]): us[p["spec"]["nodeName"]] for p in pods}
@@ -94,7 +72,7 @@ def test_failed_nodes_of_one_ultraserver_replaced_up_to_max_then_requeued(
     assert set(check_of(wl)["podSetUpdates"][0]["nodeSelector"]) == {LAYER2}
     (target,) = first
     victims = sorted(p["spec"]["nodeName"] for p in pods if us[p["spec"]["nodeName"]] == target)[:failed]
-    _fail_nodes_at_once(client, victims)
+    _fail_node(client, *victims)
     try:
         if failed > 2:
             (retry,) = _retries(client, namespace, job, 1, 90)
