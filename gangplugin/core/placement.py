@@ -421,14 +421,21 @@ class _Planner:
         if not overlay:
             return self.node_counts[p], self.dom_counts[p]
         nc = dict(self.node_counts[p])
+        dc = list(self.dom_counts[p])
         for n, free in overlay.items():
-            if n in nc:
-                c = _fit(free, self.reqs[p])
-                if c:
-                    nc[n] = c
-                else:
-                    del nc[n]
-        return nc, self._aggregate(nc)
+            old = nc.get(n)
+            if old is None:
+                continue
+            c = _fit(free, self.reqs[p])
+            if c:
+                nc[n] = c
+            else:
+                del nc[n]
+            if c != old:  # only the changed nodes' domains: not a pass over every node
+                dc[0] += c - old
+                for d in self.snap.path[n]:
+                    dc[d] += c - old
+        return nc, dc
 
     def _descend(
         self, domain: int, need: int, nc: Mapping[int, int], dc: list[int]
