@@ -182,13 +182,19 @@ def release(snapshot: Snapshot, gang: Gang, namespace: str) -> None:
 
 
 def remaining(gang: Gang, bound: Mapping[str, int]) -> Gang:
-    """The podsets of `gang` reduced by the pods already bound (per podset name)."""
-    out = tuple(
-        replace(ps, count=ps.count - bound.get(ps.name, 0))
-        for ps in gang.podsets
-        if ps.count > bound.get(ps.name, 0)
-    )
-    return Gang(out, gang.name)
+    """The podsets of `gang` reduced by the pods already bound (per podset name). A podset
+    whose rest is no longer whole slices is counted without them: this is capacity promised,
+    and the extender keeps the slices pod by pod."""
+    out = []
+    for ps in gang.podsets:
+        left = ps.count - bound.get(ps.name, 0)
+        if left <= 0:
+            continue
+        ps = replace(ps, count=left)
+        if ps.slice_size and left % ps.slice_size:
+            ps = ps.unsliced()
+        out.append(ps)
+    return Gang(tuple(out), gang.name)
 
 
 def sequential_blocker(candidate: str, unready_admitted: Sequence[str]) -> str | None:

@@ -188,9 +188,7 @@ def _complete_slices(snapshot: Snapshot, podset: PodSet, bound_nodes: Sequence[s
     size, label = podset.slice_size, podset.slice_required_topology or podset.slice_preferred_topology
     if size is None or label is None or not bound_nodes:
         return [podset]
-    unsliced = dataclasses.replace(
-        podset, slice_size=None, slice_required_topology=None, slice_preferred_topology=None
-    )
+    unsliced = podset.unsliced()
     started: dict[str, int] = {}
     for name in bound_nodes:
         node = snapshot.node(name)

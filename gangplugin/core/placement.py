@@ -45,6 +45,7 @@ The answer is a pure function of its inputs; input order never matters.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -85,6 +86,11 @@ class PodSet:
     slice_size: int | None = None
     slice_required_topology: str | None = None
     slice_preferred_topology: str | None = None
+
+    def unsliced(self) -> PodSet:
+        return dataclasses.replace(
+            self, slice_size=None, slice_required_topology=None, slice_preferred_topology=None
+        )
 
 
 @dataclass(frozen=True, slots=True)

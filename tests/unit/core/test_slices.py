@@ -3,7 +3,7 @@ inside the gang's domain; joint packing of podsets; recovery that keeps a slice'
 
 import pytest
 
-from gangplugin.core.admission import decide
+from gangplugin.core.admission import decide, remaining
 from gangplugin.core.errors import InputError
 from gangplugin.core.gangplan import GangPod, assign, plan_gang
 from gangplugin.core.packing import pack
@@ -269,3 +269,13 @@ def test_the_extender_gives_each_pod_the_slot_at_its_index_so_slices_follow_inde
         claims[p.key] = assign(plan, p, claims)
     where = [snap.node(plan.slots[claims[p.key]].node).labels[US] for p in pods]
     assert len(set(where[:16])) == 1 and len(set(where[16:])) == 1 and where[0] != where[16]
+
+
+def test_the_rest_of_a_partly_bound_sliced_gang_is_promised_without_broken_slices():
+    snap = build_snapshot(cluster({"nn-a": {"us-1": 18, "us-2": 18}}), [], LEVELS)
+    g = sliced(32, 16, required_topology=NN)
+    whole = remaining(g, {"main": 16}).podsets[0]
+    assert (whole.count, whole.slice_size) == (16, 16)
+    part = remaining(g, {"main": 10})
+    assert (part.podsets[0].count, part.podsets[0].slice_size) == (22, None)
+    assert place(snap, part).feasible
