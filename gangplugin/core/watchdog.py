@@ -8,11 +8,15 @@ a node went NotReady under it.
 
 With `nodeFailure: ReplaceFromSpare` the failed nodes are replaced (`placement.recover`) while
 there are at most `maxReplacedNodes` of them at once (`too_many_failed`); more is an outage
-replacement should not paper over, so the gang is requeued whole at once.
+replacement should not paper over, so the gang is requeued whole at once. Nodes of one
+UltraServer or rack going down together are seen seconds apart, so a running gang's failed
+nodes are replaced only `FAILURE_WINDOW` after the first went NotReady: the ones failing
+together are counted, and replaced, together.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -46,6 +50,11 @@ class Verdict:
     expired: bool
     recheck_at: float | None
     reason: str
+    replace: bool = False  # nodeFailure ReplaceFromSpare: replace the failed nodes now
+
+
+#: Seconds after a running gang's first node went NotReady before its failed nodes are replaced.
+FAILURE_WINDOW = 3.0
 
 
 def _ago(seconds: float) -> str:
@@ -70,6 +79,7 @@ def watch(policy: GangPolicy, obs: GangObservation, now: float) -> Verdict:
     requeue = too_many_failed(policy, obs.failed_nodes)
     if requeue is not None:
         return Verdict("Recovering" if obs.ever_ready else phase, True, None, requeue)
+    replacing = policy.node_failure == "ReplaceFromSpare" and bool(obs.failed_nodes)
     if not obs.ever_ready:
         deadlines: list[tuple[float, str]] = []
         if policy.unscheduled_timeout is not None and obs.bound < obs.size:
@@ -91,7 +101,9 @@ def watch(policy: GangPolicy, obs: GangObservation, now: float) -> Verdict:
         at, reason = min(deadlines)
         if now >= at:
             return Verdict(phase, True, None, reason)
-        return Verdict(phase, False, at, f"{obs.ready}/{obs.size} pods Ready; waiting until the deadline")
+        return Verdict(
+            phase, False, at, f"{obs.ready}/{obs.size} pods Ready; waiting until the deadline", replacing
+        )
     if obs.degraded_since is None:
         return Verdict("Running", False, None, f"all {obs.size} pods Ready")
     lost = (
@@ -99,8 +111,15 @@ def watch(policy: GangPolicy, obs: GangObservation, now: float) -> Verdict:
         if obs.failed_nodes
         else f"{obs.size - obs.ready}/{obs.size} pods not Ready"
     )
+    settle = obs.degraded_since + FAILURE_WINDOW
+    if replacing and now < settle:  # nodes failing together are replaced together
+        lost += f"; replaced once {format_duration(FAILURE_WINDOW)} have passed since the first failure"
+        replacing = False
+    else:
+        settle = math.inf
     if policy.recovery_timeout <= 0:
-        return Verdict("Recovering", False, None, f"{lost}; recoveryTimeout is off (0s)")
+        wake = None if settle == math.inf else settle
+        return Verdict("Recovering", False, wake, f"{lost}; recoveryTimeout is off (0s)", replacing)
     at = obs.degraded_since + policy.recovery_timeout
     if now >= at:
         return Verdict(
@@ -110,4 +129,4 @@ def watch(policy: GangPolicy, obs: GangObservation, now: float) -> Verdict:
             f"{lost}; not recovered {_ago(now - obs.degraded_since)} after the loss "
             f"(recoveryTimeout {format_duration(policy.recovery_timeout)})",
         )
-    return Verdict("Recovering", False, at, f"{lost}; recovering")
+    return Verdict("Recovering", False, min(at, settle), f"{lost}; recovering", replacing)
