@@ -10,6 +10,11 @@ to spread the large ones. Build = `build_snapshot` from node and pod records; pl
 `place` call on the built snapshot (best of several runs; spares are computed once per
 snapshot and cached, as between binds in the extender). Growth compares the time at N
 nodes with the time at 500 nodes, against N log N / (500 log 500).
+
+Then the shapes of large GB200 jobs: a 1,024-pod gang in slices of 16 (each slice in one
+UltraServer, the gang preferring one network-node-layer-1); three podsets placed jointly (a
+1-pod launcher, 64 one-GPU and 64 two-GPU workers, in one network-node-layer-2); and the
+replacement of 3 failed nodes under a running 64-pod gang at once (`recover`).
 """
 
 from __future__ import annotations
@@ -21,8 +26,8 @@ import tracemalloc
 from collections.abc import Callable
 from functools import partial
 
-from gangplugin.core.placement import Gang, PlacementPolicy, PodSet, place
-from gangplugin.core.topology import DEFAULT_LEVELS, BoundPod, Node, build_snapshot
+from gangplugin.core.placement import Gang, PlacementPolicy, PodSet, place, recover
+from gangplugin.core.topology import DEFAULT_LEVELS, BoundPod, Node, Snapshot, build_snapshot
 
 GPU = "nvidia.com/gpu"
 CLUSTERS = (500, 2000, 5000)
@@ -77,6 +82,36 @@ def cluster(size: int, seed: int = 11) -> tuple[list[Node], list[BoundPod]]:
 def gang(count: int) -> Gang:
     requests = {GPU: 1, "cpu": 8000, "memory": 64 * 2**30}
     return Gang((PodSet("main", count, requests, preferred_topology="topology.k8s.aws/ultraserver-id"),))
+
+
+US, NN1, NN2 = "topology.k8s.aws/ultraserver-id", DEFAULT_LEVELS[1], DEFAULT_LEVELS[2]
+WORKER = {GPU: 1, "cpu": 8000, "memory": 64 * 2**30}
+
+
+def sliced_gang(count: int = 1024) -> Gang:
+    ps = PodSet("main", count, WORKER, preferred_topology=NN1, slice_size=16, slice_required_topology=US)
+    return Gang((ps,))
+
+
+def joint_gang() -> Gang:
+    return Gang(
+        (
+            PodSet("launcher", 1, {"cpu": 4000, "memory": 16 * 2**30}, required_topology=NN2),
+            PodSet("small", 64, WORKER, required_topology=NN2),
+            PodSet("large", 64, {GPU: 2, "cpu": 16000, "memory": 128 * 2**30}, required_topology=NN2),
+        )
+    )
+
+
+def recovery_case(snap: Snapshot) -> Callable[[], object]:
+    """A 64-pod gang preferring one UltraServer, bound; 3 of its nodes fail: `recover` them."""
+    g = Gang((PodSet("main", 64, WORKER, preferred_topology=US),), "running")
+    placed = place(snap, g, POLICY)
+    assert placed.feasible
+    for a in placed.assignments:
+        snap.bind(BoundPod("bench", f"running-{a.index}", a.node, WORKER))
+    failed = sorted({a.node for a in placed.assignments})[:3]
+    return partial(recover, snap, g, placed.assignments, failed, POLICY)
 
 
 def timed(fn: Callable[[], object], runs: int) -> float:
@@ -139,6 +174,44 @@ def main() -> None:
     print(
         f"target: 1024 pods on 5000 nodes under 50 ms: {target:.1f} ms -> {'ok' if target < 50 else 'MISSED'}"
     )
+    shapes()
+
+
+def shapes() -> None:
+    cases = {
+        "1024 pods in slices of 16": (lambda snap: partial(place, snap, sliced_gang(), POLICY), 50.0),
+        "3 podsets (1 + 64 + 64) jointly": (lambda snap: partial(place, snap, joint_gang(), POLICY), 100.0),
+        "recover 3 failed nodes": (recovery_case, 10.0),
+    }
+    times: dict[tuple[str, int], float] = {}
+    print()
+    print("large-job shapes, time in ms (where it landed)")
+    print(f"{'nodes':>6} " + " ".join(f"{name:>34}" for name in cases))
+    for size in CLUSTERS:
+        nodes, pods = cluster(size)
+        cells = []
+        for name, (make, _) in cases.items():
+            snap = build_snapshot(nodes, pods, DEFAULT_LEVELS)
+            fn = make(snap)
+            result = fn()
+            times[name, size] = timed(fn, 7)
+            where = getattr(result, "level", None) or ("spread" if getattr(result, "domains", ()) else "")
+            ok = "ok" if result.feasible else "infeasible"  # type: ignore[attr-defined]
+            cells.append(f"{times[name, size] * 1e3:9.2f} {SHORT.get(where, where) or ok:>24}")
+        print(f"{size:>6} " + " ".join(cells))
+    print()
+    print("growth vs 500 nodes: (time ratio) / (n log n ratio); <= 1 means no worse than n log n")
+    base = CLUSTERS[0]
+    for size in CLUSTERS[1:]:
+        nlogn = (size * math.log(size)) / (base * math.log(base))
+        ratios = " ".join(f"{times[n, size] / times[n, base] / nlogn:34.2f}" for n in cases)
+        print(f"{size:>6} {ratios}")
+    for name, (_, limit) in cases.items():
+        t = times[name, 5000] * 1e3
+        print(
+            f"target: {name} on 5000 nodes under {limit:.0f} ms: {t:.1f} ms "
+            f"-> {'ok' if t < limit else 'MISSED'}"
+        )
 
 
 if __name__ == "__main__":

@@ -28,8 +28,7 @@ from gangplugin.core.errors import InputError
 from gangplugin.core.names import (
     GANG_LABEL,
     MAX_RUNTIME_ANNOTATION,
-    PREFERRED_TOPOLOGY_ANNOTATION,
-    REQUIRED_TOPOLOGY_ANNOTATION,
+    TOPOLOGY_ANNOTATIONS,
 )
 from gangplugin.core.placement import Gang
 from gangplugin.core.plans import TrainingPlan
@@ -176,10 +175,7 @@ class AdmissionView:
                 pod = self.pods.get(f"{ns}/{o.get('name')}")
                 ann = (pod or {}).get("metadata", {}).get("annotations") or {}
                 extra = {
-                    k: v
-                    for k, v in ann.items()
-                    if k
-                    in (REQUIRED_TOPOLOGY_ANNOTATION, PREFERRED_TOPOLOGY_ANNOTATION, MAX_RUNTIME_ANNOTATION)
+                    k: v for k, v in ann.items() if k in TOPOLOGY_ANNOTATIONS or k == MAX_RUNTIME_ANNOTATION
                 }
                 if extra:
                     break

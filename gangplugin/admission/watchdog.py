@@ -65,7 +65,7 @@ class Watchdog:
             self._drain_out(wl, check, drain, now)
             return None
         verdict = watch(policy, obs, now)
-        if obs.failed_nodes and policy.node_failure == "ReplaceFromSpare" and not verdict.expired:
+        if verdict.replace:
             try:
                 self.replace_failed(wl, state, policy, obs.failed_nodes)
             except InputError as err:  # the recovery timeout still runs; say why nothing moved

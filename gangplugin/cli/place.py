@@ -78,6 +78,8 @@ def place_command(
     All or nothing: every pod gets a node or none does. A pod template annotated
     gangplugin.io/required-topology: <node label> must fit in one domain of that
     level; gangplugin.io/preferred-topology: <node label> tries that level first.
+    gangplugin.io/slice-size: N with gangplugin.io/slice-required-topology: <node
+    label> puts each consecutive N pods in one domain of that level.
 
     \b
     Example, from a live cluster:

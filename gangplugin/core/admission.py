@@ -87,6 +87,31 @@ def _asks_topology(gang: Gang) -> bool:
     return any(ps.required_topology or ps.preferred_topology for ps in gang.podsets)
 
 
+def pinned_domain(snapshot: Snapshot, gang: Gang, placement: Placement) -> dict[str, str]:
+    """The nodeSelector that keeps a gang's pods in its domain: none unless it asked for a
+    level. A gang in slices is pinned to its gang-level domain only (the widest of the level
+    asked for and the one found): a podset has one nodeSelector, so the slices inside it are
+    kept by the extender's plan, which places each pod."""
+    if not _asks_topology(gang):
+        return {}
+    if not any(ps.slice_size for ps in gang.podsets):
+        return domain_selector(placement)
+    if not placement.feasible or placement.level is None or not placement.assignments:
+        return {}
+    asked = [
+        i
+        for ps in gang.podsets
+        for label in (ps.required_topology, ps.preferred_topology)
+        if label and (i := snapshot.level_index(label)) is not None
+    ]
+    found = snapshot.level_index(placement.level)
+    assert found is not None
+    level = snapshot.levels[min(found, max(asked))]
+    node = snapshot.node(placement.assignments[0].node)
+    value = node.labels.get(level) if node is not None else None
+    return {level: value} if value else {}
+
+
 def decide(
     snapshot: Snapshot,
     gang: Gang,
@@ -108,7 +133,7 @@ def decide(
     placement = place(snapshot, gang, policy, explain=explain)
     if not placement.feasible:
         return AdmissionDecision(False, f"gang does not fit now: {placement.reason}", placement=placement)
-    domain = domain_selector(placement) if _asks_topology(gang) else {}
+    domain = pinned_domain(snapshot, gang, placement)
     size = str(sum(ps.count for ps in gang.podsets))
     updates = tuple(
         PodSetUpdate(
@@ -177,13 +202,19 @@ def release(snapshot: Snapshot, gang: Gang, namespace: str) -> None:
 
 
 def remaining(gang: Gang, bound: Mapping[str, int]) -> Gang:
-    """The podsets of `gang` reduced by the pods already bound (per podset name)."""
-    out = tuple(
-        replace(ps, count=ps.count - bound.get(ps.name, 0))
-        for ps in gang.podsets
-        if ps.count > bound.get(ps.name, 0)
-    )
-    return Gang(out, gang.name)
+    """The podsets of `gang` reduced by the pods already bound (per podset name). A podset
+    whose rest is no longer whole slices is counted without them: this is capacity promised,
+    and the extender keeps the slices pod by pod."""
+    out = []
+    for ps in gang.podsets:
+        left = ps.count - bound.get(ps.name, 0)
+        if left <= 0:
+            continue
+        ps = replace(ps, count=left)
+        if ps.slice_size and left % ps.slice_size:
+            ps = ps.unsliced()
+        out.append(ps)
+    return Gang(tuple(out), gang.name)
 
 
 def sequential_blocker(candidate: str, unready_admitted: Sequence[str]) -> str | None:

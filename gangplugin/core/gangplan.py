@@ -35,8 +35,9 @@ from gangplugin.core.topology import HOSTNAME_LABEL, Node, Snapshot, pods_fittin
 PodKey = tuple[str, str]  # (namespace, name)
 GangKey = tuple[str, str]  # (namespace, gang label value)
 Requests = tuple[tuple[str, int], ...]  # a pod's requests, sorted: its shape
+SliceAsk = tuple[int | None, str | None, str | None]  # slice size, required level, preferred level
 # What makes two pods of a gang interchangeable in a plan.
-Signature = tuple[Requests, PodConstraints, str | None, str | None]
+Signature = tuple[Requests, PodConstraints, str | None, str | None, SliceAsk]
 # What kube-scheduler judges a pod by (its requests and constraints, not gang topology).
 Shape = tuple[Requests, PodConstraints]
 
@@ -60,6 +61,8 @@ class GangPod:
     constraints: PodConstraints = field(default_factory=PodConstraints)
     required_topology: str | None = None
     preferred_topology: str | None = None
+    slices: SliceAsk = (None, None, None)
+    index: int | None = None  # the pod's index in its podset (an Indexed Job's completion index)
     finished: bool = False  # Succeeded or Failed: holds no node and is no longer a member
     deleting: bool = False  # being deleted: still holds its node until it is gone, but a member no more
     error: str | None = None
@@ -79,6 +82,7 @@ class GangPod:
             self.constraints,
             self.required_topology,
             self.preferred_topology,
+            self.slices,
         )
 
     @property
@@ -140,14 +144,17 @@ def gang_size(pod: GangPod, members: Iterable[GangPod]) -> int:
 
 
 def _podsets(
+    snapshot: Snapshot,
     pod: GangPod,
     pending: Sequence[GangPod],
+    bound: Sequence[GangPod],
     need: int,
     pin: tuple[str, str] | None,
     rejected: Mapping[Shape, Collection[str]],
-) -> list[PodSet]:
+) -> list[tuple[PodSet, Signature]]:
     """Pending members grouped by signature; members not created yet are taken to be like `pod`.
-    Each podset excludes the nodes kube-scheduler rejected for its shape."""
+    Each podset excludes the nodes kube-scheduler rejected for its shape. Returns each podset
+    with the signature its pods carry."""
     groups: dict[Signature, list[GangPod]] = {}
     for m in (pod, *(m for m in pending if m.key != pod.key)):
         groups.setdefault(m.signature, []).append(m)
@@ -159,18 +166,54 @@ def _podsets(
         if pin is not None:
             cons = dataclasses.replace(cons, node_selector=tuple(sorted({*cons.node_selector, pin})))
         count = len(ms) + (unseen if sig == pod.signature else 0)
-        excluded = frozenset(rejected.get(first.shape, ()))
-        out.append(
-            PodSet(
-                f"{i}",
-                count,
-                first.requests,
-                cons,
-                first.required_topology,
-                first.preferred_topology,
-                excluded,
-            )
+        base = PodSet(
+            f"{i}",
+            count,
+            first.requests,
+            cons,
+            first.required_topology,
+            first.preferred_topology,
+            frozenset(rejected.get(first.shape, ())),
+            *first.slices,
         )
+        same = [m.node for m in bound if m.signature == sig and m.node is not None]
+        out += [(ps, sig) for ps in _complete_slices(snapshot, base, same)]
+    return out
+
+
+def _complete_slices(snapshot: Snapshot, podset: PodSet, bound_nodes: Sequence[str]) -> list[PodSet]:
+    """A podset in slices whose other members are bound (recreated pods, a gang bound in part):
+    first the pods that complete the slices the bound ones started, each pinned to its slice's
+    domain, then whole new slices. Without a usable slice level, the podset unsliced."""
+    size, label = podset.slice_size, podset.slice_required_topology or podset.slice_preferred_topology
+    if size is None or label is None or not bound_nodes:
+        return [podset]
+    unsliced = podset.unsliced()
+    started: dict[str, int] = {}
+    for name in bound_nodes:
+        node = snapshot.node(name)
+        value = node.labels.get(label) if node is not None else None
+        if value is None:
+            return [unsliced]  # a bound member outside any slice domain: slices are not kept
+        started[value] = started.get(value, 0) + 1
+    missing = {v: -c % size for v, c in sorted(started.items()) if c % size}
+    rest = podset.count - sum(missing.values())
+    if rest < 0 or rest % size:
+        return [unsliced]
+    out = [
+        dataclasses.replace(
+            unsliced,
+            name=f"{podset.name}/{value}",
+            count=k,
+            constraints=dataclasses.replace(
+                podset.constraints,
+                node_selector=tuple(sorted({*podset.constraints.node_selector, (label, value)})),
+            ),
+        )
+        for value, k in missing.items()
+    ]
+    if rest:
+        out.append(dataclasses.replace(podset, count=rest))
     return out
 
 
@@ -209,9 +252,9 @@ def plan_gang(
         values = {n.labels.get(required) if n is not None else None for n in nodes}
         if len(values) == 1 and None not in values:
             pin = (required, str(next(iter(values))))
-    podsets = _podsets(pod, pending, need, pin, rejected or {})
+    podsets = _podsets(snapshot, pod, pending, bound, need, pin, rejected or {})
     try:
-        gang = Gang(tuple(podsets), f"{gkey[0]}/{gkey[1]}")
+        gang = Gang(tuple(ps for ps, _ in podsets), f"{gkey[0]}/{gkey[1]}")
         placement = place(snapshot, gang, policy, [m.node for m in bound if m.node is not None])
     except InputError as err:
         raise InputError(f"pod {pod.namespace}/{pod.name}: {err.field}", err.problem) from err
@@ -220,9 +263,9 @@ def plan_gang(
         reason = f"gang {gkey[1]} ({size} pods) cannot be placed whole{where}: {placement.reason}"
         abandon = () if keep_bound else tuple(sorted(m.key for m in bound))
         return GangPlan(gkey, size, False, reason, abandon=abandon, expires_at=expires_at)
-    by_set = {ps.name: ps for ps in podsets}
+    by_set = {ps.name: (ps, sig) for ps, sig in podsets}
     slots = tuple(
-        Slot(_sig(by_set[a.pod_set], pin), a.node, by_set[a.pod_set].requests) for a in placement.assignments
+        Slot(by_set[a.pod_set][1], a.node, by_set[a.pod_set][0].requests) for a in placement.assignments
     )
     level, domains = placement.level, placement.domains
     if pin is not None:
@@ -230,23 +273,21 @@ def plan_gang(
     return GangPlan(gkey, size, True, placement.reason, level, domains, slots, (), expires_at)
 
 
-def _sig(ps: PodSet, pin: tuple[str, str] | None) -> Signature:
-    """A podset's signature as its pods carry it (without the pin `plan_gang` added)."""
-    cons = ps.constraints
-    if pin is not None:
-        cons = dataclasses.replace(cons, node_selector=tuple(s for s in cons.node_selector if s != pin))
-    return (tuple(sorted(ps.requests.items())), cons, ps.required_topology, ps.preferred_topology)
-
-
 def assign(plan: GangPlan, pod: GangPod, claims: Mapping[PodKey, int]) -> int | None:
-    """The index of `pod`'s slot in `plan`: the one it holds, else the first free slot of its
-    signature, else the first free slot (a member unseen at planning time may differ); None if full."""
+    """The index of `pod`'s slot in `plan`: the one it holds, else the slot of its signature at
+    its pod index when that is free (a plan's slots of one signature are in tree order, so
+    consecutive indexes sit together: slices), else the first free slot of its signature, else
+    the first free slot (a member unseen at planning time may differ); None if full."""
     held = claims.get(pod.key)
     if held is not None and held < len(plan.slots):
         return held
     taken = set(claims.values())
-    free = [i for i in range(len(plan.slots)) if i not in taken]
     sig = pod.signature
+    if pod.index is not None:
+        same = [i for i, slot in enumerate(plan.slots) if slot.signature == sig]
+        if pod.index < len(same) and same[pod.index] not in taken:
+            return same[pod.index]
+    free = [i for i in range(len(plan.slots)) if i not in taken]
     return next((i for i in free if plan.slots[i].signature == sig), free[0] if free else None)
 
 

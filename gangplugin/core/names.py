@@ -13,6 +13,24 @@ GANG_SIZE_ANNOTATION = f"{GROUP}/gang-size"
 REQUIRED_TOPOLOGY_ANNOTATION = f"{GROUP}/required-topology"
 PREFERRED_TOPOLOGY_ANNOTATION = f"{GROUP}/preferred-topology"
 MAX_RUNTIME_ANNOTATION = f"{GROUP}/max-runtime"
+# Slices: each consecutive group of `slice-size` pods of a podset inside one domain of the slice
+# level; the gang-level annotations above then hold all slices together. Kueue's own
+# podset-slice annotations are read the same way (a preferred slice level is ours only).
+SLICE_SIZE_ANNOTATION = f"{GROUP}/slice-size"
+SLICE_REQUIRED_TOPOLOGY_ANNOTATION = f"{GROUP}/slice-required-topology"
+SLICE_PREFERRED_TOPOLOGY_ANNOTATION = f"{GROUP}/slice-preferred-topology"
+KUEUE_SLICE_SIZE_ANNOTATION = "kueue.x-k8s.io/podset-slice-size"
+KUEUE_SLICE_REQUIRED_TOPOLOGY_ANNOTATION = "kueue.x-k8s.io/podset-slice-required-topology"
+#: Every pod annotation that says where a gang's pods go.
+TOPOLOGY_ANNOTATIONS = (
+    REQUIRED_TOPOLOGY_ANNOTATION,
+    PREFERRED_TOPOLOGY_ANNOTATION,
+    SLICE_SIZE_ANNOTATION,
+    SLICE_REQUIRED_TOPOLOGY_ANNOTATION,
+    SLICE_PREFERRED_TOPOLOGY_ANNOTATION,
+    KUEUE_SLICE_SIZE_ANNOTATION,
+    KUEUE_SLICE_REQUIRED_TOPOLOGY_ANNOTATION,
+)
 
 # The AdmissionCheck controllerName Kueue routes our checks by.
 ADMISSION_CHECK_CONTROLLER = f"{GROUP}/gang"

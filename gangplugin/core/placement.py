@@ -20,9 +20,21 @@ The algorithm, over a `Snapshot` built once (see `topology.py`), in the spirit o
    largest first, the last one best fit) down to the nodes. Pods get nodes in tree order,
    so consecutive indexes sit close together.
 
+Slices: a podset may ask for slices (`gangplugin.io/slice-size: N` with
+`gangplugin.io/slice-required-topology` or `slice-preferred-topology: <level A>`): each
+consecutive group of N pods lands inside one domain of level A, and the gang's own level (B,
+above A, optional) holds all slices together. A domain above A can hold the sum over its
+level-A domains of (pods that fit there) // N slices; the descent then picks domains in slice
+units (fewest, fullest: largest first, the last one the tightest) down to level A, and inside
+each level-A domain places its slices' pods as above. Each level-A domain gets whole slices,
+so consecutive indexes (tree order) form the slices. A preferred slice level that cannot be
+met is widened level by level towards B, then dropped.
+
 Several podsets are filled one after another (podsets asking for extended resources first,
-then larger ones) on a working copy of free capacity; a domain is accepted only if all fit.
-Nothing is ever half placed: the result has an assignment for every pod, or none.
+then larger ones) on a working copy of free capacity, in every fill order when there are few
+podsets; when no order fits a small domain, `packing.pack` searches every way of sharing its
+nodes between the shapes, so a feasible packing there is never missed. A domain is accepted
+only if all fit. Nothing is ever half placed: the result has an assignment for every pod, or none.
 
 Spares: with `spares_per_ultraserver = k`, the k idle nodes with the highest names in each
 UltraServer are held back from every gang except one already running in that UltraServer,
@@ -33,8 +45,10 @@ The answer is a pure function of its inputs; input order never matters.
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 from collections import Counter
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,11 +56,16 @@ from gangplugin.core.eligibility import PodConstraints
 from gangplugin.core.errors import InputError
 from gangplugin.core.names import PREFERRED_TOPOLOGY_ANNOTATION as PREFERRED_ANNOTATION
 from gangplugin.core.names import REQUIRED_TOPOLOGY_ANNOTATION as REQUIRED_ANNOTATION
+from gangplugin.core.names import (
+    SLICE_PREFERRED_TOPOLOGY_ANNOTATION,
+    SLICE_REQUIRED_TOPOLOGY_ANNOTATION,
+    SLICE_SIZE_ANNOTATION,
+)
+from gangplugin.core.packing import EXACT_MAX_NODES, pack
 from gangplugin.core.resources import CPU, MEMORY, PODS, format_quantity
 from gangplugin.core.topology import (
     HOSTNAME_LABEL,
     ULTRASERVER_LABEL,
-    BoundPod,
     Requests,
     Snapshot,
     pods_fitting,
@@ -60,6 +79,8 @@ class PodSet:
 
     `excluded_nodes`: nodes these pods may not use although the snapshot shows room there
     (kube-scheduler rejected them for such a pod: its view of the node differs for a while).
+    `slice_size` with `slice_required_topology` (or `slice_preferred_topology`): consecutive
+    groups of that many pods each inside one domain of that level (see the module docstring).
     """
 
     name: str
@@ -69,6 +90,14 @@ class PodSet:
     required_topology: str | None = None
     preferred_topology: str | None = None
     excluded_nodes: frozenset[str] = frozenset()
+    slice_size: int | None = None
+    slice_required_topology: str | None = None
+    slice_preferred_topology: str | None = None
+
+    def unsliced(self) -> PodSet:
+        return dataclasses.replace(
+            self, slice_size=None, slice_required_topology=None, slice_preferred_topology=None
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,8 +192,9 @@ def held_spares(
 
 
 _Req = Requests
-_NO_CONSTRAINTS = PodConstraints()
+_Picks = list[tuple[int, int]]  # (node id, pods) of one podset
 _fit = pods_fitting
+_NO_CONSTRAINTS = PodConstraints()
 
 
 def _req_items(podset: PodSet) -> _Req:
@@ -180,7 +210,14 @@ def _describe(podset: PodSet, count: int | None = None) -> str:
     req = _req_items(podset)
     shown = [(r, q) for r, q in req if _is_extended(r)] or [(r, q) for r, q in req if r in (CPU, MEMORY)]
     what = ", ".join(f"{format_quantity(r, q)} {r}" for r, q in shown) or "no requests"
-    return f"{n} pod{'s' if n != 1 else ''} with {what}"
+    level = podset.slice_required_topology or podset.slice_preferred_topology
+    sliced = f" in slices of {podset.slice_size} per {level}" if podset.slice_size and level else ""
+    return f"{n} pod{'s' if n != 1 else ''} with {what}{sliced}"
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
 
 
 def _choose(items: list[tuple[int, int, Any]], need: int) -> list[tuple[int, int]] | None:
@@ -235,6 +272,90 @@ def _gang_levels(snap: Snapshot, gang: Gang) -> tuple[int | None, int | None]:
     return req, pref
 
 
+#: A podset's slices: (pods per slice, level index each slice stays inside, level required).
+_Slicing = tuple[int, int, bool]
+
+
+def _slicing(snap: Snapshot, gang: Gang, req: int | None, pref: int | None) -> list[_Slicing | None]:
+    """Each podset's slices, checked against the snapshot's levels and the gang's level."""
+    out: list[_Slicing | None] = []
+    for i, ps in enumerate(gang.podsets):
+        ann = f"podSets[{i}].template.metadata.annotations."
+        size, label = ps.slice_size, ps.slice_required_topology or ps.slice_preferred_topology
+        if size is None and label is None:
+            out.append(None)
+            continue
+        if ps.slice_required_topology and ps.slice_preferred_topology:
+            raise InputError(
+                f"{ann}{SLICE_PREFERRED_TOPOLOGY_ANNOTATION}",
+                f"give one of {SLICE_REQUIRED_TOPOLOGY_ANNOTATION} and {SLICE_PREFERRED_TOPOLOGY_ANNOTATION}",
+            )
+        if size is None:
+            raise InputError(
+                f"{ann}{SLICE_SIZE_ANNOTATION}", "is missing: a slice level needs the pods per slice"
+            )
+        field_name = (
+            SLICE_REQUIRED_TOPOLOGY_ANNOTATION
+            if ps.slice_required_topology
+            else SLICE_PREFERRED_TOPOLOGY_ANNOTATION
+        )
+        if label is None:
+            raise InputError(
+                f"{ann}{SLICE_REQUIRED_TOPOLOGY_ANNOTATION}",
+                f"is missing: {SLICE_SIZE_ANNOTATION} needs the level each slice must fit in "
+                f"(or {SLICE_PREFERRED_TOPOLOGY_ANNOTATION})",
+            )
+        if size < 1 or ps.count % size:
+            divisors = [d for d in range(1, ps.count + 1) if ps.count % d == 0]
+            raise InputError(
+                f"{ann}{SLICE_SIZE_ANNOTATION}",
+                f"{size} does not divide the podset's {ps.count} pods: use a divisor of {ps.count} "
+                f"({', '.join(map(str, divisors[-6:]))}) or make podSets[{i}].count a multiple of {size}",
+            )
+        level = snap.level_index(label)
+        if level is None:
+            raise InputError(
+                f"{ann}{field_name}",
+                f"unknown topology label {label!r}; the levels are {', '.join(snap.levels)}",
+            )
+        for gang_level in (req, pref):
+            if gang_level is not None and level <= gang_level:
+                raise InputError(
+                    f"{ann}{field_name}",
+                    f"{label} is not narrower than the gang's level {snap.levels[gang_level]}: name a "
+                    "slice level below it (slices sit inside the gang's domain) or widen the gang's level",
+                )
+        out.append((size, level, bool(ps.slice_required_topology)))
+    return out
+
+
+def _slice_attempts(
+    slicing: list[_Slicing | None], req: int | None, pref: int | None
+) -> list[list[tuple[int, int] | None]]:
+    """The slicings to try in turn: as asked, then preferred slice levels widened one level at a
+    time while they stay below the gang's level, then without the preferred slices."""
+    floor = max((lv for lv in (req, pref) if lv is not None), default=-1) + 1
+    attempts = []
+    widen = 0
+    while True:
+        attempt: list[tuple[int, int] | None] = []
+        moved = False
+        for sl in slicing:
+            if sl is None:
+                attempt.append(None)
+            elif sl[2]:
+                attempt.append((sl[0], sl[1]))
+            elif sl[1] - widen >= floor:
+                attempt.append((sl[0], sl[1] - widen))
+                moved = True
+            else:
+                attempt.append(None)
+        attempts.append(attempt)
+        if not moved:
+            return attempts
+        widen += 1
+
+
 def validate_gang(gang: Gang) -> None:
     if not gang.podsets:
         raise InputError("podSets", "a gang needs at least one podset")
@@ -281,6 +402,9 @@ class _Planner:
                 dc = self._aggregate(nc)
             self.node_counts.append(nc)
             self.dom_counts.append(dc)
+        # (pods per slice, slice level) per podset, for the attempt under way (`place` sets it)
+        self.slicing: list[tuple[int, int] | None] = [None] * len(gang.podsets)
+        self._slice_cache: dict[tuple[int, tuple[int, int]], list[int]] = {}
 
     def _plain_counts(self, req: _Req) -> tuple[dict[int, int], list[int]]:
         """The snapshot's kept counts for pods without constraints, less the spares."""
@@ -330,14 +454,21 @@ class _Planner:
         if not overlay:
             return self.node_counts[p], self.dom_counts[p]
         nc = dict(self.node_counts[p])
+        dc = list(self.dom_counts[p])
         for n, free in overlay.items():
-            if n in nc:
-                c = _fit(free, self.reqs[p])
-                if c:
-                    nc[n] = c
-                else:
-                    del nc[n]
-        return nc, self._aggregate(nc)
+            old = nc.get(n)
+            if old is None:
+                continue
+            c = _fit(free, self.reqs[p])
+            if c:
+                nc[n] = c
+            else:
+                del nc[n]
+            if c != old:  # only the changed nodes' domains: not a pass over every node
+                dc[0] += c - old
+                for d in self.snap.path[n]:
+                    dc[d] += c - old
+        return nc, dc
 
     def _descend(
         self, domain: int, need: int, nc: Mapping[int, int], dc: list[int]
@@ -372,49 +503,170 @@ class _Planner:
             if PODS in free:
                 free[PODS] -= k
 
-    def fill_one(self, domain: int) -> list[list[tuple[int, int]]] | None:
-        """Every podset inside one domain, or None."""
-        overlay: dict[int, dict[str, int]] = {}
-        result: list[list[tuple[int, int]]] = [[] for _ in self.gang.podsets]
-        for p in self.order:
-            need = self.gang.podsets[p].count
-            nc, dc = self._recount(p, overlay)
-            if dc[domain] < need:
-                return None
-            picks = self._descend(domain, need, nc, dc)
-            if picks is None:
-                return None
-            result[p] = picks
-            self._take(p, picks, overlay)
-        return result
+    def base_slice_counts(self, p: int) -> list[int]:
+        sl = self.slicing[p]
+        assert sl is not None
+        cached = self._slice_cache.get((p, sl))
+        if cached is None:
+            cached = self._slice_cache[p, sl] = self.slice_counts(p, self.dom_counts[p])
+        return cached
 
-    def fill_spread(self, level: int) -> tuple[list[list[tuple[int, int]]], set[int]] | None:
-        """Every podset over the fewest domains of `level` (each podset in turn), or None."""
+    def slice_counts(self, p: int, dc: Sequence[int]) -> list[int]:
+        """Slices of podset p each domain at or above its slice level holds: a labelled domain
+        of the slice level holds (pods that fit) // slice size; a wider one, its children's sum."""
+        sl = self.slicing[p]
+        assert sl is not None
+        k, level = sl
+        domains = self.snap.domains
+        sc = [0] * len(domains)
+        for a in self.snap.by_level[level]:
+            v = dc[a] // k
+            if v and domains[a].value is not None:
+                d = a
+                while d >= 0:
+                    sc[d] += v
+                    d = domains[d].parent
+        return sc
+
+    def fits(self, p: int, d: int) -> bool:
+        """Podset p fits domain d on its own (in slices where d is above the slice level)."""
+        count, sl, dom = self.gang.podsets[p].count, self.slicing[p], self.snap.domains[d]
+        if sl is None:
+            return self.dom_counts[p][d] >= count
+        if dom.level < sl[1]:
+            return self.base_slice_counts(p)[d] >= count // sl[0]
+        return dom.key[sl[1]] is not None and self.dom_counts[p][d] >= count
+
+    def _descend_slices(
+        self, domain: int, slices: int, p: int, nc: Mapping[int, int], dc: list[int], sc: list[int]
+    ) -> list[tuple[int, int]] | None:
+        """Like `_descend`, in slice units down to the slice level, then in pods inside each
+        domain of that level (whole slices only)."""
+        sl = self.slicing[p]
+        assert sl is not None
+        k, level = sl
         snap = self.snap
-        overlay: dict[int, dict[str, int]] = {}
-        result: list[list[tuple[int, int]]] = [[] for _ in self.gang.podsets]
-        used: set[int] = set()
-        for p in self.order:
-            need = self.gang.podsets[p].count
-            nc, dc = self._recount(p, overlay)
-            if dc[0] < need:
-                return None
-            items: list[tuple[int, int, Any]] = [
-                (d, dc[d], tuple(v or "" for v in snap.domains[d].key)) for d in snap.by_level[level]
-            ]
-            chosen = _choose(items, need)
-            if chosen is None:
-                return None
-            picks: list[tuple[int, int]] = []
-            for d, k in chosen:
-                sub = self._descend(d, k, nc, dc)
+        out: list[tuple[int, int]] = []
+        stack = [(domain, slices)]
+        while stack:
+            d, t = stack.pop()
+            dom = snap.domains[d]
+            if dom.level == level:
+                sub = self._descend(d, t * k, nc, dc)
                 if sub is None:
                     return None
-                picks += sub
-                used.add(d)
-            result[p] = picks
-            self._take(p, picks, overlay)
-        return result, used
+                out += sub
+                continue
+            chosen = _choose([(c, sc[c], snap.domains[c].value or "") for c in dom.children], t)
+            if chosen is None:
+                return None
+            stack.extend(chosen)
+        return out
+
+    def _fill_podset(
+        self, p: int, domain: int, overlay: dict[int, dict[str, int]]
+    ) -> list[tuple[int, int]] | None:
+        need, sl = self.gang.podsets[p].count, self.slicing[p]
+        nc, dc = self._recount(p, overlay)
+        if sl is not None and self.snap.domains[domain].level < sl[1]:
+            sc = self.slice_counts(p, dc) if overlay else self.base_slice_counts(p)
+            if sc[domain] < need // sl[0]:
+                return None
+            return self._descend_slices(domain, need // sl[0], p, nc, dc, sc)
+        if dc[domain] < need:
+            return None
+        return self._descend(domain, need, nc, dc)
+
+    def _orders(self) -> Sequence[Sequence[int]]:
+        # podsets are few: every fill order (the preferred one first), up to 24 of them
+        return list(itertools.permutations(self.order)) if len(self.order) <= 4 else [self.order]
+
+    def _fill(
+        self, fill_podset: Callable[[int, dict[int, dict[str, int]]], _Picks | None], domain: int
+    ) -> list[_Picks] | None:
+        """Every podset by `fill_podset`, in each fill order in turn; then the exact search in
+        `domain`; or None."""
+        for order in self._orders():
+            overlay: dict[int, dict[str, int]] = {}
+            result: list[_Picks] = [[] for _ in self.gang.podsets]
+            for p in order:
+                picks = fill_podset(p, overlay)
+                if picks is None:
+                    break
+                result[p] = picks
+                self._take(p, picks, overlay)
+            else:
+                return result
+        return self.fill_exact(domain)
+
+    def fill_one(self, domain: int) -> list[_Picks] | None:
+        """Every podset inside one domain, or None."""
+        return self._fill(lambda p, overlay: self._fill_podset(p, domain, overlay), domain)
+
+    def fill_spread(self, level: int) -> list[_Picks] | None:
+        """Every podset over the fewest domains of `level` (each podset in turn; a podset in
+        slices by its slices from the root), or None."""
+
+        def fill_podset(p: int, overlay: dict[int, dict[str, int]]) -> _Picks | None:
+            if self.slicing[p] is not None:
+                return self._fill_podset(p, 0, overlay)
+            return self._spread_podset(p, level, overlay)
+
+        return self._fill(fill_podset, 0)
+
+    def _spread_podset(
+        self, p: int, level: int, overlay: dict[int, dict[str, int]]
+    ) -> list[tuple[int, int]] | None:
+        snap, need = self.snap, self.gang.podsets[p].count
+        nc, dc = self._recount(p, overlay)
+        if dc[0] < need:
+            return None
+        items: list[tuple[int, int, Any]] = [
+            (d, dc[d], tuple(v or "" for v in snap.domains[d].key)) for d in snap.by_level[level]
+        ]
+        chosen = _choose(items, need)
+        if chosen is None:
+            return None
+        picks: list[tuple[int, int]] = []
+        for d, k in chosen:
+            sub = self._descend(d, k, nc, dc)
+            if sub is None:
+                return None
+            picks += sub
+        return picks
+
+    def fill_exact(self, domain: int) -> list[list[tuple[int, int]]] | None:
+        """Every podset inside one small domain by exact search (`packing.pack`), or None; only
+        for several podsets (one podset's greedy fill misses nothing)."""
+        snap, podsets = self.snap, self.gang.podsets
+        if len(podsets) < 2:
+            return None
+        nodes = [n for n in snap.subtree_nodes(domain) if any(n in nc for nc in self.node_counts)]
+        if len(nodes) > EXACT_MAX_NODES:
+            return None
+        top = snap.domains[domain].level
+        groups: list[list[int] | None] = []
+        caps = [[self.node_counts[p].get(n, 0) for p in range(len(podsets))] for n in nodes]
+        for p, sl in enumerate(self.slicing):
+            if sl is None or top >= sl[1]:
+                groups.append(None)
+                continue
+            groups.append([snap.path[n][sl[1]] for n in nodes])
+            for i, n in enumerate(nodes):
+                if snap.domains[snap.path[n][sl[1]]].value is None:
+                    caps[i][p] = 0
+        sizes = [sl[0] if sl is not None else 1 for sl in self.slicing]
+        found = pack(
+            [snap.free[n] for n in nodes],
+            caps,
+            self.reqs,
+            [ps.count for ps in podsets],
+            groups,
+            sizes,
+        )
+        if found is None:
+            return None
+        return [[(nodes[i], k) for i, k in picks] for picks in found]
 
     def assignments(self, result: list[list[tuple[int, int]]]) -> tuple[Assignment, ...]:
         snap = self.snap
@@ -482,6 +734,37 @@ def _spare_counts(snap: Snapshot, planner: _Planner, spares: frozenset[int]) -> 
     return out
 
 
+def _slice_misses(snap: Snapshot, planner: _Planner, domain: int) -> str:
+    """Per podset in slices that do not all fit in `domain`: how many do, and the most room any
+    slice-level domain there has for the next one."""
+    out = []
+    dom = snap.domains[domain]
+    where = f" under {dom.value}" if dom.value is not None else ""
+    for p, sl in enumerate(planner.slicing):
+        if sl is None or dom.level >= sl[1]:
+            continue
+        k, level = sl
+        want, fit = planner.gang.podsets[p].count // k, planner.base_slice_counts(p)[domain]
+        if fit >= want:
+            continue
+        dc = planner.dom_counts[p]
+        prefix = dom.key
+        room = max(
+            (
+                dc[a] % k
+                for a in snap.by_level[level]
+                if snap.domains[a].value is not None and snap.domains[a].key[: len(prefix)] == prefix
+            ),
+            default=0,
+        )
+        name = f"podset {planner.gang.podsets[p].name}: " if len(planner.gang.podsets) > 1 else ""
+        out.append(
+            f"{name}{fit} of {want} slices of {k} fit in one {snap.levels[level]}{where}; "
+            f"the {_ordinal(fit + 1)} has room for {room} at most"
+        )
+    return "; ".join(out)
+
+
 def _explain(snap: Snapshot, planner: _Planner, spares: frozenset[int], level: int | None) -> str:
     gang = planner.gang
     needs = " + ".join(_describe(ps) for ps in gang.podsets)
@@ -508,8 +791,11 @@ def _explain(snap: Snapshot, planner: _Planner, spares: frozenset[int], level: i
         head = f"needs {needs} in one {label}"
         labeled = [d for d in snap.by_level[level] if snap.domains[d].value is not None]
         best = min(labeled, key=lambda d: (-room(d), snap.domains[d].value or ""), default=None)
+    notes = _slice_misses(snap, planner, 0 if best is None else best)
     if best is None:
         msg = f"{head}; no node has the label {snap.levels[level or 0]}"
+    elif notes:
+        msg = f"{head}; {notes}"
     else:
         where = "the cluster has" if level is None else f"best is {snap.domains[best].value} with"
         r = room(best)
@@ -549,8 +835,43 @@ def place(
     validate_gang(gang)
     policy = policy or PlacementPolicy()
     req, pref = _gang_levels(snapshot, gang)
+    slicing = _slicing(snapshot, gang, req, pref)
     spares = held_spares(snapshot, policy, occupied)
     planner = _Planner(snapshot, gang, spares)
+    first: Placement | None = None
+    for attempt in _slice_attempts(slicing, req, pref):
+        planner.slicing = attempt
+        result = _place(snapshot, planner, spares, req, pref, policy.climb_levels, explain)
+        if result.feasible:
+            return result
+        first = first or result  # the miss as asked explains best
+    assert first is not None
+    return first
+
+
+def _slices_note(snap: Snapshot, planner: _Planner, result: list[list[tuple[int, int]]]) -> str:
+    """How the slices landed, for the placement's reason."""
+    notes = []
+    for p, sl in enumerate(planner.slicing):
+        if sl is not None:
+            k, level = sl
+            used = {snap.path[n][level] for n, _ in result[p]}
+            n = planner.gang.podsets[p].count // k
+            notes.append(f"{n} slice{'s' if n != 1 else ''} of {k} over {len(used)} {snap.levels[level]}")
+    return f"; {', '.join(notes)}" if notes else ""
+
+
+def _place(
+    snapshot: Snapshot,
+    planner: _Planner,
+    spares: frozenset[int],
+    req: int | None,
+    pref: int | None,
+    climb: bool,
+    explain: bool,
+) -> Placement:
+    """One attempt of `place` with the planner's slicing."""
+    gang = planner.gang
     levels = snapshot.levels
     narrowest = len(levels) - 1
     stop = req if req is not None else 0
@@ -558,7 +879,7 @@ def place(
     needs = [ps.count for ps in gang.podsets]
     total = sum(needs)
     dcs = planner.dom_counts
-    last = stop if policy.climb_levels else start
+    last = stop if climb else start
     first, first_need = dcs[0], needs[0]  # the cheap test first: most domains fail it
     for level in range(start, last - 1, -1):
         fitting = [
@@ -568,7 +889,7 @@ def place(
             and snapshot.domains[d].value is not None
             # a narrower domain counts only inside a labelled domain of the required level
             and (req is None or snapshot.domains[d].key[req] is not None)
-            and all(dcs[p][d] >= n for p, n in enumerate(needs))
+            and all(planner.fits(p, d) for p in range(len(needs)))
         ]
         fitting.sort(
             key=lambda d: (
@@ -588,7 +909,8 @@ def place(
                     levels[level],
                     (value,),
                     planner.assignments(result),
-                    f"all {total} pods fit in {levels[level]} {value} (best fit{room})",
+                    f"all {total} pods fit in {levels[level]} {value} (best fit{room})"
+                    f"{_slices_note(snapshot, planner, result)}",
                 )
     if req is not None:
         why = _explain(snapshot, planner, spares, req) if explain else "does not fit"
@@ -602,16 +924,16 @@ def place(
     if spread is None:
         why = _explain(snapshot, planner, spares, None) if explain else "does not fit"
         return Placement(False, None, (), (), why)
-    result, used = spread
+    used = {snapshot.path[n][spread_level] for picks in spread for n, _ in picks}
     values = tuple(sorted({v for d in used if (v := snapshot.domains[d].value) is not None}))
     wanted = "preferred" if pref is not None else "no topology requested"
     return Placement(
         True,
         None,
         values,
-        planner.assignments(result),
+        planner.assignments(spread),
         f"no single domain holds all {total} pods; spread over {len(used)} {levels[spread_level]} "
-        f"domains ({wanted})",
+        f"domains ({wanted}){_slices_note(snapshot, planner, spread)}",
     )
 
 
@@ -625,12 +947,31 @@ def replace(
     """One node to take every pod `assignments` put on `failed_node`.
 
     The snapshot must already count the gang's pods on its other nodes. Candidates keep the
-    gang's required domain; the closest in the topology to the gang win (deepest shared
-    level), within that a spare of an UltraServer the gang runs in first, then the tightest
-    fit, then the name. Spares of other UltraServers are never used (`held_spares`).
+    gang's required domain and the required slice domain of the moved pods; the closest in the
+    topology to the gang win (deepest shared level), within that a spare of an UltraServer the
+    gang runs in first, then the tightest fit, then the name. Spares of other UltraServers are
+    never used (`held_spares`).
     """
     validate_gang(gang)
     policy = policy or PlacementPolicy()
+    spares = snapshot.spare_nodes(policy.spares_per_ultraserver)
+    held = held_spares(snapshot, policy, {a.node for a in assignments})
+    return _replace(snapshot, gang, assignments, failed_node, spares, held, {})
+
+
+def _replace(
+    snapshot: Snapshot,
+    gang: Gang,
+    assignments: Sequence[Assignment],
+    failed_node: str,
+    spares: frozenset[int],
+    held: frozenset[int],
+    taken: Mapping[int, Mapping[str, int]],
+) -> Replacement:
+    """`replace` with the spare sets given and `taken` (node id -> requests) already used by
+    earlier moves of the same decision. Candidates are searched ring by ring outwards from the
+    failed node's domains: once the best found shares a level no node outside the ring can,
+    the wider rings cannot beat it."""
     req, _ = _gang_levels(snapshot, gang)
     moving = [a for a in assignments if a.node == failed_node]
     if not moving:
@@ -641,46 +982,53 @@ def replace(
         if a.pod_set not in by_name:
             raise InputError("assignments", f"podset {a.pod_set!r} is not in the gang")
         per_set[a.pod_set] += 1
+    # A pod of a slice stays in its slice's domain (the failed node's: its slice is all there).
+    slicing = _slicing(snapshot, gang, req, None)
+    whose = "the gang's"
+    for p, ps in enumerate(gang.podsets):
+        sl = slicing[p]
+        if ps.name in per_set and sl is not None and sl[2] and (req is None or sl[1] > req):
+            req, whose = sl[1], "its slice's"
     need: dict[str, int] = {PODS: len(moving)}
     for name, k in per_set.items():
         for r, q in _req_items(by_name[name]):
             need[r] = need.get(r, 0) + k * q
-    anchor = snapshot.node(failed_node)
-    if anchor is None:
+    anchor_id = snapshot.node_ids.get(failed_node)
+    if anchor_id is None:
         others = sorted({a.node for a in assignments if a.node != failed_node})
-        anchor = next((n for n in map(snapshot.node, others) if n is not None), None)
+        anchor_id = next((i for n in others if (i := snapshot.node_ids.get(n)) is not None), None)
+    anchor = snapshot.nodes[anchor_id] if anchor_id is not None else None
     anchor_key = tuple(anchor.labels.get(label) for label in snapshot.levels) if anchor is not None else None
-    spares = snapshot.spare_nodes(policy.spares_per_ultraserver)
-    held = held_spares(snapshot, policy, {a.node for a in assignments})
     constraints = {by_name[name].constraints for name in per_set}
+
+    # rings: the anchor's domains from the narrowest up to the required level (or the root)
+    rings: list[tuple[int, int]] = []  # (domain id, level)
+    if anchor_id is not None:
+        top = req if req is not None else -1
+        rings = [(snapshot.path[anchor_id][lv], lv) for lv in range(len(snapshot.levels) - 1, top - 1, -1)]
+        if req is None:
+            rings.append((0, -1))
+        elif anchor_key is not None and anchor_key[req] is None:
+            rings = []
+    elif req is None:
+        rings = [(0, -1)]
     best: tuple[tuple[int, int, int, str], int] | None = None
-    for i, node in enumerate(snapshot.nodes):
-        if node is None or node.name == failed_node or not snapshot.usable[i] or i in held:
-            continue
-        is_spare = i in spares
-        free = snapshot.free[i]
-        if PODS not in free:
-            free = {**free, PODS: need[PODS]}
-        if any(free.get(r, 0) < q for r, q in need.items()):
-            continue
-        if any(c.refusal(node.labels, node.name, node.taints) is not None for c in constraints):
-            continue
-        depth = 0
-        if anchor_key is not None:
-            key = tuple(node.labels.get(label) for label in snapshot.levels)
-            if req is not None and (anchor_key[req] is None or key[: req + 1] != anchor_key[: req + 1]):
+    seen: set[int] = set()
+    for domain, level in rings:
+        for i in snapshot.subtree_nodes(domain):
+            if i in seen:
                 continue
-            while depth < len(key) and key[depth] is not None and key[depth] == anchor_key[depth]:
-                depth += 1
-        elif req is not None:
-            continue
-        leftover = sum(free.get(r, 0) - q for r, q in need.items() if r != PODS and _is_extended(r))
-        rank = (-depth, 0 if is_spare else 1, leftover, node.name)
-        if best is None or rank < best[0]:
-            best = (rank, i)
+            seen.add(i)
+            rank = _candidate_rank(
+                snapshot, i, failed_node, need, constraints, anchor_key, spares, held, taken
+            )
+            if rank is not None and (best is None or rank < best[0]):
+                best = (rank, i)
+        if best is not None and -best[0][0] > level:
+            break  # outside this ring a node shares at most `level` levels with the failed one
     moved = sorted(moving, key=lambda a: (a.pod_set, a.index))
     if best is None:
-        where = f" in the gang's {snapshot.levels[req]}" if req is not None and anchor_key is not None else ""
+        where = f" in {whose} {snapshot.levels[req]}" if req is not None and anchor_key is not None else ""
         return Replacement(
             False,
             None,
@@ -703,6 +1051,41 @@ def replace(
     )
 
 
+def _candidate_rank(
+    snapshot: Snapshot,
+    i: int,
+    failed_node: str,
+    need: Mapping[str, int],
+    constraints: Collection[PodConstraints],
+    anchor_key: tuple[str | None, ...] | None,
+    spares: frozenset[int],
+    held: frozenset[int],
+    taken: Mapping[int, Mapping[str, int]],
+) -> tuple[int, int, int, str] | None:
+    """(-levels shared with the failed node, 0 for a spare, leftover extended resources, name)
+    for a node that can take the moved pods, else None."""
+    node = snapshot.nodes[i]
+    if node is None or node.name == failed_node or not snapshot.usable[i] or i in held:
+        return None
+    free = snapshot.free[i]
+    used = taken.get(i)
+    if used is not None:
+        free = {r: q - used.get(r, 0) for r, q in free.items()}
+    if PODS not in free:
+        free = {**free, PODS: need[PODS]}
+    if any(free.get(r, 0) < q for r, q in need.items()):
+        return None
+    if any(c.refusal(node.labels, node.name, node.taints) is not None for c in constraints):
+        return None
+    depth = 0
+    if anchor_key is not None:
+        key = tuple(node.labels.get(label) for label in snapshot.levels)
+        while depth < len(key) and key[depth] is not None and key[depth] == anchor_key[depth]:
+            depth += 1
+    leftover = sum(free.get(r, 0) - q for r, q in need.items() if r != PODS and _is_extended(r))
+    return (-depth, 0 if i in spares else 1, leftover, node.name)
+
+
 @dataclass(frozen=True, slots=True)
 class Recovery:
     """Where the pods of every failed node go, decided together: a move per node, or none."""
@@ -710,9 +1093,6 @@ class Recovery:
     feasible: bool
     moves: tuple[Replacement, ...]
     reason: str
-
-
-RECOVERY_NAMESPACE = "~recovery"  # synthetic pods `recover` charges while it decides
 
 
 def recover(
@@ -723,30 +1103,32 @@ def recover(
     policy: PlacementPolicy | None = None,
 ) -> Recovery:
     """Replace every node of `failed_nodes` at once (`replace` for each, in name order, each
-    seeing the pods the ones before it moved): all moves, or none when one node cannot be
-    replaced, so a gang is never half moved. The snapshot is left as it was given."""
+    seeing what the ones before it took, with the spares as they were when the nodes failed):
+    all moves, or none when one node cannot be replaced, so a gang is never half moved. A pod
+    of a slice stays in its slice's domain. The snapshot is not changed."""
+    validate_gang(gang)
+    policy = policy or PlacementPolicy()
     by_name = {ps.name: ps for ps in gang.podsets}
+    spares = snapshot.spare_nodes(policy.spares_per_ultraserver)
+    held = held_spares(snapshot, policy, {a.node for a in assignments})
     current = list(assignments)
     moves: list[Replacement] = []
-    charged: list[str] = []
-    try:
-        for failed in sorted(set(failed_nodes)):
-            r = replace(snapshot, gang, current, failed, policy)
-            if not r.feasible:
-                n = len(set(failed_nodes))
-                what = "the failed node" if n == 1 else f"all {n} failed nodes"
-                return Recovery(False, (), f"{what} cannot be replaced: {r.reason}")
-            if r.node is None:
-                continue
-            moves.append(r)
-            moved = {(a.pod_set, a.index): a for a in r.assignments}
-            current = [moved.get((a.pod_set, a.index), a) for a in current]
-            for a in r.assignments:
-                name = f"{gang.name}/{a.pod_set}/{a.index}"
-                snapshot.bind(BoundPod(RECOVERY_NAMESPACE, name, a.node, dict(by_name[a.pod_set].requests)))
-                charged.append(name)
-    finally:
-        for name in charged:
-            snapshot.unbind(RECOVERY_NAMESPACE, name)
+    taken: dict[int, dict[str, int]] = {}
+    for failed in sorted(set(failed_nodes)):
+        r = _replace(snapshot, gang, current, failed, spares, held, taken)
+        if not r.feasible:
+            n = len(set(failed_nodes))
+            what = "the failed node" if n == 1 else f"all {n} failed nodes"
+            return Recovery(False, (), f"{what} cannot be replaced: {r.reason}")
+        if r.node is None:
+            continue
+        moves.append(r)
+        moved = {(a.pod_set, a.index): a for a in r.assignments}
+        current = [moved.get((a.pod_set, a.index), a) for a in current]
+        used = taken.setdefault(snapshot.node_ids[r.node], {})
+        for a in r.assignments:
+            for res, q in by_name[a.pod_set].requests.items():
+                used[res] = used.get(res, 0) + q
+            used[PODS] = used.get(PODS, 0) + 1
     reason = "; ".join(m.reason for m in moves) or "no pod of the gang is on a failed node"
     return Recovery(True, tuple(moves), reason)

@@ -40,6 +40,9 @@ class GangPolicy:
     topology_name: str | None = None
     placement: PlacementPolicy = field(default_factory=PlacementPolicy)
     node_failure: str = "Requeue"
+    # ReplaceFromSpare: at most this many nodes NotReady under a gang at once are replaced;
+    # more and the gang is requeued whole at once. None: no limit.
+    max_replaced_nodes: int | None = None
 
     @property
     def sequential(self) -> bool:
@@ -78,6 +81,8 @@ def validate_policy(policy: GangPolicy, field_prefix: str = "spec") -> GangPolic
         raise InputError(
             f"{p}.requeue.backoffLimitCount", "must not be negative; leave it out to retry forever"
         )
+    if policy.max_replaced_nodes is not None and policy.max_replaced_nodes < 0:
+        raise InputError(f"{p}.maxReplacedNodes", "must not be negative; leave it out for no limit")
     if policy.placement.spares_per_ultraserver < 0:
         raise InputError(f"{p}.sparesPerUltraServer", "must not be negative")
     return policy

@@ -5,10 +5,19 @@ Three clocks, each from something the API server keeps, so a restarted controlle
 same verdict: `unscheduledTimeout` and `readyTimeout` run from admission until the gang is fully
 Ready once; `recoveryTimeout` runs from the moment a gang that was running lost a Ready pod or
 a node went NotReady under it.
+
+With `nodeFailure: ReplaceFromSpare` the failed nodes are replaced (`placement.recover`) while
+there are at most `maxReplacedNodes` of them at once (`too_many_failed`); more is an outage
+replacement should not paper over, so the gang is requeued whole at once. Nodes of one
+UltraServer or rack going down together are seen seconds apart, so a running gang's failed
+nodes are replaced only `FAILURE_WINDOW` after the first went NotReady: the ones failing
+together are counted, and replaced, together.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gangplugin.core.durations import format_duration
@@ -41,15 +50,37 @@ class Verdict:
     expired: bool
     recheck_at: float | None
     reason: str
+    replace: bool = False  # nodeFailure ReplaceFromSpare: replace the failed nodes now
+
+
+#: Seconds after a running gang's first node went NotReady before its failed nodes are replaced.
+FAILURE_WINDOW = 3.0
 
 
 def _ago(seconds: float) -> str:
     return format_duration(max(0.0, seconds))
 
 
+def too_many_failed(policy: GangPolicy, failed_nodes: Sequence[str]) -> str | None:
+    """Why a gang with `failed_nodes` NotReady under it is requeued rather than its nodes
+    replaced, or None when they may be replaced. The count is of the nodes failed now (one
+    failure window: those still NotReady under the gang), not of earlier, finished replacements."""
+    limit = policy.max_replaced_nodes
+    if policy.node_failure != "ReplaceFromSpare" or limit is None or len(failed_nodes) <= limit:
+        return None
+    return (
+        f"{len(failed_nodes)} nodes NotReady under the gang at once ({', '.join(failed_nodes)}), "
+        f"more than maxReplacedNodes {limit}: requeued whole instead of replaced"
+    )
+
+
 def watch(policy: GangPolicy, obs: GangObservation, now: float) -> Verdict:
+    phase = "Scheduling" if obs.bound < obs.size else "Starting"
+    requeue = too_many_failed(policy, obs.failed_nodes)
+    if requeue is not None:
+        return Verdict("Recovering" if obs.ever_ready else phase, True, None, requeue)
+    replacing = policy.node_failure == "ReplaceFromSpare" and bool(obs.failed_nodes)
     if not obs.ever_ready:
-        phase = "Scheduling" if obs.bound < obs.size else "Starting"
         deadlines: list[tuple[float, str]] = []
         if policy.unscheduled_timeout is not None and obs.bound < obs.size:
             deadlines.append(
@@ -70,7 +101,9 @@ def watch(policy: GangPolicy, obs: GangObservation, now: float) -> Verdict:
         at, reason = min(deadlines)
         if now >= at:
             return Verdict(phase, True, None, reason)
-        return Verdict(phase, False, at, f"{obs.ready}/{obs.size} pods Ready; waiting until the deadline")
+        return Verdict(
+            phase, False, at, f"{obs.ready}/{obs.size} pods Ready; waiting until the deadline", replacing
+        )
     if obs.degraded_since is None:
         return Verdict("Running", False, None, f"all {obs.size} pods Ready")
     lost = (
@@ -78,8 +111,15 @@ def watch(policy: GangPolicy, obs: GangObservation, now: float) -> Verdict:
         if obs.failed_nodes
         else f"{obs.size - obs.ready}/{obs.size} pods not Ready"
     )
+    settle = obs.degraded_since + FAILURE_WINDOW
+    if replacing and now < settle:  # nodes failing together are replaced together
+        lost += f"; replaced once {format_duration(FAILURE_WINDOW)} have passed since the first failure"
+        replacing = False
+    else:
+        settle = math.inf
     if policy.recovery_timeout <= 0:
-        return Verdict("Recovering", False, None, f"{lost}; recoveryTimeout is off (0s)")
+        wake = None if settle == math.inf else settle
+        return Verdict("Recovering", False, wake, f"{lost}; recoveryTimeout is off (0s)", replacing)
     at = obs.degraded_since + policy.recovery_timeout
     if now >= at:
         return Verdict(
@@ -89,4 +129,4 @@ def watch(policy: GangPolicy, obs: GangObservation, now: float) -> Verdict:
             f"{lost}; not recovered {_ago(now - obs.degraded_since)} after the loss "
             f"(recoveryTimeout {format_duration(policy.recovery_timeout)})",
         )
-    return Verdict("Recovering", False, at, f"{lost}; recovering")
+    return Verdict("Recovering", False, min(at, settle), f"{lost}; recovering", replacing)

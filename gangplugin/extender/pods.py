@@ -18,7 +18,10 @@ from gangplugin.core.names import (
     REQUIRED_TOPOLOGY_ANNOTATION,
 )
 from gangplugin.core.topology import FINISHED_PHASES
-from gangplugin.kube.records import constraints_from_pod_spec, pod_requests
+from gangplugin.kube.records import constraints_from_pod_spec, pod_requests, slice_size, slice_topology
+
+# An Indexed Job's pod index (JobSet's Jobs are Indexed Jobs too).
+COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 
 
 def _size(annotations: Mapping[str, Any]) -> int:
@@ -29,6 +32,11 @@ def _size(annotations: Mapping[str, Any]) -> int:
     if not text.isdigit() or int(text) < 1:
         raise InputError(SIZE_FIELD, f"{raw!r} is not a whole number >= 1")
     return int(text)
+
+
+def _index(annotations: Mapping[str, Any]) -> int | None:
+    raw = str(annotations.get(COMPLETION_INDEX_ANNOTATION) or "").strip()
+    return int(raw) if raw.isdigit() else None
 
 
 def gang_pod_from_k8s(obj: Mapping[str, Any]) -> GangPod:
@@ -59,6 +67,8 @@ def gang_pod_from_k8s(obj: Mapping[str, Any]) -> GangPod:
             constraints=constraints_from_pod_spec(spec),
             required_topology=str(annotations.get(REQUIRED_TOPOLOGY_ANNOTATION) or "") or None,
             preferred_topology=str(annotations.get(PREFERRED_TOPOLOGY_ANNOTATION) or "") or None,
+            slices=(slice_size(annotations, "metadata.annotations"), *slice_topology(annotations)),
+            index=_index(annotations),
             finished=finished,
             deleting=bool(meta.get("deletionTimestamp")),
         )

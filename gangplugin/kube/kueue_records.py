@@ -75,6 +75,7 @@ def gang_policy_from_k8s(obj: Mapping[str, Any]) -> GangPolicy:
             topology_name=topology,
             placement=placement,
             node_failure=str(spec.get("nodeFailure", "Requeue")),
+            max_replaced_nodes=_int(spec.get("maxReplacedNodes"), "spec.maxReplacedNodes", None),
         )
     )
 

@@ -13,6 +13,13 @@ from typing import Any
 
 from gangplugin.core.eligibility import OPERATORS, PodConstraints, Requirement, Taint, Toleration
 from gangplugin.core.errors import InputError
+from gangplugin.core.names import (
+    KUEUE_SLICE_REQUIRED_TOPOLOGY_ANNOTATION,
+    KUEUE_SLICE_SIZE_ANNOTATION,
+    SLICE_PREFERRED_TOPOLOGY_ANNOTATION,
+    SLICE_REQUIRED_TOPOLOGY_ANNOTATION,
+    SLICE_SIZE_ANNOTATION,
+)
 from gangplugin.core.names import PREFERRED_TOPOLOGY_ANNOTATION as PREFERRED_ANNOTATION
 from gangplugin.core.names import REQUIRED_TOPOLOGY_ANNOTATION as REQUIRED_ANNOTATION
 from gangplugin.core.placement import Gang, PlacementPolicy, PodSet
@@ -232,6 +239,34 @@ def constraints_from_pod_spec(spec: Mapping[str, Any], field: str = "spec") -> P
     return PodConstraints(selector, terms, tuple(tolerations))
 
 
+def _slice_count(raw: object, field: str) -> int:
+    text = str(raw).strip()
+    if isinstance(raw, bool) or not text.isdigit() or int(text) < 1:
+        raise InputError(field, f"{raw!r} is not a whole number >= 1 (the pods per slice)")
+    return int(text)
+
+
+def slice_size(annotations: Mapping[str, Any], field: str) -> int | None:
+    """`gangplugin.io/slice-size` (or Kueue's `podset-slice-size`) as a whole number >= 1;
+    `field`: the annotations' path."""
+    for name in (SLICE_SIZE_ANNOTATION, KUEUE_SLICE_SIZE_ANNOTATION):
+        raw = annotations.get(name)
+        if raw is not None:
+            return _slice_count(raw, f"{field}.{name}")
+    return None
+
+
+def slice_topology(annotations: Mapping[str, Any], default: object = None) -> tuple[str | None, str | None]:
+    """(required, preferred) slice level labels from the annotations (ours, then Kueue's)."""
+    required = (
+        annotations.get(SLICE_REQUIRED_TOPOLOGY_ANNOTATION)
+        or annotations.get(KUEUE_SLICE_REQUIRED_TOPOLOGY_ANNOTATION)
+        or default
+    )
+    preferred = annotations.get(SLICE_PREFERRED_TOPOLOGY_ANNOTATION)
+    return (str(required) if required else None, str(preferred) if preferred else None)
+
+
 def podset_from_template(
     name: str,
     count: object,
@@ -240,7 +275,8 @@ def podset_from_template(
     count_field: str,
     topology_request: Mapping[str, Any] = _EMPTY,
 ) -> PodSet:
-    """A podset from a PodTemplateSpec. The topology annotations win over a Kueue topologyRequest."""
+    """A podset from a PodTemplateSpec. The topology annotations (gang level and slices) win over
+    a Kueue topologyRequest (`required`, `preferred`, `podSetSliceRequiredTopology`, `podSetSliceSize`)."""
     if isinstance(count, bool) or not isinstance(count, int):
         raise InputError(count_field, f"{count!r} is not a whole number")
     if count < 1:
@@ -251,6 +287,13 @@ def podset_from_template(
     spec = _map(tm.get("spec"), f"{field}.spec")
     required = annotations.get(REQUIRED_ANNOTATION) or topology_request.get("required")
     preferred = annotations.get(PREFERRED_ANNOTATION) or topology_request.get("preferred")
+    slice_required, slice_preferred = slice_topology(
+        annotations, topology_request.get("podSetSliceRequiredTopology")
+    )
+    size = slice_size(annotations, f"{field}.metadata.annotations")
+    if size is None and topology_request.get("podSetSliceSize") is not None:
+        tr_field = f"{field.rsplit('.template', 1)[0]}.topologyRequest.podSetSliceSize"
+        size = _slice_count(topology_request["podSetSliceSize"], tr_field)
     return PodSet(
         name=name,
         count=count,
@@ -258,6 +301,9 @@ def podset_from_template(
         constraints=constraints_from_pod_spec(spec, f"{field}.spec"),
         required_topology=str(required) if required else None,
         preferred_topology=str(preferred) if preferred else None,
+        slice_size=size,
+        slice_required_topology=slice_required,
+        slice_preferred_topology=slice_preferred,
     )
 
 

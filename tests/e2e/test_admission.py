@@ -285,22 +285,25 @@ def test_sequential_admits_the_next_gang_only_after_the_first_is_ready(
     assert admitted["state"] == "Ready" and admitted["lastTransitionTime"] >= ready_at
 
 
-def _fail_node(client: Client, name: str) -> None:
-    client.patch(NODES, name, {"metadata": {"labels": {NOT_READY_NODE: "true"}}})
-    node = client.get(NODES, name)
-    conds = [c for c in node["status"]["conditions"] if c["type"] != "Ready"]
+def _fail_node(client: Client, *names: str) -> None:
+    """Make nodes NotReady; several at once: their Ready conditions are flipped back to back
+    (everything else done first) so the controller sees them fail together."""
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    conds.append(
-        {
-            "type": "Ready",
-            "status": "False",
-            "reason": "E2ENodeDown",
-            "message": "made NotReady by an e2e test",
-            "lastHeartbeatTime": now,
-            "lastTransitionTime": now,
-        }
-    )
-    client.patch(NODES, name, {"status": {"conditions": conds}}, subresource="status")
+    down = {
+        "type": "Ready",
+        "status": "False",
+        "reason": "E2ENodeDown",
+        "message": "made NotReady by an e2e test",
+        "lastHeartbeatTime": now,
+        "lastTransitionTime": now,
+    }
+    conditions = {}
+    for name in names:
+        client.patch(NODES, name, {"metadata": {"labels": {NOT_READY_NODE: "true"}}})
+        node = client.get(NODES, name)
+        conditions[name] = [c for c in node["status"]["conditions"] if c["type"] != "Ready"] + [down]
+    for name in names:
+        client.patch(NODES, name, {"status": {"conditions": conditions[name]}}, subresource="status")
 
 
 def _heal_node(client: Client, name: str) -> None:

@@ -176,3 +176,40 @@ def test_policy_naming_another_topology(tmp_path):
         "topology_hyperpod.yaml",
     )
     assert out.returncode == 2 and "spec.topologyName" in out.stderr
+
+
+@pytest.mark.parametrize(("size", "feasible"), [(9, True), (12, False)])
+def test_slices_per_ultraserver_fit_or_are_explained_per_slice(tmp_path, size, feasible):
+    wl = yaml.safe_load((FIXTURES / "workload_36_preferred.yaml").read_text())
+    wl["spec"]["podSets"][0]["template"]["metadata"]["annotations"] = {
+        "gangplugin.io/required-topology": "topology.k8s.aws/network-node-layer-2",
+        "kueue.x-k8s.io/podset-slice-required-topology": "topology.k8s.aws/ultraserver-id",
+        "kueue.x-k8s.io/podset-slice-size": str(size),
+    }
+    path = tmp_path / "wl.yaml"
+    path.write_text(yaml.safe_dump(wl))
+    out = gangctl("--nodes", "gb200_nodes.yaml", "--workload", str(path), "-o", "json")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["feasible"] is feasible
+    if feasible:
+        assert "4 slices of 9 over 2 topology.k8s.aws/ultraserver-id" in result["reason"]
+    else:
+        assert (
+            "2 of 3 slices of 12 fit in one topology.k8s.aws/ultraserver-id under nn-4d5e6f; "
+            "the 3rd has room for 6 at most" in result["reason"]
+        )
+
+
+def test_slice_size_not_dividing_the_count_names_the_field(tmp_path):
+    wl = yaml.safe_load((FIXTURES / "workload_36_preferred.yaml").read_text())
+    wl["spec"]["podSets"][0]["template"]["metadata"]["annotations"] = {
+        "gangplugin.io/slice-required-topology": "topology.k8s.aws/ultraserver-id",
+        "gangplugin.io/slice-size": "10",
+    }
+    path = tmp_path / "wl.yaml"
+    path.write_text(yaml.safe_dump(wl))
+    out = gangctl("--nodes", "gb200_nodes.yaml", "--workload", str(path))
+    assert out.returncode == 2
+    assert "spec.podSets[0].template.metadata.annotations.gangplugin.io/slice-size" in out.stderr
+    assert "10 does not divide the podset's 36 pods" in out.stderr

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gangplugin.core.policy import GangPolicy
-from gangplugin.core.watchdog import GangObservation, watch
+from gangplugin.core.watchdog import FAILURE_WINDOW, GangObservation, watch
 
 POLICY = GangPolicy(ready_timeout=300, unscheduled_timeout=60, recovery_timeout=120)
 
@@ -52,3 +52,36 @@ def test_recovery_timeout_zero_never_evicts() -> None:
     p = GangPolicy(recovery_timeout=0)
     v = watch(p, obs(ever_ready=True, ready=2, degraded_since=0.0), 1e9)
     assert not v.expired and v.recheck_at is None and "off" in v.reason
+
+
+def test_more_failed_nodes_than_max_replaced_requeue_the_gang_at_once() -> None:
+    policy = GangPolicy(recovery_timeout=600, node_failure="ReplaceFromSpare", max_replaced_nodes=2)
+    two = obs(ready=6, ever_ready=True, degraded_since=1000.0, failed_nodes=("n1", "n2"))
+    assert not watch(policy, two, 1001.0).expired
+    three = obs(ready=5, ever_ready=True, degraded_since=1000.0, failed_nodes=("n1", "n2", "n3"))
+    v = watch(policy, three, 1001.0)
+    assert v.expired and v.phase == "Recovering"
+    assert v.reason.startswith(
+        "3 nodes NotReady under the gang at once (n1, n2, n3), more than maxReplacedNodes 2"
+    )
+    # no limit, or nodeFailure Requeue: the recovery timeout decides
+    assert not watch(GangPolicy(recovery_timeout=600, node_failure="ReplaceFromSpare"), three, 1001.0).expired
+    assert not watch(GangPolicy(recovery_timeout=600, max_replaced_nodes=0), three, 1001.0).expired
+
+
+def test_max_replaced_nodes_zero_requeues_a_starting_gang_on_any_failed_node() -> None:
+    policy = GangPolicy(node_failure="ReplaceFromSpare", max_replaced_nodes=0)
+    v = watch(policy, obs(ready=2, failed_nodes=("n1",)), 1001.0)
+    assert v.expired and v.phase == "Starting" and "maxReplacedNodes 0" in v.reason
+
+
+def test_failed_nodes_of_a_running_gang_are_replaced_after_the_failure_window() -> None:
+    policy = GangPolicy(recovery_timeout=600, node_failure="ReplaceFromSpare")
+    down = obs(ready=7, ever_ready=True, degraded_since=1000.0, failed_nodes=("n1",))
+    early = watch(policy, down, 1001.0)
+    assert not early.replace and not early.expired and early.recheck_at == 1000.0 + FAILURE_WINDOW
+    later = watch(policy, down, 1000.0 + FAILURE_WINDOW)
+    assert later.replace and later.recheck_at == 1600.0
+    # a gang that never ran is replaced at once; nodeFailure Requeue never replaces
+    assert watch(policy, obs(ready=2, failed_nodes=("n1",)), 1001.0).replace
+    assert not watch(GangPolicy(recovery_timeout=600), down, 1100.0).replace

@@ -45,8 +45,10 @@ def test_full_policy() -> None:
             topologyName="hyperpod",
             sparesPerUltraServer=1,
             nodeFailure="ReplaceFromSpare",
+            maxReplacedNodes=2,
         )
     )
+    assert p.max_replaced_nodes == 2 and gang_policy_from_k8s(policy()).max_replaced_nodes is None
     assert (p.ready_timeout, p.unscheduled_timeout, p.recovery_timeout) == (600.0, 90.0, 0.0)
     assert p.sequential and p.node_failure == "ReplaceFromSpare" and p.topology_name == "hyperpod"
     assert (p.requeue.timestamp, p.requeue.backoff_base_seconds, p.requeue.backoff_limit_count) == (
@@ -72,6 +74,8 @@ def test_recovery_defaults_to_ready_timeout() -> None:
         ({"requeue": {"backoffLimitCount": "three"}}, "spec.requeue.backoffLimitCount"),
         ({"requeue": "fast"}, "spec.requeue"),
         ({"sparesPerUltraServer": -1}, "spec.sparesPerUltraServer"),
+        ({"maxReplacedNodes": -1}, "spec.maxReplacedNodes"),
+        ({"maxReplacedNodes": "two"}, "spec.maxReplacedNodes"),
     ],
 )
 def test_bad_policy_names_the_field(spec: dict[str, Any], field: str) -> None:

@@ -1,0 +1,114 @@
+"""Several nodes failing at once under a running gang in slices, on the real local cluster.
+
+A 32-pod Indexed Job asks for slices of 16 pods, each in one UltraServer, both slices in one
+network-node-layer-2 (two UltraServers of 18 nodes): 16 nodes of each UltraServer run it and
+`sparesPerUltraServer: 2` keeps the other two free. 1, 2 and then 3 nodes of one UltraServer
+fail: up to `maxReplacedNodes: 2` they are replaced in one decision by that UltraServer's
+spares (the slice keeps its UltraServer); 3 requeue the gang whole at once, long before
+`recoveryTimeout`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gangplugin.kube.client import JOBS, Client
+from tests.e2e.conftest import E2ECluster
+from tests.e2e.kube import gpu_job, is_true, job_pods, unique, wait_for
+from tests.e2e.test_admission import (
+    US,
+    _fail_node,
+    _heal_node,
+    _retries,
+    check_of,
+    events_of,
+    gang_queue,
+    node_us,
+    running_gang,
+    workload,
+)
+
+__all__ = ["gang_queue"]  # the fixture, shared with test_admission
+
+LAYER2 = "topology.k8s.aws/network-node-layer-2"
+INDEX = "batch.kubernetes.io/job-completion-index"
+
+
+def _sliced_job(client: Client, namespace: str, queue: str) -> str:
+    name = unique("sliced")
+    annotations = {
+        "gangplugin.io/required-topology": LAYER2,
+        "gangplugin.io/slice-size": "16",
+        "gangplugin.io/slice-required-topology": US,
+    }
+    client.create(JOBS, gpu_job(name, namespace, queue, 32, 4, metadata={"annotations": annotations}))
+    return name
+
+
+def _slices(pods: list[dict[str, Any]], us: dict[str, str]) -> list[set[str]]:
+    """The UltraServers of pod indexes 0-15 and 16-31."""
+    by_index = {int(p["metadata"]["annotations"][INDEX]): us[p["spec"]["nodeName"]] for p in pods}
+    return [{by_index[i] for i in range(s, s + 16)} for s in (0, 16)]
+
+
+@pytest.mark.parametrize("failed", [1, 2, 3])
+def test_failed_nodes_of_one_ultraserver_replaced_up_to_max_then_requeued(
+    cluster: E2ECluster, namespace: str, gang_queue: Any, failed: int
+) -> None:
+    client = cluster.client
+    queue = gang_queue(
+        nodeFailure="ReplaceFromSpare", sparesPerUltraServer=2, maxReplacedNodes=2, recoveryTimeout="5m"
+    )
+    job = _sliced_job(client, namespace, queue)
+    pods = running_gang(client, namespace, job, 32)
+    wait_for(lambda: is_true(workload(client, namespace, job), "PodsReady"), 60, "PodsReady")
+    wl = workload(client, namespace, job)
+    us = node_us(client)
+    first, second = _slices(pods, us)
+    assert len(first) == 1 and len(second) == 1 and first != second, (first, second)
+    # pinned to the gang-level domain only: the slices are the extender's plan
+    assert set(check_of(wl)["podSetUpdates"][0]["nodeSelector"]) == {LAYER2}
+    (target,) = first
+    victims = sorted(p["spec"]["nodeName"] for p in pods if us[p["spec"]["nodeName"]] == target)[:failed]
+    _fail_node(client, *victims)
+    try:
+        if failed > 2:
+            (retry,) = _retries(client, namespace, job, 1, 90)
+            assert retry["state"] == "Retry" and "more than maxReplacedNodes 2" in retry["message"], retry
+            reasons = [e["reason"] for e in events_of(client, namespace, wl["metadata"]["name"])]
+            assert "GangRequeued" in reasons and "NodeReplaced" not in reasons, reasons
+            return
+
+        def replaced() -> list[dict[str, Any]] | None:
+            evs = [
+                e
+                for e in events_of(client, namespace, wl["metadata"]["name"])
+                if e["reason"] == "NodeReplaced"
+            ]
+            return evs if len(evs) >= failed else None
+
+        events = wait_for(replaced, 90, f"{failed} NodeReplaced event(s)")
+        assert {
+            v for v in victims if any(v in e["message"] and "spare" in e["message"] for e in events)
+        } == set(victims), [e["message"] for e in events]
+
+        def whole_again() -> list[dict[str, Any]] | None:
+            items = [
+                p for p in job_pods(client, namespace, job) if not p["metadata"].get("deletionTimestamp")
+            ]
+            active = [p for p in items if p.get("status", {}).get("phase") not in ("Failed", "Succeeded")]
+            ok = len(active) == 32 and all(
+                is_true(p, "Ready") and p["spec"]["nodeName"] not in victims for p in active
+            )
+            return active if ok else None
+
+        again = wait_for(whole_again, 120, "the gang whole again off the failed nodes")
+        assert _slices(again, us) == [first, second], "a slice left its UltraServer"
+        reasons = [e["reason"] for e in events_of(client, namespace, wl["metadata"]["name"])]
+        assert "GangRequeued" not in reasons, reasons
+        assert check_of(workload(client, namespace, job))["state"] == "Ready"
+    finally:
+        for v in victims:
+            _heal_node(client, v)
