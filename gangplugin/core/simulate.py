@@ -104,6 +104,8 @@ class Outcome:
     drained: int = 0
     requeued: int = 0
     never_ran: str | None = None
+    #: Where it was first admitted: the domain values of its placement, as the check pins them.
+    domains: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +156,7 @@ class _State:
     admitted_at: float | None = None
     attempt: int = 0
     first_admitted: float | None = None
+    domains: tuple[str, ...] = ()
     end: float | None = None
     retries: int = 0
     drained: int = 0
@@ -449,6 +452,7 @@ def replay(
             s.admitted_at = t
             if s.first_admitted is None:
                 s.first_admitted = t
+                s.domains = decision.placement.domains
             startup = settings.startup_seconds
             deadline = watch(gp, GangObservation(s.job.pods, s.job.pods, 0, t), t).recheck_at
             if deadline is not None and t + startup >= deadline:
@@ -488,6 +492,7 @@ def replay(
                 s.drained,
                 s.retries,
                 never,
+                s.domains,
             )
         )
     return Replay(
