@@ -14,9 +14,8 @@ from typing import Any
 
 from gangplugin.kube.client import JOBS, NODES, PODS, Client
 from tests.e2e.conftest import E2ECluster, e2e_local_cluster
-from tests.e2e.kube import is_true, job_pods, wait_for, workload_of
+from tests.e2e.kube import GB200, is_true, job_pods, wait_for, workload_of
 from tests.e2e.test_admission import (
-    GB200,
     US,
     check_of,
     gang_queue,  # noqa: F401 (a fixture the tests here use)

@@ -17,9 +17,8 @@ from gangplugin.core.simulate import Job, Settings, replay
 from gangplugin.kube import records
 from gangplugin.kube.client import JOBS, NODES, PODS
 from tests.e2e.conftest import E2ECluster
-from tests.e2e.kube import gpu_job, unique, wait_for, workload_of
+from tests.e2e.kube import GB200, gpu_job, unique, wait_for, workload_of
 from tests.e2e.test_admission import (
-    GB200,
     US,
     check_of,
     gang_queue,  # noqa: F401 (a fixture the tests here use)
