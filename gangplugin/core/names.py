@@ -31,3 +31,9 @@ LEADER_LABEL = f"{GROUP}/leader"
 
 # The TrainingPlan condition that says its capacity feeds its ClusterQueue.
 PLAN_ACCEPTED_CONDITION = "Accepted"
+
+# Preemption: on the preempting Workload, the domain held for it and the gangs it evicts (JSON;
+# the state a restarted controller resumes from); the Evicted condition's reason on a victim,
+# as Kueue's own preemption writes it.
+PREEMPTION_ANNOTATION = f"{GROUP}/preemption"
+PREEMPTED_REASON = "Preempted"

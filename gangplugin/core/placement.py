@@ -250,6 +250,25 @@ def validate_gang(gang: Gang) -> None:
                 raise InputError(f"podSets[{i}].requests.{r}", "must not be negative")
 
 
+def gang_levels(snapshot: Snapshot, gang: Gang) -> tuple[int | None, int | None]:
+    """(required, preferred) level indexes of the gang (InputError for an unknown label)."""
+    return _gang_levels(snapshot, gang)
+
+
+def pods_that_fit(free: Mapping[str, int], podset: PodSet) -> int:
+    """How many pods of `podset` fit in `free` capacity (the rule `place` counts by)."""
+    return _fit(free, _req_items(podset))
+
+
+def eligible_nodes(
+    snapshot: Snapshot, gang: Gang, policy: PlacementPolicy, occupied: Collection[str] = ()
+) -> list[list[int]]:
+    """Per podset, the ids of the nodes its pods may use (usable, not a held spare, taints
+    tolerated, selected), whether or not they have room now: what `place` filters by."""
+    planner = _Planner(snapshot, Gang((), gang.name), held_spares(snapshot, policy, occupied))
+    return [planner._eligible(ps.constraints, ps.excluded_nodes) for ps in gang.podsets]
+
+
 # -- the planner --------------------------------------------------------------------------------
 
 
