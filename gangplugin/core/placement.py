@@ -34,7 +34,7 @@ The answer is a pure function of its inputs; input order never matters.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -255,9 +255,44 @@ def gang_levels(snapshot: Snapshot, gang: Gang) -> tuple[int | None, int | None]
     return _gang_levels(snapshot, gang)
 
 
-def pods_that_fit(free: Mapping[str, int], podset: PodSet) -> int:
-    """How many pods of `podset` fit in `free` capacity (the rule `place` counts by)."""
-    return _fit(free, _req_items(podset))
+class _Plus(Mapping[str, int]):
+    """Free capacity plus what would come free, read without building a new dict."""
+
+    __slots__ = ("extra", "free")
+
+    def __init__(self, free: Mapping[str, int], extra: Mapping[str, int]) -> None:
+        self.free, self.extra = free, extra
+
+    def get(self, key: str, default: Any = None) -> Any:
+        if key not in self.free:  # a node without a pod limit stays without one
+            return default if key == PODS else self.extra.get(key, default)
+        return self.free[key] + self.extra.get(key, 0)
+
+    def __getitem__(self, key: str) -> int:
+        value = self.get(key)
+        if value is None:
+            raise KeyError(key)
+        return int(value)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(set(self.free) | set(self.extra))
+
+    def __len__(self) -> int:
+        return len(set(self.free) | set(self.extra))
+
+
+_NOTHING: Mapping[str, int] = {}
+
+
+def fit_counter(podset: PodSet) -> Callable[[Mapping[str, int], Mapping[str, int]], int]:
+    """How many pods of `podset` fit in a node's free capacity plus `extra` (what would come
+    free there): the rule `place` counts by."""
+    req = _req_items(podset)
+
+    def count(free: Mapping[str, int], extra: Mapping[str, int] = _NOTHING) -> int:
+        return _fit(_Plus(free, extra) if extra else free, req)
+
+    return count
 
 
 def eligible_nodes(

@@ -22,6 +22,7 @@ Pure: the snapshot is changed only for the check and given back as it was.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -32,9 +33,9 @@ from gangplugin.core.placement import (
     Placement,
     PlacementPolicy,
     eligible_nodes,
+    fit_counter,
     gang_levels,
     place,
-    pods_that_fit,
 )
 from gangplugin.core.resources import PODS
 from gangplugin.core.timeutil import format_time
@@ -193,21 +194,40 @@ def without(snapshot: Snapshot, gangs: Sequence[RunningGang]) -> Iterator[None]:
 
 
 class _Domain:
-    """Fast fit counting inside one domain: per node, free capacity plus what victims free."""
+    """Fast fit counting inside one domain: per node, free capacity plus what victims free.
+    `nodes`: per podset, the eligible node ids in the domain with their fit count now."""
 
     def __init__(
         self,
         snapshot: Snapshot,
         gang: Gang,
-        nodes: list[list[int]],
+        nodes: list[dict[int, int]],
         usage: Mapping[str, Mapping[int, Mapping[str, int]]],
     ) -> None:
         self.snapshot, self.gang, self.nodes, self.usage = snapshot, gang, nodes, usage
-        self.base = [
-            sum(pods_that_fit(snapshot.free[n], ps) for n in ns)
-            for ps, ns in zip(gang.podsets, nodes, strict=True)
+        self.base = [sum(ns.values()) for ns in nodes]
+        self.fit = [fit_counter(ps) for ps in gang.podsets]
+
+    def gains(self, candidates: Sequence[RunningGang]) -> list[list[int]]:
+        """Per candidate and podset, an upper bound of the pods its eviction adds: on each of
+        its nodes, what fits once every candidate has left it. A set never adds more than the
+        sum of its members' gains."""
+        freed: dict[int, dict[str, int]] = {}
+        for g in candidates:
+            for n, amounts in self.usage[g.key].items():
+                acc = freed.setdefault(n, {})
+                for r, q in amounts.items():
+                    acc[r] = acc.get(r, 0) + q
+        full = {
+            n: [
+                self.fit[p](self.snapshot.free[n], extra) - here[n] if n in here else 0
+                for p, here in enumerate(self.nodes)
+            ]
+            for n, extra in freed.items()
+        }
+        return [
+            [sum(full[n][p] for n in self.usage[g.key]) for p in range(len(self.nodes))] for g in candidates
         ]
-        self.members = [set(ns) for ns in nodes]
 
     def fits(self, keys: Sequence[str]) -> bool:
         freed: dict[int, dict[str, int]] = {}
@@ -217,16 +237,10 @@ class _Domain:
                 for r, q in amounts.items():
                     acc[r] = acc.get(r, 0) + q
         for p, ps in enumerate(self.gang.podsets):
-            count = self.base[p]
+            count, here = self.base[p], self.nodes[p]
             for n, extra in freed.items():
-                if n not in self.members[p]:
-                    continue
-                free = self.snapshot.free[n]
-                more = dict(free)
-                for r, q in extra.items():
-                    if r in more or r != PODS:
-                        more[r] = more.get(r, 0) + q
-                count += pods_that_fit(more, ps) - pods_that_fit(free, ps)
+                if n in here:
+                    count += self.fit[p](self.snapshot.free[n], extra) - here[n]
             if count < ps.count:
                 return False
         return True
@@ -234,42 +248,89 @@ class _Domain:
 
 def _search(dom: _Domain, candidates: list[RunningGang], bound: list[int]) -> list[list[RunningGang]]:
     """Minimal sets of `candidates` (sorted cheapest first) that make the gang fit in `dom`,
-    pruned by `bound[0]`, the fewest GPUs of a fitting set found so far (in any domain)."""
+    by branch and bound: a branch is cut when it costs more GPUs than `bound[0]` (the fewest
+    of a fitting set found so far, in any domain) or when even all the gangs left could not
+    add the pods missing (`_Domain.gains`)."""
+    need = [ps.count - b for ps, b in zip(dom.gang.podsets, dom.base, strict=True)]
+    gains = dom.gains(candidates)
+    total = [sum(g[p] for g in gains) for p in range(len(need))]
+    if any(t < n for t, n in zip(total, need, strict=True)):
+        return []  # even all of them could not make room
+    if _cheapest_possible([c.gpus for c in candidates], [g[0] for g in gains], need[0]) > bound[0]:
+        return []
+    left = [[0] * len(need) for _ in range(len(candidates) + 1)]  # gains of candidates[i:]
+    for i in range(len(candidates) - 1, -1, -1):
+        left[i] = [a + b for a, b in zip(left[i + 1], gains[i], strict=True)]
     found: list[list[RunningGang]] = []
     steps = 0
     chosen: list[RunningGang] = []
 
-    def dfs(start: int, gpus: int) -> None:
+    def dfs(start: int, gpus: int, got: list[int]) -> None:
         nonlocal steps
         for i in range(start, len(candidates)):
             steps += 1
-            if steps > _MAX_NODES_PER_DOMAIN:
+            if steps > _MAX_NODES_PER_DOMAIN or any(
+                g + r < n for g, r, n in zip(got, left[i], need, strict=True)
+            ):
                 return
             c = candidates[i]
             cost = gpus + c.gpus
             if cost > bound[0]:
                 continue
             chosen.append(c)
-            if dom.fits([g.key for g in chosen]):
+            now = [a + b for a, b in zip(got, gains[i], strict=True)]
+            if all(g >= n for g, n in zip(now, need, strict=True)) and dom.fits([g.key for g in chosen]):
                 found.append(list(chosen))
                 bound[0] = min(bound[0], cost)
             else:
-                dfs(i + 1, cost)
+                dfs(i + 1, cost, now)
             chosen.pop()
 
-    dfs(0, 0)
+    dfs(0, 0, [0] * len(need))
     return found
 
 
+def _least_gpus(costs: Sequence[int], inside: Sequence[int], missing: int) -> float:
+    """The fewest GPUs of whole gangs (`costs`) whose GPUs in the domain (`inside`) add up to
+    `missing`: exact over subsets when there are few gangs, the fractional bound otherwise."""
+    if missing <= 0:
+        return min(costs, default=0)
+    if len(costs) > 10:
+        return _cheapest_possible(costs, inside, missing)
+    best = float("inf")
+    for r in range(1, len(costs) + 1):
+        for subset in itertools.combinations(range(len(costs)), r):
+            if sum(inside[i] for i in subset) >= missing:
+                best = min(best, sum(costs[i] for i in subset))
+    return best
+
+
+def _cheapest_possible(gpus: Sequence[int], gains: Sequence[int], missing: int) -> float:
+    """A lower bound of the GPUs to preempt for `missing` more pods: the fractional knapsack
+    over the candidates' (cost, gain); infinity when all of them together fall short."""
+    if missing <= 0:
+        return 0.0
+    cost = 0.0
+    for g, gain in sorted(
+        ((g, n) for g, n in zip(gpus, gains, strict=True) if n > 0), key=lambda t: t[0] / t[1]
+    ):
+        if gain >= missing:
+            return cost + g * missing / gain
+        cost += g
+        missing -= gain
+    return float("inf")
+
+
 def _usage(snapshot: Snapshot, gang: RunningGang) -> dict[int, dict[str, int]]:
+    """What the gang's pods hold, per node id."""
     out: dict[int, dict[str, int]] = {}
     for ns, name in gang.pods:
-        pod = snapshot.pod(ns, name)
-        i = snapshot.node_ids.get(pod.node_name) if pod is not None else None
-        if pod is None or i is None:
+        entry = snapshot.pod_usage(ns, name)
+        if entry is None:
             continue
+        i, requests = entry
         acc = out.setdefault(i, {})
-        for r, q in pod.requests.items():
+        for r, q in requests.items():
             acc[r] = acc.get(r, 0) + q
         acc[PODS] = acc.get(PODS, 0) + 1
     return out
@@ -303,8 +364,9 @@ def find_victims(
             refused[rule] = refused.get(rule, 0) + 1
     level = None if req is None else snapshot.levels[req]
     with without(snapshot, evicting):
-        placement = place(snapshot, gang, policy)
-        if placement.feasible:
+        # Nothing being evicted: the caller has just found that the gang does not fit.
+        placement = place(snapshot, gang, policy) if evicting else None
+        if placement is not None and placement.feasible:
             names = sorted(g.key for g in evicting)
             return PreemptionPlan(
                 (),
@@ -337,26 +399,56 @@ def _candidate_sets(
     snapshot: Snapshot, gang: Gang, policy: PlacementPolicy, req: int | None, allowed: list[RunningGang]
 ) -> list[tuple[list[RunningGang], int]]:
     """Sets that fit by the per-node count, cheapest first, each with its domain."""
-    elig = eligible_nodes(snapshot, gang, policy)
+    path, domains = snapshot.path, snapshot.domains
+
+    def domain(n: int) -> int | None:
+        if req is None:
+            return 0
+        d = path[n][req]
+        return d if domains[d].value is not None else None
+
+    # Per domain of the level: each podset's eligible nodes with their fit now, the free GPUs.
+    nodes: dict[int, list[dict[int, int]]] = {}
+    free_gpus: dict[int, int] = {}
+    counted: set[int] = set()
+    for p, (ps, elig) in enumerate(zip(gang.podsets, eligible_nodes(snapshot, gang, policy), strict=True)):
+        fit = fit_counter(ps)
+        for n in elig:
+            if (d := domain(n)) is None:
+                continue
+            free = snapshot.free[n]
+            nodes.setdefault(d, [{} for _ in gang.podsets])[p][n] = fit(free, {})
+            if n not in counted:
+                counted.add(n)
+                free_gpus[d] = free_gpus.get(d, 0) + sum(max(0, free.get(r, 0)) for r in ACCELERATORS)
+    # Per domain, the gangs with pods there (cheapest first) and their GPUs there.
     usage = {g.key: _usage(snapshot, g) for g in allowed}
-    domains = (
-        [0] if req is None else [d for d in snapshot.by_level[req] if snapshot.domains[d].value is not None]
-    )
-    ordered = sorted(allowed, key=lambda g: (g.gpus, g.priority, -g.started_at, g.key))
+    gangs_in: dict[int, list[tuple[RunningGang, int]]] = {}
+    for g in sorted(allowed, key=lambda g: (g.gpus, g.priority, -g.started_at, g.key)):
+        inside: dict[int, int] = {}
+        for n, u in usage[g.key].items():
+            if (d := domain(n)) is not None:
+                inside[d] = inside.get(d, 0) + sum(u.get(r, 0) for r in ACCELERATORS)
+        for d, gpus in inside.items():
+            gangs_in.setdefault(d, []).append((g, gpus))
+    # A lower bound of each domain's cost, cheapest domains first: the GPUs the gang asks beyond
+    # those free there must come from its gangs' GPUs there.
+    wanted = gang_gpus(gang)
+    least = {
+        d: _least_gpus([g.gpus for g, _ in here], [n for _, n in here], wanted - free_gpus.get(d, 0))
+        for d, here in gangs_in.items()
+    }
     bound = [1 << 62]
     found: list[tuple[tuple[object, ...], list[RunningGang], int]] = []
-    for d in domains:
-        inside = set(snapshot.subtree_nodes(d)) if d else None
-        nodes = [[n for n in ns if inside is None or n in inside] for ns in elig]
-        if not all(nodes):
+    for d in sorted(gangs_in, key=lambda d: (least[d], d)):
+        if least[d] > bound[0]:
+            break
+        if d not in nodes or not all(nodes[d]):
             continue
-        here = [g for g in ordered if inside is None or any(n in inside for n in usage[g.key])]
-        dom = _Domain(snapshot, gang, nodes, usage)
-        if not here or not dom.fits([g.key for g in here]):
-            continue
-        for members in _search(dom, here, bound):
+        dom = _Domain(snapshot, gang, nodes[d], usage)
+        for members in _search(dom, [g for g, _ in gangs_in[d]], bound):
             found.append((_set_key(members), members, d))
-    found.sort(key=lambda t: (t[0], snapshot.domains[t[2]].value or ""))
+    found.sort(key=lambda t: (t[0], domains[t[2]].value or ""))
     return [(members, d) for _, members, d in found]
 
 

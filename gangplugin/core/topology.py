@@ -128,6 +128,10 @@ class Snapshot:
         node = self.nodes[entry[0]]
         return None if node is None else BoundPod(namespace, name, node.name, entry[1])
 
+    def pod_usage(self, namespace: str, name: str) -> tuple[int, Mapping[str, int]] | None:
+        """(node id, requests) of a pod this snapshot counts; None if not counted."""
+        return self._pods.get((namespace, name))
+
     def live_node_ids(self) -> list[int]:
         """Ids of present nodes, ordered by name."""
         return [self.node_ids[n] for n in sorted(self.node_ids)]
