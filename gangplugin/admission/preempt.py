@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from gangplugin.admission.view import AdmissionView, condition_time, timestamp, workload_key
-from gangplugin.admission.writes import FIELD_MANAGER, CheckWriter
+from gangplugin.admission.writes import CheckWriter
 from gangplugin.core.admission import gang_id
 from gangplugin.core.errors import InputError
 from gangplugin.core.names import PREEMPTED_REASON, PREEMPTION_ANNOTATION
@@ -46,6 +46,9 @@ from gangplugin.kube import kueue_records as rec
 from gangplugin.kube.client import JSON, WORKLOADS, ApiError, Client
 
 log = logging.getLogger(__name__)
+# Evictions are applied by a field manager of their own: the check's applies (which own only the
+# check's entry) then never remove the Evicted condition, and these never remove podSetUpdates.
+FIELD_MANAGER = "gangplugin-preemption"
 
 
 @dataclass
@@ -166,12 +169,39 @@ class Preemptions:
         return ok
 
     def _evict(self, key: str, preemptor: str, plan: PreemptionPlan, now: float) -> bool:
+        """Evict one victim as Kueue's own preemption does (`workload.Evict`): `Evicted=True`
+        with reason `Preempted`, and its admission check back to Pending in the same write (so
+        the check decides again when the victim gets quota back; Ready->Pending is no Retry,
+        no retryCount). Conditional on the victim's resourceVersion."""
         victim = self.view.workloads.get(key)
         if victim is None or rec.is_true(victim, "Evicted"):
             return True
+        found = self.view.lookup.check_of(victim, self.view.our_checks())
         where = f"{plan.level}={plan.domain}" if plan.level else f"{len(plan.nodes)} node(s)"
         message = f"Preempted by gangplugin to free {where} for {preemptor}"
+        at = format_time(datetime.fromtimestamp(int(now), UTC))
         meta = victim["metadata"]
+        status: JSON = {
+            "conditions": [
+                {
+                    "type": "Evicted",
+                    "status": "True",
+                    "reason": PREEMPTED_REASON,
+                    "message": message,
+                    "lastTransitionTime": at,
+                    "observedGeneration": meta.get("generation", 0),
+                }
+            ]
+        }
+        if found is not None:
+            status["admissionChecks"] = [
+                {
+                    "name": found[0],
+                    "state": "Pending",
+                    "message": f"Reset to Pending after eviction: {message}",
+                    "lastTransitionTime": at,
+                }
+            ]
         body = {
             "apiVersion": "kueue.x-k8s.io/v1beta2",
             "kind": "Workload",
@@ -180,18 +210,7 @@ class Preemptions:
                 "namespace": meta["namespace"],
                 "resourceVersion": meta["resourceVersion"],
             },
-            "status": {
-                "conditions": [
-                    {
-                        "type": "Evicted",
-                        "status": "True",
-                        "reason": PREEMPTED_REASON,
-                        "message": message,
-                        "lastTransitionTime": format_time(datetime.fromtimestamp(int(now), UTC)),
-                        "observedGeneration": meta.get("generation", 0),
-                    }
-                ]
-            },
+            "status": status,
         }
         try:
             self.client.request(

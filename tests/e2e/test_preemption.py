@@ -330,7 +330,9 @@ def test_restart_in_the_middle_of_a_preemption_finishes_it_and_holds_nothing_for
             content_type="application/merge-patch+json",
         )
         first = victim_wls[0]["metadata"]
-        client.request(
+        at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        message = "Preempted by gangplugin (a crash came before the second victim)"
+        client.request(  # the first eviction, written as gangplugin writes it (admission/preempt.py)
             "PATCH",
             WORKLOADS.path(namespace, first["name"]) + "/status",
             body={
@@ -343,14 +345,17 @@ def test_restart_in_the_middle_of_a_preemption_finishes_it_and_holds_nothing_for
                             "type": "Evicted",
                             "status": "True",
                             "reason": "Preempted",
-                            "message": "Preempted by gangplugin (left half done by a crash)",
-                            "lastTransitionTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                            "message": message,
+                            "lastTransitionTime": at,
                         }
-                    ]
+                    ],
+                    "admissionChecks": [
+                        {"name": gov.check, "state": "Pending", "message": message, "lastTransitionTime": at}
+                    ],
                 },
             },
             content_type="application/apply-patch+yaml",
-            params={"fieldManager": "gangplugin-admission", "force": "true"},
+            params={"fieldManager": "gangplugin-preemption", "force": "true"},
         )
     finally:
         local.restart("gangplugin")
