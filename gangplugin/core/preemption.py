@@ -121,48 +121,49 @@ class PreemptionPlan:
         return bool(self.victims)
 
 
+def _satisfies(policy: str, preemptor: Contender, victim: RunningGang) -> tuple[bool, str]:
+    """Kueue's `SatisfiesPreemptionPolicy`: LowerPriority, LowerOrNewerEqualPriority (equal
+    priority, queued later), Any; Never (or anything else) refuses."""
+    p, v = preemptor.priority, victim.priority
+    if policy == "Any":
+        return True, "any priority"
+    if policy == "LowerOrNewerEqualPriority" and v == p and victim.created_at > preemptor.created_at:
+        return True, "equal priority, newer"
+    if policy in ("LowerPriority", "LowerOrNewerEqualPriority"):
+        return v < p, f"priority {v} {'<' if v < p else '>='} {p}"
+    return False, "never"
+
+
 def may_preempt(
     preemptor: Contender, victim: RunningGang, queues: Mapping[str, ClusterQueueState]
 ) -> tuple[bool, str]:
     """Whether Kueue's preemption settings of the preemptor's ClusterQueue let it preempt
-    `victim`, and the rule that decided. Same ClusterQueue: `withinClusterQueue`. Another
-    ClusterQueue of the cohort that borrows: `reclaimWithinCohort`, or `borrowWithinCohort`
-    when the preemptor's own ClusterQueue borrows. Any other gang: never."""
+    `victim`, and the rule that decided, as Kueue v0.17 classifies a candidate: same
+    ClusterQueue, `withinClusterQueue`; another ClusterQueue of the cohort, only while it
+    borrows, by `reclaimWithinCohort`, and while the preemptor's own ClusterQueue borrows also
+    by `borrowWithinCohort` (lower priority, at most `maxPriorityThreshold`). Any other gang:
+    never."""
     own = queues.get(preemptor.cluster_queue, ClusterQueueState(preemptor.cluster_queue))
     rules = own.preemption
-    p, v = preemptor.priority, victim.priority
     if victim.cluster_queue == preemptor.cluster_queue:
-        policy = rules.within_cluster_queue
-        rule = f"withinClusterQueue: {policy}"
-        if policy == "LowerPriority":
-            return v < p, f"{rule}, priority {v} {'<' if v < p else '>='} {p}"
-        if policy == "LowerOrNewerEqualPriority":
-            newer = v == p and victim.created_at > preemptor.created_at
-            ok = v < p or newer
-            detail = "equal priority, newer" if newer else f"priority {v} {'<' if v < p else '>='} {p}"
-            return ok, f"{rule}, {detail}"
-        return False, rule
+        ok, why = _satisfies(rules.within_cluster_queue, preemptor, victim)
+        return ok, f"withinClusterQueue: {rules.within_cluster_queue}, {why}"
     other = queues.get(victim.cluster_queue)
     if own.cohort is None or other is None or other.cohort != own.cohort:
         return False, f"ClusterQueue {victim.cluster_queue} is not in the cohort of {own.name}"
     if not other.borrowing:
         return False, f"ClusterQueue {victim.cluster_queue} does not borrow from the cohort"
-    if own.borrowing:
-        policy = rules.borrow_within_cohort
-        rule = f"borrowWithinCohort: {policy}"
-        if policy != "LowerPriority":
-            return False, rule
-        limit = rules.max_priority_threshold
-        if limit is not None and v > limit:
-            return False, f"{rule}, priority {v} above maxPriorityThreshold {limit}"
-        return v < p, f"{rule}, priority {v} {'<' if v < p else '>='} {p}"
-    policy = rules.reclaim_within_cohort
-    rule = f"reclaimWithinCohort: {policy}"
-    if policy == "Any":
-        return True, f"{rule}, ClusterQueue {victim.cluster_queue} borrows"
-    if policy == "LowerPriority":
-        return v < p, f"{rule}, priority {v} {'<' if v < p else '>='} {p}"
-    return False, rule
+    ok, why = _satisfies(rules.reclaim_within_cohort, preemptor, victim)
+    rule = f"reclaimWithinCohort: {rules.reclaim_within_cohort}, {why}"
+    if not ok or not own.borrowing:
+        return ok, rule
+    policy, limit = rules.borrow_within_cohort, rules.max_priority_threshold
+    rule += f"; {own.name} borrows, borrowWithinCohort: {policy}"
+    if policy != "LowerPriority" or victim.priority >= preemptor.priority:
+        return False, rule
+    if limit is not None and victim.priority > limit:
+        return False, f"{rule}, priority {victim.priority} above maxPriorityThreshold {limit}"
+    return True, rule
 
 
 def _set_key(members: Sequence[RunningGang]) -> tuple[object, ...]:
