@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 
 from gangplugin.admission.view import AdmissionView, condition_time, timestamp, workload_key
 from gangplugin.admission.writes import CheckWriter
-from gangplugin.core.admission import gang_id
+from gangplugin.core.admission import gang_id, promised_keys
 from gangplugin.core.errors import InputError
 from gangplugin.core.names import PREEMPTED_REASON, PREEMPTION_ANNOTATION
 from gangplugin.core.placement import Gang
@@ -118,10 +118,7 @@ class Preemptions:
                 gang = self.view.gang(wl)
             except InputError:
                 continue
-            keys = [(ns, p["metadata"]["name"]) for p in pods]
-            keys += [
-                (ns, f"~promised/{gang.name}/{ps.name}/{i}") for ps in gang.podsets for i in range(ps.count)
-            ]
+            keys = [(ns, p["metadata"]["name"]) for p in pods] + promised_keys(gang, ns)
             out.append(
                 RunningGang(
                     workload_key(wl),

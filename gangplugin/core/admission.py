@@ -149,11 +149,16 @@ def charge(snapshot: Snapshot, gang: Gang, placement: Placement, namespace: str)
     return len(placement.assignments)
 
 
+def promised_keys(gang: Gang, namespace: str) -> list[tuple[str, str]]:
+    """Every (namespace, name) a promise of `gang` may have bound as a synthetic pod."""
+    prefix = f"{PROMISED_PREFIX}/{gang.name}"
+    return [(namespace, f"{prefix}/{ps.name}/{i}") for ps in gang.podsets for i in range(ps.count)]
+
+
 def release(snapshot: Snapshot, gang: Gang, namespace: str) -> None:
     """Undo `promise`/`charge` of `gang` (every synthetic pod it could have bound)."""
-    for ps in gang.podsets:
-        for i in range(ps.count):
-            snapshot.unbind(namespace, f"{PROMISED_PREFIX}/{gang.name}/{ps.name}/{i}")
+    for ns, name in promised_keys(gang, namespace):
+        snapshot.unbind(ns, name)
 
 
 def remaining(gang: Gang, bound: Mapping[str, int]) -> Gang:
