@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from gangplugin.admission.view import AdmissionView, condition_time, timestamp, workload_key
@@ -77,12 +77,7 @@ class Governance:
 
     def mark_evicting(self, keys: tuple[str, ...]) -> None:
         """Victims chosen earlier in this pass are being evicted for everyone after them."""
-        self.cache["running"] = [
-            RunningGang(g.key, g.priority, g.cluster_queue, g.created_at, g.started_at, g.gpus, g.pods, True)
-            if g.key in keys
-            else g
-            for g in self.running()
-        ]
+        self.cache["running"] = [replace(g, evicting=True) if g.key in keys else g for g in self.running()]
 
 
 class Preemptions:
@@ -199,28 +194,8 @@ class Preemptions:
                     "lastTransitionTime": at,
                 }
             ]
-        body = {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "Workload",
-            "metadata": {
-                "name": meta["name"],
-                "namespace": meta["namespace"],
-                "resourceVersion": meta["resourceVersion"],
-            },
-            "status": status,
-        }
-        try:
-            self.client.request(
-                "PATCH",
-                WORKLOADS.path(meta["namespace"], meta["name"]) + "/status",
-                body=body,
-                content_type="application/apply-patch+yaml",
-                params={"fieldManager": FIELD_MANAGER, "force": "true"},
-            )
-        except ApiError as err:
-            if err.status in (404, 409):
-                return False  # changed meanwhile: the next pass resumes from the hold
-            raise
+        if not self.writer.apply_status(victim, status, FIELD_MANAGER):
+            return False  # changed meanwhile: the next pass resumes from the hold
         log.info("workload %s preempted for %s: %s", key, preemptor, message)
         self.writer.event(victim, "Warning", PREEMPTED_REASON, f"{message} (whole gang, requeued)")
         return True
