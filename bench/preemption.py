@@ -6,8 +6,9 @@ GANGPLUGIN_E2E_PORT_BASE moves its ports; --search-only skips it)
 1. Victim search (`core.preemption.find_victims`): 5,000 GB200 nodes (4 GPUs, 18 per
    UltraServer) running 500 low-priority gangs of 4 to 16 pods, each placed in one UltraServer
    by `place` as the admission pass would (fixed seed); then 100 high-priority gangs of 12 to 18
-   pods that require one UltraServer ask for victims, each on the same snapshot. Reported: p50,
-   p99 and max of one search (target p99 < 50 ms), and how many GPUs the answer preempts.
+   pods that require one UltraServer ask for victims, each on the same snapshot. Reported: p50
+   and p99 of one search, wall clock and CPU time (the CPU time is what a loaded machine does
+   not inflate; target p99 < 50 ms), and how many GPUs the answer preempts.
 2. End to end, on the local cluster (4 UltraServers of 18 nodes): every UltraServer runs two
    low-priority gangs of 8 pods; a high-priority gang of 16 pods that requires one UltraServer
    is submitted. Reported: the time from its submission to all its pods Running (the e2e test
@@ -76,24 +77,24 @@ def cluster(seed: int = 7) -> tuple[Snapshot, list[RunningGang]]:
 def search_bench() -> None:
     snap, running = cluster()
     rng = random.Random(3)
-    times, gpus = [], []
+    times, cpu, gpus = [], [], []
     for k in range(SEARCHES):
         size = rng.randint(12, 18)
         gang = Gang(
             (PodSet("main", size, {GPU: 4, "cpu": 1000}, required_topology=ULTRASERVER_LABEL),), f"h{k}"
         )
-        started = time.perf_counter()
+        started, used = time.perf_counter(), time.process_time()
         plan = find_victims(
             snap, gang, PlacementPolicy(), Contender(f"ns/h{k}", 1000, "q", 1e9), running, QUEUES
         )
         times.append(time.perf_counter() - started)
+        cpu.append(time.process_time() - used)
         gpus.append(sum(v.gpus for v in plan.victims))
-    times.sort()
-    p99 = times[min(len(times) - 1, int(0.99 * len(times)))]
     print(f"victim search: {NODES} nodes, {len(running)} running gangs, {SEARCHES} searches")
-    print(
-        f"  p50 {statistics.median(times) * 1e3:.1f} ms, p99 {p99 * 1e3:.1f} ms, max {times[-1] * 1e3:.1f} ms"
-    )
+    for what, values in (("wall", times), ("cpu", cpu)):
+        values.sort()
+        p99 = values[min(len(values) - 1, int(0.99 * len(values)))]
+        print(f"  {what}: p50 {statistics.median(values) * 1e3:.1f} ms, p99 {p99 * 1e3:.1f} ms")
     print(f"  GPUs preempted per search: median {statistics.median(gpus):.0f}, max {max(gpus)}")
 
 

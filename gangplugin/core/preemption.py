@@ -196,18 +196,21 @@ def without(snapshot: Snapshot, gangs: Sequence[RunningGang]) -> Iterator[None]:
 
 class _Domain:
     """Fast fit counting inside one domain: per node, free capacity plus what victims free.
-    `nodes`: per podset, the eligible node ids in the domain with their fit count now."""
+    `eligible`: per podset, the ids of the domain's nodes its pods may use."""
 
     def __init__(
         self,
         snapshot: Snapshot,
         gang: Gang,
-        nodes: list[dict[int, int]],
+        eligible: list[list[int]],
         usage: Mapping[str, Mapping[int, Mapping[str, int]]],
     ) -> None:
-        self.snapshot, self.gang, self.nodes, self.usage = snapshot, gang, nodes, usage
-        self.base = [sum(ns.values()) for ns in nodes]
+        self.snapshot, self.gang, self.usage = snapshot, gang, usage
         self.fit = [fit_counter(ps) for ps in gang.podsets]
+        free = snapshot.free
+        # per podset: node id -> how many of its pods fit there now
+        self.nodes = [{n: fit(free[n], {}) for n in ns} for fit, ns in zip(self.fit, eligible, strict=True)]
+        self.base = [sum(ns.values()) for ns in self.nodes]
 
     def gains(self, candidates: Sequence[RunningGang]) -> list[list[int]]:
         """Per candidate and podset, an upper bound of the pods its eviction adds: on each of
@@ -401,27 +404,27 @@ def _candidate_sets(
 ) -> list[tuple[list[RunningGang], int]]:
     """Sets that fit by the per-node count, cheapest first, each with its domain."""
     path, domains = snapshot.path, snapshot.domains
+    labelled = (
+        {d for d in snapshot.by_level[req] if domains[d].value is not None} if req is not None else set()
+    )
 
     def domain(n: int) -> int | None:
         if req is None:
             return 0
         d = path[n][req]
-        return d if domains[d].value is not None else None
+        return d if d in labelled else None
 
-    # Per domain of the level: each podset's eligible nodes with their fit now, the free GPUs.
-    nodes: dict[int, list[dict[int, int]]] = {}
-    free_gpus: dict[int, int] = {}
-    counted: set[int] = set()
-    for p, (ps, elig) in enumerate(zip(gang.podsets, eligible_nodes(snapshot, gang, policy), strict=True)):
-        fit = fit_counter(ps)
+    # Per domain of the level: each podset's eligible nodes, and the free GPUs the gang asks for.
+    nodes: dict[int, list[list[int]]] = {}
+    for p, elig in enumerate(eligible_nodes(snapshot, gang, policy)):
         for n in elig:
-            if (d := domain(n)) is None:
-                continue
-            free = snapshot.free[n]
-            nodes.setdefault(d, [{} for _ in gang.podsets])[p][n] = fit(free, {})
-            if n not in counted:
-                counted.add(n)
-                free_gpus[d] = free_gpus.get(d, 0) + sum(max(0, free.get(r, 0)) for r in ACCELERATORS)
+            if (d := domain(n)) is not None:
+                nodes.setdefault(d, [[] for _ in gang.podsets])[p].append(n)
+    asked = [r for r in ACCELERATORS if any(ps.requests.get(r) for ps in gang.podsets)]
+    free_gpus: dict[int, int] = {}
+    for d, per_podset in nodes.items():
+        union = set().union(*per_podset) if len(per_podset) > 1 else per_podset[0]
+        free_gpus[d] = sum(max(0, snapshot.free[n].get(r, 0)) for n in union for r in asked)
     # Per domain, the gangs with pods there (cheapest first) and their GPUs there.
     usage = {g.key: _usage(snapshot, g) for g in allowed}
     gangs_in: dict[int, list[tuple[RunningGang, int]]] = {}
