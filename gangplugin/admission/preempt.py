@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import UTC, datetime
+from functools import cached_property
 
 from gangplugin.admission.view import AdmissionView, condition_time, timestamp, workload_key
 from gangplugin.admission.writes import CheckWriter
@@ -51,33 +52,31 @@ log = logging.getLogger(__name__)
 FIELD_MANAGER = "gangplugin-preemption"
 
 
-@dataclass
 class Governance:
-    """What one pass (or one explain) knows about preemption: live holds by holder key, and
-    the admitted gangs and ClusterQueue rules, read on first use."""
+    """What one pass (or one explain) knows about preemption: the live holds by holder key,
+    and the admitted gangs and ClusterQueue rules, read on first use (most passes never
+    need them)."""
 
-    holds: dict[str, Hold]
-    _running: Callable[[], list[RunningGang]]
-    _queues: Callable[[], dict[str, ClusterQueueState]]
-    cache: dict[str, object] = field(default_factory=dict)
+    def __init__(
+        self,
+        holds: dict[str, Hold],
+        running: Callable[[], list[RunningGang]],
+        queues: Callable[[], dict[str, ClusterQueueState]],
+    ) -> None:
+        self.holds = holds
+        self._read_running, self._read_queues = running, queues
 
+    @cached_property
     def running(self) -> list[RunningGang]:
-        if "running" not in self.cache:
-            self.cache["running"] = self._running()
-        out = self.cache["running"]
-        assert isinstance(out, list)
-        return out
+        return self._read_running()
 
+    @cached_property
     def queues(self) -> dict[str, ClusterQueueState]:
-        if "queues" not in self.cache:
-            self.cache["queues"] = self._queues()
-        out = self.cache["queues"]
-        assert isinstance(out, dict)
-        return out
+        return self._read_queues()
 
     def mark_evicting(self, keys: tuple[str, ...]) -> None:
         """Victims chosen earlier in this pass are being evicted for everyone after them."""
-        self.cache["running"] = [replace(g, evicting=True) if g.key in keys else g for g in self.running()]
+        self.running = [replace(g, evicting=True) if g.key in keys else g for g in self.running]
 
 
 class Preemptions:
@@ -220,9 +219,9 @@ class Preemptions:
         key = workload_key(wl)
         own = gov.holds.get(key)
         if own is not None:
-            return self._resume(own, gov.running()), None
+            return self._resume(own, gov.running), None
         contender = Contender(key, rec.priority(wl), rec.quota_of(wl)[0], timestamp(wl, "creationTimestamp"))
-        plan = find_victims(snapshot, gang, policy.placement, contender, gov.running(), gov.queues())
+        plan = find_victims(snapshot, gang, policy.placement, contender, gov.running, gov.queues)
         return plan, (hold_of(plan, condition_time(wl, "QuotaReserved"), now) if plan.preempts else None)
 
     @staticmethod
