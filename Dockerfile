@@ -1,32 +1,44 @@
 # gangplugin's image: `gangplugin serve` (and gangctl) as a non-root user. `make image` builds it.
 # The base is pinned by tag; pin it by digest too (python:3.11-slim@sha256:...) where your
 # registry policy asks for it. Both stages use the same base, so the venv's interpreter matches.
+# Any Python 3.11 base with `python3 -m venv` works: where no registry is reachable, `make image`
+# passes one built from Debian packages (hack/build-base-image.sh). So pip runs only in venvs
+# (a distribution's own python3 refuses system-wide installs) and python is called python3.
 ARG PYTHON_IMAGE=python:3.11-slim
 
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
-COPY pyproject.toml README.md ./
+# Dependencies first, from pyproject.toml alone: a change to the source rebuilds only the last
+# two layers. The gRPC code is generated from proto/ here, never copied from a checkout: the
+# generator and its type-stub plugin come with the versions pyproject.toml pins (grpcio-tools,
+# mypy-protobuf), and live only in this stage.
+COPY pyproject.toml ./
+RUN python3 -c 'import re, tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
+open("/tmp/generator-pins.txt", "w").write("\n".join(d for d in p["dependencies"] \
++ p["optional-dependencies"]["dev"] if re.match(r"(grpcio-tools|mypy-protobuf)==", d))); \
+open("/tmp/requirements.txt", "w").write("\n".join(p["dependencies"]))'
+# pip-ca: an optional build secret, the CA bundle of a TLS-inspecting proxy between the build and
+# the package index (`make image` passes the host's PIP_CERT); it never lands in a layer.
+RUN --mount=type=secret,id=pip-ca if [ -s /run/secrets/pip-ca ]; then export PIP_CERT=/run/secrets/pip-ca; fi \
+ && python3 -m venv /opt/generator && /opt/generator/bin/pip install -r /tmp/generator-pins.txt \
+ && python3 -m venv /opt/venv && /opt/venv/bin/pip install -r /tmp/requirements.txt
+COPY README.md ./
 COPY proto ./proto
 COPY gangplugin ./gangplugin
-# The gRPC code is generated from proto/ here, never copied from a checkout: the generator and its
-# type-stub plugin come with the versions pyproject.toml pins (grpcio-tools, mypy-protobuf), and
-# live only in this stage.
-RUN python -c 'import re, tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
-print("\n".join(d for d in p["dependencies"] + p["optional-dependencies"]["dev"] \
-if re.match(r"(grpcio-tools|mypy-protobuf)==", d)))' > /tmp/generator-pins.txt
-RUN pip install -r /tmp/generator-pins.txt \
- && python -m gangplugin.api.generate \
- && test -f gangplugin/api/gen/plans_pb2.py
-RUN python -m venv /opt/venv && /opt/venv/bin/pip install . \
- && /opt/venv/bin/gangplugin --help >/dev/null
+RUN --mount=type=secret,id=pip-ca if [ -s /run/secrets/pip-ca ]; then export PIP_CERT=/run/secrets/pip-ca; fi \
+ && /opt/generator/bin/python -m gangplugin.api.generate \
+ && test -f gangplugin/api/gen/plans_pb2.py \
+ && /opt/venv/bin/pip install --no-deps . \
+ && /opt/venv/bin/gangplugin --version
 
 FROM ${PYTHON_IMAGE}
 ENV PATH=/opt/venv/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
-RUN useradd --system --uid 65532 --user-group --no-create-home --shell /usr/sbin/nologin gangplugin
+RUN groupadd --system --gid 65532 gangplugin \
+ && useradd --system --uid 65532 --gid 65532 --no-create-home --shell /usr/sbin/nologin gangplugin
 COPY --from=build /opt/venv /opt/venv
 USER 65532:65532
-# extender (HTTPS), gRPC API, health
-EXPOSE 8443 8090 8081
+# extender (HTTPS), gRPC API, health, webhook
+EXPOSE 8443 8090 8081 9443
 ENTRYPOINT ["gangplugin"]
 CMD ["serve"]

@@ -3,8 +3,6 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-# `make image` tags the image with the version in pyproject.toml; IMAGE=registry/name:tag overrides.
-IMAGE ?= gangplugin:$(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 # pytest's exit 5 (no tests collected) is a failure here, never a pass.
 PYTEST := $(PY) -m pytest
 
@@ -61,10 +59,9 @@ fmt: venv ## format the code
 bench: venv ## run every benchmark in bench/ and print its table
 	@for f in bench/*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
 
-image: ## build the container image gangplugin:<version> (needs a Docker engine)
-	@command -v docker >/dev/null || { echo "make image: docker is not installed; build ./Dockerfile with any OCI builder (podman build -t $(IMAGE) .)" >&2; exit 1; }
-	@docker info >/dev/null 2>&1 || { echo "make image: the Docker engine is not running (docker info failed); start it and retry" >&2; exit 1; }
-	docker build -t $(IMAGE) .
+# `make image` tags the image gangplugin:<version in pyproject.toml>; IMAGE=registry/name:tag overrides.
+image: ## build the container image gangplugin:<version> (Docker, else podman; see hack/image.sh)
+	IMAGE="$(IMAGE)" hack/image.sh >/dev/null
 
 kind-up: ## the laptop path with Docker: a kind cluster with HyperPod-like labels, plus Kueue
 	hack/kind-up.sh

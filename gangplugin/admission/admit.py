@@ -35,12 +35,14 @@ from gangplugin.core.admission import (
     admission_queue,
     decide,
     sequential_blocker,
+    with_selector,
 )
 from gangplugin.core.errors import InputError
 from gangplugin.core.names import (
     BLOCK_END_ANNOTATION,
 )
 from gangplugin.core.placement import Gang
+from gangplugin.core.policy import GangPolicy
 from gangplugin.core.preemption import Hold, PreemptionPlan, exclude_nodes
 from gangplugin.core.quota import next_quota_change
 from gangplugin.core.timeutil import format_time
@@ -77,7 +79,7 @@ class CandidateVerdict:
     message: str
     decision: AdmissionDecision | None = None
     gang: Gang | None = None
-    sequential: bool = False
+    policy: GangPolicy | None = None
     blocked_by: str | None = None
     rejected: bool = False
     wake_at: float | None = None
@@ -253,7 +255,7 @@ class AdmissionPass:
                 gang = exclude_nodes(gang, frozenset().union(*held))
             decision = decide(snap, gang, gang.name, policy.placement, blocker, end)
             if gov is None or decision.ready or decision.placement is None or policy.preemption == "Never":
-                return CandidateVerdict(decision.message, decision, gang, policy.sequential, blocker)
+                return CandidateVerdict(decision.message, decision, gang, policy, blocker)
             plan, hold = self.preemptions.consider(wl, gang, policy, snap, gov, now)
         except InputError as err:
             return CandidateVerdict(f"the Workload cannot be used: {err}", rejected=True)
@@ -262,9 +264,7 @@ class AdmissionPass:
             if plan.preempts or plan.waiting_for
             else f"{decision.message}; preemption: {plan.reason}"
         )
-        return CandidateVerdict(
-            message, decision, gang, policy.sequential, blocker, preemption=plan, hold=hold
-        )
+        return CandidateVerdict(message, decision, gang, policy, blocker, preemption=plan, hold=hold)
 
     def explain(self, wl: JSON, check: str, now: float) -> CandidateVerdict | None:
         """What the pass would decide for this waiting gang now (None: not our check), on a
@@ -301,8 +301,9 @@ class AdmissionPass:
         self, q: QueuedWorkload, wl: JSON, verdict: CandidateVerdict, unready: dict[str | None, list[str]]
     ) -> None:
         """Charge an admission being written until the cache shows it (under the capacity lock)."""
-        decision, gang = verdict.decision, verdict.gang
-        assert decision is not None and decision.placement is not None and gang is not None
+        decision, gang, policy = verdict.decision, verdict.gang, verdict.policy
+        assert decision is not None and decision.placement is not None
+        assert gang is not None and policy is not None
         updates = [u.to_dict() for u in decision.pod_set_updates]
         self.view.capacity.assume(
             q.key,
@@ -311,11 +312,12 @@ class AdmissionPass:
                 True,
                 (fingerprint(updates, Counter()), ()),
                 wl["metadata"]["namespace"],
-                gang,
+                with_selector(gang, decision.domain),
                 decision.placement,
+                policy.placement,
             ),
         )
-        if verdict.sequential:
+        if policy.sequential:
             unready.setdefault(q.policy, []).append(q.key)
 
     def _still_assumed(self, key: str, wl: JSON) -> bool:

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from gangplugin.core.admission import charge, promise, release
+from gangplugin.core.admission import charge, crowded, promise, release
 from gangplugin.core.errors import InputError
 from gangplugin.core.placement import Gang, Placement, PlacementPolicy
 from gangplugin.core.topology import Snapshot, build_snapshot
@@ -58,8 +58,9 @@ class Assumed:
     certain: bool
     fingerprint: Any
     namespace: str
-    gang: Gang
+    gang: Gang  # with its domain in the nodeSelector
     placement: Placement
+    policy: PlacementPolicy
 
 
 @dataclass
@@ -127,14 +128,24 @@ class CapacityView:
         wanted = {p.key: p for p in promises}
         for key, (fp, ns, gang) in list(view.promised.items()):
             p = wanted.get(key)
-            if p is None and key in self.assumed and self.assumed[key].fingerprint == fp:
-                continue
-            if p is None or p.fingerprint != fp:
+            kept = (
+                p.fingerprint == fp
+                if p is not None
+                else key in self.assumed and self.assumed[key].fingerprint == fp
+            )
+            if not kept:
+                release(view.snapshot, gang, ns)
+                del view.promised[key]
+        # Promises charged where real pods have bound since are placed again, in admission order.
+        for key, (_, ns, gang) in list(view.promised.items()):
+            if crowded(view.snapshot, gang, ns):
                 release(view.snapshot, gang, ns)
                 del view.promised[key]
         for key, a in self.assumed.items():
             if key not in view.promised and key not in wanted:
-                charge(view.snapshot, a.gang, a.placement, a.namespace)
+                # placed again in its domain; where it no longer fits, counted where it was decided
+                if not promise(view.snapshot, a.gang, a.namespace, a.policy):
+                    charge(view.snapshot, a.gang, a.placement, a.namespace)
                 view.promised[key] = (a.fingerprint, a.namespace, a.gang)
         for p in promises:
             if p.key in view.promised:

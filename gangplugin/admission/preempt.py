@@ -25,7 +25,7 @@ from functools import cached_property
 
 from gangplugin.admission.view import AdmissionView, condition_time, timestamp, workload_key
 from gangplugin.admission.writes import CheckWriter
-from gangplugin.core.admission import gang_id, promised_keys
+from gangplugin.core.admission import gang_id, promised_pods
 from gangplugin.core.errors import InputError
 from gangplugin.core.names import PREEMPTED_REASON, PREEMPTION_ANNOTATION
 from gangplugin.core.placement import Gang
@@ -112,7 +112,7 @@ class Preemptions:
                 gang = self.view.gang(wl)
             except InputError:
                 continue
-            keys = [(ns, p["metadata"]["name"]) for p in pods] + promised_keys(gang, ns)
+            keys = [(ns, p["metadata"]["name"]) for p in pods] + [(ns, n) for n in promised_pods(gang)]
             out.append(
                 RunningGang(
                     workload_key(wl),

@@ -1,8 +1,11 @@
 """Who may call the gRPC API: Kubernetes decides, as it does for kubectl.
 
-A caller sends `authorization: Bearer <token>` (a ServiceAccount token, or any token the API
-server accepts); a TokenReview says who it is, a SubjectAccessReview whether that identity may
-do the verb on the resource the call maps to (`RULES`). Reads need a token too, with
+A caller sends `authorization: Bearer <token>` (a ServiceAccount token, an exec plugin's token,
+or any token the API server accepts) and a TokenReview says who it is; or, on the port that
+requires client certificates (`--grpc-mtls-bind`, verified against the API server's client CA),
+its certificate says it as it does to the API server: the common name is the user, each
+organization a group. A SubjectAccessReview says whether that identity may do the verb on the
+resource the call maps to (`RULES`). Reads need a token too, with
 get/list/watch on workloads.kueue.x-k8s.io (gangs) or trainingplans.gangplugin.io (plans): a gang's
 queue, pods and nodes are as private as the Workload itself. Only the health and reflection
 services are open. Review results are cached briefly (`ttl`) keyed by the token's hash, so a
@@ -21,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 import httpx
+from cryptography import x509
+from cryptography.x509.oid import NameOID
 
 from gangplugin.core.names import GROUP
 from gangplugin.kube.client import JSON, ApiError, Client
@@ -93,6 +98,20 @@ def bearer_token(metadata: Any) -> str | None:
                 "authorization metadata must read 'Bearer <token>'",
             )
     return None
+
+
+def certificate_identity(auth_context: Any) -> Identity | None:
+    """Who a verified client certificate names (gRPC puts it in the auth context only when the
+    listener required one and it chained to the client CA), as kube-apiserver reads it."""
+    pems = (auth_context or {}).get("x509_pem_cert") or []
+    if not pems:
+        return None
+    subject = x509.load_pem_x509_certificate(pems[0]).subject
+    names = [str(a.value) for a in subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
+    if not names or not names[0]:
+        return None
+    groups = [str(a.value) for a in subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)]
+    return Identity(names[0], groups=(*groups, "system:authenticated"))
 
 
 class Authorizer:
@@ -180,22 +199,22 @@ class Authorizer:
         result: tuple[bool, str] = self._cached(key, review)
         return result
 
-    def check(self, method: str, metadata: Any, request: Any) -> None:
-        """Raise Denied unless the caller may make this call."""
+    def check(self, method: str, metadata: Any, request: Any, peer: Identity | None = None) -> None:
+        """Raise Denied unless the caller (its token, else `peer`: its client certificate's
+        identity) may make this call."""
         if method.startswith(OPEN_PREFIXES):
             return
         rule = RULES.get(method)
         if rule is None:  # fail closed: a new method must get its rule
             raise Denied(grpc.StatusCode.PERMISSION_DENIED, f"{method}: no access rule; nobody may call it")
         token = bearer_token(metadata)
-        if token is None:
+        if token is None and peer is None:
             raise Denied(
                 grpc.StatusCode.UNAUTHENTICATED,
-                "send a Kubernetes token as metadata 'authorization: Bearer <token>' "
-                "(gangctl: --token, --token-file or GANGCTL_TOKEN; "
-                "e.g. `kubectl create token <serviceaccount>`)",
+                "send a Kubernetes token as metadata 'authorization: Bearer <token>', or a client "
+                "certificate to the client-certificate port (gangctl sends what the kubeconfig user has)",
             )
-        who = self.identity(token)
+        who = self.identity(token) if token is not None else peer
         if who is None:
             raise Denied(
                 grpc.StatusCode.UNAUTHENTICATED, "the API server did not accept the token (TokenReview)"
@@ -257,9 +276,12 @@ class AuthInterceptor(_Interceptor):
 
 
 def _guard(
-    check: Callable[[str, Any, Any], None], method: str, request: Any, ctx: grpc.ServicerContext
+    check: Callable[[str, Any, Any, Identity | None], None],
+    method: str,
+    request: Any,
+    ctx: grpc.ServicerContext,
 ) -> None:
     try:
-        check(method, ctx.invocation_metadata(), request)
+        check(method, ctx.invocation_metadata(), request, certificate_identity(ctx.auth_context()))
     except Denied as err:
         ctx.abort(err.code, str(err))

@@ -3,9 +3,12 @@
 Services: GangService and PlanService (each an entry in `SERVICES`: a function that builds its
 servicer from the runtime and registers it), the standard health service (grpc.health.v1) and
 server reflection. With --grpc-tls-cert/--grpc-tls-key it serves TLS, re-reading the files when
-they change (cert-manager rotates them in place); without, plain text with a warning. Every
-call but health and reflection needs a caller the API server authenticates and authorizes
-(`api.auth`).
+they change (cert-manager rotates them in place); without, plain text with a warning. With
+--grpc-mtls-bind and --grpc-client-ca it also listens there for callers that present a client
+certificate signed by that CA (kubectl users of a client-certificate kubeconfig): gRPC's Python
+server cannot ask for a certificate optionally, so token callers and certificate callers get a
+port each. Every call but health and reflection needs a caller the API server authenticates and
+authorizes (`api.auth`).
 """
 
 from __future__ import annotations
@@ -46,16 +49,30 @@ class ApiSettings:
     bind: str = "0.0.0.0:8090"
     tls_cert: str | None = None
     tls_key: str | None = None
+    mtls_bind: str | None = None
+    client_ca: str | None = None
 
 
 _settings = {"api": ApiSettings()}
 
 
-def configure(bind: str, tls_cert: str | None = None, tls_key: str | None = None) -> None:
+def configure(
+    bind: str,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
+    mtls_bind: str | None = None,
+    client_ca: str | None = None,
+) -> None:
     """Where the server listens and its certificate (from `serve --grpc-*`)."""
     if (tls_cert is None) != (tls_key is None):
         raise ValueError("--grpc-tls-cert and --grpc-tls-key go together")
-    _settings["api"] = ApiSettings(bind, tls_cert, tls_key)
+    if (mtls_bind is None) != (client_ca is None):
+        raise ValueError("--grpc-mtls-bind and --grpc-client-ca go together")
+    if mtls_bind and not tls_cert:
+        raise ValueError(
+            "--grpc-mtls-bind needs --grpc-tls-cert and --grpc-tls-key (its serving certificate)"
+        )
+    _settings["api"] = ApiSettings(bind, tls_cert, tls_key, mtls_bind, client_ca)
 
 
 def _plan_service(runtime: Runtime, server: grpc.Server) -> None:
@@ -95,13 +112,16 @@ def new_server(authorizer: Authorizer | None) -> tuple[grpc.Server, health.Healt
     return server, health_service
 
 
-def _credentials(cert: str, key: str) -> grpc.ServerCredentials:
-    def load() -> tuple[Any, tuple[float, float]]:
+def _credentials(cert: str, key: str, client_ca: str | None = None) -> grpc.ServerCredentials:
+    """TLS with cert/key; with `client_ca`, a client certificate signed by it is required."""
+    files = (cert, key, *((client_ca,) if client_ca else ()))
+
+    def load() -> tuple[Any, tuple[float, ...]]:
         with open(key, "rb") as k, open(cert, "rb") as c:
             pair = (k.read(), c.read())
-        return grpc.ssl_server_certificate_configuration([pair]), (
-            os.stat(cert).st_mtime,
-            os.stat(key).st_mtime,
+        roots = open(client_ca, "rb").read() if client_ca else None  # noqa: SIM115
+        return grpc.ssl_server_certificate_configuration([pair], roots), tuple(
+            os.stat(f).st_mtime for f in files
         )
 
     config, stamp = load()
@@ -109,7 +129,7 @@ def _credentials(cert: str, key: str) -> grpc.ServerCredentials:
 
     def fetch() -> Any:  # called per handshake: cheap unless the files changed
         try:
-            now = (os.stat(cert).st_mtime, os.stat(key).st_mtime)
+            now = tuple(os.stat(f).st_mtime for f in files)
             if now == seen["stamp"]:
                 return None
             fresh, seen["stamp"] = load()
@@ -119,7 +139,7 @@ def _credentials(cert: str, key: str) -> grpc.ServerCredentials:
             log.warning("gRPC TLS certificate not reloaded: %s", err)
             return None
 
-    return grpc.dynamic_ssl_server_credentials(config, fetch)
+    return grpc.dynamic_ssl_server_credentials(config, fetch, require_client_authentication=bool(client_ca))
 
 
 def listen(server: grpc.Server, settings: ApiSettings) -> int:
@@ -130,6 +150,10 @@ def listen(server: grpc.Server, settings: ApiSettings) -> int:
         port = server.add_insecure_port(settings.bind)
     if port == 0:
         raise RuntimeError(f"--grpc-bind {settings.bind}: cannot listen there")
+    if settings.mtls_bind and settings.tls_cert and settings.tls_key and settings.client_ca:
+        creds = _credentials(settings.tls_cert, settings.tls_key, settings.client_ca)
+        if server.add_secure_port(settings.mtls_bind, creds) == 0:
+            raise RuntimeError(f"--grpc-mtls-bind {settings.mtls_bind}: cannot listen there")
     return port
 
 
@@ -151,6 +175,8 @@ def start(runtime: Runtime) -> None:
     for name in ("", *SERVICE_NAMES):
         health_service.set(name, health_pb2.HealthCheckResponse.SERVING)
     log.info("gRPC API on %s (%s)", settings.bind, "TLS" if settings.tls_cert else "plain text")
+    if settings.mtls_bind:
+        log.info("gRPC API for client certificates on %s (CA %s)", settings.mtls_bind, settings.client_ca)
 
     def stop() -> None:
         runtime.stop.wait()

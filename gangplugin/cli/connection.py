@@ -1,20 +1,25 @@
-"""How gangctl reaches gangplugin's gRPC API: one place for the address, TLS and the token, and
-for turning a failed call into a message that says what to do.
+"""How gangctl reaches gangplugin's gRPC API: as kubectl reaches the API server, from the
+kubeconfig, with one place for the address, TLS and credentials, and for turning a failed call
+into one line that says what to do.
 
-Settings, each from a flag or else the environment:
-  --server     GANGCTL_SERVER     host:port (default: the local cluster's, 127.0.0.1:<base+613>)
-  --ca-file    GANGCTL_CA_FILE    CA bundle that signed the server's certificate (default: system CAs)
+Each setting comes from a flag, else the environment, else the current kubeconfig context
+(--kubeconfig/KUBECONFIG, several files merged as kubectl merges them; --context):
+  --server     GANGCTL_SERVER     host:port; else the `gangplugin.io/grpc` extension of the
+                                  context's cluster (`make up` writes it; README: Credentials)
+  --ca-file    GANGCTL_CA_FILE    CA of the server's certificate; else the extension's
+                                  certificate-authority(-data); else the system CAs
   --plaintext  GANGCTL_PLAINTEXT  the server runs without TLS (never on an untrusted network)
-  --token      GANGCTL_TOKEN      bearer token (a ServiceAccount token: `kubectl create token <sa>`)
+  --token      GANGCTL_TOKEN      bearer token
   --token-file GANGCTL_TOKEN_FILE file holding it
-With neither token setting, the current kubeconfig user's token (or tokenFile) is used when it has
-one, as kubectl would send it; client-certificate users must pass a token.
+With neither token setting, the kubeconfig user's own credentials: its token, tokenFile or exec
+plugin (EKS's `aws eks get-token`) as a bearer token; or its client certificate, presented to the
+extension's client-certificate-server (the server's port that requires one).
 """
 
 from __future__ import annotations
 
+import base64
 import functools
-import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,74 +27,49 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 import grpc
-import yaml
 
 from gangplugin.core.errors import InputError
+from gangplugin.core.names import GRPC_EXTENSION
+from gangplugin.kube.config import ClusterConfig, ConfigError, load_config
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
-def default_server() -> str:
-    from gangplugin.localcluster.cluster import Ports
-
-    return f"127.0.0.1:{Ports(base=int(os.environ.get('GANGPLUGIN_PORT_BASE', '21000'))).gangplugin_grpc}"
-
-
-def _kubeconfig() -> dict[str, Any]:
-    paths = (os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")).split(os.pathsep)
-    for path in paths:
-        try:
-            doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError):
-            continue
-        if isinstance(doc, dict):
-            return doc
-    return {}
-
-
-def _context() -> dict[str, Any]:
-    cfg = _kubeconfig()
-    name = cfg.get("current-context")
-    return next((c.get("context") or {} for c in cfg.get("contexts") or [] if c.get("name") == name), {})
-
-
-def kubeconfig_token() -> str | None:
-    """The current kubeconfig user's bearer token, if it has one."""
-    user_name = _context().get("user")
-    user = next(
-        (u.get("user") or {} for u in _kubeconfig().get("users") or [] if u.get("name") == user_name), {}
-    )
-    if user.get("token"):
-        return str(user["token"])
-    if user.get("tokenFile"):
-        try:
-            return Path(user["tokenFile"]).read_text(encoding="utf-8").strip() or None
-        except OSError:
-            return None
-    return None
-
-
-def default_namespace() -> str:
-    """The current kubeconfig context's namespace, else "default" (as kubectl does)."""
-    return str(_context().get("namespace") or "default")
-
-
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Connection:
-    """`server` is None when neither --server nor GANGCTL_SERVER was given (`address` then falls
-    back to the local cluster's); offline commands use that to pick their mode."""
+    """`server` is None when neither --server nor GANGCTL_SERVER was given (the address then
+    comes from the kubeconfig); offline commands use that to pick their mode."""
 
     server: str | None = None
     token: str | None = None
     token_file: str | None = None
     ca_file: str | None = None
     plaintext: bool = False
+    kubeconfig: str | None = None
+    context: str | None = None
 
-    @property
-    def address(self) -> str:
-        return self.server or default_server()
+    @functools.cached_property
+    def cluster(self) -> ClusterConfig:
+        return load_config(self.kubeconfig, self.context)
 
-    def bearer(self) -> str | None:
+    def _extension(self) -> dict[str, Any]:
+        """The cluster's gangplugin.io/grpc extension ({} without one, or without a kubeconfig:
+        the flags must then say everything)."""
+        try:
+            ext = self.cluster.extensions.get(GRPC_EXTENSION)
+        except ConfigError:
+            return {}
+        return ext if isinstance(ext, dict) else {}
+
+    def default_namespace(self) -> str:
+        """The current kubeconfig context's namespace, else "default" (as kubectl does)."""
+        try:
+            return self.cluster.namespace
+        except ConfigError:
+            return "default"
+
+    @functools.cached_property
+    def _bearer(self) -> str | None:
         if self.token:
             return self.token
         if self.token_file:
@@ -97,21 +77,60 @@ class Connection:
                 return Path(self.token_file).read_text(encoding="utf-8").strip()
             except OSError as err:
                 raise InputError("--token-file", f"cannot read {self.token_file}: {err.strerror}") from None
-        return kubeconfig_token()
+        value = self.cluster.credentials.authorization()
+        return value.removeprefix("Bearer ") if value else None
+
+    def _client_certificate(self) -> tuple[bytes, bytes] | None:
+        """The kubeconfig user's certificate and key, when it has no token to send instead."""
+        if self._bearer is not None or self.plaintext:
+            return None
+        cfg = self.cluster
+        return (cfg.client_cert, cfg.client_key) if cfg.client_cert and cfg.client_key else None
+
+    @property
+    def address(self) -> str:
+        if self.server:
+            return self.server
+        ext = self._extension()
+        key = "client-certificate-server" if self._client_certificate() else "server"
+        address = ext.get(key) or ext.get("server")
+        if not address:
+            raise ConfigError(
+                f"no gangplugin gRPC address: pass --server or GANGCTL_SERVER, or add the "
+                f"{GRPC_EXTENSION} extension to your kubeconfig's cluster (README: Credentials)"
+            )
+        return str(address)
+
+    def _roots(self) -> bytes | None:
+        if self.ca_file:
+            try:
+                return Path(self.ca_file).read_bytes()
+            except OSError as err:
+                raise InputError("--ca-file", f"cannot read {self.ca_file}: {err.strerror}") from None
+        ext = self._extension()
+        if ext.get("certificate-authority-data"):
+            return base64.b64decode(str(ext["certificate-authority-data"]))
+        if ext.get("certificate-authority"):
+            path = Path(str(ext["certificate-authority"])).expanduser()
+            try:
+                return path.read_bytes()
+            except OSError as err:
+                raise ConfigError(f"{GRPC_EXTENSION}: cannot read {path}: {err.strerror}") from None
+        return None
 
     def channel(self) -> grpc.Channel:
         if self.plaintext:
             return grpc.insecure_channel(self.address)
-        roots = None
-        if self.ca_file:
-            try:
-                roots = Path(self.ca_file).read_bytes()
-            except OSError as err:
-                raise InputError("--ca-file", f"cannot read {self.ca_file}: {err.strerror}") from None
-        return grpc.secure_channel(self.address, grpc.ssl_channel_credentials(root_certificates=roots))
+        pair = self._client_certificate()
+        credentials = grpc.ssl_channel_credentials(
+            root_certificates=self._roots(),
+            private_key=pair[1] if pair else None,
+            certificate_chain=pair[0] if pair else None,
+        )
+        return grpc.secure_channel(self.address, credentials)
 
     def metadata(self) -> list[tuple[str, str]]:
-        token = self.bearer()
+        token = self._bearer
         return [("authorization", f"Bearer {token}")] if token else []
 
     def call(self, stub_class: Any, method: str, request: Any, timeout: float = 30) -> Any:
@@ -152,27 +171,26 @@ class Connection:
         where = (
             f"--server {self.server}"
             if self.server
-            else f"the default {self.address} (no --server/GANGCTL_SERVER)"
+            else f"{self.address} (from the kubeconfig's {GRPC_EXTENSION} extension)"
         )
         if code == grpc.StatusCode.UNAVAILABLE:
             if any(s in detail for s in ("Ssl", "SSL", "TLS", "handshake", "CERTIFICATE")):
                 return (
                     f"TLS with {where} failed: give the CA that signed its certificate with --ca-file or "
-                    "GANGCTL_CA_FILE (the local cluster's is .local/cluster/pki/ca.crt), or --plaintext "
+                    f"GANGCTL_CA_FILE (or in the kubeconfig's {GRPC_EXTENSION} extension), or --plaintext "
                     "if that server runs without TLS"
                 )
             return (
-                f"gangplugin's gRPC API is not reachable at {where}. Set the address with --server or "
-                "GANGCTL_SERVER. In a cluster, forward the Service's port first:\n"
-                "  kubectl -n <gangplugin namespace> port-forward svc/gangplugin 8090:8090 &\n"
-                "  export GANGCTL_SERVER=127.0.0.1:8090\n"
-                "The local cluster (`make up`) serves it on 127.0.0.1:<port base + 613>, "
-                "e.g. 127.0.0.1:21613."
+                f"gangplugin's gRPC API is not reachable at {where}. In a cluster, forward the "
+                "Service's port first (kubectl -n gangplugin-system port-forward svc/gangplugin "
+                "8090:8090) and point --server, GANGCTL_SERVER or the kubeconfig's "
+                f"{GRPC_EXTENSION} extension at it (README: Credentials)."
             )
         if code == grpc.StatusCode.UNAUTHENTICATED:
             return (
-                "pass a Kubernetes token: --token, --token-file or GANGCTL_TOKEN, e.g.\n"
-                "  export GANGCTL_TOKEN=$(kubectl create token <serviceaccount> -n <namespace>)"
+                "the kubeconfig user has no credentials gangplugin accepts here: pass a token "
+                "(--token, --token-file or GANGCTL_TOKEN, e.g. $(kubectl create token <serviceaccount>)) "
+                "or use a user with a token, an exec plugin or a client certificate"
             )
         if code == grpc.StatusCode.PERMISSION_DENIED:
             return "ask an admin for a (Cluster)RoleBinding that grants that verb on that resource"
@@ -190,9 +208,12 @@ def connection_options(f: _F) -> _F:
         token_file: str | None,
         ca_file: str | None,
         plaintext: bool,
+        kubeconfig: str | None,
+        context: str | None,
         **kwargs: Any,
     ) -> Any:
-        return f(*args, conn=Connection(server or None, token, token_file, ca_file, plaintext), **kwargs)
+        conn = Connection(server or None, token, token_file, ca_file, plaintext, kubeconfig, context)
+        return f(*args, conn=conn, **kwargs)
 
     options = [
         click.option(
@@ -211,6 +232,8 @@ def connection_options(f: _F) -> _F:
             envvar="GANGCTL_PLAINTEXT",
             help="no TLS (a server run without --grpc-tls-cert)",
         ),
+        click.option("--kubeconfig", envvar="KUBECONFIG", help="kubeconfig file(s) (env KUBECONFIG)"),
+        click.option("--context", help="kubeconfig context (default: its current-context)"),
     ]
     out: Any = wrapper
     for option in reversed(options):

@@ -11,7 +11,7 @@ from typing import Any
 import click
 import yaml
 
-from gangplugin.cli.connection import Connection, connection_options, default_namespace
+from gangplugin.cli.connection import Connection, connection_options
 from gangplugin.cli.main import cli
 from gangplugin.cli.plans import _check_output, _table
 from gangplugin.core.durations import parse_duration
@@ -110,7 +110,7 @@ def get_gangs(namespace: str | None, all_namespaces: bool, output: str, conn: Co
     output = _check_output(output)
     if all_namespaces and namespace:
         raise InputError("--all-namespaces", "give either -n or -A, not both")
-    ns = "" if all_namespaces else namespace or default_namespace()
+    ns = "" if all_namespaces else namespace or conn.default_namespace()
     reply = conn.call(_stub(), "ListGangs", gangs_pb2.ListGangsRequest(namespace=ns))
     if output != "table":
         doc = _doc(reply)
@@ -162,7 +162,7 @@ def explain_cmd(workload: str, namespace: str | None, output: str, conn: Connect
     from gangplugin.api.proto import gangs_pb2
 
     output = _check_output(output)
-    ns = namespace or default_namespace()
+    ns = namespace or conn.default_namespace()
     reply = conn.call(_stub(), "ExplainGang", gangs_pb2.ExplainGangRequest(namespace=ns, name=workload))
     if output == "table":
         click.echo(explain_text(reply))
@@ -201,7 +201,7 @@ def wait_cmd(
     if for_ not in _CONDITIONS:
         raise InputError("--for", f"{for_!r} is not one of {', '.join(_CONDITIONS)}")
     seconds = parse_duration(timeout, "--timeout")
-    ns = namespace or default_namespace()
+    ns = namespace or conn.default_namespace()
     start = time.monotonic()
     progress = output == "table"
     last: Any = None

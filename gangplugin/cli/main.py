@@ -8,6 +8,7 @@ import click
 
 from gangplugin import __version__
 from gangplugin.core.errors import InputError
+from gangplugin.kube.config import ConfigError
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -29,7 +30,7 @@ def _register() -> None:
         importlib.import_module(f"gangplugin.cli.{name}")
 
 
-_SUBCOMMAND_MODULES: tuple[str, ...] = ("place", "plans", "gangs")
+_SUBCOMMAND_MODULES: tuple[str, ...] = ("place", "plans", "gangs", "simulate")
 
 
 def main() -> None:
@@ -39,6 +40,9 @@ def main() -> None:
     except InputError as err:
         click.echo(f"error: {err}", err=True)
         sys.exit(2)
+    except ConfigError as err:  # the kubeconfig, its exec plugin or the gRPC extension
+        click.echo(f"error: {err}", err=True)
+        sys.exit(1)
     except click.exceptions.Abort:
         sys.exit(130)
     except click.ClickException as err:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -94,15 +94,18 @@ def decide(
     policy: PlacementPolicy,
     blocked_by: str | None = None,
     annotations: Mapping[str, str] | None = None,
+    *,
+    explain: bool = True,
 ) -> AdmissionDecision:
     """Admit the whole gang into one domain now, or say why it waits.
 
     A gang that asked for a topology level is pinned to the chosen domain by nodeSelector;
     one that asked for none is only checked to fit (kube-scheduler keeps its freedom).
-    `annotations` are stamped on every pod besides the gang size (e.g. the block end)."""
+    `annotations` are stamped on every pod besides the gang size (e.g. the block end);
+    `explain=False` leaves out why a gang does not fit (see `place`)."""
     if blocked_by is not None:
         return AdmissionDecision(False, f"Sequential admission: waiting for gang {blocked_by} to be Ready")
-    placement = place(snapshot, gang, policy)
+    placement = place(snapshot, gang, policy, explain=explain)
     if not placement.feasible:
         return AdmissionDecision(False, f"gang does not fit now: {placement.reason}", placement=placement)
     domain = domain_selector(placement) if _asks_topology(gang) else {}
@@ -137,7 +140,7 @@ def charge(snapshot: Snapshot, gang: Gang, placement: Placement, namespace: str)
     if not gang.name:
         raise ValueError("a promised gang needs its name: synthetic pods are keyed by it")
     by_name = {ps.name: ps for ps in gang.podsets}
-    for a in placement.assignments:
+    for a in placement.assignments:  # named as `promised_pods` names them
         snapshot.bind(
             BoundPod(
                 namespace,
@@ -149,16 +152,28 @@ def charge(snapshot: Snapshot, gang: Gang, placement: Placement, namespace: str)
     return len(placement.assignments)
 
 
-def promised_keys(gang: Gang, namespace: str) -> list[tuple[str, str]]:
-    """Every (namespace, name) a promise of `gang` may have bound as a synthetic pod."""
-    prefix = f"{PROMISED_PREFIX}/{gang.name}"
-    return [(namespace, f"{prefix}/{ps.name}/{i}") for ps in gang.podsets for i in range(ps.count)]
+def promised_pods(gang: Gang) -> Iterator[str]:
+    """The names of the synthetic pods `promise`/`charge` may bind for `gang`."""
+    for ps in gang.podsets:
+        for i in range(ps.count):
+            yield f"{PROMISED_PREFIX}/{gang.name}/{ps.name}/{i}"
+
+
+def crowded(snapshot: Snapshot, gang: Gang, namespace: str) -> bool:
+    """Whether a promised pod of `gang` sits on a node whose pods now ask for more than it has:
+    pods bind where kube-scheduler puts them, not where a promise sat, so a gang's real pods can
+    land on the nodes another gang's promise was charged to. Such a promise is placed again."""
+    for name in promised_pods(gang):
+        node = snapshot.node_of(namespace, name)
+        if node is not None and snapshot.overcommitted(node):
+            return True
+    return False
 
 
 def release(snapshot: Snapshot, gang: Gang, namespace: str) -> None:
     """Undo `promise`/`charge` of `gang` (every synthetic pod it could have bound)."""
-    for ns, name in promised_keys(gang, namespace):
-        snapshot.unbind(ns, name)
+    for name in promised_pods(gang):
+        snapshot.unbind(namespace, name)
 
 
 def remaining(gang: Gang, bound: Mapping[str, int]) -> Gang:

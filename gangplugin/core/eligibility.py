@@ -91,6 +91,16 @@ class PodConstraints:
                 return taint
         return None
 
+    def refusal(self, labels: Mapping[str, str], node_name: str, taints: tuple[Taint, ...]) -> str | None:
+        """Why these constraints keep the pod off the node (an untolerated taint, or the
+        nodeSelector/affinity), or None when they allow it."""
+        taint = self.untolerated(taints)
+        if taint is not None:
+            return f"taint {taint} not tolerated"
+        if not self.selects(labels, node_name):
+            return "not matching nodeSelector/affinity"
+        return None
+
     def selects(self, labels: Mapping[str, str], node_name: str) -> bool:
         """nodeSelector and required node affinity both match the node."""
         for key, value in self.node_selector:

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from gangplugin.core.eligibility import PodConstraints
 from gangplugin.core.errors import InputError
 from gangplugin.core.names import GANG_SIZE_ANNOTATION
-from gangplugin.core.placement import Gang, PlacementPolicy, PodSet, _fit, _req_items, place
-from gangplugin.core.topology import HOSTNAME_LABEL, Snapshot
+from gangplugin.core.placement import Gang, PlacementPolicy, PodSet, place
+from gangplugin.core.topology import HOSTNAME_LABEL, Node, Snapshot, pods_fitting, request_items
 
 PodKey = tuple[str, str]  # (namespace, name)
 GangKey = tuple[str, str]  # (namespace, gang label value)
@@ -250,10 +250,6 @@ def assign(plan: GangPlan, pod: GangPod, claims: Mapping[PodKey, int]) -> int | 
     return next((i for i in free if plan.slots[i].signature == sig), free[0] if free else None)
 
 
-def _requests(requests: Mapping[str, int]) -> tuple[tuple[str, int], ...]:
-    return _req_items(PodSet("", 1, requests))
-
-
 def filter_gang_pod(plan: GangPlan, node_names: Sequence[str], target: str | None) -> FilterVerdict:
     """The verdict for a gang member: only its planned node passes. When it does, the other
     nodes get no reason: kube-scheduler shows filter reasons only for a pod no node passes, and
@@ -285,14 +281,14 @@ def filter_single_pod(
     only the `reserved` nodes are checked again, with those reservations counted."""
     passed: list[str] = []
     failed: dict[str, str] = {}
-    req = _requests(pod.requests)
+    req = request_items(pod.requests)
     ids, free = snapshot.node_ids, snapshot.free
     for name in node_names:
         if name not in reserved:
             passed.append(name)
             continue
         i = ids.get(name)
-        if i is not None and _fit(free[i], req):
+        if i is not None and pods_fitting(free[i], req):
             passed.append(name)
         else:
             failed[name] = TOO_FULL
@@ -306,16 +302,16 @@ def scores(
     candidate `place` would pick for one such pod, the best fit (fewest more copies of it fit
     there, ties by name), other nodes by how many topology levels they share with that node.
     kube-scheduler has already judged every candidate's constraints, so only capacity is
-    weighed: one `_fit` per candidate, no planner (this runs for every plain GPU pod)."""
+    weighed: one `pods_fitting` per candidate, no planner (this runs for every plain GPU pod)."""
     if target is not None:
         return [(n, 10 if n == target else 0) for n in node_names]
-    req = _requests(pod.requests)
+    req = request_items(pod.requests)
     ids, free = snapshot.node_ids, snapshot.free
     best, best_key = -1, (0, "")
     for name in node_names:
         i = ids.get(name)
         if i is not None:
-            c = _fit(free[i], req)
+            c = pods_fitting(free[i], req)
             if c and (best < 0 or (c, name) < best_key):
                 best, best_key = i, (c, name)
     if best < 0:
@@ -349,3 +345,27 @@ def scores(
 def barrier_open(size: int, bound: Iterable[PodKey], arrived: Iterable[PodKey]) -> bool:
     """Every member has a node: bound already, or waiting at the barrier with one."""
     return len({*bound, *arrived}) >= size
+
+
+def bind_refusal(
+    pod: GangPod, uid: str, node_name: str, node: Node | None, planned: str | None
+) -> str | None:
+    """Why `bind` must not place `pod` (as the watch cache has it) on `node_name` when asked
+    with `uid`, or None. `planned`: the node the gang's plan gives this member (None: no plan
+    gives it one). Whoever calls bind gets no more than the pod's own constraints and the plan
+    allow: a pod already bound, another pod of the same name, a node the pod's nodeSelector,
+    affinity or tolerations exclude, or a gang member sent elsewhere than its plan says."""
+    what = f"refusing to bind pod {pod.namespace}/{pod.name} to node {node_name}"
+    if uid != pod.uid:
+        return f"{what}: the request names uid {uid or '(none)'}, the pod's uid is {pod.uid}"
+    if pod.node is not None:
+        return f"{what}: the pod is already bound to {pod.node}"
+    if node is None:
+        return f"{what}: there is no such node"
+    why = pod.constraints.refusal(node.labels, node.name, node.taints)
+    if why is not None:
+        return f"{what}: the pod does not allow that node ({why})"
+    if pod.gang is not None and planned != node_name:
+        plan = f"gives it {planned}" if planned else "gives it no node (yet)"
+        return f"{what}: gang {pod.gang}'s plan {plan}"
+    return None

@@ -4,7 +4,9 @@ Given the Lease as last read, what this replica observed of it before, its ident
 `decide` says whether to create the Lease, write it (acquire or renew), or wait, and what this
 replica has now observed. Expiry is judged from when *this* replica saw the record change, not from
 the holder's `renewTime`, so clocks of different machines never need to agree (client-go does the
-same). A leader that has not renewed within the renew deadline has lost: `lost` says so, and the
+same); that instant and every deadline are on a monotonic clock (`mono`), so an NTP step of the
+wall clock (`now`, which only stamps the record written) can neither end a healthy lease early nor
+stretch a stale one. A leader that has not renewed within the renew deadline has lost: `lost` says so, and the
 caller must stop acting before the lease can expire and another replica take over.
 """
 
@@ -57,7 +59,7 @@ class LeaseRecord:
 
 @dataclass(frozen=True, slots=True)
 class Observation:
-    """The record this replica last saw and when (its own clock) it first saw it so."""
+    """The record this replica last saw and when (its own monotonic clock) it first saw it so."""
 
     record: LeaseRecord
     seen_at: float
@@ -84,25 +86,29 @@ def decide(
     identity: str,
     now: float,
     config: ElectionConfig,
+    mono: float | None = None,
 ) -> Decision:
-    """What to do now (client-go's tryAcquireOrRenew). The caller writes `record` with optimistic
-    concurrency; a conflict means someone else wrote first, and it is simply a failed try."""
+    """What to do now (client-go's tryAcquireOrRenew). `now` (wall clock) stamps the record;
+    `mono` (monotonic; `now` when not given) times observations and expiry. The caller writes
+    `record` with optimistic concurrency; a conflict means someone else wrote first, and it is
+    simply a failed try."""
+    seen = now if mono is None else mono
     if lease is None:
         record = LeaseRecord(identity, config.lease_duration, now, now, 0)
         return Decision(Action.CREATE, record, None, config.retry_period, "no Lease yet")
     if observed is None or observed.record != lease:
-        observed = Observation(lease, now)
+        observed = Observation(lease, seen)
     holder = lease.holder or None
     if holder is not None and holder != identity:
         expires = observed.seen_at + lease.lease_duration
-        if expires > now:
+        if expires > seen:
             # Polling at retry_period (not at `expires`) matches client-go, and notices a release at once.
             return Decision(
                 Action.WAIT,
                 None,
                 observed,
                 config.retry_period,
-                f"held by {holder} for another {expires - now:.1f}s unless renewed",
+                f"held by {holder} for another {expires - seen:.1f}s unless renewed",
             )
     if holder == identity:
         record = replace(lease, lease_duration=config.lease_duration, renew_time=now)
@@ -114,7 +120,7 @@ def decide(
 
 def lost(last_renewed: float, now: float, config: ElectionConfig) -> bool:
     """A leader that has not renewed for the renew deadline must stop: its lease may expire
-    (lease duration after its last renewal) while it keeps acting."""
+    (lease duration after its last renewal) while it keeps acting. Both instants are monotonic."""
     return now - last_renewed >= config.renew_deadline
 
 

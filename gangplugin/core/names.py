@@ -31,6 +31,10 @@ LEADER_LABEL = f"{GROUP}/leader"
 
 # The TrainingPlan condition that says its capacity feeds its ClusterQueue.
 PLAN_ACCEPTED_CONDITION = "Accepted"
+# The kubeconfig cluster extension that tells gangctl where gangplugin's gRPC API is:
+# {server: host:port, client-certificate-server: host:port (for client-certificate users),
+#  certificate-authority or certificate-authority-data: the CA of its serving certificate}.
+GRPC_EXTENSION = f"{GROUP}/grpc"
 
 # Preemption: on the preempting Workload, the domain held for it and the gangs it evicts (JSON;
 # the state a restarted controller resumes from); the Evicted condition's reason on a victim,

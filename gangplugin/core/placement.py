@@ -43,7 +43,15 @@ from gangplugin.core.errors import InputError
 from gangplugin.core.names import PREFERRED_TOPOLOGY_ANNOTATION as PREFERRED_ANNOTATION
 from gangplugin.core.names import REQUIRED_TOPOLOGY_ANNOTATION as REQUIRED_ANNOTATION
 from gangplugin.core.resources import CPU, MEMORY, PODS, format_quantity
-from gangplugin.core.topology import HOSTNAME_LABEL, ULTRASERVER_LABEL, BoundPod, Snapshot
+from gangplugin.core.topology import (
+    HOSTNAME_LABEL,
+    ULTRASERVER_LABEL,
+    BoundPod,
+    Requests,
+    Snapshot,
+    pods_fitting,
+    request_items,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +82,9 @@ class Gang:
 @dataclass(frozen=True, slots=True)
 class PlacementPolicy:
     spares_per_ultraserver: int = 0
+    #: False: try one domain at the starting level only, never a wider one (Kueue's TAS BestFit
+    #: does not climb; the capacity simulator compares with it).
+    climb_levels: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,24 +162,13 @@ def held_spares(
     )
 
 
-_Req = tuple[tuple[str, int], ...]
+_Req = Requests
 _NO_CONSTRAINTS = PodConstraints()
+_fit = pods_fitting
 
 
 def _req_items(podset: PodSet) -> _Req:
-    return tuple(sorted((r, q) for r, q in podset.requests.items() if q > 0 and r != PODS))
-
-
-def _fit(free: Mapping[str, int], req: _Req, cap: int = 1 << 40) -> int:
-    """How many pods with requests `req` fit in `free`, at most `cap`."""
-    c = free.get(PODS, cap)
-    if c > cap:
-        c = cap
-    for r, q in req:
-        k = free.get(r, 0) // q
-        if k < c:
-            c = k
-    return c if c > 0 else 0
+    return request_items(podset.requests)
 
 
 def _is_extended(resource: str) -> bool:
@@ -324,13 +324,30 @@ class _Planner:
         self.node_counts: list[dict[int, int]] = []
         self.dom_counts: list[list[int]] = []
         for p, ps in enumerate(gang.podsets):
-            nc = {}
-            for n in self._eligible(ps.constraints, ps.excluded_nodes):
-                c = _fit(snap.free[n], self.reqs[p])
-                if c:
-                    nc[n] = c
+            if ps.constraints == _NO_CONSTRAINTS and not ps.excluded_nodes:
+                nc, dc = self._plain_counts(self.reqs[p])
+            else:
+                nc = {}
+                for n in self._eligible(ps.constraints, ps.excluded_nodes):
+                    c = _fit(snap.free[n], self.reqs[p])
+                    if c:
+                        nc[n] = c
+                dc = self._aggregate(nc)
             self.node_counts.append(nc)
-            self.dom_counts.append(self._aggregate(nc))
+            self.dom_counts.append(dc)
+
+    def _plain_counts(self, req: _Req) -> tuple[dict[int, int], list[int]]:
+        """The snapshot's kept counts for pods without constraints, less the spares."""
+        kept_nc, kept_dc = self.snap.plain_fit_counts(req)
+        nc, dc = dict(kept_nc), list(kept_dc)
+        path = self.snap.path
+        for n in self.spares:
+            c = nc.pop(n, 0)
+            if c:
+                dc[0] -= c
+                for d in path[n]:
+                    dc[d] -= c
+        return nc, dc
 
     def _eligible(self, cons: PodConstraints, excluded: frozenset[str] = frozenset()) -> list[int]:
         cached = self.eligible.get((cons, excluded))
@@ -485,10 +502,8 @@ def _node_summary(snap: Snapshot, ps: PodSet, spares: frozenset[int]) -> str:
             why["not Ready"] += 1
         elif node.unschedulable:
             why["cordoned"] += 1
-        elif (taint := ps.constraints.untolerated(node.taints)) is not None:
-            why[f"taint {taint} not tolerated"] += 1
-        elif not ps.constraints.selects(node.labels, node.name):
-            why["not matching nodeSelector/affinity"] += 1
+        elif (refusal := ps.constraints.refusal(node.labels, node.name, node.taints)) is not None:
+            why[refusal] += 1
         elif node.name in ps.excluded_nodes:
             why["rejected by kube-scheduler"] += 1
         elif _fit(snap.free[i], req) == 0:
@@ -512,8 +527,7 @@ def _spare_counts(snap: Snapshot, planner: _Planner, spares: frozenset[int]) -> 
             assert node is not None
             if (
                 node.name not in ps.excluded_nodes
-                and ps.constraints.untolerated(node.taints) is None
-                and ps.constraints.selects(node.labels, node.name)
+                and ps.constraints.refusal(node.labels, node.name, node.taints) is None
             ):
                 c = _fit(snap.free[n], planner.reqs[p])
                 if c:
@@ -569,11 +583,19 @@ def _explain(snap: Snapshot, planner: _Planner, spares: frozenset[int], level: i
 
 
 def place(
-    snapshot: Snapshot, gang: Gang, policy: PlacementPolicy | None = None, occupied: Collection[str] = ()
+    snapshot: Snapshot,
+    gang: Gang,
+    policy: PlacementPolicy | None = None,
+    occupied: Collection[str] = (),
+    *,
+    explain: bool = True,
 ) -> Placement:
     """Where every pod of `gang` goes, or why it cannot run now. See the module docstring.
     `occupied`: nodes where other pods of the gang already run (their UltraServers' spares are
     the gang's to use).
+
+    `explain=False` skips the reason of a refusal (a pass over every node): for callers that
+    ask again and again and only need the answer, such as the capacity simulator.
 
     Raises InputError for a gang without podsets, a count below 1, or a topology annotation
     naming a label that is not one of the snapshot's levels.
@@ -590,11 +612,14 @@ def place(
     needs = [ps.count for ps in gang.podsets]
     total = sum(needs)
     dcs = planner.dom_counts
-    for level in range(start, stop - 1, -1):
+    last = stop if policy.climb_levels else start
+    first, first_need = dcs[0], needs[0]  # the cheap test first: most domains fail it
+    for level in range(start, last - 1, -1):
         fitting = [
             d
             for d in snapshot.by_level[level]
-            if snapshot.domains[d].value is not None
+            if first[d] >= first_need
+            and snapshot.domains[d].value is not None
             # a narrower domain counts only inside a labelled domain of the required level
             and (req is None or snapshot.domains[d].key[req] is not None)
             and all(dcs[p][d] >= n for p, n in enumerate(needs))
@@ -620,7 +645,8 @@ def place(
                     f"all {total} pods fit in {levels[level]} {value} (best fit{room})",
                 )
     if req is not None:
-        return Placement(False, None, (), (), _explain(snapshot, planner, spares, req))
+        why = _explain(snapshot, planner, spares, req) if explain else "does not fit"
+        return Placement(False, None, (), (), why)
     if pref is not None:
         spread_level = pref
     else:
@@ -628,7 +654,8 @@ def place(
         spread_level = above_host[-1] if above_host else narrowest
     spread = planner.fill_spread(spread_level)
     if spread is None:
-        return Placement(False, None, (), (), _explain(snapshot, planner, spares, None))
+        why = _explain(snapshot, planner, spares, None) if explain else "does not fit"
+        return Placement(False, None, (), (), why)
     result, used = spread
     values = tuple(sorted({v for d in used if (v := snapshot.domains[d].value) is not None}))
     wanted = "preferred" if pref is not None else "no topology requested"
@@ -690,9 +717,7 @@ def replace(
             free = {**free, PODS: need[PODS]}
         if any(free.get(r, 0) < q for r, q in need.items()):
             continue
-        if not all(
-            c.untolerated(node.taints) is None and c.selects(node.labels, node.name) for c in constraints
-        ):
+        if any(c.refusal(node.labels, node.name, node.taints) is not None for c in constraints):
             continue
         depth = 0
         if anchor_key is not None:

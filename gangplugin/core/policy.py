@@ -1,7 +1,7 @@
 """GangPolicy values: readiness timeouts, requeue backoff, admission mode, node-failure handling.
 
 The AdmissionCheck's `spec.parameters` points at a GangPolicy; the adapter turns its spec into
-a `GangPolicy` (gangplugin/admission/records.py) and everything that depends on it is decided
+a `GangPolicy` (gangplugin/kube/kueue_records.py) and everything that depends on it is decided
 here and in `watchdog.py`, from plain values and a `now` passed in.
 """
 

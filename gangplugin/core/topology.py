@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from gangplugin.core.eligibility import Taint
+from gangplugin.core.eligibility import BLOCKING_EFFECTS, Taint
 from gangplugin.core.errors import InputError
 from gangplugin.core.resources import PODS
 
@@ -37,6 +37,28 @@ DEFAULT_LEVELS: tuple[str, ...] = (
 )
 #: Phases of pods that no longer hold their requests.
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
+#: A pod's requests as sorted (resource, amount) pairs, without `pods`.
+Requests = tuple[tuple[str, int], ...]
+#: How many pod shapes `Snapshot.plain_fit_counts` keeps current at most.
+_KEPT_SHAPES = 32
+
+
+def request_items(requests: Mapping[str, int]) -> Requests:
+    """A pod's requests as `pods_fitting` reads them: positive amounts, sorted, without `pods`
+    (every pod takes one pod slot, counted on its own)."""
+    return tuple(sorted((r, q) for r, q in requests.items() if q > 0 and r != PODS))
+
+
+def pods_fitting(free: Mapping[str, int], req: Requests, cap: int = 1 << 40) -> int:
+    """How many pods with requests `req` fit in `free`, at most `cap`."""
+    c = free.get(PODS, cap)
+    if c > cap:
+        c = cap
+    for r, q in req:
+        k = free.get(r, 0) // q
+        if k < c:
+            c = k
+    return c if c > 0 else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +131,8 @@ class Snapshot:
         self._pods_on: list[set[tuple[str, str]]] = []
         self._domain_free: list[dict[str, int]] | None = None
         self._spares: dict[int, frozenset[int]] = {}
+        # pod shape -> (pods of it per node, summed per domain), for pods without constraints
+        self._fits: dict[Requests, tuple[dict[int, int], list[int]]] = {}
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -196,6 +220,57 @@ class Snapshot:
         self._spares[per_ultraserver] = result
         return result
 
+    def plain_fit_counts(self, req: Requests) -> tuple[Mapping[int, int], Sequence[int]]:
+        """Per node, how many pods of `req` without constraints fit (usable nodes without a
+        blocking taint, spares included), and those counts summed per domain (id 0: all).
+
+        Computed once per pod shape, then kept current by `bind`/`unbind` at O(levels) per
+        change: placement asks about the same few shapes again and again, and a big cluster
+        should not cost a pass over every node per question. Read-only to the caller."""
+        kept = self._fits.get(req)
+        if kept is not None:
+            return kept
+        if len(self._fits) >= _KEPT_SHAPES:
+            self._fits.clear()
+        nc: dict[int, int] = {}
+        dc = [0] * len(self.domains)
+        for i, node in enumerate(self.nodes):
+            if node is None or not self._plain_ok(i):
+                continue
+            c = pods_fitting(self.free[i], req)
+            if c:
+                nc[i] = c
+                dc[0] += c
+                for d in self.path[i]:
+                    dc[d] += c
+        self._fits[req] = (nc, dc)
+        return nc, dc
+
+    def _plain_ok(self, node_id: int) -> bool:
+        node = self.nodes[node_id]
+        return (
+            node is not None
+            and self.usable[node_id]
+            and not any(t.effect in BLOCKING_EFFECTS for t in node.taints)
+        )
+
+    def _refit(self, node_id: int) -> None:
+        """Bring the kept pod-shape counts of one node up to date after its free capacity changed."""
+        ok = self._plain_ok(node_id)
+        free = self.free[node_id]
+        for req, (nc, dc) in self._fits.items():
+            new = pods_fitting(free, req) if ok else 0
+            delta = new - nc.get(node_id, 0)
+            if not delta:
+                continue
+            if new:
+                nc[node_id] = new
+            else:
+                del nc[node_id]
+            dc[0] += delta
+            for d in self.path[node_id]:
+                dc[d] += delta
+
     # -- updating --------------------------------------------------------------------------
 
     def _add_free(
@@ -254,6 +329,7 @@ class Snapshot:
     def upsert_node(self, node: Node) -> None:
         """Add a node or replace what is known of it (labels, allocatable, taints, readiness)."""
         self._spares.clear()
+        self._fits.clear()  # a node's domains may change: counted again when next asked
         i = self.node_ids.get(node.name)
         if i is None:
             i = len(self.nodes)
@@ -284,6 +360,7 @@ class Snapshot:
         if i is None:
             return
         self._spares.clear()
+        self._fits.clear()
         self._detach(i)
         for key in self._pods_on[i]:
             del self._pods[key]
@@ -307,6 +384,15 @@ class Snapshot:
         self.pod_count[i] += 1
         self._charge(i, pod.requests, 1)
 
+    def node_of(self, namespace: str, name: str) -> int | None:
+        """The node id a pod is bound to here, or None."""
+        entry = self._pods.get((namespace, name))
+        return None if entry is None else entry[0]
+
+    def overcommitted(self, node_id: int) -> bool:
+        """Whether the pods bound to the node ask for more than it has."""
+        return any(v < 0 for v in self.free[node_id].values())
+
     def unbind(self, namespace: str, name: str) -> None:
         """Release a pod's requests (it finished, was deleted or evicted)."""
         entry = self._pods.pop((namespace, name), None)
@@ -327,6 +413,8 @@ class Snapshot:
             free[r] = free.get(r, 0) + q
         if self._domain_free is not None and self.usable[node_id]:
             self._add_free(self._domain_free, node_id, delta, 1)
+        if self._fits:
+            self._refit(node_id)
 
 
 def build_snapshot(

@@ -8,6 +8,10 @@ between those calls; the cache then sees a partial gang and completes it or aban
 (`core.gangplan.plan_gang`). If the gang is not complete within the timeout (shorter than the
 scheduler's httpTimeout), every waiter gets an error, none is bound, the plan is dropped, and
 the scheduler retries them.
+
+Whoever calls `bind`, a pod goes nowhere its own constraints and its gang's plan do not allow:
+every call is checked first (`core.gangplan.bind_refusal`), and a refusal is told to the pod's
+owner as a Warning Event.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from dataclasses import dataclass, field
 import aiohttp
 import orjson
 
-from gangplugin.core.gangplan import GangKey, PodKey, barrier_open
+from gangplugin.core.gangplan import GangKey, GangPod, PodKey, barrier_open
 from gangplugin.extender.cache import ExtenderCache
 from gangplugin.kube.client import ApiError, Client, api_error
 
@@ -28,6 +32,8 @@ log = logging.getLogger(__name__)
 
 # (namespace, name, uid, node) -> None, raises on failure
 BindFn = Callable[[str, str, str, str], Awaitable[None]]
+# (the pod, why its binding was refused) -> None; must not block the event loop
+RefusedFn = Callable[[GangPod, str], None]
 
 
 @dataclass
@@ -47,7 +53,9 @@ class _Gang:
 class ApiBinder:
     """Binding API calls made on the extender's event loop over one keep-alive connection pool:
     no thread per call, so binding a gang does not compete for the GIL with the HTTP handlers
-    answering kube-scheduler's filter calls."""
+    answering kube-scheduler's filter calls. Each call carries the client's current credentials
+    (a rotated token file, a renewed exec token); reading or running them happens in a thread
+    when due, so the loop never waits on a file or a plugin."""
 
     def __init__(self, client: Client, connections: int = 32) -> None:
         self.client = client
@@ -58,7 +66,9 @@ class ApiBinder:
         if self._session is None:  # made on the loop that uses it
             connector = aiohttp.TCPConnector(ssl=self.client.ssl_context, limit=self.connections)
             self._session = aiohttp.ClientSession(
-                headers=self.client.headers, connector=connector, timeout=aiohttp.ClientTimeout(total=30)
+                headers={"Accept": "application/json"},
+                connector=connector,
+                timeout=aiohttp.ClientTimeout(total=30),
             )
         body = {
             "apiVersion": "v1",
@@ -67,19 +77,26 @@ class ApiBinder:
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         url = f"{self.client.server}/api/v1/namespaces/{namespace}/pods/{name}/binding"
-        headers = {"Content-Type": "application/json"}
+        credentials = self.client.credentials
+        auth = await asyncio.to_thread(credentials.headers) if credentials.stale() else credentials.headers()
+        headers = {"Content-Type": "application/json", **auth}
         async with self._session.post(url, data=orjson.dumps(body), headers=headers) as resp:
+            if resp.status == 401 and credentials.refreshable:
+                credentials.invalidate()  # the kube-scheduler retries the bind with fresh ones
             if resp.status >= 400:
-                raise api_error(resp.status, await resp.read())
+                raise api_error(resp.status, await resp.read(), resp.headers.get("Retry-After"))
 
 
 class Barrier:
     """Lives on one event loop; `bind` is awaited by the HTTP handler of each bind call."""
 
-    def __init__(self, cache: ExtenderCache, binder: BindFn, timeout: float) -> None:
+    def __init__(
+        self, cache: ExtenderCache, binder: BindFn, timeout: float, refused: RefusedFn | None = None
+    ) -> None:
         self.cache = cache
         self.binder = binder
         self.timeout = timeout
+        self.refused = refused  # told of every bind refused for the pod's own sake (an Event)
         self.gangs: dict[GangKey, _Gang] = {}
 
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> str:
@@ -89,10 +106,14 @@ class Barrier:
             pod = self.cache.pods.get(key)
         if pod is None:
             return f"pod {namespace}/{name} is unknown to the extender (not in its pod cache yet); retry"
-        if uid and pod.uid and uid != pod.uid:
-            return f"pod {namespace}/{name} has uid {pod.uid}, not {uid}: it was recreated; retry"
         if pod.error is not None:
             return f"pod {namespace}/{name}: {pod.error}"
+        refusal = self.cache.bind_refusal(pod, uid, node)
+        if refusal is not None:
+            log.warning("%s", refusal)
+            if self.refused is not None:
+                self.refused(pod, refusal)
+            return refusal
         gkey = pod.gang_key
         if gkey is None or pod.size is None:
             return await self._bind_one(namespace, name, uid, node)

@@ -29,6 +29,7 @@ from gangplugin.core.gangplan import (
     PodKey,
     Shape,
     assign,
+    bind_refusal,
     filter_gang_pod,
     filter_single_pod,
     plan_gang,
@@ -310,12 +311,20 @@ class ExtenderCache:
                 self.drop(gkey)
             return verdict, made
 
+    def planned_node(self, pod: GangPod) -> str | None:
+        """The node the plan of `pod`'s gang gave it in filter, or None."""
+        gkey = pod.gang_key
+        if gkey is None:
+            return None
+        with self.lock:
+            plan, slot = self.plans.get(gkey), self.claims.get(gkey, {}).get(pod.key)
+            return plan.slots[slot].node if plan is not None and slot is not None else None
+
+    def bind_refusal(self, pod: GangPod, uid: str, node: str) -> str | None:
+        """Why `bind` must not bind `pod` to `node` (core `bind_refusal`), or None."""
+        with self.lock:
+            return bind_refusal(pod, uid, node, self.snapshot.node(node), self.planned_node(pod))
+
     def prioritize(self, pod: GangPod, node_names: Sequence[str]) -> list[tuple[str, int]]:
         with self.lock:
-            target = None
-            gkey = pod.gang_key
-            if gkey is not None and gkey in self.plans:
-                slot = self.claims.get(gkey, {}).get(pod.key)
-                if slot is not None:
-                    target = self.plans[gkey].slots[slot].node
-            return scores(self.snapshot, pod, node_names, target)
+            return scores(self.snapshot, pod, node_names, self.planned_node(pod))

@@ -8,9 +8,9 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from gangplugin.core.gangplan import GangPlan
+from gangplugin.core.gangplan import GangPlan, GangPod
 from gangplugin.core.placement import PlacementPolicy
-from gangplugin.extender.barrier import ApiBinder, Barrier
+from gangplugin.extender.barrier import ApiBinder, Barrier, RefusedFn
 from gangplugin.extender.cache import ExtenderCache, PolicyOf
 from gangplugin.extender.pods import gang_pod_from_k8s
 from gangplugin.extender.server import AbandonFn, ExtenderHandlers, make_app
@@ -33,6 +33,8 @@ class ExtenderSettings:
     bind: str = "0.0.0.0:8443"
     tls_cert: str | None = None
     tls_key: str | None = None
+    # Only clients with a certificate this CA signed get past the TLS handshake (kube-scheduler).
+    client_ca: str | None = None
     # Must stay below the scheduler's extender httpTimeout, and cover the time the scheduler takes
     # to reach every member: its queue does not keep a gang together (a backlog comes in any order).
     barrier_timeout: float = 60.0
@@ -117,6 +119,15 @@ def _abandoner(client: Client, cache: ExtenderCache, executor: ThreadPoolExecuto
     return abandon
 
 
+def _refusal_reporter(client: Client, executor: ThreadPoolExecutor) -> RefusedFn:
+    def refused(pod: GangPod, why: str) -> None:
+        meta = {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid}
+        obj = {"apiVersion": "v1", "kind": "Pod", "metadata": meta}
+        executor.submit(record_event, client, obj, "Warning", "BindRefused", why, COMPONENT)
+
+    return refused
+
+
 def start(runtime: Runtime) -> None:
     cache = _cache
     if cache is None:
@@ -126,11 +137,25 @@ def start(runtime: Runtime) -> None:
     # default 5 ms GIL switch interval a watch thread busy with a burst of pod events delays the
     # HTTP thread by up to that much per call.
     sys.setswitchinterval(GIL_SWITCH_INTERVAL)
-    executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="extender-abandon")
+    # Calls to the API server that the event loop must not wait for: deletions, Events.
+    executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="extender-api")
     handlers = ExtenderHandlers(cache, _abandoner(runtime.client, cache, executor))
 
     def app() -> App:  # on the server's loop: the barrier's futures belong to it
-        barrier = Barrier(cache, ApiBinder(runtime.client), settings.barrier_timeout)
+        barrier = Barrier(
+            cache,
+            ApiBinder(runtime.client),
+            settings.barrier_timeout,
+            _refusal_reporter(runtime.client, executor),
+        )
         return make_app(handlers, barrier)
 
-    serve_in_thread("extender", settings.bind, settings.tls_cert, settings.tls_key, app, runtime.fail)
+    serve_in_thread(
+        "extender",
+        settings.bind,
+        settings.tls_cert,
+        settings.tls_key,
+        app,
+        runtime.fail,
+        client_ca=settings.client_ca,
+    )

@@ -6,30 +6,27 @@ extender calls) never pay for the official client's model classes.
 
 from __future__ import annotations
 
-import base64
 import os
 import ssl
-import tempfile
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
 import orjson
-import yaml
+
+from gangplugin.kube.config import ClusterConfig, Credentials, load_config
 
 JSON = dict[str, Any]
-
-_IN_CLUSTER_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
 
 class ApiError(Exception):
     """A non-2xx answer from the API server, with its Status reason and message."""
 
-    def __init__(self, status: int, reason: str, message: str) -> None:
+    def __init__(self, status: int, reason: str, message: str, retry_after: float | None = None) -> None:
         self.status = status
         self.reason = reason
+        self.retry_after = retry_after  # seconds the server asked us to wait (429, some 5xx)
         super().__init__(f"{status} {reason}: {message}")
 
 
@@ -59,68 +56,56 @@ CLUSTER_QUEUES = Resource("kueue.x-k8s.io/v1beta2", "clusterqueues", namespaced=
 LOCAL_QUEUES = Resource("kueue.x-k8s.io/v1beta2", "localqueues")
 
 
-def _materialize(data_b64: str | None, path: str | None, suffix: str) -> str | None:
-    """kubeconfig carries credentials inline or as paths; ssl wants paths."""
-    if path:
-        return path
-    if not data_b64:
-        return None
-    f = tempfile.NamedTemporaryFile(prefix="gangplugin-", suffix=suffix, delete=False)  # noqa: SIM115
-    f.write(base64.b64decode(data_b64))
-    f.close()
-    return f.name
+class _Auth(httpx.Auth):
+    """The current Authorization header on every request; after a 401, fresh credentials and one
+    more try (an exec token or a rotated token file may have been replaced)."""
+
+    def __init__(self, credentials: Credentials) -> None:
+        self.credentials = credentials
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        request.headers.update(self.credentials.headers())
+        response = yield request
+        if response.status_code == 401 and self.credentials.refreshable:
+            self.credentials.invalidate()
+            request.headers.update(self.credentials.headers())
+            yield request
 
 
 class Client:
-    """Synchronous client; one connection pool per instance."""
+    """Synchronous client; one connection pool per instance. Every request carries the
+    credentials' current header; clients of other libraries (the bind barrier's aiohttp) take
+    theirs from the same `credentials`."""
 
-    def __init__(self, server: str, ssl_context: ssl.SSLContext | bool, token: str | None = None) -> None:
-        headers = {"Accept": "application/json"}
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
+    def __init__(
+        self,
+        server: str,
+        ssl_context: ssl.SSLContext | bool,
+        credentials: Credentials | None = None,
+        *,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
         self.server = server.rstrip("/")
-        self.ssl_context, self.headers = ssl_context, headers  # for async clients of the same server
-        self._http = httpx.Client(base_url=self.server, verify=ssl_context, headers=headers, timeout=30.0)
+        self.ssl_context = ssl_context  # for async clients of the same server
+        self.credentials = credentials or Credentials()
+        self._http = httpx.Client(
+            base_url=self.server,
+            verify=ssl_context,
+            headers={"Accept": "application/json"},
+            auth=_Auth(self.credentials),
+            timeout=30.0,
+            transport=transport,
+        )
+
+    @classmethod
+    def from_config(cls, config: ClusterConfig) -> Client:
+        return cls(config.server, config.ssl_context, config.credentials)
 
     @classmethod
     def from_kubeconfig(cls, path: str | os.PathLike[str] | None = None) -> Client:
-        """Load the current context of a kubeconfig (client certificate or token auth),
-        or the in-cluster service account when no kubeconfig is given or found."""
-        path = path or os.environ.get("KUBECONFIG")
-        if not path and (_IN_CLUSTER_DIR / "token").exists():
-            return cls.in_cluster()
-        cfg_path = Path(path or Path.home() / ".kube" / "config")
-        cfg = yaml.safe_load(cfg_path.read_text())
-        ctx_name = cfg.get("current-context")
-        ctx = next(c["context"] for c in cfg["contexts"] if c["name"] == ctx_name)
-        cluster = next(c["cluster"] for c in cfg["clusters"] if c["name"] == ctx["cluster"])
-        user: dict[str, Any] = next(
-            (u["user"] for u in cfg.get("users", []) if u["name"] == ctx.get("user")), {}
-        )
-        if cluster.get("insecure-skip-tls-verify"):
-            context = ssl.create_default_context()
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-        else:
-            ca = _materialize(
-                cluster.get("certificate-authority-data"), cluster.get("certificate-authority"), ".crt"
-            )
-            context = ssl.create_default_context(cafile=ca)
-        cert = _materialize(user.get("client-certificate-data"), user.get("client-certificate"), ".crt")
-        key = _materialize(user.get("client-key-data"), user.get("client-key"), ".key")
-        if cert and key:
-            context.load_cert_chain(cert, key)
-        token = user.get("token")
-        if not token and user.get("tokenFile"):
-            token = Path(user["tokenFile"]).read_text().strip()
-        return cls(cluster["server"], context, token)
-
-    @classmethod
-    def in_cluster(cls) -> Client:
-        host, port = os.environ["KUBERNETES_SERVICE_HOST"], os.environ["KUBERNETES_SERVICE_PORT"]
-        context = ssl.create_default_context(cafile=str(_IN_CLUSTER_DIR / "ca.crt"))
-        token = (_IN_CLUSTER_DIR / "token").read_text().strip()
-        return cls(f"https://{host}:{port}", context, token)
+        """The current context of the kubeconfig(s) (`path`, else $KUBECONFIG, several joined with
+        os.pathsep), or the in-cluster ServiceAccount when neither is given and it runs in a pod."""
+        return cls.from_config(load_config(path))
 
     def close(self) -> None:
         self._http.close()
@@ -140,7 +125,7 @@ class Client:
         )
         resp = self._http.request(method, path, content=content, headers=headers, params=params)
         if resp.status_code >= 400:
-            raise api_error(resp.status_code, resp.content)
+            raise api_error(resp.status_code, resp.content, resp.headers.get("Retry-After"))
         return orjson.loads(resp.content) if resp.content else {}
 
     def get(self, res: Resource, name: str, namespace: str | None = None) -> JSON:
@@ -161,11 +146,34 @@ class Client:
         *,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        resource_version: str | None = None,
+        limit: int | None = None,
     ) -> JSON:
+        """Every object, in pages of `limit` when given (`continue` tokens, as client-go's pager);
+        a page token that expired mid-way (410) falls back to one unpaginated list.
+        `resource_version="0"` lets the API server answer from its watch cache."""
         params = {
-            k: v for k, v in (("labelSelector", label_selector), ("fieldSelector", field_selector)) if v
+            k: v
+            for k, v in (
+                ("labelSelector", label_selector),
+                ("fieldSelector", field_selector),
+                ("resourceVersion", resource_version),
+                ("limit", str(limit) if limit else None),
+            )
+            if v
         }
-        return self.request("GET", res.path(namespace), params=params)
+        page = self.request("GET", res.path(namespace), params=params)
+        items = list(page.get("items") or [])
+        while token := (page.get("metadata") or {}).get("continue"):
+            try:
+                page = self.request("GET", res.path(namespace), params={**params, "continue": token})
+            except ApiError as err:
+                if err.status != 410:
+                    raise
+                params.pop("limit", None)
+                return self.request("GET", res.path(namespace), params=params)
+            items.extend(page.get("items") or [])
+        return {**page, "items": items}
 
     def create(self, res: Resource, obj: JSON, namespace: str | None = None) -> JSON:
         return self.request("POST", res.path(namespace or obj.get("metadata", {}).get("namespace")), body=obj)
@@ -217,27 +225,57 @@ class Client:
         resource_version: str | None = None,
         timeout_seconds: int = 300,
         label_selector: str | None = None,
+        read_timeout: float | None = None,
     ) -> Iterator[JSON]:
-        """Yield watch events ({"type", "object"}) until the server closes the stream."""
+        """Yield watch events ({"type", "object"}) until the server closes the stream; a stream
+        silent for `read_timeout` (default: the watch's own timeout + 30 s) raises ReadTimeout."""
         params = {"watch": "1", "timeoutSeconds": str(timeout_seconds), "allowWatchBookmarks": "true"}
         if resource_version:
             params["resourceVersion"] = resource_version
         if label_selector:
             params["labelSelector"] = label_selector
         with self._http.stream(
-            "GET", res.path(namespace), params=params, timeout=httpx.Timeout(30.0, read=timeout_seconds + 30)
+            "GET",
+            res.path(namespace),
+            params=params,
+            timeout=httpx.Timeout(30.0, read=read_timeout or timeout_seconds + 30),
         ) as resp:
             if resp.status_code >= 400:
-                raise api_error(resp.status_code, resp.read())
+                raise api_error(resp.status_code, resp.read(), resp.headers.get("Retry-After"))
             for line in resp.iter_lines():
                 if line:
                     yield orjson.loads(line)
 
 
-def api_error(status: int, content: bytes) -> ApiError:
-    """The ApiError of a non-2xx answer: its Status reason and message when the body is one."""
+def api_error(status: int, content: bytes, retry_after: str | None = None) -> ApiError:
+    """The ApiError of a non-2xx answer: its Status reason and message when the body is one, and
+    the wait the server asked for (Retry-After, or the Status's details.retryAfterSeconds)."""
+    wait = _seconds(retry_after)
     try:
         body = orjson.loads(content)
-        return ApiError(status, body.get("reason", ""), body.get("message", ""))
     except orjson.JSONDecodeError:
-        return ApiError(status, "", content[:200].decode(errors="replace"))
+        return ApiError(status, "", content[:200].decode(errors="replace"), wait)
+    if not isinstance(body, dict):
+        return ApiError(status, "", str(body)[:200], wait)
+    return status_error(body, status, wait)
+
+
+def status_error(body: JSON, status: int | None = None, retry_after: float | None = None) -> ApiError:
+    """The ApiError a Status object describes (a failed request's body, a watch ERROR event's object)."""
+    details = body.get("details")
+    details = details if isinstance(details, dict) else {}
+    wait = retry_after if retry_after is not None else _seconds(details.get("retryAfterSeconds"))
+    code = status if status is not None else body.get("code", 500)
+    return ApiError(
+        int(code) if isinstance(code, int) else 500,
+        str(body.get("reason", "")),
+        str(body.get("message", "")),
+        wait,
+    )
+
+
+def _seconds(value: Any) -> float | None:
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except (TypeError, ValueError):
+        return None  # an HTTP-date Retry-After: the caller's own backoff applies

@@ -3,11 +3,22 @@
 This is the machinery; controllers only supply handlers and reconcile functions
 (the kopf split). Objects are stored raw, or as whatever `transform` makes of them,
 so hot paths can keep slim records instead of whole objects.
+
+The loop is client-go's reflector: a list (from the API server's watch cache at the last
+resourceVersion seen, or, after 410 Gone, a paginated quorum list), then a watch with bookmarks
+and a jittered `timeoutSeconds`, re-watched from the last resourceVersion when the server ends
+it. Any failure (an error status, 410, 429, 5xx, a refused or dead connection, an undecodable
+line, a bug in a transform) backs off with jitter (longer when the server sends Retry-After),
+then lists again. A watch silent for longer than the bookmark interval is replaced by a new one
+from the same resourceVersion: on a dead connection the new request fails (and that failure
+backs off and lists again); on a live one it costs one request. client-go gets the same from
+HTTP/2 pings, which httpx does not send.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -15,12 +26,55 @@ from typing import Any, Generic, TypeVar
 
 import httpx
 
-from gangplugin.kube.client import JSON, ApiError, Client, Resource
+from gangplugin.kube.client import JSON, ApiError, Client, Resource, status_error
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Handler = Callable[[str, "T | None", "T | None"], None]  # (event type, old, new)
+
+
+#: client-go's minWatchTimeout: each watch asks for a random timeout in [1, 2) times it, so the
+#: watches of many replicas do not all end (and re-watch) at once.
+WATCH_TIMEOUT = 300.0
+#: The API server sends a watch a bookmark about every minute while its resource changes (a quiet
+#: resource's watch may stay silent for longer: etcd's progress notices come every 10 minutes).
+#: After this much silence the watch is made again, so a dead connection is noticed within about
+#: a minute, not the 330 s a read timeout past the watch timeout would take.
+READ_TIMEOUT = 70.0
+PAGE_SIZE = 500
+
+
+class Backoff:
+    """client-go's wait.Backoff for reflectors: 0.8 s doubling to 30 s, each delay stretched by a
+    random factor in [1, 2), starting over after 2 minutes without a failure (monotonic clock)."""
+
+    def __init__(
+        self,
+        initial: float = 0.8,
+        cap: float = 30.0,
+        reset_after: float = 120.0,
+        clock: Callable[[], float] = time.monotonic,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
+        self.initial, self.cap, self.reset_after, self.clock, self.rand = (
+            initial,
+            cap,
+            reset_after,
+            clock,
+            rand,
+        )
+        self._failures = 0
+        self._last: float | None = None
+
+    def next(self) -> float:
+        now = self.clock()
+        if self._last is not None and now - self._last >= self.reset_after:
+            self._failures = 0
+        self._last = now
+        delay = min(self.initial * 2.0**self._failures, self.cap)
+        self._failures += 1
+        return delay * (1.0 + self.rand())
 
 
 def object_key(obj: JSON) -> str:
@@ -41,6 +95,7 @@ class Informer(Generic[T]):
         namespace: str | None = None,
         label_selector: str | None = None,
         name: str | None = None,
+        backoff: Backoff | None = None,
     ) -> None:
         self._client = client
         self._resource = resource
@@ -52,6 +107,7 @@ class Informer(Generic[T]):
         self._handlers: list[Handler[T]] = []
         self._synced = threading.Event()
         self._stop = threading.Event()
+        self._backoff = backoff or Backoff()
         self._thread = threading.Thread(
             target=self._run, name=name or f"informer-{resource.plural}", daemon=True
         )
@@ -83,8 +139,17 @@ class Informer(Generic[T]):
             except Exception:  # a handler's bug must not stop the cache
                 log.exception("informer %s: handler failed on %s", self._resource.plural, kind)
 
-    def _relist(self) -> str:
-        listing = self._client.list(self._resource, self._namespace, label_selector=self._selector)
+    def _relist(self, resource_version: str | None) -> str:
+        # As client-go's reflector: a limit would send a list at a given resourceVersion to etcd
+        # (an exact read); without one the watch cache answers. "0" and quorum lists page.
+        paged = resource_version in (None, "0")
+        listing = self._client.list(
+            self._resource,
+            self._namespace,
+            label_selector=self._selector,
+            resource_version=resource_version,
+            limit=PAGE_SIZE if paged else None,
+        )
         fresh = {object_key(o): self._transform(o) for o in listing["items"]}
         with self._lock:
             old = self._store
@@ -99,36 +164,61 @@ class Informer(Generic[T]):
         return str(listing["metadata"].get("resourceVersion", ""))
 
     def _run(self) -> None:
-        backoff = 0.5
-        rv: str | None = None
+        rv: str | None = None  # the last resourceVersion seen, by list or watch
+        relist, quorum = True, False
         while not self._stop.is_set():
+            watching = False
             try:
-                if rv is None:
-                    rv = self._relist()
+                if relist:
+                    # From the watch cache ("0": any state; rv: not older than it) unless the
+                    # server said our resourceVersion is gone: then from etcd, in pages.
+                    rv = self._relist(None if quorum else rv or "0")
+                    relist = quorum = False
+                watching = True
                 for event in self._client.watch(
-                    self._resource, self._namespace, resource_version=rv, label_selector=self._selector
+                    self._resource,
+                    self._namespace,
+                    resource_version=rv,
+                    label_selector=self._selector,
+                    timeout_seconds=int(WATCH_TIMEOUT * (1.0 + random.random())),
+                    read_timeout=READ_TIMEOUT,
                 ):
                     if self._stop.is_set():
                         return
                     rv = self._apply(event, rv)
-                backoff = 0.5
-            except ApiError as err:
-                if err.status == 410:  # our resourceVersion is too old: start over
-                    rv = None
-                    continue
-                log.warning("informer %s: %s; retrying in %.1fs", self._resource.plural, err, backoff)
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, 30.0)
-            except (httpx.HTTPError, OSError) as err:
-                log.warning("informer %s: %s; retrying in %.1fs", self._resource.plural, err, backoff)
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, 30.0)
+                # The server ended the watch at its timeout: watch on from rv, no list.
+            except httpx.ReadTimeout as err:
+                if not watching:  # a list that does not answer: a failure like any other (relist holds)
+                    self._failed(err)
+                else:
+                    log.debug(
+                        "informer %s: silent for %gs; watching again", self._resource.plural, READ_TIMEOUT
+                    )
+            except Exception as err:  # every failure: back off, then list again
+                if self._stop.is_set():
+                    return
+                relist = True
+                quorum = isinstance(err, ApiError) and err.status == 410
+                self._failed(err)
+
+    def _failed(self, err: Exception) -> None:
+        """Wait out the backoff (or the server's Retry-After, if longer) before listing again."""
+        delay = self._backoff.next()
+        if isinstance(err, ApiError) and err.retry_after is not None:
+            delay = max(delay, err.retry_after)
+        log.warning(
+            "informer %s: %s: %s; listing again in %.1fs",
+            self._resource.plural,
+            type(err).__name__,
+            err,
+            delay,
+        )
+        self._stop.wait(delay)
 
     def _apply(self, event: JSON, rv: str | None) -> str | None:
         kind, obj = event.get("type"), event.get("object", {})
-        if kind == "ERROR":
-            code = obj.get("code", 500)
-            raise ApiError(int(code), obj.get("reason", ""), obj.get("message", ""))
+        if kind == "ERROR":  # a Status: 410 when our resourceVersion is too old, 429, 5xx...
+            raise status_error(obj)
         new_rv = obj.get("metadata", {}).get("resourceVersion", rv)
         if kind == "BOOKMARK":
             return str(new_rv)

@@ -4,7 +4,8 @@ One thread tries to acquire the Lease every retry period and, once it holds it, 
 retry period. Writes carry the resourceVersion read (optimistic concurrency): of two replicas
 writing at once, one gets 409 Conflict and simply has not acquired. `lost_reason` is checked by
 `gangplugin serve`'s main thread on its own clock, so a renewal stuck in a slow HTTP call cannot
-keep a replica acting past its renew deadline.
+keep a replica acting past its renew deadline. Deadlines run on the monotonic clock; the wall
+clock only stamps acquireTime and renewTime.
 """
 
 from __future__ import annotations
@@ -16,8 +17,6 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
-
-import httpx
 
 from gangplugin.core.leader import (
     JITTER,
@@ -93,10 +92,11 @@ class LeaderElector:
         identity: str,
         config: ElectionConfig,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.client, self.namespace, self.name, self.identity = client, namespace, name, identity
         self.config = config.validate()
-        self.clock = clock
+        self.clock, self.monotonic = clock, monotonic
         self.leading = threading.Event()
         self.holder: str | None = None  # who holds it, as last read
         self._observed: Observation | None = None
@@ -110,9 +110,10 @@ class LeaderElector:
     def try_acquire_or_renew(self) -> bool:
         """One try; True when this replica holds the Lease afterwards."""
         now = round(self.clock(), 6)  # MicroTime precision, so what we write reads back equal
+        mono = self.monotonic()  # before the calls: a slow write must not push the deadline out
         current = self.client.get_or_none(LEASES, self.name, self.namespace)
         lease = record_from_k8s(current) if current is not None else None
-        d = decide(lease, self._observed, self.identity, now, self.config)
+        d = decide(lease, self._observed, self.identity, now, self.config, mono)
         self._observed = d.observed
         if d.action is Action.WAIT:
             self.holder = lease.holder if lease else None
@@ -131,8 +132,8 @@ class LeaderElector:
             raise
         if not self.leading.is_set():
             log.info("lease %s: %s", self.lease, d.reason, extra={"identity": self.identity})
-        self._observed = Observation(d.record, now)
-        self._last_renewed = now
+        self._observed = Observation(d.record, mono)
+        self._last_renewed = mono
         self.holder = self.identity
         return True
 
@@ -140,14 +141,14 @@ class LeaderElector:
         """Why this replica must stop acting now (None while it may go on)."""
         if self._lost is not None:
             return self._lost
-        if self.leading.is_set() and lost(self._last_renewed, self.clock(), self.config):
+        if self.leading.is_set() and lost(self._last_renewed, self.monotonic(), self.config):
             return f"lease {self.lease} not renewed within {self.config.renew_deadline:g}s"
         return None
 
     def _try(self) -> bool:
         try:
             return self.try_acquire_or_renew()
-        except (ApiError, httpx.HTTPError, OSError) as err:
+        except Exception as err:  # any failure is a failed try; lost_reason judges the deadline
             log.warning("lease %s: %s", self.lease, err)
             return False
 
@@ -185,7 +186,7 @@ class LeaderElector:
                 body = lease_to_k8s(freed, self.namespace, self.name, current)
                 self.client.request("PUT", LEASES.path(self.namespace, self.name), body=body)
                 log.info("lease %s released", self.lease)
-        except (ApiError, httpx.HTTPError, OSError) as err:
+        except Exception as err:
             log.warning("lease %s: could not release: %s", self.lease, err)
 
 

@@ -26,7 +26,10 @@ def up(sample: bool) -> None:
     cluster.up()
     if sample:
         run_sample(cluster)
-    click.echo(f"\nkubectl works against the cluster with:\n  export KUBECONFIG={cluster.kubeconfig}")
+    click.echo(
+        f"\nkubectl and gangctl work against the cluster with:\n  export KUBECONFIG={cluster.kubeconfig}\n"
+        "  gangctl get gangs -A"
+    )
 
 
 @cli.command()

@@ -27,9 +27,10 @@ from typing import Any
 import httpx
 import yaml
 
+from gangplugin.core.names import GRPC_EXTENSION
 from gangplugin.kube.client import NODES, ApiError, Client, Resource
+from gangplugin.kube.shape import nodes_from_shape
 from gangplugin.localcluster.pki import CertificateAuthority, service_account_keys
-from gangplugin.localcluster.shape import nodes_from_shape
 
 REPO = Path(__file__).resolve().parents[2]
 FIELD_MANAGER = "gangplugin-localcluster"
@@ -133,6 +134,11 @@ class Ports:
     def gangplugin_grpc(self) -> int:
         return self.base + 613
 
+    @property
+    def gangplugin_grpc_mtls(self) -> int:
+        """Replica 1's gRPC port for client-certificate callers (kubectl's admin user)."""
+        return self.base + 609
+
     def gangplugin_replica(self, n: int) -> tuple[int, int, int]:
         """Health, gRPC and webhook ports of `gangplugin serve` replica n (1 has the ones above).
         Replicas share the extender's port: only the leader binds it, as a Service would pick
@@ -160,6 +166,7 @@ class Ports:
             "gangplugin extender": self.gangplugin_extender,
             "gangplugin webhook": self.gangplugin_webhook,
             "gangplugin grpc": self.gangplugin_grpc,
+            "gangplugin grpc mtls": self.gangplugin_grpc_mtls,
         }
 
 
@@ -216,6 +223,9 @@ class LocalCluster:
         ).resolve()
         self.ports = ports or Ports(int(os.environ.get("GANGPLUGIN_PORT_BASE", "21000")))
         self.pki_dir = self.state_dir / "pki"
+        # The CA of the extender's only client, kube-scheduler: it signs nothing else, so the
+        # extender (--extender-client-ca) answers no other certificate of the cluster.
+        self.extender_clients_dir = self.pki_dir / "extender-clients"
         self.log_dir = self.state_dir / "logs"
         self.kubeconfig = self.state_dir / "kubeconfig"
         self.state_file = self.state_dir / "state.json"
@@ -373,6 +383,7 @@ class LocalCluster:
 
     def _write_pki_and_kubeconfig(self) -> None:
         ca = CertificateAuthority(self.pki_dir)
+        grpc, grpc_mtls = self.ports.gangplugin_grpc, self.ports.gangplugin_grpc_mtls
         ca.issue(
             "apiserver",
             common_name="kube-apiserver",
@@ -388,6 +399,10 @@ class LocalCluster:
         )
         ca.issue("admin", common_name="kubernetes-admin", organization="system:masters", client=True)
         ca.issue("webhook", common_name="gangplugin-local-webhooks", hosts=("127.0.0.1", "localhost"))
+        clients = CertificateAuthority(
+            self.extender_clients_dir, common_name="gangplugin-local-extender-clients"
+        )
+        clients.issue("kube-scheduler", common_name="kube-scheduler", client=True)
         service_account_keys(self.pki_dir)
         # Kueue expects tls.crt/tls.key in its certDir, and (with its own certificate
         # management off) its metrics certificate at a fixed path.
@@ -411,6 +426,17 @@ class LocalCluster:
                     "cluster": {
                         "server": f"https://127.0.0.1:{self.ports.apiserver}",
                         "certificate-authority": str(ca.cert_path),
+                        # Where gangctl finds gangplugin's gRPC API (README: Credentials).
+                        "extensions": [
+                            {
+                                "name": GRPC_EXTENSION,
+                                "extension": {
+                                    "server": f"127.0.0.1:{grpc}",
+                                    "client-certificate-server": f"127.0.0.1:{grpc_mtls}",
+                                    "certificate-authority": str(ca.cert_path),
+                                },
+                            }
+                        ],
                     },
                 }
             ],
@@ -511,16 +537,27 @@ class LocalCluster:
             health=lambda: self._https_ok(p.controller_manager, "/healthz", client_cert=False),
         )
 
+    def extender_tls_config(self) -> dict[str, str]:
+        """kube-scheduler's extender tlsConfig: the CA of the extender's serving certificate,
+        and the client certificate the extender asks for (mutual TLS)."""
+        client = self.extender_clients_dir
+        return {
+            "caFile": str(self.pki_dir / "ca.crt"),
+            "certFile": str(client / "kube-scheduler.crt"),
+            "keyFile": str(client / "kube-scheduler.key"),
+        }
+
     def _scheduler(self, *, extender: bool = True) -> Component:
         """kube-scheduler with deploy/scheduler/local.yaml: the gangplugin extender on
-        Ports.gangplugin_extender over HTTPS (the cluster CA); `extender=False` drops it."""
+        Ports.gangplugin_extender over mutual TLS (`extender_tls_config`); `extender=False`
+        drops it."""
         p = self.ports
         config = self.state_dir / "scheduler-config.yaml"
         cfg = yaml.safe_load((REPO / "deploy" / "scheduler" / "local.yaml").read_text())
         cfg["clientConnection"]["kubeconfig"] = str(self.kubeconfig)
         for ext in cfg["extenders"]:
             ext["urlPrefix"] = f"https://127.0.0.1:{p.gangplugin_extender}"
-            ext["tlsConfig"]["caFile"] = str(self.pki_dir / "ca.crt")
+            ext["tlsConfig"] = self.extender_tls_config()
         if not extender:
             del cfg["extenders"]
         config.write_text(yaml.safe_dump(cfg, sort_keys=False))
@@ -611,7 +648,7 @@ class LocalCluster:
             ),
         )
 
-    def _gangplugin(self, replica: int = 1) -> Component | None:
+    def _gangplugin(self, replica: int = 1, extra: tuple[str, ...] = ()) -> Component | None:
         """`gangplugin serve` (the console script, as a user runs it) with every registered
         component (or GANGPLUGIN_COMPONENTS). Replica 1 is the one `up` starts and waits to lead;
         `restart("gangplugin-2")` starts a second one, a follower until the first is gone."""
@@ -644,12 +681,22 @@ class LocalCluster:
                 f"--grpc-bind=127.0.0.1:{grpc}",
                 f"--grpc-tls-cert={self.pki_dir / 'webhook.crt'}",
                 f"--grpc-tls-key={self.pki_dir / 'webhook.key'}",
+                *(
+                    [
+                        f"--grpc-mtls-bind=127.0.0.1:{p.gangplugin_grpc_mtls}",
+                        f"--grpc-client-ca={self.pki_dir / 'ca.crt'}",
+                    ]
+                    if replica == 1
+                    else []
+                ),
                 f"--extender-bind=127.0.0.1:{p.gangplugin_extender}",
                 f"--extender-tls-cert={self.pki_dir / 'webhook.crt'}",
                 f"--extender-tls-key={self.pki_dir / 'webhook.key'}",
+                f"--extender-client-ca={self.extender_clients_dir / 'ca.crt'}",
                 f"--webhook-bind=127.0.0.1:{webhook}",
                 f"--webhook-tls-cert={self.pki_dir / 'webhook.crt'}",
                 f"--webhook-tls-key={self.pki_dir / 'webhook.key'}",
+                *extra,
             ],
             health=ready,
         )
@@ -666,13 +713,22 @@ class LocalCluster:
                 time.sleep(0.1)
         self._write_state()
 
-    def restart(self, name: str, *, kill: signal.Signals = signal.SIGKILL, extender: bool = True) -> None:
-        """Kill one running process ("gangplugin", "gangplugin-<n>" or "kube-scheduler") and start
-        it again (or start it, if it was not running); `extender` chooses kube-scheduler's
-        configuration (tests and benchmarks use this)."""
+    def restart(
+        self,
+        name: str,
+        *,
+        kill: signal.Signals = signal.SIGKILL,
+        extender: bool = True,
+        args: tuple[str, ...] = (),
+    ) -> None:
+        """Kill one running process ("gangplugin", "gangplugin-<n>", "kube-scheduler" or
+        "kube-apiserver") and start it again (or start it, if it was not running); `extender`
+        chooses kube-scheduler's configuration, `args` are more `gangplugin serve` flags (tests
+        and benchmarks use these)."""
         components: dict[str, Callable[[], Component | None]] = {
-            "gangplugin": self._gangplugin,
+            "gangplugin": lambda: self._gangplugin(1, args),
             "kube-scheduler": lambda: self._scheduler(extender=extender),
+            "kube-apiserver": self._apiserver,
         }
         if name.startswith("gangplugin-"):
             components[name] = lambda: self._gangplugin(int(name.removeprefix("gangplugin-")))

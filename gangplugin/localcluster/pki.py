@@ -1,4 +1,4 @@
-"""Certificates for the local cluster: one CA, serving and client certificates signed by it."""
+"""Certificates for the local cluster: CAs, and serving and client certificates signed by them."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def _name(cn: str, org: str | None = None) -> x509.Name:
 class CertificateAuthority:
     """A CA kept as two PEM files; `issue` writes a leaf certificate and key beside it."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, common_name: str = "gangplugin-local-ca") -> None:
         self.directory = directory
         self.cert_path = directory / "ca.crt"
         self.key_path = directory / "ca.key"
@@ -50,8 +50,8 @@ class CertificateAuthority:
         now = dt.datetime.now(dt.UTC)
         self._cert = (
             x509.CertificateBuilder()
-            .subject_name(_name("gangplugin-local-ca"))
-            .issuer_name(_name("gangplugin-local-ca"))
+            .subject_name(_name(common_name))
+            .issuer_name(_name(common_name))
             .public_key(self._key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - dt.timedelta(minutes=5))

@@ -19,6 +19,7 @@ from gangplugin.core.durations import parse_duration
 from gangplugin.core.errors import InputError
 from gangplugin.core.leader import ElectionConfig
 from gangplugin.kube.client import Client
+from gangplugin.kube.config import ConfigError
 from gangplugin.runtime.components import Runtime
 from gangplugin.server import logs
 from gangplugin.server.health import serve_health, tls_context
@@ -63,7 +64,12 @@ def cli() -> None:
 
 
 @cli.command()
-@click.option("--kubeconfig", envvar="KUBECONFIG", default=None, help="Kubeconfig; in-cluster when unset.")
+@click.option(
+    "--kubeconfig",
+    envvar="KUBECONFIG",
+    default=None,
+    help="Kubeconfig file(s), several joined with ':' and merged as kubectl does; in-cluster when unset.",
+)
 @click.option(
     "--components",
     default=",".join(COMPONENTS) or "",
@@ -109,9 +115,27 @@ def cli() -> None:
 @click.option("--grpc-bind", default="0.0.0.0:8090", show_default=True, help="Where the gRPC API listens.")
 @click.option("--grpc-tls-cert", default=None, help="gRPC serving certificate (PEM); plain text when unset.")
 @click.option("--grpc-tls-key", default=None, help="Key of --grpc-tls-cert.")
+@click.option(
+    "--grpc-mtls-bind",
+    default=None,
+    help="Also listen here for callers with a client certificate (kubectl's client-certificate users).",
+)
+@click.option(
+    "--grpc-client-ca",
+    default=None,
+    help="CA of those client certificates: the API server's --client-ca-file.",
+)
 @click.option("--extender-bind", default="0.0.0.0:8443", show_default=True, help="Extender's address.")
 @click.option("--extender-tls-cert", default=None, help="Serving certificate (PEM); plain HTTP when unset.")
 @click.option("--extender-tls-key", default=None, help="Key of --extender-tls-cert.")
+@click.option(
+    "--extender-client-ca",
+    default=None,
+    type=click.Path(exists=True, dir_okay=False),
+    help="CA (PEM) of the only callers the extender answers: mutual TLS, a client without a "
+    "certificate it signed is refused in the handshake. Give it a CA that signs only "
+    "kube-scheduler's client certificate (its extender tlsConfig certFile/keyFile).",
+)
 @click.option(
     "--extender-barrier-timeout",
     default=60.0,
@@ -145,9 +169,12 @@ def serve(
     grpc_bind: str,
     grpc_tls_cert: str | None,
     grpc_tls_key: str | None,
+    grpc_mtls_bind: str | None,
+    grpc_client_ca: str | None,
     extender_bind: str,
     extender_tls_cert: str | None,
     extender_tls_key: str | None,
+    extender_client_ca: str | None,
     extender_barrier_timeout: float,
     extender_spares_per_ultraserver: int,
     webhook_bind: str,
@@ -171,6 +198,11 @@ def serve(
     ):
         if (cert is None) != (key is None):
             raise click.BadParameter("give both or neither", param_hint=f"--{flag}-tls-cert/--{flag}-tls-key")
+    if extender_client_ca and not extender_tls_cert:
+        raise click.BadParameter(
+            "needs --extender-tls-cert/--extender-tls-key: client certificates are checked in TLS",
+            param_hint="--extender-client-ca",
+        )
     election = None
     if leader_elect:
         try:
@@ -188,7 +220,10 @@ def serve(
             config,
             os.environ.get("POD_NAME") or None,
         )
-    runtime = Runtime(Client.from_kubeconfig(kubeconfig))
+    try:
+        runtime = Runtime(Client.from_kubeconfig(kubeconfig))
+    except ConfigError as err:
+        raise click.ClickException(str(err)) from None
     modules = {c: importlib.import_module(COMPONENTS[c]) for c in wanted}
     server = Server(runtime, modules, election)
     tls = tls_context(health_tls_cert, health_tls_key)
@@ -198,11 +233,12 @@ def serve(
 
         configure(
             ExtenderSettings(
-                extender_bind,
-                extender_tls_cert,
-                extender_tls_key,
-                extender_barrier_timeout,
-                extender_spares_per_ultraserver,
+                bind=extender_bind,
+                tls_cert=extender_tls_cert,
+                tls_key=extender_tls_key,
+                client_ca=extender_client_ca,
+                barrier_timeout=extender_barrier_timeout,
+                spares_per_ultraserver=extender_spares_per_ultraserver,
             )
         )
     if "webhook" in wanted:
@@ -213,7 +249,10 @@ def serve(
     if "api" in wanted:
         from gangplugin.api.component import configure as configure_api
 
-        configure_api(grpc_bind, grpc_tls_cert, grpc_tls_key)
+        try:
+            configure_api(grpc_bind, grpc_tls_cert, grpc_tls_key, grpc_mtls_bind, grpc_client_ca)
+        except ValueError as err:
+            raise click.BadParameter(str(err), param_hint="--grpc-mtls-bind") from None
 
     def _stop(signum: int, _frame: FrameType | None) -> None:
         runtime.stop.set()

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-from gangplugin.kube.client import PODS, WORKLOADS, Client, Resource
+from gangplugin.kube.client import PODS, WORKLOADS, ApiError, Client, Resource
+from gangplugin.kube.resources import ADMISSION_CHECKS, GANG_POLICIES
 
 T = TypeVar("T")
 
 RESOURCE_FLAVORS = Resource("kueue.x-k8s.io/v1beta2", "resourceflavors", namespaced=False)
+CLUSTER_QUEUES = Resource("kueue.x-k8s.io/v1beta2", "clusterqueues", namespaced=False)
+GB200 = "ml.p6e-gb200.36xlarge"
 
 
 def unique(prefix: str) -> str:
@@ -95,7 +99,6 @@ def queue_objects(
     name: str, namespace: str, gpu_quota: int, instance_type: str, stop_policy: str = "None"
 ) -> list[tuple[Resource, dict[str, Any]]]:
     """A ResourceFlavor, a ClusterQueue with `gpu_quota` GPUs and a LocalQueue, all named `name`."""
-    cq_res = Resource("kueue.x-k8s.io/v1beta2", "clusterqueues", namespaced=False)
     lq_res = Resource("kueue.x-k8s.io/v1beta2", "localqueues")
     flavor = {
         "apiVersion": "kueue.x-k8s.io/v1beta2",
@@ -133,7 +136,58 @@ def queue_objects(
         "metadata": {"name": name, "namespace": namespace},
         "spec": {"clusterQueue": name},
     }
-    return [(RESOURCE_FLAVORS, flavor), (cq_res, cq), (lq_res, lq)]
+    return [(RESOURCE_FLAVORS, flavor), (CLUSTER_QUEUES, cq), (lq_res, lq)]
+
+
+@contextlib.contextmanager
+def gang_queues(client: Client, namespace: str) -> Iterator[Callable[..., str]]:
+    """Yields `make(gpu_quota=288, **policy_spec)` -> the name of a new GangPolicy, its
+    AdmissionCheck, and a GB200 ResourceFlavor, ClusterQueue (Active, requiring the check) and
+    LocalQueue; deletes the cluster-scoped ones afterwards."""
+    made: list[tuple[Any, str]] = []
+
+    def make(gpu_quota: int = 288, **spec: Any) -> str:
+        name = unique("gq")
+        client.create(
+            GANG_POLICIES,
+            {
+                "apiVersion": "gangplugin.io/v1alpha1",
+                "kind": "GangPolicy",
+                "metadata": {"name": name},
+                "spec": spec,
+            },
+        )
+        made.append((GANG_POLICIES, name))
+        client.create(
+            ADMISSION_CHECKS,
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "AdmissionCheck",
+                "metadata": {"name": name},
+                "spec": {
+                    "controllerName": "gangplugin.io/gang",
+                    "parameters": {"apiGroup": "gangplugin.io", "kind": "GangPolicy", "name": name},
+                },
+            },
+        )
+        made.append((ADMISSION_CHECKS, name))
+        for res, obj in queue_objects(name, namespace, gpu_quota, GB200):
+            if obj["kind"] == "ClusterQueue":
+                obj["spec"]["admissionChecksStrategy"] = {"admissionChecks": [{"name": name}]}
+            client.create(res, obj)
+            if not res.namespaced:
+                made.append((res, name))
+        wait_for(
+            lambda: is_true(client.get(CLUSTER_QUEUES, name), "Active"), 60, f"ClusterQueue {name} Active"
+        )
+        return name
+
+    try:
+        yield make
+    finally:
+        for res, name in reversed(made):
+            with contextlib.suppress(ApiError):
+                client.delete(res, name)
 
 
 def pod_group_member(

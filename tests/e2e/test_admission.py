@@ -10,7 +10,6 @@ Ready condition False, which the node lifecycle controller acts on as for a dead
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import time
 from collections.abc import Iterator
@@ -22,23 +21,22 @@ import yaml
 
 from gangplugin.core.names import GANG_LABEL, GANG_SIZE_ANNOTATION
 from gangplugin.kube.client import EVENTS, JOBS, NODES, PODS, WORKLOADS, ApiError, Client, Resource
-from gangplugin.kube.resources import ADMISSION_CHECKS, GANG_POLICIES, TOPOLOGIES
+from gangplugin.kube.resources import GANG_POLICIES, TOPOLOGIES
 from gangplugin.localcluster.cluster import REPO
 from tests.e2e.conftest import E2ECluster, e2e_local_cluster
 from tests.e2e.kube import (
     condition,
+    gang_queues,
     gpu_job,
     is_true,
     job_pods,
     pod_group_member,
-    queue_objects,
     unique,
     wait_for,
     workload_of,
 )
 
 US = "topology.k8s.aws/ultraserver-id"
-GB200 = "ml.p6e-gb200.36xlarge"
 NEVER_READY = "gangplugin.io/e2e-never-ready"
 NOT_READY_NODE = "gangplugin.io/e2e-not-ready"
 
@@ -46,47 +44,8 @@ NOT_READY_NODE = "gangplugin.io/e2e-not-ready"
 @pytest.fixture
 def gang_queue(cluster: E2ECluster, namespace: str) -> Iterator[Any]:
     """Make `queue(**policy_spec)` -> LocalQueue name; deletes what it made afterwards."""
-    client = cluster.client
-    made: list[tuple[Any, str]] = []
-
-    def make(gpu_quota: int = 288, **spec: Any) -> str:
-        name = unique("gq")
-        client.create(
-            GANG_POLICIES,
-            {
-                "apiVersion": "gangplugin.io/v1alpha1",
-                "kind": "GangPolicy",
-                "metadata": {"name": name},
-                "spec": spec,
-            },
-        )
-        client.create(
-            ADMISSION_CHECKS,
-            {
-                "apiVersion": "kueue.x-k8s.io/v1beta2",
-                "kind": "AdmissionCheck",
-                "metadata": {"name": name},
-                "spec": {
-                    "controllerName": "gangplugin.io/gang",
-                    "parameters": {"apiGroup": "gangplugin.io", "kind": "GangPolicy", "name": name},
-                },
-            },
-        )
-        made.extend([(GANG_POLICIES, name), (ADMISSION_CHECKS, name)])
-        for res, obj in queue_objects(name, namespace, gpu_quota, GB200):
-            if obj["kind"] == "ClusterQueue":
-                obj["spec"]["admissionChecksStrategy"] = {"admissionChecks": [{"name": name}]}
-            client.create(res, obj)
-            if not res.namespaced:
-                made.append((res, name))
-        cq_res = next(r for r, o in queue_objects(name, namespace, 1, GB200) if o["kind"] == "ClusterQueue")
-        wait_for(lambda: is_true(client.get(cq_res, name), "Active"), 60, f"ClusterQueue {name} Active")
-        return name
-
-    yield make
-    for res, name in reversed(made):
-        with contextlib.suppress(ApiError):
-            client.delete(res, name)
+    with gang_queues(cluster.client, namespace) as make:
+        yield make
 
 
 def submit(

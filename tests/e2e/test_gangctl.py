@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from gangplugin.kube.client import JOBS
 from tests.e2e import grpcauth
 from tests.e2e.conftest import E2ECluster
@@ -105,3 +107,99 @@ def test_get_explain_and_wait_on_live_gangs(cluster: E2ECluster, namespace: str,
     assert code == 1 and "not reachable at --server 127.0.0.1:1" in err and "port-forward" in err
     code, _, err = gangctl(cluster, token, "explain", "", "-n", namespace)
     assert code == 2 and err.strip() == "error: name: is required"
+
+
+def _bare_gangctl(kubeconfig: str, *args: str, **env: str) -> tuple[int, str, str]:
+    """gangctl as a kubectl user runs it: a kubeconfig and nothing else."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("GANGCTL_", "GRPC_"))}
+    done = subprocess.run(
+        [GANGCTL, *args],
+        env={**clean, "KUBECONFIG": kubeconfig, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    return done.returncode, done.stdout, done.stderr
+
+
+def test_the_kubeconfig_alone_is_enough(cluster: E2ECluster, namespace: str, gang_queue: Any) -> None:  # noqa: F811
+    """The local cluster's kubeconfig (a client-certificate admin, and the gangplugin.io/grpc
+    extension `up` writes): no server, CA or token settings."""
+    assert cluster.local, "the kubeconfig of a cluster KUBECONFIG names may lack the extension"
+    client = cluster.client
+    job = unique("kc")
+    client.create(JOBS, gpu_job(job, namespace, gang_queue(), pods=2, gpus=4))
+    name = wait_for(lambda: workload_of(client, namespace, job), 60, "the Workload")["metadata"]["name"]
+    code, out, err = _bare_gangctl(str(cluster.kubeconfig), "get", "gangs", "-A", "-o", "json")
+    assert code == 0, err
+    assert (namespace, name) in {(g["namespace"], g["name"]) for g in json.loads(out)["gangs"]}
+    code, out, err = _bare_gangctl(str(cluster.kubeconfig), "explain", name, "-n", namespace)
+    assert code == 0 and f"{namespace}/{name}" in out, err
+    code, out, err = _bare_gangctl(
+        str(cluster.kubeconfig), "wait", name, "-n", namespace, "--for", "ready", "--timeout", "2m"
+    )
+    assert code == 0 and out.splitlines()[-1].startswith(f"gang {namespace}/{name} is ready"), err
+
+
+def test_an_exec_plugin_user_in_a_merged_kubeconfig(
+    cluster: E2ECluster, namespace: str, tmp_path: Path
+) -> None:
+    """KUBECONFIG=mine:cluster's: my file has a user whose exec plugin prints a ServiceAccount's
+    token (as `aws eks get-token` prints an EKS one) and a context on the cluster the other file
+    names. RBAC then decides for that identity, and refusals are one readable line."""
+    assert cluster.local, "uses the extension the local cluster's kubeconfig carries"
+    client = cluster.client
+    grpcauth.grant(
+        client,
+        namespace,
+        "viewer",
+        [{"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["get", "list", "watch"]}],
+    )
+    token = tmp_path / "token"
+    token.write_text(grpcauth.service_account_token(client, namespace, "viewer"))
+    plugin = tmp_path / "plugin.py"
+    plugin.write_text(
+        "import json, pathlib\n"
+        "print(json.dumps({'apiVersion': 'client.authentication.k8s.io/v1beta1', 'kind': 'ExecCredential',"
+        f" 'status': {{'token': pathlib.Path({str(token)!r}).read_text().strip()}}}}))\n"
+    )
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "viewer",
+                "contexts": [
+                    {"name": "viewer", "context": {"cluster": "gangplugin-local", "user": "viewer"}}
+                ],
+                "users": [
+                    {
+                        "name": "viewer",
+                        "user": {
+                            "exec": {
+                                "apiVersion": "client.authentication.k8s.io/v1beta1",
+                                "command": sys.executable,
+                                "args": [str(plugin)],
+                                "interactiveMode": "Never",
+                            }
+                        },
+                    }
+                ],
+            }
+        )
+    )
+    merged = f"{mine}:{cluster.kubeconfig}"
+    code, out, err = _bare_gangctl(merged, "get", "gangs", "-n", namespace, "-o", "json")
+    assert code == 0 and json.loads(out) == {"gangs": []}, err
+    code, _, err = _bare_gangctl(merged, "get", "gangs", "-A")
+    assert code == 1 and "PERMISSION_DENIED" in err and f"system:serviceaccount:{namespace}:viewer" in err
+    # The token sent to the port that wants a client certificate: a failed handshake, said in
+    # gangctl's words only (no gRPC C-core log line).
+    mtls = yaml.safe_load(cluster.kubeconfig.read_text())["clusters"][0]["cluster"]["extensions"][0]
+    code, _, err = _bare_gangctl(
+        merged, "get", "gangs", "-n", namespace, GANGCTL_SERVER=mtls["extension"]["client-certificate-server"]
+    )
+    assert code == 1 and err.startswith("error: UNAVAILABLE"), err
+    assert ".cc:" not in err and len(err.strip().splitlines()) <= 3, err

@@ -7,8 +7,8 @@ from collections import Counter
 
 import yaml
 
+from gangplugin.kube.shape import NETWORK_LAYERS, ULTRASERVER, nodes_from_shape
 from gangplugin.localcluster.cluster import REPO
-from gangplugin.localcluster.shape import NETWORK_LAYERS, ULTRASERVER, nodes_from_shape
 
 
 def _nodes() -> list[dict]:

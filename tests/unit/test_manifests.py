@@ -98,6 +98,9 @@ def test_base_has_every_part_of_the_install() -> None:
         ("PodDisruptionBudget", "gangplugin"),
         ("Issuer", "gangplugin-ca"),
         ("Certificate", "gangplugin-serving"),
+        ("Issuer", "gangplugin-extender-client-ca"),
+        ("Certificate", "gangplugin-scheduler-client"),
+        ("NetworkPolicy", "gangplugin"),
         ("ValidatingWebhookConfiguration", "gangplugin"),
         ("Service", "gangplugin-webhook"),
     ]:
@@ -262,6 +265,63 @@ def test_scheduler_runs_in_cluster_yaml_against_the_extender_service() -> None:
     assert role["rules"][0]["resourceNames"] == [lease["resourceName"]]
 
 
+def _mounted_secret(deployment: str, path: str) -> dict[str, Any]:
+    """The secret volume mounted (in the first container) at `path`'s folder."""
+    spec = pod_spec(deployment)
+    mounts = {m["mountPath"]: m["name"] for m in spec["containers"][0]["volumeMounts"]}
+    volume = next(v for v in spec["volumes"] if v["name"] == mounts[str(Path(path).parent)])
+    secret: dict[str, Any] = volume["secret"]
+    return secret
+
+
+def test_only_the_scheduler_can_call_the_extender() -> None:
+    """Mutual TLS: the scheduler presents the client certificate of a CA that signs nothing
+    else, and the extender trusts only that CA; a NetworkPolicy admits only the scheduler's
+    pods to the extender port."""
+    tls = scheduler_config()["extenders"][0]["tlsConfig"]
+    client_cert = find("Certificate", "gangplugin-scheduler-client")["spec"]
+    assert "client auth" in client_cert["usages"]
+    for key in ("certFile", "keyFile"):
+        secret = _mounted_secret("gangplugin-scheduler", tls[key])
+        assert secret["secretName"] == client_cert["secretName"]
+        item = {"tls.crt": "certFile", "tls.key": "keyFile"}
+        assert {"key": next(k for k, v in item.items() if v == key), "path": Path(tls[key]).name} in secret[
+            "items"
+        ]
+    issuer = find("Issuer", client_cert["issuerRef"]["name"])
+    ca_secret = issuer["spec"]["ca"]["secretName"]
+    signed_by_it = [
+        o["metadata"]["name"]
+        for o in render()
+        if o["kind"] == "Certificate" and o["spec"]["issuerRef"]["name"] == issuer["metadata"]["name"]
+    ]
+    assert signed_by_it == ["gangplugin-scheduler-client"], "the client CA signs only the scheduler"
+    assert ca_secret != find("Certificate", "gangplugin-serving")["spec"]["secretName"]
+    args = pod_spec("gangplugin")["containers"][0]["args"]
+    client_ca = next(a.split("=", 1)[1] for a in args if a.startswith("--extender-client-ca="))
+    secret = _mounted_secret("gangplugin", client_ca)
+    assert secret["secretName"] == ca_secret
+    assert secret["items"] == [{"key": "ca.crt", "path": Path(client_ca).name}], "the CA's key stays out"
+
+    policy = find("NetworkPolicy", "gangplugin")["spec"]
+    labels = find("Deployment", "gangplugin")["spec"]["template"]["metadata"]["labels"]
+    assert policy["podSelector"]["matchLabels"].items() <= labels.items()
+    assert policy["policyTypes"] == ["Ingress"]
+    ports = {p["name"] for p in pod_spec("gangplugin")["containers"][0]["ports"]}
+    scheduler_labels = find("Deployment", "gangplugin-scheduler")["spec"]["template"]["metadata"]["labels"]
+    for rule in policy["ingress"]:
+        named = {p["port"] for p in rule["ports"]}
+        assert named <= ports
+        if "extender" in named:
+            assert named == {"extender"}
+            [source] = rule["from"]
+            assert set(source) == {"podSelector"}  # this namespace only
+            assert source["podSelector"]["matchLabels"].items() <= scheduler_labels.items()
+    assert sum("extender" in {p["port"] for p in r["ports"]} for r in policy["ingress"]) == 1
+    opened = set().union(*({p["port"] for p in r["ports"]} for r in policy["ingress"]))
+    assert opened == ports, "every other port stays reachable (API server, kubelet, gangctl)"
+
+
 def test_images_match_the_pinned_versions() -> None:
     versions = dict(
         line.split("=", 1)
@@ -287,8 +347,8 @@ def test_dockerfile_builds_a_non_root_image_with_generated_grpc_code() -> None:
     assert "gangplugin/api/gen/" in ignored, "generated code is built in the image, never copied"
 
 
-def test_make_image_without_docker_says_what_to_do(tmp_path: Path) -> None:
-    # A PATH with only what the recipe needs besides docker.
+def test_make_image_without_an_engine_says_what_to_do(tmp_path: Path) -> None:
+    # A PATH with only what the recipe needs besides docker and podman.
     for tool in ("sed", "bash"):
         found = shutil.which(tool)
         assert found, tool
@@ -304,7 +364,8 @@ def test_make_image_without_docker_says_what_to_do(tmp_path: Path) -> None:
         check=False,
     )
     assert out.returncode != 0
-    assert "docker is not installed" in out.stderr and "podman build -t gangplugin:" in out.stderr
+    assert "no Docker engine answers (docker info) and podman is not installed" in out.stderr, out.stderr
+    assert "apt-get install podman runc" in out.stderr, out.stderr
 
 
 def test_the_webhook_is_served_by_gangplugin_with_the_serving_certificate() -> None:

@@ -94,7 +94,7 @@ def assumed(name: str, count: int, us: str, view: CapacityView, levels: tuple[st
     with view.locked():
         placement = place(view.snapshot(levels, []), g, PlacementPolicy())
     assert placement.feasible
-    return Assumed("41", True, ("fp", ()), "ns", g, placement)
+    return Assumed("41", True, ("fp", ()), "ns", g, placement, PlacementPolicy())
 
 
 def test_an_admission_not_yet_in_the_cache_stays_charged_in_every_level_order() -> None:
@@ -123,3 +123,30 @@ def test_an_assumed_admission_becomes_a_promise_without_being_charged_twice() ->
         view.forget("ns/g1")
     p = Promise("ns/g1", ("fp", ()), "ns", lambda: gang("g1", 2, "us-1"), PlacementPolicy())
     assert free_gpus(view, [p]) == 4
+
+
+def test_a_promise_where_another_gangs_pods_bound_is_placed_again() -> None:
+    """Gangs A and B are promised two nodes each in us-1 (4 nodes); kube-scheduler binds A's
+    pods onto the nodes B's promise sat on. B's promise moves to the nodes A's promise held:
+    us-1 stays full, and no third gang can be promised into it."""
+    nodes = [node(f"a{i}", "us-1") for i in range(4)] + [node(f"b{i}", "us-2") for i in range(2)]
+    pods: list[dict[str, Any]] = []
+    view = CapacityView(lambda: nodes, lambda: pods)
+
+    def promise_of(name: str, bound: int) -> Promise:
+        def unbound() -> Gang:  # what is left to promise once `bound` pods are bound
+            return gang(name, 2 - bound, "us-1") if bound < 2 else Gang((), name)
+
+        return Promise(f"ns/{name}", ("us-1", bound), "ns", unbound, PlacementPolicy())
+
+    a, b = promise_of("a", 0), promise_of("b", 0)
+    with view.locked():
+        snap = view.snapshot(LEVELS, [a, b])
+        on = {snap.nodes[snap.node_of("ns", f"~promised/b/main/{i}")].name for i in range(2)}  # type: ignore[union-attr, index]
+    for i, n in enumerate(sorted(on)):  # A's real pods bind where B's promise sat
+        view.on_pod("ADDED", None, pod(f"a-{i}", n))
+    assert free_gpus(view, [promise_of("a", 2), b]) == 8  # us-1 full; us-2's 8 GPUs free
+    with view.locked():
+        snap = view.snapshot(LEVELS, [promise_of("a", 2), b])
+        assert not any(snap.overcommitted(i) for i in snap.live_node_ids())
+        assert not place(snap, gang("c", 1, "us-1"), PlacementPolicy()).feasible

@@ -4,13 +4,27 @@ SubjectAccessReview themselves run against the real API server in tests/e2e/test
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import grpc
+import httpx
+import orjson
 import pytest
 
-from gangplugin.api.auth import OPEN_PREFIXES, RULES, Authorizer, Denied, bearer_token
+from gangplugin.api.auth import (
+    OPEN_PREFIXES,
+    RULES,
+    Authorizer,
+    Denied,
+    Identity,
+    bearer_token,
+    certificate_identity,
+)
 from gangplugin.api.component import SERVICE_NAMES
 from gangplugin.api.proto import gangs_pb2, plans_pb2
 from gangplugin.kube.client import Client
+from gangplugin.localcluster.pki import CertificateAuthority
 
 
 def all_methods() -> list[str]:
@@ -75,3 +89,27 @@ def test_checks_before_any_review() -> None:
     with pytest.raises(Denied) as err:  # the API server cannot be reached: retryable
         auth.check("/gangplugin.v1.GangService/ListGangs", [("authorization", "Bearer t")], request)
     assert err.value.code == grpc.StatusCode.UNAVAILABLE
+
+
+def test_a_client_certificate_names_the_caller_as_the_api_server_reads_it(tmp_path: Path) -> None:
+    ca = CertificateAuthority(tmp_path)
+    cert, _ = ca.issue("alice", common_name="alice", organization="team-a", client=True)
+    who = certificate_identity({"x509_pem_cert": [cert.read_bytes()], "x509_common_name": [b"alice"]})
+    assert who == Identity("alice", groups=("team-a", "system:authenticated"))
+    assert certificate_identity({"transport_security_type": [b"ssl"]}) is None  # the token port
+
+    reviews: list[dict[str, Any]] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        reviews.append(orjson.loads(request.content))
+        return httpx.Response(201, content=b'{"status": {"allowed": true}}')
+
+    auth = Authorizer(Client("https://api.test", False, transport=httpx.MockTransport(handle)))
+    auth.check("/gangplugin.v1.GangService/ListGangs", [], gangs_pb2.ListGangsRequest(namespace="ns"), who)
+    assert [r["kind"] for r in reviews] == ["SubjectAccessReview"]  # no TokenReview: no token
+    spec = reviews[0]["spec"]
+    assert (spec["user"], spec["groups"], spec["resourceAttributes"]["namespace"]) == (
+        "alice",
+        ["team-a", "system:authenticated"],
+        "ns",
+    )

@@ -11,11 +11,13 @@ import socket
 import ssl
 from pathlib import Path
 from typing import Any
+from unittest.mock import ANY
 
 import httpx
 import orjson
 import pytest
 
+from gangplugin.core.gangplan import GangPod
 from gangplugin.core.names import GANG_LABEL, GANG_SIZE_ANNOTATION
 from gangplugin.extender.barrier import Barrier
 from gangplugin.extender.cache import ExtenderCache
@@ -67,11 +69,17 @@ def make_cache() -> ExtenderCache:
 
 
 class Recorder:
+    """Bindings (in place of the API server) and refusals (in place of their Events)."""
+
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, str, str]] = []
+        self.refusals: list[tuple[str, str]] = []  # (pod name, why)
 
     async def __call__(self, namespace: str, name: str, uid: str, node: str) -> None:
         self.calls.append((namespace, name, uid, node))
+
+    def refused(self, pod: GangPod, why: str) -> None:
+        self.refusals.append((pod.name, why))
 
 
 def free_port() -> int:
@@ -83,7 +91,7 @@ def free_port() -> int:
 def run(coro_fn, cache: ExtenderCache, timeout: float = 2.0):  # type: ignore[no-untyped-def]
     async def main():  # type: ignore[no-untyped-def]
         rec = Recorder()
-        barrier = Barrier(cache, rec, timeout)
+        barrier = Barrier(cache, rec, timeout, rec.refused)
         app = make_app(ExtenderHandlers(cache), barrier)
         port = free_port()
         server = await serve(app, "127.0.0.1", port, None)
@@ -160,7 +168,9 @@ def test_gang_is_bound_only_when_every_member_has_a_node():
         ]
         await asyncio.sleep(0.3)
         assert rec.calls == [] and not any(b.done() for b in binds)  # two of three: nobody bound
-        last = await post(client, "/bind", {"PodName": "m2", "PodNamespace": "ns", "Node": targets[2]})
+        last = await post(
+            client, "/bind", {"PodName": "m2", "PodNamespace": "ns", "PodUID": "uid-m2", "Node": targets[2]}
+        )
         results = [await b for b in binds] + [last]
         assert all(r == (200, {"Error": ""}) for r in results)
         assert sorted(c[1] for c in rec.calls) == ["m0", "m1", "m2"]
@@ -175,9 +185,15 @@ def test_incomplete_gang_times_out_with_an_error_for_every_waiter_and_no_binding
         cache.on_pod("ADDED", None, gang_pod_from_k8s(m))
 
     async def go(client, rec):  # type: ignore[no-untyped-def]
+        targets = []
+        for m in members:
+            _, body = await post(client, "/filter", {"Pod": m, "NodeNames": NODES})
+            targets.append(body["NodeNames"][0])
         waits = [
-            post(client, "/bind", {"PodName": f"m{i}", "PodNamespace": "ns", "Node": f"n{i}"})
-            for i in range(2)
+            post(
+                client, "/bind", {"PodName": f"m{i}", "PodNamespace": "ns", "PodUID": f"uid-m{i}", "Node": t}
+            )
+            for i, t in enumerate(targets[:2])
         ]
         results = await asyncio.gather(*waits)
         for status, body in results:
@@ -185,6 +201,63 @@ def test_incomplete_gang_times_out_with_an_error_for_every_waiter_and_no_binding
         assert rec.calls == []
 
     run(go, cache, timeout=0.5)
+
+
+def test_bind_refuses_what_the_pod_or_its_gangs_plan_does_not_allow():
+    """Whoever calls bind: a pod goes only where its own constraints and its gang's plan allow,
+    each refusal names pod, node and why, and is told to the pod's owner (an Event)."""
+    cache = make_cache()
+    tainted = node("n-tainted", "us-1")
+    tainted["spec"] = {"taints": [{"key": "dedicated", "value": "infer", "effect": "NoSchedule"}]}
+    cache.on_node("ADDED", None, tainted)
+    picky = pod("picky")
+    picky["spec"]["nodeSelector"] = {"no-such-label": "x"}
+    members = [pod(f"m{i}", "g", 2) for i in range(2)]
+    for p in (picky, pod("plain"), pod("bound", node_name="n0"), *members):
+        cache.on_pod("ADDED", None, gang_pod_from_k8s(p))
+
+    async def go(client, rec):  # type: ignore[no-untyped-def]
+        async def bind(name: str, to: str, uid: str | None = None) -> Any:
+            body = {"PodName": name, "PodNamespace": "ns", "PodUID": uid or f"uid-{name}", "Node": to}
+            status, answer = await post(client, "/bind", body)
+            assert status == 200
+            return answer["Error"]
+
+        def refusal(name: str, to: str, why: str) -> str:
+            return f"refusing to bind pod ns/{name} to node {to}: {why}"
+
+        got = [
+            await bind("picky", "n1"),
+            await bind("plain", "n-tainted"),
+            await bind("plain", "n1", uid="uid-of-another-pod"),
+            await bind("bound", "n1"),
+            await bind("plain", "no-such-node"),
+            await bind("m0", "n1"),  # no filter call planned gang g yet
+        ]
+        _, planned = await post(client, "/filter", {"Pod": members[0], "NodeNames": NODES})
+        target = planned["NodeNames"][0]
+        elsewhere = next(n for n in NODES[1:] if n != target)
+        got.append(await bind("m0", elsewhere))
+        want = [
+            refusal("picky", "n1", "the pod does not allow that node (not matching nodeSelector/affinity)"),
+            refusal(
+                "plain",
+                "n-tainted",
+                "the pod does not allow that node (taint dedicated=infer:NoSchedule not tolerated)",
+            ),
+            refusal("plain", "n1", "the request names uid uid-of-another-pod, the pod's uid is uid-plain"),
+            refusal("bound", "n1", "the pod is already bound to n0"),
+            refusal("plain", "no-such-node", "there is no such node"),
+            refusal("m0", "n1", "gang g's plan gives it no node (yet)"),
+            refusal("m0", elsewhere, f"gang g's plan gives it {target}"),
+        ]
+        assert got == want
+        assert rec.calls == []
+        assert rec.refusals == [(w.split()[4].removeprefix("ns/"), w) for w in want]
+        assert await bind("plain", "n1") == ""  # what the pod allows is bound
+        assert rec.calls == [("ns", "plain", "uid-plain", "n1")]
+
+    run(go, cache)
 
 
 def test_second_gang_waits_whole_while_the_first_holds_the_capacity():
@@ -291,6 +364,76 @@ def test_tls_offers_http2_so_the_scheduler_multiplexes_its_calls(tmp_path: Path)
             server.cancel()
 
     assert asyncio.run(main()) == ("h2", "http/1.1")
+
+
+def test_mutual_tls_answers_only_clients_with_a_certificate_of_the_client_ca(tmp_path: Path) -> None:
+    """No client certificate, one of another CA, or one of the serving CA (not the client CA):
+    the TLS handshake fails, no verb is reached (nothing bound). kube-scheduler's certificate:
+    every verb answers, over HTTP/2."""
+    serving = CertificateAuthority(tmp_path / "serving")
+    cert, key = serving.issue("extender", common_name="extender", hosts=("127.0.0.1",))
+    clients = CertificateAuthority(tmp_path / "clients", common_name="extender-clients")
+    scheduler = clients.issue("scheduler", common_name="gangplugin-scheduler", client=True)
+    other_ca = CertificateAuthority(tmp_path / "other").issue(
+        "scheduler", common_name="gangplugin-scheduler", client=True
+    )
+    serving_ca = serving.issue("admin", common_name="kubernetes-admin", client=True)
+    cache = make_cache()
+    cache.on_pod("ADDED", None, gang_pod_from_k8s(pod("probe")))
+    bodies = {
+        "/filter": {"Pod": pod("probe"), "NodeNames": NODES},
+        "/prioritize": {"Pod": pod("probe"), "NodeNames": NODES},
+        "/bind": {"PodName": "probe", "PodNamespace": "ns", "PodUID": "uid-probe", "Node": "n1"},
+    }
+
+    def context(client_cert: tuple[Path, Path] | None) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=str(serving.cert_path))
+        if client_cert is not None:
+            ctx.load_cert_chain(*map(str, client_cert))
+        return ctx
+
+    async def main() -> None:
+        rec = Recorder()
+        app = make_app(ExtenderHandlers(cache), Barrier(cache, rec, 1.0, rec.refused))
+        port = free_port()
+        server = await serve(app, "127.0.0.1", port, (str(cert), str(key)), str(clients.cert_path))
+        url = f"https://127.0.0.1:{port}"
+        try:
+            for who in (None, other_ca, serving_ca):
+                for path, body in bodies.items():
+                    async with httpx.AsyncClient(base_url=url, verify=context(who), timeout=10) as client:
+                        with pytest.raises((httpx.TransportError, ssl.SSLError)):  # refused in TLS
+                            await client.post(path, content=orjson.dumps(body))
+            assert rec.calls == [] and rec.refusals == []
+            async with httpx.AsyncClient(base_url=url, verify=context(scheduler), timeout=10) as client:
+                for path, body in bodies.items():
+                    assert await post(client, path, body) == (200, ANY)
+            assert rec.calls == [("ns", "probe", "uid-probe", "n1")]
+            ctx = context(scheduler)
+            ctx.set_alpn_protocols(["h2", "http/1.1"])
+            _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx)
+            assert writer.get_extra_info("ssl_object").selected_alpn_protocol() == "h2"
+            writer.close()
+        finally:
+            server.cancel()
+
+    asyncio.run(main())
+
+
+def test_a_client_ca_that_is_not_a_certificate_says_why(tmp_path: Path) -> None:
+    ca = CertificateAuthority(tmp_path)
+    cert, key = ca.issue("extender", common_name="extender", hosts=("127.0.0.1",))
+    bad = tmp_path / "clients.pem"
+    bad.write_text("not a certificate")
+
+    async def main() -> None:
+        app = make_app(ExtenderHandlers(make_cache()), Barrier(make_cache(), Recorder(), 1.0))
+        await serve(app, "127.0.0.1", free_port(), (str(cert), str(key)), str(bad))
+
+    with pytest.raises(
+        RuntimeError, match=r"could not serve on 127\.0\.0\.1:\d+: TLS certificate/key/client CA"
+    ):
+        asyncio.run(main())
 
 
 def test_a_server_that_cannot_start_says_why(tmp_path: Path) -> None:

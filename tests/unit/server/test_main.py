@@ -29,6 +29,8 @@ def _serve(*args: str) -> subprocess.CompletedProcess[str]:
         (["--webhook-tls-key=/tmp/x.key"], "--webhook-tls-cert/--webhook-tls-key"),
         (["--grpc-tls-cert=/tmp/x.crt"], "--grpc-tls-cert/--grpc-tls-key"),
         (["--log-format=xml"], "--log-format"),
+        (["--extender-client-ca=/nonexistent/ca.crt"], "--extender-client-ca"),
+        (["--extender-client-ca=" + __file__], "--extender-client-ca"),  # exists, but no TLS
     ],
 )
 def test_bad_options_exit_2_naming_the_option(args: list[str], named: str) -> None:

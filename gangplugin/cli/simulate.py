@@ -1,0 +1,255 @@
+"""`gangctl simulate`: replay a job trace on a cluster shape, offline, to plan capacity."""
+
+from __future__ import annotations
+
+import copy
+import re
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+
+from gangplugin.cli.main import cli
+from gangplugin.cli.place import _load, _read
+from gangplugin.cli.plans import _check_output, _emit, _output_option
+from gangplugin.core.durations import parse_duration
+from gangplugin.core.errors import InputError
+from gangplugin.core.optimal import MAX_NODES
+from gangplugin.core.plans import TrainingPlan
+from gangplugin.core.policy import GangPolicy
+from gangplugin.core.simulate import POLICIES, Job, Replay, Settings, replay, scaled
+from gangplugin.core.timeutil import parse_time
+from gangplugin.core.topology import DEFAULT_LEVELS, ULTRASERVER_LABEL, Node
+from gangplugin.kube import records
+from gangplugin.kube.kueue_records import gang_policy_from_k8s
+from gangplugin.kube.plan_records import training_plan_from_manifest
+from gangplugin.kube.shape import nodes_from_shape
+from gangplugin.sim import report
+from gangplugin.sim.trace import read_trace, synthetic
+
+_SWEEP = re.compile(r"ultraservers=(\d+)\.\.(\d+)")
+
+
+def cluster_nodes(shape: Any, ultraservers: int | None = None) -> list[Node]:
+    """The shape's nodes; with `ultraservers`, every UltraServer group holds that many."""
+    if ultraservers is not None:
+        shape = copy.deepcopy(shape)
+        groups = (shape.get("spec") or {}).get("groups") or [] if isinstance(shape, dict) else []
+        if not any(isinstance(g, dict) and "instancesPerUltraServer" in g for g in groups):
+            raise InputError("--sweep", "the shape has no UltraServer group (instancesPerUltraServer)")
+        for g in groups:
+            if isinstance(g, dict) and "instancesPerUltraServer" in g:
+                g["ultraServerCount"] = ultraservers
+    nodes = records.nodes_from_k8s({"kind": "List", "items": nodes_from_shape(shape)})
+    return [replace(n, ready=True) for n in nodes]  # kwok would report them Ready
+
+
+@contextmanager
+def _progress(label: str) -> Iterator[Callable[[int], None] | None]:
+    """A progress bar of events replayed, on stderr, only when stderr is a terminal."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    from tqdm import tqdm
+
+    with tqdm(desc=label, unit=" events", file=sys.stderr, leave=False) as bar:
+
+        def tick(n: int) -> None:
+            bar.update(n)
+
+        yield tick
+
+
+def _replays(
+    nodes: list[Node], jobs: list[Job], policies: tuple[str, ...], settings: Settings
+) -> list[Replay]:
+    """One replay per policy; by default every policy (`optimal` only on a small cluster)."""
+    small = len(nodes) <= MAX_NODES
+    if not policies:
+        policies = tuple(p for p in POLICIES if small or p != "optimal")
+    elif "optimal" in policies and not small:
+        raise InputError("--policy", f"optimal solves an exact program: for at most {MAX_NODES} nodes")
+    out = []
+    for name in policies:
+        with _progress(name) as tick:
+            out.append(replay(nodes, jobs, name, settings, tick))
+    return out
+
+
+def _jobs(trace: str | None, synthetic_count: int | None, seed: int) -> list[Job]:
+    if (trace is None) == (synthetic_count is None):
+        raise InputError("--trace", "give a trace file (--trace JOBS.csv) or --synthetic N, one of them")
+    if trace is not None:
+        return read_trace(trace)
+    assert synthetic_count is not None
+    if synthetic_count < 1:
+        raise InputError("--synthetic", "must be at least 1")
+    return synthetic(synthetic_count, seed)
+
+
+@cli.command("simulate")
+@click.option(
+    "--cluster", "cluster_path", required=True, help="A cluster shape (deploy/local/cluster-shape.yaml)."
+)
+@click.option("--trace", "trace_path", help="Job trace CSV (deploy/traces/acme-kalos-converted.csv).")
+@click.option("--synthetic", "synthetic_count", type=int, help="Instead of --trace: N generated jobs.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the --synthetic generator.")
+@click.option(
+    "--policy", "policies", multiple=True, help=f"Placement to compare: {', '.join(POLICIES)} (all)."
+)
+@click.option(
+    "--gang-policy", "gang_policy_path", help="A GangPolicy (spares, Sequential, timeouts, backoff)."
+)
+@click.option(
+    "--plan", "plan_paths", multiple=True, help="A TrainingPlan giving the queue's quota over time."
+)
+@click.option("--topology", "topology_path", help="A Kueue Topology giving the level order.")
+@click.option("--start", help="RFC 3339 instant of trace time 0 (default: the first plan block's start).")
+@click.option("--startup", default="0s", show_default=True, help="Admission to all pods Ready, e.g. 2m.")
+@click.option(
+    "--preferred-topology",
+    default=ULTRASERVER_LABEL,
+    show_default=True,
+    help="Node label a job without a topology column prefers ('' for none).",
+)
+@click.option(
+    "--required-max-pods",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Jobs of at most this many pods require the --preferred-topology level (18: one UltraServer).",
+)
+@click.option("--pod-gpus", type=int, help="Split pods asking for more GPUs into pods of this many.")
+@click.option(
+    "--arrival-scale",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Multiply arrival times (0.5: twice the load).",
+)
+@click.option("--plot", "plot_dir", help="Write utilization.png, wait-cdf.png and queue.png here.")
+@click.option("--sweep", help="ultraservers=A..B: replay once per UltraServer count.")
+@click.option("--max-p95-wait", help="With --sweep: the p95 wait to stay under, e.g. 1h.")
+@_output_option
+def simulate_command(
+    cluster_path: str,
+    trace_path: str | None,
+    synthetic_count: int | None,
+    seed: int,
+    policies: tuple[str, ...],
+    gang_policy_path: str | None,
+    plan_paths: tuple[str, ...],
+    topology_path: str | None,
+    start: str | None,
+    startup: str,
+    preferred_topology: str,
+    required_max_pods: int,
+    pod_gpus: int | None,
+    arrival_scale: float,
+    plot_dir: str | None,
+    sweep: str | None,
+    max_p95_wait: str | None,
+    output: str,
+) -> None:
+    """Replay a job trace over virtual time and compare placement policies.
+
+    Every decision of policy gangplugin is the controllers' own code: admission order,
+    Sequential mode, placement with spares and topology levels, readiness timeouts and
+    backoff, plan quota over time and draining before block ends. best-fit is Kueue-like
+    (no spares, no climbing above the preferred level); first-fit ignores topology;
+    optimal (clusters of at most 128 nodes) admits the exact packing optimum at each pass.
+
+    \b
+    Example: the Kalos trace on GB200 UltraServers (8-GPU workers as two 4-GPU pods),
+    and the smallest cluster with a p95 wait under 1h:
+      gangctl simulate --cluster deploy/local/cluster-shape.yaml \\
+        --trace deploy/traces/acme-kalos-converted.csv --pod-gpus 4 --plot out/
+      gangctl simulate --cluster shape.yaml --trace jobs.csv \\
+        --sweep ultraservers=2..16 --max-p95-wait 1h
+
+    Exits 0 when the replay ran, 2 for bad input (one line names the field or column).
+    """
+    output = _check_output(output)
+    for name in policies:
+        if name not in POLICIES:
+            raise InputError("--policy", f"{name!r} is not one of {', '.join(POLICIES)}")
+    chosen = tuple(dict.fromkeys(policies))
+    if chosen and "gangplugin" not in chosen:
+        chosen = ("gangplugin", *chosen)  # the contract: ours is always there
+    shape = _load(cluster_path)
+    gang_policy = _read(gang_policy_path, gang_policy_from_k8s) if gang_policy_path else GangPolicy()
+    plans: list[TrainingPlan] = [_read(p, training_plan_from_manifest) for p in plan_paths]
+    if len({p.cluster_queue for p in plans}) > 1:
+        raise InputError("--plan", "the plans feed different ClusterQueues; the replay has one queue")
+    levels = DEFAULT_LEVELS
+    if topology_path:
+        levels = _read(topology_path, records.levels_from_topology)
+    if start is not None:
+        origin = parse_time(start, "--start")
+    elif plans:
+        origin = min(b.start for p in plans for b in p.blocks)
+    else:
+        origin = datetime(2026, 1, 1, tzinfo=UTC)
+    startup_s = parse_duration(startup, "--startup")
+    if startup_s >= gang_policy.ready_timeout and gang_policy.requeue.backoff_limit_count is None:
+        raise InputError("--startup", "is not shorter than readyTimeout: every gang would time out forever")
+    jobs = _jobs(trace_path, synthetic_count, seed)
+    if pod_gpus is not None:
+        if pod_gpus < 1:
+            raise InputError("--pod-gpus", "must be at least 1")
+        jobs = scaled(jobs, pod_gpus)
+    if preferred_topology:
+        if preferred_topology not in levels:
+            raise InputError("--preferred-topology", f"{preferred_topology!r} is not one of the levels")
+        jobs = [_with_topology(j, preferred_topology, required_max_pods) for j in jobs]
+    elif required_max_pods:
+        raise InputError("--required-max-pods", "needs a --preferred-topology level")
+    if not arrival_scale > 0:
+        raise InputError("--arrival-scale", "must be more than 0")
+    if arrival_scale != 1.0:
+        jobs = [replace(j, arrival=j.arrival * arrival_scale) for j in jobs]
+    settings = Settings(gang_policy, tuple(plans), origin, startup_s, levels)
+    if sweep is not None:
+        m = _SWEEP.fullmatch(sweep.strip())
+        if m is None or not 1 <= int(m.group(1)) <= int(m.group(2)):
+            raise InputError("--sweep", f"{sweep!r} is not like ultraservers=2..16")
+        limit = None if max_p95_wait is None else parse_duration(max_p95_wait, "--max-p95-wait")
+        points = []
+        for count in range(int(m.group(1)), int(m.group(2)) + 1):
+            nodes = _cluster(shape, cluster_path, count)
+            points.append((count, _replays(nodes, jobs, chosen, settings)))
+        _emit(report.sweep_doc(points, limit), output, lambda: report.sweep_table(points, limit))
+        return
+    if max_p95_wait is not None:
+        raise InputError("--max-p95-wait", "goes with --sweep")
+    replays = _replays(_cluster(shape, cluster_path, None), jobs, chosen, settings)
+    if plot_dir:
+        try:
+            for path in report.plot(replays, plot_dir):
+                click.echo(f"wrote {path}", err=True)
+        except RuntimeError as err:
+            raise InputError("--plot", str(err)) from err
+    _emit(report.summary_doc(len(jobs), replays), output, lambda: report.summary_table(len(jobs), replays))
+
+
+def _cluster(shape: Any, path: str, ultraservers: int | None) -> list[Node]:
+    try:
+        return cluster_nodes(shape, ultraservers)
+    except InputError as err:
+        if err.field == "--sweep":
+            raise
+        raise InputError(f"{path}: {err.field}", err.problem) from err
+
+
+def _with_topology(job: Job, label: str, required_max_pods: int) -> Job:
+    """A job without topology columns asks for `label`: required up to `required_max_pods`
+    pods (after --pod-gpus splits them), preferred above."""
+    if job.required_topology or job.preferred_topology:
+        return job
+    if job.pods <= required_max_pods:
+        return replace(job, required_topology=label)
+    return replace(job, preferred_topology=label)

@@ -1,0 +1,566 @@
+"""The capacity simulator: a job trace replayed over virtual time on a cluster shape (pure).
+
+Every decision comes from the code the controllers run, over one `Snapshot` built once and kept
+current with `charge`/`release` (bind/unbind), never rebuilt per event:
+
+- Kueue reserves quota in arrival order (BestEffortFIFO); without TrainingPlans quota is
+  unlimited, with them it is `queue_quota` of the plans at that instant (GPUs);
+- each admission pass decides the quota-reserved gangs in the order of `admission_queue`, with
+  `sequential_blocker` in Sequential mode and `gang_drain` where plans feed the queue, and admits
+  with `decide` (placement `place` with the GangPolicy's spares) and `charge`;
+- pods become Ready `startup_seconds` after admission; a gang slower than the readiness timeout
+  (`watch`) is requeued with `requeue_decision`'s backoff or deactivated after its limit;
+- a running gang that would outlive its block is evicted at the termination start (`gang_drain`)
+  and requeued; it resumes from its checkpoint with the run time it had left.
+
+Policies differ only in where a gang goes: `gangplugin` (ours), `best-fit` (no spares, no
+climbing above the preferred level, close to Kueue's TAS BestFit), `first-fit` (topology
+blind: the first nodes by name with room) and, on small clusters, `optimal` (each pass admits
+the packing optimum of the first `MAX_GANGS` waiting gangs, `core/optimal.py`, with our spares;
+it ignores Sequential mode). The replay is deterministic: events at one instant are
+applied in the order they were scheduled, then one admission pass runs.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from enum import IntEnum
+
+from gangplugin.core.admission import (
+    AdmissionDecision,
+    QueuedWorkload,
+    admission_queue,
+    charge,
+    decide,
+    release,
+    sequential_blocker,
+)
+from gangplugin.core.drain import gang_drain
+from gangplugin.core.optimal import MAX_GANGS, optimal_admissions
+from gangplugin.core.placement import Assignment, Gang, Placement, PlacementPolicy, PodSet
+from gangplugin.core.plans import TrainingPlan
+from gangplugin.core.policy import GangPolicy, requeue_decision
+from gangplugin.core.quota import next_quota_change, queue_quota
+from gangplugin.core.topology import HOSTNAME_LABEL, Node, Snapshot, build_snapshot
+from gangplugin.core.watchdog import GangObservation, watch
+
+GPU = "nvidia.com/gpu"
+POLICIES = ("gangplugin", "best-fit", "first-fit", "optimal")
+NAMESPACE = "sim"
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One trace row: `pods` pods of `gpus_per_pod` GPUs, running `runtime` seconds once Ready."""
+
+    key: str
+    arrival: float  # seconds from the trace start
+    pods: int
+    gpus_per_pod: int
+    runtime: float
+    #: The `gangplugin.io/max-runtime` the job declares (None: none; drains then evict it).
+    max_runtime: float | None = None
+    required_topology: str | None = None
+    preferred_topology: str | None = None
+
+    @property
+    def gpus(self) -> int:
+        return self.pods * self.gpus_per_pod
+
+    def gang(self) -> Gang:
+        podset = PodSet(
+            "main",
+            self.pods,
+            {GPU: self.gpus_per_pod},
+            required_topology=self.required_topology,
+            preferred_topology=self.preferred_topology,
+        )
+        return Gang((podset,), f"job-{self.key}")
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    policy: GangPolicy = field(default_factory=GangPolicy)
+    plans: tuple[TrainingPlan, ...] = ()
+    #: The instant of trace time 0 (plans are dated).
+    start: datetime = datetime(2026, 1, 1, tzinfo=UTC)
+    #: Seconds from admission until every pod of a gang is Ready.
+    startup_seconds: float = 0.0
+    levels: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What happened to one job. `wait`: arrival to first admission (None: never admitted)."""
+
+    key: str
+    gpus: int
+    wait: float | None
+    end: float | None
+    drained: int = 0
+    requeued: int = 0
+    never_ran: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """The state from `t` until the next sample: GPUs allocated, jobs waiting, GPUs stranded."""
+
+    t: float
+    busy_gpus: int
+    queued: int
+    stranded_gpus: int
+
+
+@dataclass(frozen=True, slots=True)
+class Replay:
+    policy: str
+    total_gpus: int
+    outcomes: tuple[Outcome, ...]
+    samples: tuple[Sample, ...]
+    makespan: float
+    busy_gpu_seconds: float
+    stranded_gpu_seconds: float
+    plan_unused_gpu_seconds: float
+
+    @property
+    def gpu_utilization(self) -> float:
+        cap = self.total_gpus * self.makespan
+        return self.busy_gpu_seconds / cap if cap > 0 else 0.0
+
+
+class _Ev(IntEnum):
+    ARRIVE = 0
+    READY = 1
+    FINISH = 2
+    TIMEOUT = 3
+    DRAIN = 4
+    REQUEUE = 5
+    WAKE = 6
+
+
+@dataclass(slots=True)
+class _State:
+    """Mutable bookkeeping of one job during the replay."""
+
+    job: Job
+    gang: Gang
+    left: float  # run time still to do
+    reserved_at: float | None = None  # quota reserved (None: waiting for quota)
+    admitted_at: float | None = None
+    attempt: int = 0
+    first_admitted: float | None = None
+    end: float | None = None
+    retries: int = 0
+    drained: int = 0
+    reason: str = ""
+    rejected: bool = False
+    running_since: float | None = None  # pods Ready
+
+
+Decider = Callable[[Snapshot, Gang, str | None], AdmissionDecision]
+
+
+def first_fit(snapshot: Snapshot, gang: Gang, order: Sequence[int]) -> Placement:
+    """Topology blind: each pod on the first node (in `order`) with room, all or nothing."""
+    taken: dict[int, dict[str, int]] = {}
+    out: list[Assignment] = []
+    for ps in gang.podsets:
+        req = [(r, q) for r, q in ps.requests.items() if q > 0]
+        index = 0
+        for n in order:
+            if index == ps.count:
+                break
+            if not snapshot.usable[n]:
+                continue
+            free = taken.get(n) or snapshot.free[n]
+            fits = min((free.get(r, 0) // q for r, q in req), default=ps.count)
+            k = min(fits, ps.count - index, free.get("pods", ps.count))
+            if k <= 0:
+                continue
+            taken[n] = {**free, **{r: free.get(r, 0) - k * q for r, q in req}}
+            if "pods" in free:
+                taken[n]["pods"] = free["pods"] - k
+            node = snapshot.nodes[n]
+            assert node is not None
+            out += [Assignment(ps.name, index + i, node.name) for i in range(k)]
+            index += k
+        if index < ps.count:
+            return Placement(False, None, (), (), f"only {index} of {ps.count} pods fit (first fit)")
+    return Placement(True, None, (), tuple(out), "first fit")
+
+
+def _decider(name: str, policy: GangPolicy, snapshot: Snapshot, explain: bool) -> Decider:
+    """The policy's decision for one gang; `explain` says why a gang does not fit (costly)."""
+    if name == "gangplugin":
+        return lambda snap, gang, blocker: decide(
+            snap, gang, gang.name, policy.placement, blocker, explain=explain
+        )
+    if name == "best-fit":
+        flat = PlacementPolicy(0, climb_levels=False)
+        return lambda snap, gang, blocker: decide(snap, gang, gang.name, flat, blocker, explain=explain)
+    if name == "first-fit":
+        order = snapshot.live_node_ids()
+
+        def first(snap: Snapshot, gang: Gang, blocker: str | None) -> AdmissionDecision:
+            if blocker is not None:
+                return decide(snap, gang, gang.name, policy.placement, blocker)
+            p = first_fit(snap, gang, order)
+            return AdmissionDecision(p.feasible, p.reason, placement=p)
+
+        return first
+    if name == "optimal":
+
+        def optimum(snap: Snapshot, gang: Gang, blocker: str | None) -> AdmissionDecision:
+            spares = snap.spare_nodes(policy.placement.spares_per_ultraserver)
+            (p,) = optimal_admissions(snap, [gang], spares)
+            return AdmissionDecision(p.feasible, p.reason, placement=p)
+
+        return optimum
+    raise ValueError(f"unknown policy {name!r}; the policies are {', '.join(POLICIES)}")
+
+
+def _dominated(job: Job, infeasible: Iterable[Job]) -> Job | None:
+    """A job known not to fit since capacity last came free that needs no more than `job` (so
+    `job` cannot fit either: capacity only shrinks between releases)."""
+    for other in infeasible:
+        if (
+            other.pods <= job.pods
+            and other.gpus_per_pod <= job.gpus_per_pod
+            and (other.required_topology, other.preferred_topology)
+            == (job.required_topology, job.preferred_topology)
+        ):
+            return other
+    return None
+
+
+def replay(
+    nodes: Iterable[Node],
+    jobs: Sequence[Job],
+    policy_name: str,
+    settings: Settings,
+    progress: Callable[[int], None] | None = None,
+) -> Replay:
+    """Replay `jobs` under one placement policy; `progress(n)` is told of n more events done."""
+    snap = build_snapshot(nodes, levels=settings.levels) if settings.levels else build_snapshot(nodes)
+    gp = settings.policy
+    decide_one = _decider(policy_name, gp, snap, explain=False)
+    total_gpus = sum(n.allocatable.get(GPU, 0) for n in snap.nodes if n is not None)
+    level_capacity = _domain_capacity(snap)
+    plans = settings.plans
+    queue_name = plans[0].cluster_queue if plans else ""
+    flavors = {p.flavor for p in plans}
+    states = {j.key: _State(j, j.gang(), j.runtime) for j in jobs}
+    if len(states) != len(jobs):
+        raise ValueError("job keys must be unique")
+
+    events: list[tuple[float, int, _Ev, str, int]] = []
+    seq = 0
+
+    def push(t: float, ev: _Ev, key: str = "", attempt: int = 0) -> None:
+        nonlocal seq
+        heapq.heappush(events, (t, seq, ev, key, attempt))
+        seq += 1
+
+    def at(t: float) -> datetime:
+        return settings.start + timedelta(seconds=t)
+
+    # A job that does not fit even the empty cluster never will: it is reported, not queued.
+    never_fits: dict[tuple[int, int, str | None, str | None], str | None] = {}
+    for j in sorted(jobs, key=lambda j: (j.arrival, j.key)):
+        sig = (j.pods, j.gpus_per_pod, j.required_topology, j.preferred_topology)
+        if sig not in never_fits:
+            empty = _decider(policy_name, gp, snap, explain=True)(snap, states[j.key].gang, None)
+            why = empty.placement.reason if empty.placement is not None else empty.message
+            never_fits[sig] = None if empty.ready else f"never fits this cluster: {why}"
+        refusal = never_fits[sig]
+        if refusal is None:
+            push(j.arrival, _Ev.ARRIVE, j.key)
+        else:
+            states[j.key].reason = refusal
+    if plans:
+        for p in plans:
+            for b in p.blocks:
+                for instant in (b.start, b.end):
+                    push(max(0.0, (instant - settings.start).total_seconds()), _Ev.WAKE)
+
+    for_quota: list[str] = []  # arrived, waiting for Kueue's quota reservation, arrival order
+    reserved: dict[str, _State] = {}  # quota reserved, not admitted
+    admitted: dict[str, _State] = {}
+    unready: list[str] = []  # admitted, pods not all Ready yet (Sequential mode's gate)
+    infeasible: list[Job] = []  # since capacity last came free
+    reserved_gpus = busy = stranded = queued = 0
+    quota = 0
+    now = 0.0
+    busy_s = stranded_s = unused_s = 0.0
+    samples: list[Sample] = []
+    first_arrival = min((j.arrival for j in jobs), default=0.0)
+
+    def quota_now(t: float) -> int:
+        if not plans:
+            return 1 << 62
+        q = queue_quota(plans, queue_name, at(t))
+        return sum(v for (_, r), v in q.items() if r == GPU)
+
+    def stop(s: _State, t: float) -> None:
+        nonlocal busy, reserved_gpus, infeasible
+        release(snap, s.gang, NAMESPACE)
+        admitted.pop(s.job.key, None)
+        if s.job.key in unready:
+            unready.remove(s.job.key)
+        busy -= s.job.gpus
+        reserved_gpus -= s.job.gpus
+        s.admitted_at = None
+        s.attempt += 1
+        infeasible = []
+
+    def hold(s: _State, t: float) -> str | None:
+        """Why the plans keep a waiting gang out now (a wake-up at their next change), or None."""
+        d = gang_drain(plans, queue_name, flavors, at(t), _td(s.job.max_runtime))
+        if d is None or d.admit:
+            return None
+        change = next_quota_change(plans, queue_name, at(t))
+        if change is not None:
+            push((change - settings.start).total_seconds(), _Ev.WAKE)
+        return f"waiting for the next block: {d.reason}"
+
+    def requeue(s: _State) -> None:
+        s.reserved_at = None
+        for_quota.append(s.job.key)
+
+    while events:
+        t = events[0][0]
+        busy_s += busy * (t - now)
+        stranded_s += stranded * (t - now)
+        if plans and quota > 0:
+            unused_s += max(quota - reserved_gpus, 0) * (t - now)
+        now = t
+        n_events = 0
+        while events and events[0][0] == t:
+            _, _, ev, key, attempt = heapq.heappop(events)
+            n_events += 1
+            s = states[key] if key else None
+            if ev is _Ev.ARRIVE:
+                assert s is not None
+                for_quota.append(key)
+            elif s is None or s.attempt != attempt or s.admitted_at is None:
+                pass  # a plan wake-up, or an event of an attempt that already ended
+            elif ev is _Ev.READY:
+                if key in unready:
+                    unready.remove(key)
+                s.running_since = t
+                push(t + s.left, _Ev.FINISH, key, attempt)
+            elif ev is _Ev.FINISH:
+                stop(s, t)
+                s.end = t
+                s.left = 0.0
+            elif ev is _Ev.TIMEOUT:
+                obs = GangObservation(s.job.pods, s.job.pods, 0, s.admitted_at)
+                verdict = watch(gp, obs, t)
+                rq = requeue_decision(gp, s.retries, verdict.reason, t, s.job.arrival)
+                stop(s, t)
+                s.reason = rq.message
+                if rq.state == "Retry":
+                    s.retries += 1
+                    push(t + (rq.requeue_after_seconds or 0), _Ev.REQUEUE, key, s.attempt)
+                else:
+                    s.rejected = True
+            elif ev is _Ev.DRAIN:
+                dr = gang_drain(plans, queue_name, flavors, at(t), _td(s.job.max_runtime), at(s.admitted_at))
+                if dr is not None and dr.evict:
+                    if s.running_since is not None:
+                        s.left = max(0.0, s.left - (t - s.running_since))
+                    s.running_since = None
+                    stop(s, t)
+                    s.drained += 1
+                    s.reason = dr.reason
+                    requeue(s)
+            if ev is _Ev.REQUEUE and s is not None and s.attempt == attempt:
+                requeue(s)
+        quota = quota_now(t)
+        # Kueue: quota reservation in arrival order, skipping what does not fit (BestEffortFIFO).
+        still: list[str] = []
+        for key in for_quota:
+            s = states[key]
+            if reserved_gpus + s.job.gpus <= quota:
+                s.reserved_at = t
+                reserved[key] = s
+                reserved_gpus += s.job.gpus
+            else:
+                s.reason = (
+                    f"waiting for quota; it needs {s.job.gpus} GPUs, {max(quota - reserved_gpus, 0)} free"
+                )
+                still.append(key)
+        for_quota = still
+        # The admission pass.
+        head: _State | None = None
+        waiting = [
+            QueuedWorkload(
+                k, None, "Pending", True, quota_reserved_at=_reserved_at(r), created_at=r.job.arrival
+            )
+            for k, r in reserved.items()
+        ]
+        ordered = [reserved[q.key] for q in admission_queue(waiting).candidates]
+        held = {s.job.key: r for s in ordered if (r := hold(s, t)) is not None} if plans else {}
+        optimum: dict[str, Placement] = {}
+        if policy_name == "optimal" and ordered:
+            pick = [s for s in ordered if s.job.key not in held][:MAX_GANGS]
+            # the optimum keeps the same spares free as our placement would
+            spares = snap.spare_nodes(gp.placement.spares_per_ultraserver)
+            found = optimal_admissions(snap, [s.gang for s in pick], spares)
+            optimum = {s.job.key: p for s, p in zip(pick, found, strict=True) if p.feasible}
+        for s in ordered:
+            key = s.job.key
+            if key in held:
+                s.reason = held[key]
+                continue
+            blocker = sequential_blocker(key, unready) if gp.sequential else None
+            if policy_name == "optimal":
+                chosen = optimum.get(key)
+                decision = AdmissionDecision(
+                    chosen is not None, "not in the packing optimum now", placement=chosen
+                )
+                if chosen is None:
+                    s.reason = decision.message
+                    head = head or s
+                    continue
+            else:
+                known = _dominated(s.job, infeasible) if blocker is None else None
+                if known is not None:
+                    s.reason = states[known.key].reason
+                    head = head or s
+                    continue
+                decision = decide_one(snap, s.gang, blocker)
+            if not decision.ready:
+                s.reason = decision.message
+                if blocker is None:
+                    infeasible.append(s.job)
+                    head = head or s
+                continue
+            assert decision.placement is not None
+            charge(snap, s.gang, decision.placement, NAMESPACE)
+            del reserved[key]
+            admitted[key] = s
+            busy += s.job.gpus
+            s.admitted_at = t
+            if s.first_admitted is None:
+                s.first_admitted = t
+            startup = settings.startup_seconds
+            deadline = watch(gp, GangObservation(s.job.pods, s.job.pods, 0, t), t).recheck_at
+            if deadline is not None and t + startup >= deadline:
+                push(deadline, _Ev.TIMEOUT, key, s.attempt)
+            else:
+                unready.append(key)
+                push(t + startup, _Ev.READY, key, s.attempt)
+            if plans:
+                end = gang_drain(plans, queue_name, flavors, at(t), _td(s.job.max_runtime), at(t))
+                if end is not None and end.evict_at is not None:
+                    push(max(t, (end.evict_at - settings.start).total_seconds()), _Ev.DRAIN, key, s.attempt)
+        stranded = _stranded(snap, head.job, level_capacity) if head is not None else 0
+        queued = len(for_quota) + len(reserved)
+        if not samples or (samples[-1].busy_gpus, samples[-1].queued, samples[-1].stranded_gpus) != (
+            busy,
+            queued,
+            stranded,
+        ):
+            samples.append(Sample(t, busy, queued, stranded))
+        if progress is not None:
+            progress(n_events)
+
+    outcomes = []
+    for j in jobs:
+        s = states[j.key]
+        never = None
+        if s.first_admitted is None or s.end is None:
+            never = s.reason or "never admitted"
+            if s.rejected:
+                never = f"deactivated: {s.reason}"
+        outcomes.append(
+            Outcome(
+                j.key,
+                j.gpus,
+                None if s.first_admitted is None else s.first_admitted - j.arrival,
+                s.end,
+                s.drained,
+                s.retries,
+                never,
+            )
+        )
+    return Replay(
+        policy_name,
+        total_gpus,
+        tuple(outcomes),
+        tuple(samples),
+        max(now - first_arrival, 0.0),
+        busy_s,
+        stranded_s,
+        unused_s,
+    )
+
+
+def _td(seconds: float | None) -> timedelta | None:
+    return None if seconds is None else timedelta(seconds=seconds)
+
+
+def _reserved_at(s: _State) -> float:
+    assert s.reserved_at is not None
+    return s.reserved_at
+
+
+#: One GPU: the kept counts of this pod shape are the free GPUs per node and per domain.
+_ONE_GPU = ((GPU, 1),)
+
+
+def _free_gpus(snap: Snapshot) -> Sequence[int]:
+    """Free GPUs per domain id (usable nodes without a blocking taint), kept current by the
+    snapshot at each bind and unbind."""
+    return snap.plain_fit_counts(_ONE_GPU)[1]
+
+
+def _domain_capacity(snap: Snapshot) -> list[int]:
+    """Per level, the GPUs of its largest domain (what one domain could ever hold)."""
+    free = _free_gpus(snap)
+    return [max((free[d] for d in snap.by_level[level]), default=0) for level in range(len(snap.levels))]
+
+
+def _stranded(snap: Snapshot, head: Job, level_capacity: Sequence[int]) -> int:
+    """Free GPUs in domains too small for the job at the head of the queue: domains of its
+    topology level when one such domain could hold it, else nodes too small for one of its pods."""
+    label = head.required_topology or head.preferred_topology
+    level = snap.level_index(label) if label else None
+    need = head.gpus
+    if level is None or level_capacity[level] < need:
+        level = snap.level_index(HOSTNAME_LABEL)
+        need = head.gpus_per_pod
+        if level is None:
+            return 0
+    if snap.levels[level] == HOSTNAME_LABEL:  # the nodes with a free GPU, not every node
+        return sum(f for f in snap.plain_fit_counts(_ONE_GPU)[0].values() if f < need)
+    free = _free_gpus(snap)
+    return sum(f for d in snap.by_level[level] if (f := free[d]) < need)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100) by the nearest-rank method; 0 for no values."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return float(ordered[rank - 1])
+
+
+def scaled(jobs: Sequence[Job], max_gpus_per_pod: int) -> list[Job]:
+    """The jobs re-expressed for nodes of `max_gpus_per_pod` GPUs: a pod asking for more is split
+    into pods of that size (total GPUs kept), e.g. 8-GPU workers as two 4-GPU pods on GB200."""
+    out = []
+    for j in jobs:
+        if j.gpus_per_pod > max_gpus_per_pod:
+            per = j.gpus_per_pod // max_gpus_per_pod if j.gpus_per_pod % max_gpus_per_pod == 0 else None
+            if per is not None:
+                j = replace(j, pods=j.pods * per, gpus_per_pod=max_gpus_per_pod)
+        out.append(j)
+    return out

@@ -1,0 +1,67 @@
+"""The pod-shape counts a Snapshot keeps current equal a fresh count after any binds and unbinds,
+and placement gives the same answers with them; `explain=False` and `climb_levels=False`."""
+
+import random
+
+from gangplugin.core.eligibility import Taint
+from gangplugin.core.placement import Gang, PlacementPolicy, PodSet, place
+from gangplugin.core.topology import BoundPod, Node, build_snapshot
+
+GPU = "nvidia.com/gpu"
+US = "topology.k8s.aws/ultraserver-id"
+L3 = "topology.k8s.aws/network-node-layer-3"
+
+
+def nodes():
+    out = []
+    for u in range(4):
+        for i in range(4):
+            name = f"us{u}-n{i}"
+            labels = {US: f"us-{u}", L3: f"l3-{u // 2}", "kubernetes.io/hostname": name}
+            taints = (Taint("k", "v", "NoSchedule"),) if name == "us3-n3" else ()
+            out.append(Node(name, labels, {GPU: 4, "pods": 8}, taints))
+    return out
+
+
+def test_kept_counts_equal_a_fresh_count_after_binds_and_unbinds():
+    rng = random.Random(3)
+    snap = build_snapshot(nodes())
+    req = ((GPU, 2),)
+    snap.plain_fit_counts(req)  # kept from here on
+    bound = []
+    for step in range(300):
+        if bound and rng.random() < 0.4:
+            snap.unbind("ns", bound.pop(rng.randrange(len(bound))))
+        else:
+            name = f"p{step}"
+            snap.bind(
+                BoundPod("ns", name, f"us{rng.randrange(4)}-n{rng.randrange(4)}", {GPU: rng.choice([1, 2])})
+            )
+            bound.append(name)
+        fresh = build_snapshot(nodes())
+        for key in bound:
+            i, requests = snap._pods[("ns", key)]
+            fresh.bind(BoundPod("ns", key, snap.nodes[i].name, dict(requests)))
+        kept_nc, kept_dc = snap.plain_fit_counts(req)
+        nc, dc = fresh.plain_fit_counts(req)
+        assert dict(kept_nc) == dict(nc) and list(kept_dc) == list(dc)
+    assert snap.node_ids["us3-n3"] not in snap.plain_fit_counts(req)[0]  # tainted: not for plain pods
+
+
+def test_explain_false_keeps_the_answer_and_drops_the_reason():
+    snap = build_snapshot(nodes())
+    gang = Gang((PodSet("main", 20, {GPU: 4}, required_topology=US),), "g")
+    full, short = place(snap, gang), place(snap, gang, explain=False)
+    assert not full.feasible and not short.feasible
+    assert "best is" in full.reason and short.reason == "does not fit"
+
+
+def test_without_climbing_a_gang_spreads_at_its_preferred_level():
+    snap = build_snapshot(nodes())
+    gang = Gang((PodSet("main", 6, {GPU: 4}, preferred_topology=US),), "g")
+    climbed = place(snap, gang)
+    # one layer-3 domain holds it; l3-1 has 7 usable nodes (one tainted), the tighter fit
+    assert climbed.level == L3 and climbed.domains == ("l3-1",)
+    flat = place(snap, gang, PlacementPolicy(climb_levels=False))
+    # the fewest UltraServers: the largest first (us-0), the rest in the tightest that holds it (us-3)
+    assert flat.feasible and flat.level is None and flat.domains == ("us-0", "us-3")
