@@ -203,7 +203,7 @@ class _Domain:
         snapshot: Snapshot,
         gang: Gang,
         eligible: list[list[int]],
-        usage: Mapping[str, Mapping[int, Mapping[str, int]]],
+        usage: Mapping[str, _Pods],
     ) -> None:
         self.snapshot, self.gang, self.usage = snapshot, gang, usage
         self.fit = [fit_counter(ps) for ps in gang.podsets]
@@ -216,12 +216,7 @@ class _Domain:
         """Per candidate and podset, an upper bound of the pods its eviction adds: on each of
         its nodes, what fits once every candidate has left it. A set never adds more than the
         sum of its members' gains."""
-        freed: dict[int, dict[str, int]] = {}
-        for g in candidates:
-            for n, amounts in self.usage[g.key].items():
-                acc = freed.setdefault(n, {})
-                for r, q in amounts.items():
-                    acc[r] = acc.get(r, 0) + q
+        freed = self._freed([g.key for g in candidates])
         full = {
             n: [
                 self.fit[p](self.snapshot.free[n], extra) - here[n] if n in here else 0
@@ -230,16 +225,25 @@ class _Domain:
             for n, extra in freed.items()
         }
         return [
-            [sum(full[n][p] for n in self.usage[g.key]) for p in range(len(self.nodes))] for g in candidates
+            [sum(full[n][p] for n in {n for n, _ in self.usage[g.key]}) for p in range(len(self.nodes))]
+            for g in candidates
         ]
 
-    def fits(self, keys: Sequence[str]) -> bool:
+    def _freed(self, keys: Sequence[str]) -> dict[int, dict[str, int]]:
+        """Per node, what the pods of these gangs hold there (pod slots included)."""
         freed: dict[int, dict[str, int]] = {}
         for k in keys:
-            for n, amounts in self.usage[k].items():
-                acc = freed.setdefault(n, {})
-                for r, q in amounts.items():
+            for n, requests in self.usage[k]:
+                acc = freed.get(n)
+                if acc is None:
+                    acc = freed[n] = {PODS: 0}
+                for r, q in requests.items():
                     acc[r] = acc.get(r, 0) + q
+                acc[PODS] += 1
+        return freed
+
+    def fits(self, keys: Sequence[str]) -> bool:
+        freed = self._freed(keys)
         for p, ps in enumerate(self.gang.podsets):
             count, here = self.base[p], self.nodes[p]
             for n, extra in freed.items():
@@ -325,19 +329,13 @@ def _cheapest_possible(gpus: Sequence[int], gains: Sequence[int], missing: int) 
     return float("inf")
 
 
-def _usage(snapshot: Snapshot, gang: RunningGang) -> dict[int, dict[str, int]]:
-    """What the gang's pods hold, per node id."""
-    out: dict[int, dict[str, int]] = {}
-    for ns, name in gang.pods:
-        entry = snapshot.pod_usage(ns, name)
-        if entry is None:
-            continue
-        i, requests = entry
-        acc = out.setdefault(i, {})
-        for r, q in requests.items():
-            acc[r] = acc.get(r, 0) + q
-        acc[PODS] = acc.get(PODS, 0) + 1
-    return out
+_Pods = list[tuple[int, Mapping[str, int]]]
+
+
+def _usage(snapshot: Snapshot, gang: RunningGang) -> _Pods:
+    """(node id, requests) of each of the gang's pods the snapshot counts: the snapshot's own
+    entries, so no new object per pod (a search reads every running gang)."""
+    return [e for key in gang.pods if (e := snapshot.pod_usage(*key)) is not None]
 
 
 def _started(at: float) -> str:
@@ -418,8 +416,11 @@ def _candidate_sets(
     nodes: dict[int, list[list[int]]] = {}
     for p, elig in enumerate(eligible_nodes(snapshot, gang, policy)):
         for n in elig:
-            if (d := domain(n)) is not None:
-                nodes.setdefault(d, [[] for _ in gang.podsets])[p].append(n)
+            if (d := domain(n)) is None:
+                continue
+            if d not in nodes:
+                nodes[d] = [[] for _ in gang.podsets]
+            nodes[d][p].append(n)
     asked = [r for r in ACCELERATORS if any(ps.requests.get(r) for ps in gang.podsets)]
     free_gpus: dict[int, int] = {}
     for d, per_podset in nodes.items():
@@ -430,9 +431,9 @@ def _candidate_sets(
     gangs_in: dict[int, list[tuple[RunningGang, int]]] = {}
     for g in sorted(allowed, key=lambda g: (g.gpus, g.priority, -g.started_at, g.key)):
         inside: dict[int, int] = {}
-        for n, u in usage[g.key].items():
+        for n, requests in usage[g.key]:
             if (d := domain(n)) is not None:
-                inside[d] = inside.get(d, 0) + sum(u.get(r, 0) for r in ACCELERATORS)
+                inside[d] = inside.get(d, 0) + sum(requests.get(r, 0) for r in ACCELERATORS)
         for d, gpus in inside.items():
             gangs_in.setdefault(d, []).append((g, gpus))
     # A lower bound of each domain's cost, cheapest domains first: the GPUs the gang asks beyond
