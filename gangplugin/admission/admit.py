@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from functools import partial
 
 from gangplugin.admission.capacity import Assumed, Promise
+from gangplugin.admission.preempt import Governance, Preemptions
 from gangplugin.admission.view import (
     AdmissionView,
     AdmittedGang,
@@ -42,6 +43,7 @@ from gangplugin.core.names import (
 )
 from gangplugin.core.placement import Gang
 from gangplugin.core.policy import GangPolicy
+from gangplugin.core.preemption import Hold, PreemptionPlan, exclude_nodes
 from gangplugin.core.quota import next_quota_change
 from gangplugin.core.timeutil import format_time
 from gangplugin.core.topology import Snapshot
@@ -81,6 +83,8 @@ class CandidateVerdict:
     blocked_by: str | None = None
     rejected: bool = False
     wake_at: float | None = None
+    preemption: PreemptionPlan | None = None  # the gang does not fit: whom it preempts or waits for
+    hold: Hold | None = None  # a preemption starting: the domain to hold for the gang
 
 
 def _admitted(q: QueuedWorkload, entry: Entry) -> AdmittedGang:
@@ -96,6 +100,7 @@ class AdmissionPass:
         self.client = client
         self.clock = clock
         self._writers = ThreadPoolExecutor(8, thread_name_prefix="admission-write")
+        self.preemptions = Preemptions(view, writer, client)
 
     def queue(
         self, ours: Mapping[str, str | None], *, settle: bool
@@ -143,6 +148,7 @@ class AdmissionPass:
             return None
         admitted = [_admitted(q, entries[q.key]) for q in queue.admitted]
         unready = {k: list(v) for k, v in queue.unready.items()}
+        gov = self._governance(queue, entries, now)
         # Decide every candidate in order on one snapshot (each admission charged before the next
         # is decided), then write the decisions concurrently: a write waits on the API server,
         # and the decisions no longer depend on each other.
@@ -162,10 +168,19 @@ class AdmissionPass:
 
             for q in queue.candidates:
                 wl, check = entries[q.key].wl, entries[q.key].check
-                verdict = self.evaluate(wl, check, q.policy, snapshot, unready, now)
+                verdict = self.evaluate(wl, check, q.policy, snapshot, unready, now, gov)
                 if verdict.wake_at is not None:
                     wake.append(verdict.wake_at)
-                if verdict.rejected:
+                plan = verdict.preemption
+                if plan is not None and plan.preempts:
+                    if verdict.hold is not None:  # held for this gang from the next decision on
+                        gov.holds[q.key] = verdict.hold
+                    gov.mark_evicting(tuple(v.key for v in plan.victims))
+                    preempt = partial(
+                        self.preemptions.execute, wl, check, plan, verdict.hold, verdict.message, now
+                    )
+                    writes.append((None, preempt))
+                elif verdict.rejected:
                     writes.append((None, partial(self.writer.reject, wl, check, verdict.message, now)))
                 elif verdict.decision is None or not verdict.decision.ready:
                     pending = partial(self.writer.write_check, wl, check, "Pending", verdict.message, now=now)
@@ -203,10 +218,13 @@ class AdmissionPass:
         snapshot: Callable[[tuple[str, ...]], Snapshot],
         unready: Mapping[str | None, list[str]],
         now: float,
+        gov: Governance | None = None,
     ) -> CandidateVerdict:
         """The one decision for one waiting gang, in this order: its policy usable, the
         Sequential gate, the plans' drain gate, then placement (`core.admission.decide`) on the
-        snapshot for its levels. The pass acts on it; explain shows it."""
+        snapshot for its levels, off the domains held for other gangs' preemptions; a gang
+        that does not fit then preempts (`preempt.Preemptions.consider`) unless its policy
+        says Never. The pass acts on it; explain shows it."""
         try:
             policy = self.view.policy(policy_name)
             levels = self.view.levels(policy)
@@ -230,10 +248,23 @@ class AdmissionPass:
                 else {BLOCK_END_ANNOTATION: format_time(drain.block_end)}
             )
             gang = self.view.gang(wl)
-            decision = decide(snapshot(levels), gang, gang.name, policy.placement, blocker, end)
+            snap = snapshot(levels)
+            key = workload_key(wl)
+            if gov is not None:
+                held = [h.held_nodes(snap) for k, h in gov.holds.items() if k != key]
+                gang = exclude_nodes(gang, frozenset().union(*held))
+            decision = decide(snap, gang, gang.name, policy.placement, blocker, end)
+            if gov is None or decision.ready or decision.placement is None or policy.preemption == "Never":
+                return CandidateVerdict(decision.message, decision, gang, policy, blocker)
+            plan, hold = self.preemptions.consider(wl, gang, policy, snap, gov, now)
         except InputError as err:
             return CandidateVerdict(f"the Workload cannot be used: {err}", rejected=True)
-        return CandidateVerdict(decision.message, decision, gang, policy, blocker)
+        message = (
+            plan.reason
+            if plan.preempts or plan.waiting_for
+            else f"{decision.message}; preemption: {plan.reason}"
+        )
+        return CandidateVerdict(message, decision, gang, policy, blocker, preemption=plan, hold=hold)
 
     def explain(self, wl: JSON, check: str, now: float) -> CandidateVerdict | None:
         """What the pass would decide for this waiting gang now (None: not our check), on a
@@ -244,9 +275,27 @@ class AdmissionPass:
         queue, entries = self.queue(ours, settle=False)
         admitted = [_admitted(q, entries[q.key]) for q in queue.admitted]
         unready = {k: list(v) for k, v in queue.unready.items()}
-        return self.evaluate(
-            wl, check, ours[check], lambda levels: self.view.promised_snapshot(levels, admitted), unready, now
-        )
+        snapshots: dict[tuple[str, ...], Snapshot] = {}
+
+        def snapshot(levels: tuple[str, ...]) -> Snapshot:
+            if levels not in snapshots:  # one per explain: the victim search reads the same one
+                snapshots[levels] = self.view.promised_snapshot(levels, admitted)
+            return snapshots[levels]
+
+        gov = self._governance(queue, entries, now)
+        return self.evaluate(wl, check, ours[check], snapshot, unready, now, gov)
+
+    def _governance(self, queue: AdmissionQueue, entries: Mapping[str, Entry], now: float) -> Governance:
+        """The preemption holds of the waiting gangs (each lives as long as its policy's
+        readyTimeout: a preemptor that never fits gives its domain back)."""
+        waiting = []
+        for q in queue.candidates:
+            try:
+                ttl = self.view.policy(q.policy).ready_timeout
+            except InputError:
+                continue
+            waiting.append((entries[q.key].wl, ttl))
+        return self.preemptions.holds(waiting, now)
 
     def _assume(
         self, q: QueuedWorkload, wl: JSON, verdict: CandidateVerdict, unready: dict[str | None, list[str]]

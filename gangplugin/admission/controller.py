@@ -64,6 +64,7 @@ class GangAdmission:
         view.policies.add_handler(lambda _t, _o, n: self._on_config("policy", n))
         view.topologies.add_handler(lambda _t, _o, _n: self.queue.add(PASS))
         view.flavors.add_handler(lambda _t, _o, _n: self.queue.add(PASS))
+        view.cluster_queues.add_handler(lambda _t, _o, _n: self.queue.add(PASS))  # preemption rules
         view.plans.add_handler(lambda _t, _o, _n: self._recheck_admitted())
 
     # -- event handlers: only enqueue ----------------------------------------------------------

@@ -36,7 +36,7 @@ from gangplugin.core.policy import GangPolicy
 from gangplugin.core.topology import Snapshot
 from gangplugin.core.watchdog import GangObservation
 from gangplugin.kube import kueue_records as rec
-from gangplugin.kube.client import JSON, NODES, PODS, WORKLOADS
+from gangplugin.kube.client import CLUSTER_QUEUES, JSON, NODES, PODS, WORKLOADS
 from gangplugin.kube.gangpolicies import GangPolicies
 from gangplugin.kube.informer import Informer, object_key
 from gangplugin.kube.records import gang_from_k8s
@@ -105,6 +105,7 @@ class AdmissionView:
         self.flavors = informer(RESOURCE_FLAVORS)
         self.topologies = informer(TOPOLOGIES)
         self.plans = informer(TRAINING_PLANS, rec.plan_or_none)
+        self.cluster_queues = informer(CLUSTER_QUEUES)  # preemption rules, borrowing
         self.capacity = CapacityView(self.nodes.items, self.pods.items)
         self._parsed: dict[str | None, tuple[str | None, GangPolicy]] = {}
         self.lookup = GangPolicies(self.workloads, self.checks, self.policies, self.topologies)

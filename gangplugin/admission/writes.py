@@ -63,6 +63,17 @@ class CheckWriter:
             if same_state and prev.get("lastTransitionTime")
             else format_time(datetime.fromtimestamp(int(now), UTC))
         )
+        if not self.apply_status(wl, {"admissionChecks": [entry]}):
+            return False
+        meta = wl["metadata"]
+        if state == "Pending" and str(prev.get("message", "")).split(":")[0] != message.split(":")[0]:
+            self.event(wl, "Normal", "GangWaiting", message)  # a new kind of reason, not every recount
+        log.info("workload %s/%s: check %s -> %s: %s", meta["namespace"], meta["name"], check, state, message)
+        return True
+
+    def apply_status(self, wl: JSON, status: JSON, field_manager: str = FIELD_MANAGER) -> bool:
+        """Server-side apply of `status` fields of a Workload as `field_manager`, conditional on
+        the resourceVersion of `wl`; False when the Workload changed meanwhile or is gone."""
         meta = wl["metadata"]
         body = {
             "apiVersion": "kueue.x-k8s.io/v1beta2",
@@ -72,7 +83,7 @@ class CheckWriter:
                 "namespace": meta["namespace"],
                 "resourceVersion": meta["resourceVersion"],
             },
-            "status": {"admissionChecks": [entry]},
+            "status": status,
         }
         try:
             self.client.request(
@@ -80,15 +91,12 @@ class CheckWriter:
                 WORKLOADS.path(meta["namespace"], meta["name"]) + "/status",
                 body=body,
                 content_type="application/apply-patch+yaml",
-                params={"fieldManager": FIELD_MANAGER, "force": "true"},
+                params={"fieldManager": field_manager, "force": "true"},
             )
         except ApiError as err:
             if err.status in (404, 409):
                 return False
             raise
-        if state == "Pending" and str(prev.get("message", "")).split(":")[0] != message.split(":")[0]:
-            self.event(wl, "Normal", "GangWaiting", message)  # a new kind of reason, not every recount
-        log.info("workload %s/%s: check %s -> %s: %s", meta["namespace"], meta["name"], check, state, message)
         return True
 
     def event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:

@@ -53,3 +53,9 @@ PLAN_ACCEPTED_CONDITION = "Accepted"
 # {server: host:port, client-certificate-server: host:port (for client-certificate users),
 #  certificate-authority or certificate-authority-data: the CA of its serving certificate}.
 GRPC_EXTENSION = f"{GROUP}/grpc"
+
+# Preemption: on the preempting Workload, the domain held for it and the gangs it evicts (JSON;
+# the state a restarted controller resumes from); the Evicted condition's reason on a victim,
+# as Kueue's own preemption writes it.
+PREEMPTION_ANNOTATION = f"{GROUP}/preemption"
+PREEMPTED_REASON = "Preempted"

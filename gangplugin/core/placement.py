@@ -48,7 +48,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -369,6 +369,60 @@ def validate_gang(gang: Gang) -> None:
         for r, q in ps.requests.items():
             if q < 0:
                 raise InputError(f"podSets[{i}].requests.{r}", "must not be negative")
+
+
+def gang_levels(snapshot: Snapshot, gang: Gang) -> tuple[int | None, int | None]:
+    """(required, preferred) level indexes of the gang (InputError for an unknown label)."""
+    return _gang_levels(snapshot, gang)
+
+
+class _Plus(Mapping[str, int]):
+    """Free capacity plus what would come free, read without building a new dict."""
+
+    __slots__ = ("extra", "free")
+
+    def __init__(self, free: Mapping[str, int], extra: Mapping[str, int]) -> None:
+        self.free, self.extra = free, extra
+
+    def get(self, key: str, default: Any = None) -> Any:
+        if key not in self.free:  # a node without a pod limit stays without one
+            return default if key == PODS else self.extra.get(key, default)
+        return self.free[key] + self.extra.get(key, 0)
+
+    def __getitem__(self, key: str) -> int:
+        value = self.get(key)
+        if value is None:
+            raise KeyError(key)
+        return int(value)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(set(self.free) | set(self.extra))
+
+    def __len__(self) -> int:
+        return len(set(self.free) | set(self.extra))
+
+
+_NOTHING: Mapping[str, int] = {}
+
+
+def fit_counter(podset: PodSet) -> Callable[[Mapping[str, int], Mapping[str, int]], int]:
+    """How many pods of `podset` fit in a node's free capacity plus `extra` (what would come
+    free there): the rule `place` counts by."""
+    req = _req_items(podset)
+
+    def count(free: Mapping[str, int], extra: Mapping[str, int] = _NOTHING) -> int:
+        return _fit(_Plus(free, extra) if extra else free, req)
+
+    return count
+
+
+def eligible_nodes(
+    snapshot: Snapshot, gang: Gang, policy: PlacementPolicy, occupied: Collection[str] = ()
+) -> list[list[int]]:
+    """Per podset, the ids of the nodes its pods may use (usable, not a held spare, taints
+    tolerated, selected), whether or not they have room now: what `place` filters by."""
+    planner = _Planner(snapshot, Gang((), gang.name), held_spares(snapshot, policy, occupied))
+    return [planner._eligible(ps.constraints, ps.excluded_nodes) for ps in gang.podsets]
 
 
 # -- the planner --------------------------------------------------------------------------------

@@ -16,6 +16,8 @@ from gangplugin.core.placement import PlacementPolicy
 ADMISSION_MODES = ("Parallel", "Sequential")
 NODE_FAILURE_MODES = ("Requeue", "ReplaceFromSpare")
 TIMESTAMPS = ("Eviction", "Creation")
+# ClusterQueue: preempt as the ClusterQueue's Kueue `spec.preemption` allows; Never: not at all.
+PREEMPTION_MODES = ("ClusterQueue", "Never")
 DEFAULT_READY_TIMEOUT = 300.0  # HyperPod's `timeout`: 5m
 
 
@@ -43,6 +45,7 @@ class GangPolicy:
     # ReplaceFromSpare: at most this many nodes NotReady under a gang at once are replaced;
     # more and the gang is requeued whole at once. None: no limit.
     max_replaced_nodes: int | None = None
+    preemption: str = "ClusterQueue"
 
     @property
     def sequential(self) -> bool:
@@ -67,6 +70,9 @@ def validate_policy(policy: GangPolicy, field_prefix: str = "spec") -> GangPolic
         raise InputError(
             f"{p}.nodeFailure", f"{policy.node_failure!r} is not one of {', '.join(NODE_FAILURE_MODES)}"
         )
+    if policy.preemption not in PREEMPTION_MODES:
+        modes = ", ".join(PREEMPTION_MODES)
+        raise InputError(f"{p}.preemption", f"{policy.preemption!r} is not one of {modes}")
     rq = policy.requeue
     if rq.timestamp not in TIMESTAMPS:
         raise InputError(f"{p}.requeue.timestamp", f"{rq.timestamp!r} is not one of {', '.join(TIMESTAMPS)}")

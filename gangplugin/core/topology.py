@@ -144,6 +144,18 @@ class Snapshot:
         i = self.node_ids.get(name)
         return None if i is None else self.nodes[i]
 
+    def pod(self, namespace: str, name: str) -> BoundPod | None:
+        """A pod this snapshot counts (real or synthetic), as it was bound; None if not counted."""
+        entry = self._pods.get((namespace, name))
+        if entry is None:
+            return None
+        node = self.nodes[entry[0]]
+        return None if node is None else BoundPod(namespace, name, node.name, entry[1])
+
+    def pod_usage(self, namespace: str, name: str) -> tuple[int, Mapping[str, int]] | None:
+        """(node id, requests) of a pod this snapshot counts; None if not counted."""
+        return self._pods.get((namespace, name))
+
     def live_node_ids(self) -> list[int]:
         """Ids of present nodes, ordered by name."""
         return [self.node_ids[n] for n in sorted(self.node_ids)]

@@ -5,15 +5,17 @@ Plain dict access (watch-event hot path). Anything unusable raises `InputError(f
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
 from gangplugin.core.durations import parse_duration
 from gangplugin.core.errors import InputError
-from gangplugin.core.names import MAX_RUNTIME_ANNOTATION
+from gangplugin.core.names import MAX_RUNTIME_ANNOTATION, PREEMPTION_ANNOTATION
 from gangplugin.core.plans import TrainingPlan
 from gangplugin.core.policy import DEFAULT_READY_TIMEOUT, GangPolicy, Requeue, validate_policy
+from gangplugin.core.preemption import ClusterQueueState, Hold, QueuePreemption
 from gangplugin.core.timeutil import parse_time, to_seconds
 from gangplugin.kube.client import JSON
 from gangplugin.kube.plan_records import parse_plan
@@ -76,6 +78,7 @@ def gang_policy_from_k8s(obj: Mapping[str, Any]) -> GangPolicy:
             placement=placement,
             node_failure=str(spec.get("nodeFailure", "Requeue")),
             max_replaced_nodes=_int(spec.get("maxReplacedNodes"), "spec.maxReplacedNodes", None),
+            preemption=str(spec.get("preemption", "ClusterQueue")),
         )
     )
 
@@ -189,3 +192,71 @@ def quota_of(wl: Mapping[str, Any]) -> tuple[str, set[str]]:
         for f in (psa.get("flavors") or {}).values()
     }
     return str(admission.get("clusterQueue") or ""), flavors
+
+
+def priority(wl: Mapping[str, Any]) -> int:
+    """The Workload's priority as Kueue resolved it (its WorkloadPriorityClass; 0 without)."""
+    value = (wl.get("spec") or {}).get("priority")
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def cluster_queue_state(cq: Mapping[str, Any]) -> ClusterQueueState:
+    """A ClusterQueue's cohort, Kueue `spec.preemption` and whether it borrows now."""
+    spec = cq.get("spec") or {}
+    pre = spec.get("preemption") or {}
+    borrow = pre.get("borrowWithinCohort") or {}
+    threshold = borrow.get("maxPriorityThreshold")
+    borrowing = any(
+        _quantity_positive(r.get("borrowed"))
+        for f in (cq.get("status") or {}).get("flavorsReservation") or []
+        for r in f.get("resources") or []
+    )
+    return ClusterQueueState(
+        str(cq.get("metadata", {}).get("name", "")),
+        spec.get("cohortName") or spec.get("cohort") or None,
+        QueuePreemption(
+            str(pre.get("withinClusterQueue", "Never")),
+            str(pre.get("reclaimWithinCohort", "Never")),
+            str(borrow.get("policy", "Never")),
+            threshold if isinstance(threshold, int) else None,
+        ),
+        borrowing,
+    )
+
+
+def _quantity_positive(value: object) -> bool:
+    return value is not None and str(value).strip() not in ("", "0", "0m")
+
+
+def hold_from_k8s(wl: Mapping[str, Any]) -> Hold | None:
+    """The preemption hold recorded on a Workload (None: none, or unreadable: then nothing is
+    held, the safe side)."""
+    raw = ((wl.get("metadata") or {}).get("annotations") or {}).get(PREEMPTION_ANNOTATION)
+    if not raw:
+        return None
+    try:
+        d = json.loads(raw)
+        return Hold(
+            d.get("level"),
+            d.get("domain"),
+            tuple(str(n) for n in d.get("nodes") or ()),
+            tuple(str(v) for v in d.get("victims") or ()),
+            float(d["quotaReservedAt"]),
+            float(d["at"]),
+        )
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+
+
+def hold_annotation(hold: Hold) -> str:
+    return json.dumps(
+        {
+            "level": hold.level,
+            "domain": hold.domain,
+            "nodes": list(hold.nodes),
+            "victims": list(hold.victims),
+            "quotaReservedAt": hold.quota_reserved_at,
+            "at": hold.at,
+        },
+        separators=(",", ":"),
+    )

@@ -996,7 +996,7 @@ def resource_for(obj: dict[str, Any]) -> Resource:
     if (api_version, kind) in _KINDS:
         return _KINDS[(api_version, kind)]
     if api_version.startswith("kueue.x-k8s.io/"):
-        plural = kind.lower() + "s"
+        plural = kind.lower() + ("es" if kind.endswith("s") else "s")  # WorkloadPriorityClass
         return Resource(api_version, plural, namespaced=kind in ("LocalQueue", "Workload"))
     raise ClusterError(f"{kind} ({api_version}) is not a kind the local cluster applies")
 

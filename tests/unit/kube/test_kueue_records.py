@@ -168,3 +168,50 @@ def test_quota_of_reads_kueues_admission() -> None:
 
 def test_unparsable_plan_is_none_in_the_cache() -> None:
     assert plan_or_none({"apiVersion": "gangplugin.io/v1alpha1", "kind": "TrainingPlan", "spec": {}}) is None
+
+
+def test_gang_policy_preemption_is_parsed_and_checked() -> None:
+    def policy(spec: dict[str, Any]) -> dict[str, Any]:
+        return {"apiVersion": "gangplugin.io/v1alpha1", "kind": "GangPolicy", "spec": spec}
+
+    assert gang_policy_from_k8s(policy({})).preemption == "ClusterQueue"
+    assert gang_policy_from_k8s(policy({"preemption": "Never"})).preemption == "Never"
+    with pytest.raises(InputError, match="ClusterQueue, Never") as err:
+        gang_policy_from_k8s(policy({"preemption": "Sometimes"}))
+    assert err.value.field == "spec.preemption"
+
+
+def test_cluster_queue_state_reads_kueue_preemption_cohort_and_borrowing() -> None:
+    from gangplugin.kube.kueue_records import cluster_queue_state
+
+    cq = {
+        "metadata": {"name": "team-b"},
+        "spec": {
+            "cohortName": "org",
+            "preemption": {
+                "withinClusterQueue": "LowerPriority",
+                "reclaimWithinCohort": "Any",
+                "borrowWithinCohort": {"policy": "LowerPriority", "maxPriorityThreshold": 100},
+            },
+        },
+        "status": {
+            "flavorsReservation": [{"name": "gb200", "resources": [{"name": "gpu", "borrowed": "32"}]}]
+        },
+    }
+    s = cluster_queue_state(cq)
+    assert (s.name, s.cohort, s.borrowing) == ("team-b", "org", True)
+    assert (s.preemption.within_cluster_queue, s.preemption.reclaim_within_cohort) == ("LowerPriority", "Any")
+    assert (s.preemption.borrow_within_cohort, s.preemption.max_priority_threshold) == ("LowerPriority", 100)
+    assert not cluster_queue_state({"metadata": {"name": "x"}}).borrowing
+
+
+def test_preemption_hold_round_trips_and_a_bad_one_holds_nothing() -> None:
+    from gangplugin.core.names import PREEMPTION_ANNOTATION
+    from gangplugin.core.preemption import Hold
+    from gangplugin.kube.kueue_records import hold_annotation, hold_from_k8s
+
+    hold = Hold("topology.k8s.aws/ultraserver-id", "us-3", (), ("ns/a", "ns/b"), 10.0, 20.0)
+    wl = {"metadata": {"annotations": {PREEMPTION_ANNOTATION: hold_annotation(hold)}}}
+    assert hold_from_k8s(wl) == hold
+    assert hold_from_k8s({"metadata": {"annotations": {PREEMPTION_ANNOTATION: "{bad"}}}) is None
+    assert hold.live(10.0, 25.0, 300) and not hold.live(11.0, 25.0, 300) and not hold.live(10.0, 400.0, 300)

@@ -1,0 +1,248 @@
+"""The I/O side of preemption (the search is `core.preemption.find_victims`).
+
+What a pass reads: the admitted gangs as `RunningGang`s (bound pods and promised synthetic
+pods, as the snapshot counts them), the ClusterQueues' Kueue preemption rules, and the live
+holds recorded on preempting Workloads (annotation `gangplugin.io/preemption`).
+
+What it writes, in this order, so a restart in between leaves a state the next pass resumes:
+1. the hold on the preemptor (conditional on its resourceVersion): from then on no other gang
+   is placed in the held domain, and the victims are named where the API server keeps them;
+2. the preemptor's check message ("preempting ...", why each victim);
+3. each victim evicted the way Kueue's own preemption evicts it: condition `Evicted=True`,
+   reason `Preempted` (Kueue stops the job, releases the quota and requeues the Workload; no
+   admission-check `Retry`, so the victim is charged no retryCount and no backoff);
+4. an Event on each victim naming the preemptor and on the preemptor naming the victims.
+A pass that finds the hold with a victim still admitted in the domain evicts it (resume).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime
+from functools import cached_property
+
+from gangplugin.admission.view import AdmissionView, condition_time, timestamp, workload_key
+from gangplugin.admission.writes import CheckWriter
+from gangplugin.core.admission import gang_id, promised_pods
+from gangplugin.core.errors import InputError
+from gangplugin.core.names import PREEMPTED_REASON, PREEMPTION_ANNOTATION
+from gangplugin.core.placement import Gang
+from gangplugin.core.policy import GangPolicy
+from gangplugin.core.preemption import (
+    ClusterQueueState,
+    Contender,
+    Hold,
+    PreemptionPlan,
+    RunningGang,
+    Victim,
+    find_victims,
+    gang_gpus,
+    hold_of,
+)
+from gangplugin.core.timeutil import format_time
+from gangplugin.core.topology import Snapshot
+from gangplugin.kube import kueue_records as rec
+from gangplugin.kube.client import JSON, WORKLOADS, ApiError, Client
+
+log = logging.getLogger(__name__)
+# Evictions are applied by a field manager of their own: the check's applies (which own only the
+# check's entry) then never remove the Evicted condition, and these never remove podSetUpdates.
+FIELD_MANAGER = "gangplugin-preemption"
+
+
+class Governance:
+    """What one pass (or one explain) knows about preemption: the live holds by holder key,
+    and the admitted gangs and ClusterQueue rules, read on first use (most passes never
+    need them)."""
+
+    def __init__(
+        self,
+        holds: dict[str, Hold],
+        running: Callable[[], list[RunningGang]],
+        queues: Callable[[], dict[str, ClusterQueueState]],
+    ) -> None:
+        self.holds = holds
+        self._read_running, self._read_queues = running, queues
+
+    @cached_property
+    def running(self) -> list[RunningGang]:
+        return self._read_running()
+
+    @cached_property
+    def queues(self) -> dict[str, ClusterQueueState]:
+        return self._read_queues()
+
+    def mark_evicting(self, keys: tuple[str, ...]) -> None:
+        """Victims chosen earlier in this pass are being evicted for everyone after them."""
+        self.running = [replace(g, evicting=True) if g.key in keys else g for g in self.running]
+
+
+class Preemptions:
+    def __init__(self, view: AdmissionView, writer: CheckWriter, client: Client) -> None:
+        self.view = view
+        self.writer = writer
+        self.client = client
+
+    def _queues(self) -> dict[str, ClusterQueueState]:
+        out = {}
+        for cq in self.view.cluster_queues.items():
+            state = rec.cluster_queue_state(cq)
+            out[state.name] = state
+        return out
+
+    def _running(self) -> list[RunningGang]:
+        """Every gang holding capacity through our check: admitted (check Ready), or evicted
+        with pods still on nodes (being evicted: its capacity is coming free)."""
+        ours = self.view.our_checks()
+        out = []
+        for wl in self.view.workloads.items():
+            state = self.view.lookup.check_of(wl, ours)
+            if state is None or rec.is_true(wl, "Finished"):
+                continue
+            evicting = rec.is_true(wl, "Evicted")
+            ns, name = wl["metadata"]["namespace"], wl["metadata"]["name"]
+            pods = [
+                p for p in self.view.gang_pods(ns, gang_id(name)) if (p.get("spec") or {}).get("nodeName")
+            ]
+            if not (state[1].get("state") == "Ready" or (evicting and pods)):
+                continue
+            try:
+                gang = self.view.gang(wl)
+            except InputError:
+                continue
+            keys = [(ns, p["metadata"]["name"]) for p in pods] + [(ns, n) for n in promised_pods(gang)]
+            out.append(
+                RunningGang(
+                    workload_key(wl),
+                    rec.priority(wl),
+                    rec.quota_of(wl)[0],
+                    timestamp(wl, "creationTimestamp"),
+                    condition_time(wl, "Admitted"),
+                    gang_gpus(gang),
+                    tuple(keys),
+                    evicting,
+                )
+            )
+        return out
+
+    # -- writes ----------------------------------------------------------------------------------
+
+    def execute(
+        self, wl: JSON, check: str, plan: PreemptionPlan, hold: Hold | None, message: str, now: float
+    ) -> bool | None:
+        """Carry out a preemption (see the module doc for the order); `hold`: a new hold to
+        record (None: resuming the recorded one). False when the preemptor changed meanwhile."""
+        if hold is not None:
+            try:
+                wl = self.client.request(
+                    "PATCH",
+                    WORKLOADS.path(wl["metadata"]["namespace"], wl["metadata"]["name"]),
+                    body={
+                        "metadata": {
+                            "resourceVersion": wl["metadata"]["resourceVersion"],
+                            "annotations": {PREEMPTION_ANNOTATION: rec.hold_annotation(hold)},
+                        }
+                    },
+                    content_type="application/merge-patch+json",
+                )
+            except ApiError as err:
+                if err.status in (404, 409):
+                    return False
+                raise
+        self.writer.write_check(wl, check, "Pending", message, now=now)
+        preemptor = workload_key(wl)
+        ok = True
+        for victim in plan.victims:
+            ok = self._evict(victim.key, preemptor, plan, now) and ok
+            self.writer.event(wl, "Normal", "Preempting", f"preempting {victim.why}")
+        return ok
+
+    def _evict(self, key: str, preemptor: str, plan: PreemptionPlan, now: float) -> bool:
+        """Evict one victim as Kueue's own preemption does (`workload.Evict`): `Evicted=True`
+        with reason `Preempted`, and its admission check back to Pending in the same write (so
+        the check decides again when the victim gets quota back; Ready->Pending is no Retry,
+        no retryCount). Conditional on the victim's resourceVersion."""
+        victim = self.view.workloads.get(key)
+        if victim is None or rec.is_true(victim, "Evicted"):
+            return True
+        found = self.view.lookup.check_of(victim, self.view.our_checks())
+        where = f"{plan.level}={plan.domain}" if plan.level else f"{len(plan.nodes)} node(s)"
+        message = f"Preempted by gangplugin to free {where} for {preemptor}"
+        at = format_time(datetime.fromtimestamp(int(now), UTC))
+        meta = victim["metadata"]
+        status: JSON = {
+            "conditions": [
+                {
+                    "type": "Evicted",
+                    "status": "True",
+                    "reason": PREEMPTED_REASON,
+                    "message": message,
+                    "lastTransitionTime": at,
+                    "observedGeneration": meta.get("generation", 0),
+                }
+            ]
+        }
+        if found is not None:
+            status["admissionChecks"] = [
+                {
+                    "name": found[0],
+                    "state": "Pending",
+                    "message": f"Reset to Pending after eviction: {message}",
+                    "lastTransitionTime": at,
+                }
+            ]
+        if not self.writer.apply_status(victim, status, FIELD_MANAGER):
+            return False  # changed meanwhile: the next pass resumes from the hold
+        log.info("workload %s preempted for %s: %s", key, preemptor, message)
+        self.writer.event(victim, "Warning", PREEMPTED_REASON, f"{message} (whole gang, requeued)")
+        return True
+
+    # -- decisions -------------------------------------------------------------------------------
+
+    def holds(self, waiting: list[tuple[JSON, float]], now: float) -> Governance:
+        """A pass's (or explain's) preemption state: the live holds of the waiting Workloads
+        (each with its hold's time to live)."""
+        holds = {}
+        for wl, ttl in waiting:
+            hold = rec.hold_from_k8s(wl)
+            if hold is not None and hold.live(condition_time(wl, "QuotaReserved"), now, ttl):
+                holds[workload_key(wl)] = hold
+        return Governance(holds, self._running, self._queues)
+
+    def consider(
+        self, wl: JSON, gang: Gang, policy: GangPolicy, snapshot: Snapshot, gov: Governance, now: float
+    ) -> tuple[PreemptionPlan, Hold | None]:
+        """For a gang that does not fit: resume its recorded preemption, or search for victims
+        (`find_victims`); with the hold to record when a new preemption starts."""
+        key = workload_key(wl)
+        own = gov.holds.get(key)
+        if own is not None:
+            return self._resume(own, gov.running), None
+        contender = Contender(key, rec.priority(wl), rec.quota_of(wl)[0], timestamp(wl, "creationTimestamp"))
+        plan = find_victims(snapshot, gang, policy.placement, contender, gov.running, gov.queues)
+        return plan, (hold_of(plan, condition_time(wl, "QuotaReserved"), now) if plan.preempts else None)
+
+    @staticmethod
+    def _resume(hold: Hold, running: list[RunningGang]) -> PreemptionPlan:
+        """The recorded preemption: victims still admitted since before the hold are evicted
+        (a restart cut the preemption short), the others are waited for."""
+        by_key = {g.key: g for g in running}
+        left = [g for v in hold.victims if (g := by_key.get(v)) is not None and g.started_at <= hold.at]
+        todo = tuple(
+            Victim(
+                g.key, g.priority, g.gpus, g.started_at, f"{g.key}: named by the preemption recorded earlier"
+            )
+            for g in left
+            if not g.evicting
+        )
+        gone = tuple(g.key for g in left if g.evicting)
+        where = f"{hold.level}={hold.domain}" if hold.level else f"{len(hold.nodes)} held node(s)"
+        names = ", ".join(hold.victims)
+        reason = (
+            f"preempting {names}: "
+            + ("evicting the rest" if todo else "waiting for them to leave")
+            + f" {where} (held for this gang)"
+        )
+        return PreemptionPlan(todo, gone, hold.level, hold.domain, hold.nodes, reason)

@@ -1,0 +1,556 @@
+"""Topology-aware preemption of whole gangs: which admitted gangs to evict so that a waiting
+gang (quota already reserved by Kueue) fits in one domain.
+
+Kueue preempts for quota, blind to topology; a high-priority gang whose quota is free but whose
+UltraServers are each fragmented by a few low-priority gangs would wait forever behind our
+check. `find_victims` answers on the snapshot placement reads:
+
+1. Who may be preempted is Kueue's own rule (`may_preempt`): the preemptor's ClusterQueue
+   `spec.preemption` (`withinClusterQueue`, `reclaimWithinCohort`, `borrowWithinCohort`), read
+   with Kueue's semantics (v0.17): never an equal or higher priority unless the setting says so.
+2. Gangs already being evicted are counted as gone, at no cost: if that is enough, nobody else
+   is preempted (the gang waits for them).
+3. For every domain of the gang's required level (the whole cluster when it requires none; a
+   spread is allowed then), the cheapest set of preemptible gangs with pods in that domain whose
+   removal makes the gang fit there, by a branch and bound over per-node free capacity.
+   Cheapest: fewest GPUs, then the lowest priorities, then the most recently started.
+4. The best sets are checked with `placement.place` on the snapshot minus the victims; the first
+   that really fits wins (the per-node count is exact for one podset, optimistic otherwise).
+
+Pure: the snapshot is changed only for the check and given back as it was.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+
+from gangplugin.core.placement import (
+    Gang,
+    Placement,
+    PlacementPolicy,
+    eligible_nodes,
+    fit_counter,
+    gang_levels,
+    place,
+)
+from gangplugin.core.resources import PODS
+from gangplugin.core.timeutil import format_time
+from gangplugin.core.topology import BoundPod, Snapshot
+
+WITHIN_CLUSTER_QUEUE = ("Never", "LowerPriority", "LowerOrNewerEqualPriority")
+RECLAIM_WITHIN_COHORT = ("Never", "LowerPriority", "Any")
+BORROW_WITHIN_COHORT = ("Never", "LowerPriority")
+_MAX_NODES_PER_DOMAIN = 4000  # branch-and-bound steps in one domain before settling for the best so far
+_MAX_CHECKS = 16  # candidate sets checked with `place`
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePreemption:
+    """A ClusterQueue's Kueue `spec.preemption` (Kueue's defaults: nothing is preempted)."""
+
+    within_cluster_queue: str = "Never"
+    reclaim_within_cohort: str = "Never"
+    borrow_within_cohort: str = "Never"
+    max_priority_threshold: int | None = None  # borrowWithinCohort.maxPriorityThreshold
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterQueueState:
+    """What preemption reads of a ClusterQueue: its cohort, its rules, and whether it uses
+    more than its nominal quota now (Kueue's `status.flavorsReservation[].resources[].borrowed`)."""
+
+    name: str
+    cohort: str | None = None
+    preemption: QueuePreemption = field(default_factory=QueuePreemption)
+    borrowing: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Contender:
+    """The waiting gang that would preempt."""
+
+    key: str
+    priority: int
+    cluster_queue: str
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class RunningGang:
+    """An admitted gang. `pods`: the (namespace, name) keys the snapshot counts for it (its
+    bound pods and the synthetic pods of its promise); `evicting`: already being evicted."""
+
+    key: str
+    priority: int
+    cluster_queue: str
+    created_at: float
+    started_at: float
+    gpus: int
+    pods: tuple[tuple[str, str], ...]
+    evicting: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Victim:
+    key: str
+    priority: int
+    gpus: int
+    started_at: float
+    why: str  # why this gang: its cost and the Kueue rule that allows it
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionPlan:
+    """`victims`: the gangs to evict (none: no preemption); `waiting_for`: gangs already being
+    evicted whose leaving lets the gang fit; `level`/`domain`: the domain freed (level None: no
+    topology asked, the gang may spread); `nodes`: the nodes to hold for the gang."""
+
+    victims: tuple[Victim, ...]
+    waiting_for: tuple[str, ...]
+    level: str | None
+    domain: str | None
+    nodes: tuple[str, ...]
+    reason: str
+
+    @property
+    def preempts(self) -> bool:
+        return bool(self.victims)
+
+
+def _satisfies(policy: str, preemptor: Contender, victim: RunningGang) -> tuple[bool, str]:
+    """Kueue's `SatisfiesPreemptionPolicy`: LowerPriority, LowerOrNewerEqualPriority (equal
+    priority, queued later), Any; Never (or anything else) refuses."""
+    p, v = preemptor.priority, victim.priority
+    if policy == "Any":
+        return True, "any priority"
+    if policy == "LowerOrNewerEqualPriority" and v == p and victim.created_at > preemptor.created_at:
+        return True, "equal priority, newer"
+    if policy in ("LowerPriority", "LowerOrNewerEqualPriority"):
+        return v < p, f"priority {v} {'<' if v < p else '>='} {p}"
+    return False, "never"
+
+
+def may_preempt(
+    preemptor: Contender, victim: RunningGang, queues: Mapping[str, ClusterQueueState]
+) -> tuple[bool, str]:
+    """Whether Kueue's preemption settings of the preemptor's ClusterQueue let it preempt
+    `victim`, and the rule that decided, as Kueue v0.17 classifies a candidate: same
+    ClusterQueue, `withinClusterQueue`; another ClusterQueue of the cohort, only while it
+    borrows, by `reclaimWithinCohort`, and while the preemptor's own ClusterQueue borrows also
+    by `borrowWithinCohort` (lower priority, at most `maxPriorityThreshold`). Any other gang:
+    never."""
+    own = queues.get(preemptor.cluster_queue, ClusterQueueState(preemptor.cluster_queue))
+    rules = own.preemption
+    if victim.cluster_queue == preemptor.cluster_queue:
+        ok, why = _satisfies(rules.within_cluster_queue, preemptor, victim)
+        return ok, f"withinClusterQueue: {rules.within_cluster_queue}, {why}"
+    other = queues.get(victim.cluster_queue)
+    if own.cohort is None or other is None or other.cohort != own.cohort:
+        return False, f"ClusterQueue {victim.cluster_queue} is not in the cohort of {own.name}"
+    if not other.borrowing:
+        return False, f"ClusterQueue {victim.cluster_queue} does not borrow from the cohort"
+    ok, why = _satisfies(rules.reclaim_within_cohort, preemptor, victim)
+    rule = f"reclaimWithinCohort: {rules.reclaim_within_cohort}, {why}"
+    if not ok or not own.borrowing:
+        return ok, rule
+    policy, limit = rules.borrow_within_cohort, rules.max_priority_threshold
+    rule += f"; {own.name} borrows, borrowWithinCohort: {policy}"
+    if policy != "LowerPriority" or victim.priority >= preemptor.priority:
+        return False, rule
+    if limit is not None and victim.priority > limit:
+        return False, f"{rule}, priority {victim.priority} above maxPriorityThreshold {limit}"
+    return True, rule
+
+
+def _set_key(members: Sequence[RunningGang]) -> tuple[object, ...]:
+    """Fewest GPUs, then the lowest priorities, then the most recently started, then fewest."""
+    return (
+        sum(g.gpus for g in members),
+        tuple(sorted((g.priority for g in members), reverse=True)),
+        tuple(sorted(-g.started_at for g in members)),
+        len(members),
+        tuple(sorted(g.key for g in members)),
+    )
+
+
+@contextmanager
+def without(snapshot: Snapshot, gangs: Sequence[RunningGang]) -> Iterator[None]:
+    """The snapshot with the pods of `gangs` unbound, rebound on exit."""
+    removed: list[BoundPod] = []
+    try:
+        for g in gangs:
+            for ns, name in g.pods:
+                pod = snapshot.pod(ns, name)
+                if pod is not None:
+                    removed.append(pod)
+                    snapshot.unbind(ns, name)
+        yield
+    finally:
+        for pod in removed:
+            snapshot.bind(pod)
+
+
+class _Domain:
+    """Fast fit counting inside one domain: per node, free capacity plus what victims free.
+    `eligible`: per podset, the ids of the domain's nodes its pods may use."""
+
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        gang: Gang,
+        eligible: list[list[int]],
+        usage: Mapping[str, _Pods],
+    ) -> None:
+        self.snapshot, self.gang, self.usage = snapshot, gang, usage
+        self.fit = [fit_counter(ps) for ps in gang.podsets]
+        free = snapshot.free
+        # per podset: node id -> how many of its pods fit there now
+        self.nodes = [{n: fit(free[n], {}) for n in ns} for fit, ns in zip(self.fit, eligible, strict=True)]
+        self.base = [sum(ns.values()) for ns in self.nodes]
+
+    def gains(self, candidates: Sequence[RunningGang]) -> list[list[int]]:
+        """Per candidate and podset, an upper bound of the pods its eviction adds: on each of
+        its nodes, what fits once every candidate has left it. A set never adds more than the
+        sum of its members' gains."""
+        freed = self._freed([g.key for g in candidates])
+        full = {
+            n: [
+                self.fit[p](self.snapshot.free[n], extra) - here[n] if n in here else 0
+                for p, here in enumerate(self.nodes)
+            ]
+            for n, extra in freed.items()
+        }
+        return [
+            [sum(full[n][p] for n in {n for n, _ in self.usage[g.key]}) for p in range(len(self.nodes))]
+            for g in candidates
+        ]
+
+    def _freed(self, keys: Sequence[str]) -> dict[int, dict[str, int]]:
+        """Per node, what the pods of these gangs hold there (pod slots included)."""
+        freed: dict[int, dict[str, int]] = {}
+        for k in keys:
+            for n, requests in self.usage[k]:
+                acc = freed.get(n)
+                if acc is None:
+                    acc = freed[n] = {PODS: 0}
+                for r, q in requests.items():
+                    acc[r] = acc.get(r, 0) + q
+                acc[PODS] += 1
+        return freed
+
+    def fits(self, keys: Sequence[str]) -> bool:
+        freed = self._freed(keys)
+        for p, ps in enumerate(self.gang.podsets):
+            count, here = self.base[p], self.nodes[p]
+            for n, extra in freed.items():
+                if n in here:
+                    count += self.fit[p](self.snapshot.free[n], extra) - here[n]
+            if count < ps.count:
+                return False
+        return True
+
+
+def _search(dom: _Domain, candidates: list[RunningGang], bound: list[int]) -> list[list[RunningGang]]:
+    """Minimal sets of `candidates` (sorted cheapest first) that make the gang fit in `dom`,
+    by branch and bound: a branch is cut when it costs more GPUs than `bound[0]` (the fewest
+    of a fitting set found so far, in any domain) or when even all the gangs left could not
+    add the pods missing (`_Domain.gains`)."""
+    need = [ps.count - b for ps, b in zip(dom.gang.podsets, dom.base, strict=True)]
+    gains = dom.gains(candidates)
+    total = [sum(g[p] for g in gains) for p in range(len(need))]
+    if any(t < n for t, n in zip(total, need, strict=True)):
+        return []  # even all of them could not make room
+    if _cheapest_possible([c.gpus for c in candidates], [g[0] for g in gains], need[0]) > bound[0]:
+        return []
+    left = [[0] * len(need) for _ in range(len(candidates) + 1)]  # gains of candidates[i:]
+    for i in range(len(candidates) - 1, -1, -1):
+        left[i] = [a + b for a, b in zip(left[i + 1], gains[i], strict=True)]
+    found: list[list[RunningGang]] = []
+    steps = 0
+    chosen: list[RunningGang] = []
+
+    def dfs(start: int, gpus: int, got: list[int]) -> None:
+        nonlocal steps
+        for i in range(start, len(candidates)):
+            steps += 1
+            if steps > _MAX_NODES_PER_DOMAIN or any(
+                g + r < n for g, r, n in zip(got, left[i], need, strict=True)
+            ):
+                return
+            c = candidates[i]
+            cost = gpus + c.gpus
+            if cost > bound[0]:
+                continue
+            chosen.append(c)
+            now = [a + b for a, b in zip(got, gains[i], strict=True)]
+            if all(g >= n for g, n in zip(now, need, strict=True)) and dom.fits([g.key for g in chosen]):
+                found.append(list(chosen))
+                bound[0] = min(bound[0], cost)
+            else:
+                dfs(i + 1, cost, now)
+            chosen.pop()
+
+    dfs(0, 0, [0] * len(need))
+    return found
+
+
+def _least_gpus(costs: Sequence[int], inside: Sequence[int], missing: int) -> float:
+    """The fewest GPUs of whole gangs (`costs`) whose GPUs in the domain (`inside`) add up to
+    `missing`: exact over subsets when there are few gangs, the fractional bound otherwise."""
+    if missing <= 0:
+        return min(costs, default=0)
+    if len(costs) > 10:
+        return _cheapest_possible(costs, inside, missing)
+    best = float("inf")
+    for r in range(1, len(costs) + 1):
+        for subset in itertools.combinations(range(len(costs)), r):
+            if sum(inside[i] for i in subset) >= missing:
+                best = min(best, sum(costs[i] for i in subset))
+    return best
+
+
+def _cheapest_possible(gpus: Sequence[int], gains: Sequence[int], missing: int) -> float:
+    """A lower bound of the GPUs to preempt for `missing` more pods: the fractional knapsack
+    over the candidates' (cost, gain); infinity when all of them together fall short."""
+    if missing <= 0:
+        return 0.0
+    cost = 0.0
+    for g, gain in sorted(
+        ((g, n) for g, n in zip(gpus, gains, strict=True) if n > 0), key=lambda t: t[0] / t[1]
+    ):
+        if gain >= missing:
+            return cost + g * missing / gain
+        cost += g
+        missing -= gain
+    return float("inf")
+
+
+_Pods = list[tuple[int, Mapping[str, int]]]
+
+
+def _usage(snapshot: Snapshot, gang: RunningGang) -> _Pods:
+    """(node id, requests) of each of the gang's pods the snapshot counts: the snapshot's own
+    entries, so no new object per pod (a search reads every running gang)."""
+    return [e for key in gang.pods if (e := snapshot.pod_usage(*key)) is not None]
+
+
+def _started(at: float) -> str:
+    return format_time(datetime.fromtimestamp(at, UTC))
+
+
+def find_victims(
+    snapshot: Snapshot,
+    gang: Gang,
+    policy: PlacementPolicy,
+    preemptor: Contender,
+    running: Sequence[RunningGang],
+    queues: Mapping[str, ClusterQueueState],
+) -> PreemptionPlan:
+    """The cheapest set of admitted gangs whose eviction lets `gang` fit, or why there is none
+    (see the module docstring). Call it for a gang `place` found no room for."""
+    req, _ = gang_levels(snapshot, gang)
+    evicting = [g for g in running if g.evicting and g.key != preemptor.key]
+    allowed: list[tuple[RunningGang, str]] = []
+    refused: dict[str, int] = {}
+    for g in running:
+        if g.evicting or g.key == preemptor.key:
+            continue
+        ok, rule = may_preempt(preemptor, g, queues)
+        if ok:
+            allowed.append((g, rule))
+        else:
+            refused[rule] = refused.get(rule, 0) + 1
+    level = None if req is None else snapshot.levels[req]
+    with without(snapshot, evicting):
+        # Nothing being evicted: the caller has just found that the gang does not fit.
+        placement = place(snapshot, gang, policy) if evicting else None
+        if placement is not None and placement.feasible:
+            names = sorted(g.key for g in evicting)
+            return PreemptionPlan(
+                (),
+                tuple(names),
+                level,
+                placement.domains[0] if level and placement.domains else None,
+                (),
+                f"capacity already being freed by {', '.join(names)} will do; waiting for it",
+            )
+        sets = _candidate_sets(snapshot, gang, policy, req, [g for g, _ in allowed])
+        rules = {g.key: rule for g, rule in allowed}
+        for members, domain_id in sets[:_MAX_CHECKS]:
+            with without(snapshot, members):
+                fit = place(snapshot, gang, policy)
+            if fit.feasible:
+                return _plan(snapshot, preemptor, members, rules, level, domain_id, fit)
+    protected = "; ".join(f"{n} protected by {rule}" for rule, n in sorted(refused.items()))
+    where = f"one {level}" if level else "room for it"
+    return PreemptionPlan(
+        (),
+        (),
+        level,
+        None,
+        (),
+        f"no preemptible set of gangs frees {where}" + (f" ({protected})" if protected else ""),
+    )
+
+
+def _candidate_sets(
+    snapshot: Snapshot, gang: Gang, policy: PlacementPolicy, req: int | None, allowed: list[RunningGang]
+) -> list[tuple[list[RunningGang], int]]:
+    """Sets that fit by the per-node count, cheapest first, each with its domain."""
+    path, domains = snapshot.path, snapshot.domains
+    labelled = (
+        {d for d in snapshot.by_level[req] if domains[d].value is not None} if req is not None else set()
+    )
+
+    def domain(n: int) -> int | None:
+        if req is None:
+            return 0
+        d = path[n][req]
+        return d if d in labelled else None
+
+    # Per domain of the level: each podset's eligible nodes, and the free GPUs the gang asks for.
+    nodes: dict[int, list[list[int]]] = {}
+    for p, elig in enumerate(eligible_nodes(snapshot, gang, policy)):
+        for n in elig:
+            if (d := domain(n)) is None:
+                continue
+            if d not in nodes:
+                nodes[d] = [[] for _ in gang.podsets]
+            nodes[d][p].append(n)
+    asked = [r for r in ACCELERATORS if any(ps.requests.get(r) for ps in gang.podsets)]
+    free_gpus: dict[int, int] = {}
+    for d, per_podset in nodes.items():
+        union = set().union(*per_podset) if len(per_podset) > 1 else per_podset[0]
+        free_gpus[d] = sum(max(0, snapshot.free[n].get(r, 0)) for n in union for r in asked)
+    # Per domain, the gangs with pods there (cheapest first) and their GPUs there.
+    usage = {g.key: _usage(snapshot, g) for g in allowed}
+    gangs_in: dict[int, list[tuple[RunningGang, int]]] = {}
+    for g in sorted(allowed, key=lambda g: (g.gpus, g.priority, -g.started_at, g.key)):
+        inside: dict[int, int] = {}
+        for n, requests in usage[g.key]:
+            if (d := domain(n)) is not None:
+                inside[d] = inside.get(d, 0) + sum(requests.get(r, 0) for r in ACCELERATORS)
+        for d, gpus in inside.items():
+            gangs_in.setdefault(d, []).append((g, gpus))
+    # A lower bound of each domain's cost, cheapest domains first: the GPUs the gang asks beyond
+    # those free there must come from its gangs' GPUs there.
+    wanted = gang_gpus(gang)
+    least = {
+        d: _least_gpus([g.gpus for g, _ in here], [n for _, n in here], wanted - free_gpus.get(d, 0))
+        for d, here in gangs_in.items()
+    }
+    bound = [1 << 62]
+    found: list[tuple[tuple[object, ...], list[RunningGang], int]] = []
+    for d in sorted(gangs_in, key=lambda d: (least[d], d)):
+        if least[d] > bound[0]:
+            break
+        if d not in nodes or not all(nodes[d]):
+            continue
+        dom = _Domain(snapshot, gang, nodes[d], usage)
+        for members in _search(dom, [g for g, _ in gangs_in[d]], bound):
+            found.append((_set_key(members), members, d))
+    found.sort(key=lambda t: (t[0], domains[t[2]].value or ""))
+    return [(members, d) for _, members, d in found]
+
+
+def _plan(
+    snapshot: Snapshot,
+    preemptor: Contender,
+    members: list[RunningGang],
+    rules: Mapping[str, str],
+    level: str | None,
+    domain_id: int,
+    fit: Placement,
+) -> PreemptionPlan:
+    victims = tuple(
+        Victim(
+            g.key,
+            g.priority,
+            g.gpus,
+            g.started_at,
+            f"{g.key}: {g.gpus} GPUs, priority {g.priority}, "
+            f"started {_started(g.started_at)} ({rules[g.key]})",
+        )
+        for g in sorted(members, key=lambda g: g.key)
+    )
+    if level is not None:
+        domain: str | None = snapshot.domains[domain_id].value
+        nodes = tuple(sorted(n.name for i in snapshot.subtree_nodes(domain_id) if (n := snapshot.nodes[i])))
+        where = f"{level}={domain}"
+    else:
+        domain = None
+        nodes = tuple(sorted({a.node for a in fit.assignments}))
+        where = f"{len(nodes)} node(s)"
+    gpus = sum(v.gpus for v in victims)
+    reason = (
+        f"preempting {', '.join(v.key for v in victims)} ({gpus} GPUs) to free {where} for "
+        f"{preemptor.key} (priority {preemptor.priority}): " + "; ".join(v.why for v in victims)
+    )
+    return PreemptionPlan(victims, (), level, domain, nodes, reason)
+
+
+def exclude_nodes(gang: Gang, nodes: frozenset[str]) -> Gang:
+    """The gang kept off `nodes` (a domain held for another gang's preemption)."""
+    if not nodes:
+        return gang
+    return Gang(
+        tuple(replace(ps, excluded_nodes=ps.excluded_nodes | nodes) for ps in gang.podsets), gang.name
+    )
+
+
+ACCELERATORS = ("nvidia.com/gpu", "aws.amazon.com/neuron", "aws.amazon.com/neuroncore")
+
+
+def gang_gpus(gang: Gang) -> int:
+    """The accelerators a whole gang asks for (the cost of preempting it)."""
+    return sum(ps.count * sum(ps.requests.get(r, 0) for r in ACCELERATORS) for ps in gang.podsets)
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """A domain held for a preempting gang until it is admitted or gives up: no other gang may
+    be placed there meanwhile. Kept on the preemptor's Workload, so a restart resumes it.
+    `quota_reserved_at`: the quota reservation it was made for (a requeued gang's hold is void);
+    `at`: when it was taken."""
+
+    level: str | None
+    domain: str | None
+    nodes: tuple[str, ...]
+    victims: tuple[str, ...]
+    quota_reserved_at: float
+    at: float
+
+    def live(self, quota_reserved_at: float, now: float, ttl: float) -> bool:
+        """Still held: the same quota reservation, and not older than `ttl` seconds (a
+        preemptor that never fits gives the domain back)."""
+        return self.quota_reserved_at == quota_reserved_at and now < self.at + ttl
+
+    def held_nodes(self, snapshot: Snapshot) -> frozenset[str]:
+        """The nodes no other gang may use: the whole domain, or the nodes listed."""
+        if self.level is None:
+            return frozenset(self.nodes)
+        idx = snapshot.level_index(self.level)
+        if idx is None:
+            return frozenset()
+        return frozenset(
+            n.name
+            for d in snapshot.by_level[idx]
+            if snapshot.domains[d].value == self.domain
+            for i in snapshot.subtree_nodes(d)
+            if (n := snapshot.nodes[i]) is not None
+        )
+
+
+def hold_of(plan: PreemptionPlan, quota_reserved_at: float, now: float) -> Hold:
+    return Hold(
+        plan.level,
+        plan.domain,
+        () if plan.level else plan.nodes,
+        tuple(v.key for v in plan.victims),
+        quota_reserved_at,
+        now,
+    )

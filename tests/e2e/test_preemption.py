@@ -1,0 +1,370 @@
+"""Topology-aware preemption of whole gangs on the real local cluster (Kueue, kube-scheduler,
+kwok): 4 GB200 UltraServers of 18 nodes with 4 GPUs each.
+
+Each test makes its own WorkloadPriorityClasses, GangPolicy, AdmissionCheck, ResourceFlavor and
+ClusterQueues (with Kueue `spec.preemption`, in a cohort where the test needs one). The quota of
+the single-team tests is larger than the fleet, so Kueue itself never preempts: every eviction
+seen here is the gang check's, for topology.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from gangplugin.core.names import PREEMPTION_ANNOTATION
+from gangplugin.kube.client import JOBS, PODS, WORKLOADS, ApiError, Client, Resource
+from gangplugin.kube.resources import ADMISSION_CHECKS, GANG_POLICIES, RESOURCE_FLAVORS
+from tests.e2e.conftest import E2ECluster, e2e_local_cluster
+from tests.e2e.kube import GB200, gpu_job, is_true, job_pods, unique, wait_for, workload_of
+from tests.e2e.test_admission import US, check_of, events_of, running_gang, workload
+
+PRIORITY_CLASSES = Resource("kueue.x-k8s.io/v1beta2", "workloadpriorityclasses", namespaced=False)
+CLUSTER_QUEUES = Resource("kueue.x-k8s.io/v1beta2", "clusterqueues", namespaced=False)
+LOCAL_QUEUES = Resource("kueue.x-k8s.io/v1beta2", "localqueues")
+LOWER = {"withinClusterQueue": "LowerPriority"}
+
+
+class Governance:
+    """The Kueue and gangplugin objects of one test; `close` deletes them."""
+
+    def __init__(self, client: Client, namespace: str) -> None:
+        self.client, self.namespace = client, namespace
+        self.made: list[tuple[Resource, str]] = []
+        self.check = unique("gp")
+        self.flavor = self.check
+        self._create(
+            GANG_POLICIES,
+            {"apiVersion": "gangplugin.io/v1alpha1", "kind": "GangPolicy", "metadata": {"name": self.check}},
+        )
+        self._create(
+            ADMISSION_CHECKS,
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "AdmissionCheck",
+                "metadata": {"name": self.check},
+                "spec": {
+                    "controllerName": "gangplugin.io/gang",
+                    "parameters": {"apiGroup": "gangplugin.io", "kind": "GangPolicy", "name": self.check},
+                },
+            },
+        )
+        self._create(
+            RESOURCE_FLAVORS,
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "ResourceFlavor",
+                "metadata": {"name": self.flavor},
+                "spec": {"nodeLabels": {"node.kubernetes.io/instance-type": GB200}},
+            },
+        )
+
+    def _create(self, res: Resource, obj: dict[str, Any]) -> None:
+        self.client.create(res, obj)
+        self.made.append((res, obj["metadata"]["name"]))
+
+    def priority(self, value: int) -> str:
+        name = unique(f"p{value}")
+        self._create(
+            PRIORITY_CLASSES,
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "WorkloadPriorityClass",
+                "metadata": {"name": name},
+                "value": value,
+            },
+        )
+        return name
+
+    def queue(self, gpus: int, preemption: dict[str, Any], cohort: str | None = None, **limits: int) -> str:
+        """A ClusterQueue with `gpus` nominal GPUs (and `borrowingLimit`/`lendingLimit`) and its
+        LocalQueue, both named as returned."""
+        name = unique("cq")
+        gpu: dict[str, Any] = {"name": "nvidia.com/gpu", "nominalQuota": str(gpus)}
+        gpu.update({k: str(v) for k, v in limits.items()})
+        spec: dict[str, Any] = {
+            "namespaceSelector": {},
+            "admissionChecksStrategy": {"admissionChecks": [{"name": self.check}]},
+            "preemption": preemption,
+            "resourceGroups": [
+                {
+                    "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
+                    "flavors": [
+                        {
+                            "name": self.flavor,
+                            "resources": [
+                                {"name": "cpu", "nominalQuota": "10000"},
+                                {"name": "memory", "nominalQuota": "100000Gi"},
+                                gpu,
+                            ],
+                        }
+                    ],
+                }
+            ],
+        }
+        if cohort:
+            spec["cohortName"] = cohort
+        self._create(
+            CLUSTER_QUEUES,
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "ClusterQueue",
+                "metadata": {"name": name},
+                "spec": spec,
+            },
+        )
+        self.client.create(
+            LOCAL_QUEUES,
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "LocalQueue",
+                "metadata": {"name": name, "namespace": self.namespace},
+                "spec": {"clusterQueue": name},
+            },
+        )
+        wait_for(
+            lambda: is_true(self.client.get(CLUSTER_QUEUES, name), "Active"),
+            60,
+            f"ClusterQueue {name} Active",
+        )
+        return name
+
+    def close(self) -> None:
+        for res, name in reversed(self.made):
+            with contextlib.suppress(ApiError):
+                self.client.delete(res, name)
+
+
+@pytest.fixture
+def gov(cluster: E2ECluster, namespace: str) -> Iterator[Governance]:
+    g = Governance(cluster.client, namespace)
+    yield g
+    clear(cluster.client, namespace)
+    g.close()
+
+
+def clear(client: Client, namespace: str) -> None:
+    for job in client.list(JOBS, namespace)["items"]:
+        with contextlib.suppress(ApiError):
+            client.request(
+                "DELETE",
+                JOBS.path(namespace, job["metadata"]["name"]),
+                body={"propagationPolicy": "Background", "gracePeriodSeconds": 0},
+            )
+    wait_for(lambda: not client.list(PODS, namespace)["items"] or None, 120, "the test's pods gone")
+
+
+def submit(client: Client, namespace: str, queue: str, pods: int, priority: str) -> str:
+    name = unique("job")
+    job = gpu_job(
+        name, namespace, queue, pods, 4, metadata={"annotations": {"gangplugin.io/required-topology": US}}
+    )
+    job["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = priority
+    client.create(JOBS, job)
+    return name
+
+
+def domain_of(client: Client, namespace: str, job: str) -> str:
+    check = check_of(workload(client, namespace, job))
+    return str(check["podSetUpdates"][0]["nodeSelector"][US])
+
+
+def fill(client: Client, namespace: str, queue: str, priority: str, gangs: int) -> dict[str, str]:
+    """`gangs` gangs of 8 pods, one after the other (best fit packs two per UltraServer, two
+    nodes left free in each); job -> UltraServer."""
+    out = {}
+    for _ in range(gangs):
+        job = submit(client, namespace, queue, 8, priority)
+        running_gang(client, namespace, job, 8)
+        out[job] = domain_of(client, namespace, job)
+    return out
+
+
+def preempted(client: Client, namespace: str, jobs: list[str]) -> set[str]:
+    """The jobs whose Workload got a Preempted event from the gang check."""
+    out = set()
+    for job in jobs:
+        wl = workload_of(client, namespace, job)
+        if wl and any(
+            e["reason"] == "Preempted" for e in events_of(client, namespace, wl["metadata"]["name"])
+        ):
+            out.add(job)
+    return out
+
+
+def assert_requeued_without_charge(client: Client, namespace: str, job: str) -> None:
+    wl = workload(client, namespace, job)
+    assert not (check_of(wl).get("retryCount") or 0), check_of(wl)  # no Retry: nothing charged
+    assert not ((wl.get("status") or {}).get("requeueState") or {}).get("count"), wl["status"]
+
+
+def test_high_priority_gang_evicts_the_gangs_of_one_ultraserver_only(
+    cluster: E2ECluster, namespace: str, gov: Governance
+) -> None:
+    client = cluster.client
+    low, high = gov.priority(100), gov.priority(1000)
+    queue = gov.queue(2000, LOWER)
+    lows = fill(client, namespace, queue, low, 8)
+    assert sorted(list(lows.values()).count(us) for us in set(lows.values())) == [2, 2, 2, 2], lows
+
+    started = time.monotonic()
+    big = submit(client, namespace, queue, 16, high)
+    running_gang(client, namespace, big, 16)
+    took = time.monotonic() - started
+    print(f"high-priority gang of 16 pods Running {took:.1f}s after submission")
+
+    victims = preempted(client, namespace, list(lows))
+    assert len(victims) == 2, victims
+    assert {lows[v] for v in victims} == {domain_of(client, namespace, big)}  # one UltraServer
+    for job in set(lows) - victims:
+        assert len([p for p in job_pods(client, namespace, job) if is_true(p, "Ready")]) == 8, job
+    big_wl = workload(client, namespace, big)["metadata"]["name"]
+    preempting = [e["message"] for e in events_of(client, namespace, big_wl) if e["reason"] == "Preempting"]
+    for v in victims:
+        victim_wl = workload(client, namespace, v)["metadata"]["name"]
+        assert any(victim_wl in m for m in preempting), preempting
+        (ev,) = [e for e in events_of(client, namespace, victim_wl) if e["reason"] == "Preempted"]
+        assert big_wl in ev["message"], ev
+        assert_requeued_without_charge(client, namespace, v)
+
+    # The victims wait while the big gang runs, then run again when it leaves.
+    client.request("DELETE", JOBS.path(namespace, big), body={"propagationPolicy": "Background"})
+    for v in victims:
+        running_gang(client, namespace, v, 8)
+
+
+def test_gang_that_needs_equal_priority_preempted_waits_and_says_so(
+    cluster: E2ECluster, namespace: str, gov: Governance
+) -> None:
+    client = cluster.client
+    same = gov.priority(500)
+    queue = gov.queue(2000, LOWER)
+    lows = fill(client, namespace, queue, same, 8)
+    big = submit(client, namespace, queue, 16, same)
+
+    def waiting() -> str | None:
+        msg = str(check_of(workload(client, namespace, big)).get("message", ""))
+        return msg if "protected by withinClusterQueue: LowerPriority" in msg else None
+
+    msg = wait_for(waiting, 60, "the equal-priority gang's check message")
+    assert "8 protected by withinClusterQueue: LowerPriority, priority 500 >= 500" in msg, msg
+    time.sleep(3)
+    assert not preempted(client, namespace, list(lows))
+    assert check_of(workload(client, namespace, big))["state"] == "Pending"
+
+
+def test_team_borrowing_is_reclaimed_by_topology(
+    cluster: E2ECluster, namespace: str, gov: Governance
+) -> None:
+    """Team B (nominal 144 GPUs) borrows 80 of team A's; 7 gangs of B leave 2, 2, 2 and 10
+    nodes free. Team A's gang of 16 pods gets quota (64 GPUs are free in the cohort) but no
+    UltraServer: the one gang of B alone in its UltraServer is reclaimed, nothing else."""
+    client = cluster.client
+    exp, train = gov.priority(100), gov.priority(500)
+    cohort = unique("teams")
+    team_a = gov.queue(144, {"reclaimWithinCohort": "Any", **LOWER}, cohort)
+    team_b = gov.queue(144, LOWER, cohort, borrowingLimit=144)
+    b_gangs = fill(client, namespace, team_b, exp, 7)
+    alone = [j for j, us in b_gangs.items() if list(b_gangs.values()).count(us) == 1]
+    assert len(alone) == 1, b_gangs
+
+    a_gang = submit(client, namespace, team_a, 16, train)
+    running_gang(client, namespace, a_gang, 16)
+    assert preempted(client, namespace, list(b_gangs)) == set(alone)
+    assert domain_of(client, namespace, a_gang) == b_gangs[alone[0]]
+    msg = " ".join(
+        e["message"]
+        for e in events_of(client, namespace, workload(client, namespace, a_gang)["metadata"]["name"])
+        if e["reason"] == "Preempting"
+    )
+    assert "reclaimWithinCohort: Any" in msg, msg
+
+
+def test_restart_in_the_middle_of_a_preemption_finishes_it_and_holds_nothing_forever(
+    cluster: E2ECluster, namespace: str, gov: Governance
+) -> None:
+    """The state gangplugin leaves when killed between its writes: the hold recorded on the
+    preemptor, one victim evicted, the other not. The restarted controller evicts the other
+    (no gang half way, no preemption half done), the big gang runs, and the domain is free
+    for the victims once it leaves."""
+    assert cluster.local, "this test stops gangplugin, which needs the local cluster (KUBECONFIG unset)"
+    client = cluster.client
+    low, high = gov.priority(100), gov.priority(1000)
+    queue = gov.queue(2000, LOWER)
+    lows = fill(client, namespace, queue, low, 8)
+    local = e2e_local_cluster()
+    local.stop_process("gangplugin")
+    try:
+        big = submit(client, namespace, queue, 16, high)
+        wl = wait_for(
+            lambda: (
+                ((w := workload_of(client, namespace, big)) and is_true(w, "QuotaReserved") and w) or None
+            ),
+            60,
+            "quota reserved for the big gang",
+        )
+        domain = sorted(set(lows.values()))[0]
+        victims = sorted(j for j, us in lows.items() if us == domain)
+        victim_wls = [workload(client, namespace, v) for v in victims]
+        reserved = next(c for c in wl["status"]["conditions"] if c["type"] == "QuotaReserved")
+        hold = {
+            "level": US,
+            "domain": domain,
+            "nodes": [],
+            "victims": [f"{namespace}/{w['metadata']['name']}" for w in victim_wls],
+            "quotaReservedAt": datetime.fromisoformat(
+                reserved["lastTransitionTime"].replace("Z", "+00:00")
+            ).timestamp(),
+            "at": time.time(),
+        }
+        client.request(
+            "PATCH",
+            WORKLOADS.path(namespace, wl["metadata"]["name"]),
+            body={"metadata": {"annotations": {PREEMPTION_ANNOTATION: json.dumps(hold)}}},
+            content_type="application/merge-patch+json",
+        )
+        first = victim_wls[0]["metadata"]
+        at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        message = "Preempted by gangplugin (a crash came before the second victim)"
+        client.request(  # the first eviction, written as gangplugin writes it (admission/preempt.py)
+            "PATCH",
+            WORKLOADS.path(namespace, first["name"]) + "/status",
+            body={
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "Workload",
+                "metadata": {"name": first["name"], "namespace": namespace},
+                "status": {
+                    "conditions": [
+                        {
+                            "type": "Evicted",
+                            "status": "True",
+                            "reason": "Preempted",
+                            "message": message,
+                            "lastTransitionTime": at,
+                        }
+                    ],
+                    "admissionChecks": [
+                        {"name": gov.check, "state": "Pending", "message": message, "lastTransitionTime": at}
+                    ],
+                },
+            },
+            content_type="application/apply-patch+yaml",
+            params={"fieldManager": "gangplugin-preemption", "force": "true"},
+        )
+    finally:
+        local.restart("gangplugin")
+    running_gang(client, namespace, big, 16)
+    assert domain_of(client, namespace, big) == domain
+    second = victim_wls[1]["metadata"]["name"]
+    assert any(e["reason"] == "Preempted" for e in events_of(client, namespace, second)), "second victim"
+    for job in set(lows) - set(victims):
+        assert len([p for p in job_pods(client, namespace, job) if is_true(p, "Ready")]) == 8, job
+    client.request("DELETE", JOBS.path(namespace, big), body={"propagationPolicy": "Background"})
+    for v in victims:
+        running_gang(client, namespace, v, 8)
