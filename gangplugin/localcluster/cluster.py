@@ -191,6 +191,19 @@ def _port_free(port: int) -> bool:
     return True
 
 
+def _wait_port_free(port: int, timeout: float = 30.0) -> None:
+    """Until 127.0.0.1:`port` can be bound (a killed process's sockets are closed), or `timeout`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind(("127.0.0.1", port))
+                return
+            except OSError:
+                time.sleep(0.2)
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -198,9 +211,13 @@ def _alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    # A zombie is dead for our purposes.
+    # A zombie is dead for our purposes, once all its threads are gone: a killed multi-threaded
+    # process shows its leader as a zombie while other threads still hold its files (its
+    # listening sockets among them), and a replacement started then cannot bind its port.
     try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+        if Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z":
+            return True
+        return len(os.listdir(f"/proc/{pid}/task")) > 1
     except OSError:
         return False
 
@@ -711,6 +728,12 @@ class LocalCluster:
             deadline = time.monotonic() + 15
             while _alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.1)
+            if _alive(pid):  # ignored the signal, or left its group: the process itself, for good
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                deadline = time.monotonic() + 15
+                while _alive(pid) and time.monotonic() < deadline:
+                    time.sleep(0.1)
         self._write_state()
 
     def restart(
@@ -736,6 +759,8 @@ class LocalCluster:
         comp = components[name]()
         if comp is None:
             raise ClusterError(f"{name} has nothing to run")
+        if name == "kube-apiserver":  # its port must be free again before it can listen there
+            _wait_port_free(self.ports.apiserver)
         self._start(comp)
 
     # ---- Kueue objects -------------------------------------------------------------------
