@@ -18,12 +18,13 @@ from gangplugin.cli.place import _load, _read
 from gangplugin.cli.plans import _check_output, _emit, _output_option
 from gangplugin.core.durations import parse_duration
 from gangplugin.core.errors import InputError
+from gangplugin.core.names import API_VERSION
 from gangplugin.core.optimal import MAX_NODES
 from gangplugin.core.plans import TrainingPlan
 from gangplugin.core.policy import GangPolicy
-from gangplugin.core.simulate import POLICIES, Job, Replay, Settings, replay, scaled
+from gangplugin.core.simulate import GPU, POLICIES, Job, Replay, Settings, replay, scaled
 from gangplugin.core.timeutil import parse_time
-from gangplugin.core.topology import DEFAULT_LEVELS, ULTRASERVER_LABEL, Node
+from gangplugin.core.topology import DEFAULT_LEVELS, INSTANCE_TYPE_LABEL, ULTRASERVER_LABEL, Node
 from gangplugin.kube import records
 from gangplugin.kube.kueue_records import gang_policy_from_k8s
 from gangplugin.kube.plan_records import training_plan_from_manifest
@@ -131,6 +132,12 @@ def _jobs(trace: str | None, synthetic_count: int | None, seed: int) -> list[Job
     show_default=True,
     help="Multiply arrival times (0.5: twice the load).",
 )
+@click.option(
+    "--offerings",
+    "offerings_path",
+    help="The -o json of `gangctl plans search`: replay on each offering's capacity and name the one "
+    "that runs every job with the least reserved capacity left idle.",
+)
 @click.option("--plot", "plot_dir", help="Write utilization.png, wait-cdf.png and queue.png here.")
 @click.option("--sweep", help="ultraservers=A..B: replay once per UltraServer count.")
 @click.option("--max-p95-wait", help="With --sweep: the p95 wait to stay under, e.g. 1h.")
@@ -150,6 +157,7 @@ def simulate_command(
     required_max_pods: int,
     pod_gpus: int | None,
     arrival_scale: float,
+    offerings_path: str | None,
     plot_dir: str | None,
     sweep: str | None,
     max_p95_wait: str | None,
@@ -170,6 +178,9 @@ def simulate_command(
         --trace deploy/traces/acme-kalos-converted.csv --pod-gpus 4 --plot out/
       gangctl simulate --cluster shape.yaml --trace jobs.csv \\
         --sweep ultraservers=2..16 --max-p95-wait 1h
+    Which training plan offering to buy for the trace:
+      gangctl plans search ... -o json > offerings.json
+      gangctl simulate --cluster shape.yaml --trace jobs.csv --offerings offerings.json
 
     Exits 0 when the replay ran, 2 for bad input (one line names the field or column).
     """
@@ -226,6 +237,18 @@ def simulate_command(
         return
     if max_p95_wait is not None:
         raise InputError("--max-p95-wait", "goes with --sweep")
+    if offerings_path is not None:
+        if plans:
+            raise InputError("--offerings", "replaces --plan: each offering is replayed as the plan")
+        nodes = _cluster(shape, cluster_path, None)
+        results = []
+        for oid, plan in _offering_plans(_load(offerings_path), offerings_path, nodes):
+            first = min(b.start for b in plan.blocks)
+            at = settings if start is not None else replace(settings, start=first)
+            with _progress(oid) as tick:
+                results.append((oid, replay(nodes, jobs, "gangplugin", replace(at, plans=(plan,)), tick)))
+        _emit(report.offerings_doc(results), output, lambda: report.offerings_table(results))
+        return
     replays = _replays(_cluster(shape, cluster_path, None), jobs, chosen, settings)
     if plot_dir:
         try:
@@ -234,6 +257,51 @@ def simulate_command(
         except RuntimeError as err:
             raise InputError("--plot", str(err)) from err
     _emit(report.summary_doc(len(jobs), replays), output, lambda: report.summary_table(len(jobs), replays))
+
+
+def _offering_plans(doc: Any, path: str, nodes: list[Node]) -> list[tuple[str, TrainingPlan]]:
+    """Each offering of a `gangctl plans search -o json` document as the TrainingPlan buying it
+    would be, its capacity in GPUs per instance of the cluster's nodes of that instance type."""
+    offerings = doc.get("offerings") if isinstance(doc, dict) else None
+    if not isinstance(offerings, list) or not offerings:
+        raise InputError(f"{path}: offerings", "needs the -o json output of `gangctl plans search`")
+    gpus = {n.labels.get(INSTANCE_TYPE_LABEL): n.allocatable.get(GPU, 0) for n in nodes}
+    out = []
+    for i, offering in enumerate(offerings):
+        field = f"{path}: offerings[{i}]"
+        if not isinstance(offering, dict):
+            raise InputError(field, "must be an offering object")
+        blocks = offering.get("reservedCapacityOfferings")
+        if not isinstance(blocks, list) or not blocks:
+            raise InputError(f"{field}.reservedCapacityOfferings", "must list the offering's blocks")
+        types = {b.get("instanceType") for b in blocks if isinstance(b, dict)}
+        missing = sorted(str(t) for t in types if not gpus.get(t))
+        if missing:
+            raise InputError(
+                f"{field}.reservedCapacityOfferings", f"no GPU node of type {missing[0]} in the shape"
+            )
+        targets = offering.get("targetResources") or ["training-job"]
+        manifest = {
+            "apiVersion": API_VERSION,
+            "kind": "TrainingPlan",
+            "metadata": {"name": str(offering.get("trainingPlanOfferingId") or f"offering-{i}")},
+            "spec": {
+                "targetResource": targets[0] if isinstance(targets, list) else targets,
+                "clusterQueue": "simulated",
+                "flavor": "simulated",
+                "resourcesPerInstance": {GPU: str(gpus[next(iter(types))])},
+                "reservedCapacity": [
+                    {k: v for k, v in b.items() if k not in ("durationHours", "durationMinutes")}
+                    for b in blocks
+                ],
+            },
+        }
+        try:
+            plan = training_plan_from_manifest(manifest)
+        except InputError as err:
+            raise InputError(f"{field}: {err.field}", err.problem) from err
+        out.append((plan.name, plan))
+    return out
 
 
 def _cluster(shape: Any, path: str, ultraservers: int | None) -> list[Node]:

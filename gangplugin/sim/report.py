@@ -185,3 +185,39 @@ def plot(replays: Sequence[Replay], directory: str) -> list[str]:
     ax.legend()
     save(fig, "queue.png")
     return written
+
+
+def offerings_answer(results: Sequence[tuple[str, Replay]]) -> str | None:
+    """The offering that runs every job with the least reserved capacity left idle (None: no
+    offering runs every job)."""
+    ran_all = [(r.plan_unused_gpu_seconds, oid) for oid, r in results if policy_doc(r)["neverRan"] == 0]
+    return min(ran_all)[1] if ran_all else None
+
+
+def offerings_doc(results: Sequence[tuple[str, Replay]]) -> dict[str, Any]:
+    return {
+        "offerings": [
+            {
+                "trainingPlanOfferingId": oid,
+                **{k: v for k, v in policy_doc(r).items() if k != "policy"},
+                "unusedReservedGpuHours": round(r.plan_unused_gpu_seconds / 3600, 1),
+            }
+            for oid, r in results
+        ],
+        "leastIdle": offerings_answer(results),
+    }
+
+
+def offerings_table(results: Sequence[tuple[str, Replay]]) -> str:
+    rows = []
+    for oid, r in results:
+        d = policy_doc(r)
+        unused = r.plan_unused_gpu_seconds / 3600
+        rows.append([oid, _hours(d["waitSeconds"]["p95"]), d["neverRan"], f"{unused:.1f} GPU-h"])
+    best = offerings_answer(results)
+    verdict = (
+        f"least idle reserved capacity with every job run: {best}"
+        if best is not None
+        else "no offering runs every job of the trace"
+    )
+    return _grid(["OFFERING", "WAIT P95", "NEVER RAN", "RESERVED, IDLE"], rows) + "\n" + verdict

@@ -128,3 +128,42 @@ def test_the_kalos_trace_in_the_repository_parses():
     jobs = read_trace(str(REPO / "deploy/traces/acme-kalos-converted.csv"))
     assert len(jobs) == 319
     assert max(j.pods for j in jobs) == 128 and jobs[0].runtime == 208 * 0.5
+
+
+def offering(oid, count):
+    block = {
+        "instanceType": "ml.p6e-gb200.36xlarge",
+        "instanceCount": count,
+        "availabilityZone": "us-east-1a",
+        "startTime": "2026-01-01T11:30:00Z",
+        "endTime": "2026-01-02T11:30:00Z",
+        "durationHours": 24,
+        "durationMinutes": 0,
+    }
+    return {
+        "trainingPlanOfferingId": oid,
+        "targetResources": ["training-job"],
+        "reservedCapacityOfferings": [block],
+    }
+
+
+def test_offerings_name_the_one_that_runs_every_job_with_least_idle_capacity(tmp_path):
+    # job c needs 8 pods of 4 GPUs (32 GPUs): 4 instances never run it; 8 and 16 do, 8 idles least
+    doc = {"offerings": [offering("four", 4), offering("sixteen", 16), offering("eight", 8)]}
+    (tmp_path / "offerings.json").write_text(json.dumps(doc))
+    args = [*files(tmp_path), "--offerings", "offerings.json", "--preferred-topology", ""]
+    out = gangctl(*args, "-o", "json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    by_id = {o["trainingPlanOfferingId"]: o for o in got["offerings"]}
+    assert by_id["four"]["neverRan"] == 1 and by_id["eight"]["neverRan"] == 0
+    assert by_id["eight"]["unusedReservedGpuHours"] < by_id["sixteen"]["unusedReservedGpuHours"]
+    assert got["leastIdle"] == "eight"
+    table = gangctl(*args, cwd=tmp_path)
+    assert table.returncode == 0 and "least idle reserved capacity with every job run: eight" in table.stdout
+
+
+def test_offerings_that_are_not_search_output_exit_2_naming_the_field(tmp_path):
+    (tmp_path / "offerings.json").write_text(json.dumps({"offerings": [{"trainingPlanOfferingId": "x"}]}))
+    out = gangctl(*files(tmp_path), "--offerings", "offerings.json", cwd=tmp_path)
+    assert out.returncode == 2 and "offerings[0].reservedCapacityOfferings" in out.stderr
