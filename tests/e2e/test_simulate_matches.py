@@ -3,19 +3,23 @@ submitted to the local cluster through Kueue and `gangplugin serve`, are admitte
 order into the same UltraServers, and the same ones wait.
 
 Gangs arrive one after another (each decided before the next is submitted, so the order is the
-trace's) and never finish (kwok keeps training pods Running); their sizes fragment the GB200
-UltraServers so that best fit, not the first empty domain, decides where each one goes.
+trace's) and never finish (kwok keeps training pods Running); their sizes fragment the
+UltraServers so that best fit, not the first empty domain, decides where each one goes. The test
+takes the GB200 UltraServers no earlier test left a pod on, labels their nodes, and the gangs
+select that label, so both sides start from the same empty domains.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import itertools
 from typing import Any
 
 from gangplugin.core.policy import GangPolicy
 from gangplugin.core.simulate import Job, Settings, replay
 from gangplugin.kube import records
-from gangplugin.kube.client import JOBS, NODES, PODS
+from gangplugin.kube.client import JOBS, NODES, PODS, ApiError
 from tests.e2e.conftest import E2ECluster
 from tests.e2e.kube import GB200, gpu_job, unique, wait_for, workload_of
 from tests.e2e.test_admission import (
@@ -24,7 +28,23 @@ from tests.e2e.test_admission import (
     gang_queue,  # noqa: F401 (a fixture the tests here use)
 )
 
-SIZES = (8, 4, 12, 6, 16, 2, 10, 5, 3, 14)  # 80 pods of 4 GPUs for 72 GB200 nodes: some wait
+SIZES = (8, 4, 12, 6, 16, 2, 10, 5, 3, 14)  # cycled until they over-subscribe the UltraServers used
+USED = 3  # UltraServers of 18 nodes the test takes (more than one, so where matters)
+LABEL = "gangplugin.io/e2e-simulate"
+
+
+def idle_ultraservers(client: Any) -> dict[str, list[dict[str, Any]]]:
+    """The GB200 UltraServers without any pod bound to their nodes, by id."""
+    nodes = [
+        n
+        for n in client.list(NODES)["items"]
+        if n["metadata"]["labels"].get("node.kubernetes.io/instance-type") == GB200
+    ]
+    busy = {(p.get("spec") or {}).get("nodeName") for p in client.list(PODS)["items"]}
+    by_us: dict[str, list[dict[str, Any]]] = {}
+    for n in nodes:
+        by_us.setdefault(n["metadata"]["labels"][US], []).append(n)
+    return {us: ns for us, ns in by_us.items() if not busy & {n["metadata"]["name"] for n in ns}}
 
 
 def test_simulator_admits_like_the_cluster(
@@ -33,47 +53,60 @@ def test_simulator_admits_like_the_cluster(
     gang_queue: Any,  # noqa: F811
 ) -> None:
     client = cluster.client
-    gb200 = [
-        n
-        for n in client.list(NODES)["items"]
-        if n["metadata"]["labels"].get("node.kubernetes.io/instance-type") == GB200
-    ]
-    names = {n["metadata"]["name"] for n in gb200}
 
-    def idle() -> bool | None:
-        busy = [p for p in client.list(PODS)["items"] if (p.get("spec") or {}).get("nodeName") in names]
-        return not busy or None
+    def enough() -> dict[str, list[dict[str, Any]]] | None:
+        found = idle_ultraservers(client)
+        return found if len(found) >= USED else None
 
-    wait_for(idle, 120, "no pod left on the GB200 nodes by earlier tests")
+    idle = wait_for(enough, 180, f"{USED} GB200 UltraServers without pods")
+    chosen = sorted(idle)[:USED]
+    gb200 = [n for us in chosen for n in idle[us]]
+    size_of = sum(len(idle[us]) for us in chosen)
+    # the sizes in turn until they over-subscribe the UltraServers, and two more: some must wait
+    total, sizes = 0, []
+    for size in itertools.cycle(SIZES):
+        sizes.append(size)
+        total += size
+        if total > size_of + SIZES[0] + SIZES[1]:
+            break
     nodes = [
         dataclasses.replace(n, ready=True) for n in records.nodes_from_k8s({"kind": "List", "items": gb200})
     ]
-    jobs = [Job(f"g{i}", float(i), size, 4, 1e9, required_topology=US) for i, size in enumerate(SIZES)]
+    jobs = [Job(f"g{i}", float(i), size, 4, 1e9, required_topology=US) for i, size in enumerate(sizes)]
     simulated = replay(nodes, jobs, "gangplugin", Settings(policy=GangPolicy()))
     # admitted on arrival, and where; a gang that waits (for capacity that never frees here): None
     expected = {o.key: (o.domains[0] if o.wait == 0 else None) for o in simulated.outcomes}
     assert None in expected.values() and len({d for d in expected.values() if d}) > 1  # a real test
 
-    queue = gang_queue(gpu_quota=4 * sum(SIZES))
-    seen: dict[str, str | None] = {}
-    for job in jobs:
-        name = unique(job.key)
-        manifest = gpu_job(
-            name,
-            namespace,
-            queue,
-            job.pods,
-            4,
-            metadata={"annotations": {"gangplugin.io/required-topology": US}},
-        )
-        client.create(JOBS, manifest)
+    for n in gb200:
+        client.patch(NODES, n["metadata"]["name"], {"metadata": {"labels": {LABEL: namespace}}})
+    try:
+        queue = gang_queue(gpu_quota=4 * sum(sizes))
+        seen: dict[str, str | None] = {}
+        for job in jobs:
+            name = unique(job.key)
+            manifest = gpu_job(
+                name,
+                namespace,
+                queue,
+                job.pods,
+                4,
+                metadata={"annotations": {"gangplugin.io/required-topology": US}},
+            )
+            manifest["spec"]["template"]["spec"]["nodeSelector"] = {LABEL: namespace}
+            client.create(JOBS, manifest)
 
-        def decided(name: str = name) -> dict[str, Any] | None:
-            check = check_of(workload_of(client, namespace, name) or {})
-            if check.get("state") == "Ready" or "does not fit" in str(check.get("message", "")):
-                return check
-            return None
+            def decided(name: str = name) -> dict[str, Any] | None:
+                check = check_of(workload_of(client, namespace, name) or {})
+                if check.get("state") == "Ready" or "does not fit" in str(check.get("message", "")):
+                    return check
+                return None
 
-        check = wait_for(decided, 90, f"the check's decision on {job.key} ({job.pods} pods)")
-        seen[job.key] = check["podSetUpdates"][0]["nodeSelector"][US] if check["state"] == "Ready" else None
-    assert seen == expected
+            check = wait_for(decided, 90, f"the check's decision on {job.key} ({job.pods} pods)")
+            ready = check["state"] == "Ready"
+            seen[job.key] = check["podSetUpdates"][0]["nodeSelector"][US] if ready else None
+        assert seen == expected
+    finally:
+        for n in gb200:
+            with contextlib.suppress(ApiError):
+                client.patch(NODES, n["metadata"]["name"], {"metadata": {"labels": {LABEL: None}}})
