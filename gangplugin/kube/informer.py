@@ -115,8 +115,10 @@ class Informer(Generic[T]):
     def add_handler(self, handler: Handler[T]) -> None:
         self._handlers.append(handler)
 
-    def start(self) -> None:
+    def start(self) -> threading.Thread:
+        """Start the watch thread; returned so the caller can watch it live."""
         self._thread.start()
+        return self._thread
 
     def stop(self) -> None:
         self._stop.set()

@@ -29,11 +29,9 @@ class Runtime:
         return self._informers[key]
 
     def start_informers(self) -> None:
-        # Each informer starts exactly one thread; the ones that appear are its watch threads.
-        before = set(threading.enumerate())
-        for inf in self._informers.values():
-            inf.start()
-        self._vital += [t for t in threading.enumerate() if t not in before]
+        # Only the watch threads themselves: a thread that happened to start meanwhile (a health
+        # probe's request) is not vital, and its end must not fail liveness.
+        self._vital += [inf.start() for inf in self._informers.values()]
 
     def informers(self) -> list[Informer[Any]]:
         return list(self._informers.values())

@@ -1,0 +1,44 @@
+"""The Runtime's liveness: it fails when a watch thread dies, and only then; a thread that other
+code starts while the informers start (a health probe's request) is none of its business."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from gangplugin.kube.client import NODES, PODS
+from gangplugin.runtime.components import Runtime
+from tests.unit.kube.fakeapi import FakeApi, wait_until
+
+
+@pytest.fixture
+def api() -> Iterator[FakeApi]:
+    fake = FakeApi()
+    yield fake
+    fake.closed.set()
+
+
+def test_a_thread_started_alongside_the_informers_ending_does_not_fail_liveness(api: FakeApi) -> None:
+    runtime = Runtime(api.client())
+    pods, nodes = runtime.informer(PODS), runtime.informer(NODES)
+    release = threading.Event()
+    bystander = threading.Thread(target=release.wait, name="process_request_thread")
+    start_pods = pods.start
+
+    def start_with_a_bystander() -> threading.Thread:
+        bystander.start()  # as a probe's request thread would, between the informers' starts
+        return start_pods()
+
+    pods.start = start_with_a_bystander  # type: ignore[method-assign]
+    runtime.start_informers()
+    release.set()
+    bystander.join(5)
+    assert runtime.live() == (True, "ok")
+
+    nodes.stop()
+    api.closed.set()  # ends the idle watches, so the stopped informer's thread returns now
+    assert wait_until(lambda: not runtime.live()[0], 10)
+    assert runtime.live() == (False, "threads stopped: informer-nodes")
+    pods.stop()
