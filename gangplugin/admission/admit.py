@@ -253,7 +253,9 @@ class AdmissionPass:
             if gov is not None:
                 held = [h.held_nodes(snap) for k, h in gov.holds.items() if k != key]
                 gang = exclude_nodes(gang, frozenset().union(*held))
-            decision = decide(snap, gang, gang.name, policy.placement, blocker, end)
+            decision = decide(
+                snap, gang, gang.name, policy.placement, blocker, end, bind_mode=policy.bind_mode
+            )
             if gov is None or decision.ready or decision.placement is None or policy.preemption == "Never":
                 return CandidateVerdict(decision.message, decision, gang, policy, blocker)
             plan, hold = self.preemptions.consider(wl, gang, policy, snap, gov, now)

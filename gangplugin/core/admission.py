@@ -13,7 +13,7 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gangplugin.core.names import GANG_LABEL, GANG_SIZE_ANNOTATION
+from gangplugin.core.names import BIND_MODE_LABEL, GANG_LABEL, GANG_SIZE_ANNOTATION
 from gangplugin.core.placement import Gang, Placement, PlacementPolicy, place
 from gangplugin.core.topology import BoundPod, Snapshot
 
@@ -121,13 +121,15 @@ def decide(
     annotations: Mapping[str, str] | None = None,
     *,
     explain: bool = True,
+    bind_mode: str | None = None,
 ) -> AdmissionDecision:
     """Admit the whole gang into one domain now, or say why it waits.
 
     A gang that asked for a topology level is pinned to the chosen domain by nodeSelector;
     one that asked for none is only checked to fit (kube-scheduler keeps its freedom).
     `annotations` are stamped on every pod besides the gang size (e.g. the block end);
-    `explain=False` leaves out why a gang does not fit (see `place`)."""
+    `bind_mode` (the GangPolicy's) is stamped as a label; `explain=False` leaves out why a gang
+    does not fit (see `place`)."""
     if blocked_by is not None:
         return AdmissionDecision(False, f"Sequential admission: waiting for gang {blocked_by} to be Ready")
     placement = place(snapshot, gang, policy, explain=explain)
@@ -135,10 +137,9 @@ def decide(
         return AdmissionDecision(False, f"gang does not fit now: {placement.reason}", placement=placement)
     domain = pinned_domain(snapshot, gang, placement)
     size = str(sum(ps.count for ps in gang.podsets))
+    labels = {GANG_LABEL: gang_label, **({BIND_MODE_LABEL: bind_mode} if bind_mode else {})}
     updates = tuple(
-        PodSetUpdate(
-            ps.name, {GANG_LABEL: gang_label}, {**(annotations or {}), GANG_SIZE_ANNOTATION: size}, domain
-        )
+        PodSetUpdate(ps.name, labels, {**(annotations or {}), GANG_SIZE_ANNOTATION: size}, domain)
         for ps in gang.podsets
     )
     where = ", ".join(f"{k}={v}" for k, v in domain.items()) if domain else "no topology pinned"

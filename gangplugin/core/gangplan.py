@@ -65,11 +65,20 @@ class GangPod:
     index: int | None = None  # the pod's index in its podset (an Indexed Job's completion index)
     finished: bool = False  # Succeeded or Failed: holds no node and is no longer a member
     deleting: bool = False  # being deleted: still holds its node until it is gone, but a member no more
+    # bindMode Ungate: `gated` while the pod waits behind gangplugin's scheduling gate; `pinned`,
+    # once the ungater removed it, the node it pinned the pod to (kube-scheduler binds it there).
+    gated: bool = False
+    pinned: str | None = None
     error: str | None = None
 
     @property
     def key(self) -> PodKey:
         return (self.namespace, self.name)
+
+    @property
+    def placed(self) -> str | None:
+        """The node the pod holds: bound there, or pinned there and not bound yet."""
+        return self.node or self.pinned
 
     @property
     def gang_key(self) -> GangKey | None:
@@ -176,7 +185,7 @@ def _podsets(
             frozenset(rejected.get(first.shape, ())),
             *first.slices,
         )
-        same = [m.node for m in bound if m.signature == sig and m.node is not None]
+        same = [m.placed for m in bound if m.signature == sig and m.placed is not None]
         out += [(ps, sig) for ps in _complete_slices(snapshot, base, same)]
     return out
 
@@ -242,20 +251,21 @@ def plan_gang(
     size = gang_size(pod, members)
     gkey = pod.gang_key
     assert gkey is not None
-    bound = [m for m in members if m.node is not None and m.key != pod.key]
-    pending = [m for m in members if m.node is None]
+    # Pinned members (bindMode Ungate) hold their node as bound ones do.
+    bound = [m for m in members if m.placed is not None and m.key != pod.key]
+    pending = [m for m in members if m.placed is None]
     need = size - len(bound)
     pin: tuple[str, str] | None = None
     required = pod.required_topology
     if bound and required is not None and snapshot.level_index(required) is not None:
-        nodes = [snapshot.node(m.node or "") for m in bound]
+        nodes = [snapshot.node(m.placed or "") for m in bound]
         values = {n.labels.get(required) if n is not None else None for n in nodes}
         if len(values) == 1 and None not in values:
             pin = (required, str(next(iter(values))))
     podsets = _podsets(snapshot, pod, pending, bound, need, pin, rejected or {})
     try:
         gang = Gang(tuple(ps for ps, _ in podsets), f"{gkey[0]}/{gkey[1]}")
-        placement = place(snapshot, gang, policy, [m.node for m in bound if m.node is not None])
+        placement = place(snapshot, gang, policy, [m.placed for m in bound if m.placed is not None])
     except InputError as err:
         raise InputError(f"pod {pod.namespace}/{pod.name}: {err.field}", err.problem) from err
     if not placement.feasible:
@@ -312,6 +322,15 @@ def filter_gang_pod(plan: GangPlan, node_names: Sequence[str], target: str | Non
         refused = tuple(sorted({sl.node for sl in plan.slots if sl.node not in candidates}))
         return FilterVerdict((), dict.fromkeys(node_names, reason), replan=True, rejected=refused)
     return FilterVerdict((target,), {})
+
+
+def filter_pinned_pod(pinned: str, node_names: Sequence[str]) -> FilterVerdict:
+    """A member the ungater pinned (bindMode Ungate): its pin passes, nothing else. Met only
+    when the pod reaches a kube-scheduler that runs the extender; the pin already chose."""
+    if pinned in node_names:
+        return FilterVerdict((pinned,), {})
+    why = f"the gang's placement pinned this pod to {pinned}, which kube-scheduler found unfit"
+    return FilterVerdict((), dict.fromkeys(node_names, why))
 
 
 def filter_single_pod(

@@ -9,6 +9,13 @@ API_VERSION = f"{GROUP}/v1alpha1"
 GANG_LABEL = f"{GROUP}/gang"
 GANG_SIZE_ANNOTATION = f"{GROUP}/gang-size"
 
+# How an admitted gang's placement reaches its pods (GangPolicy `spec.bindMode`), stamped on
+# its pods through podSetUpdates as a label, so the pod webhook's objectSelector can pick the
+# Ungate pods and a person can list them. Ungate pods are created behind PLACEMENT_GATE; the
+# ungater pins each to its node (nodeSelector kubernetes.io/hostname) and removes the gate.
+BIND_MODE_LABEL = f"{GROUP}/bind-mode"
+PLACEMENT_GATE = f"{GROUP}/placement"
+
 # Pod-template annotations a user may set.
 REQUIRED_TOPOLOGY_ANNOTATION = f"{GROUP}/required-topology"
 PREFERRED_TOPOLOGY_ANNOTATION = f"{GROUP}/preferred-topology"

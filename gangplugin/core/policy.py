@@ -18,6 +18,9 @@ NODE_FAILURE_MODES = ("Requeue", "ReplaceFromSpare")
 TIMESTAMPS = ("Eviction", "Creation")
 # ClusterQueue: preempt as the ClusterQueue's Kueue `spec.preemption` allows; Never: not at all.
 PREEMPTION_MODES = ("ClusterQueue", "Never")
+# Ungate: pods are created scheduling-gated and pinned to their planned node by gangplugin, then
+# kube-scheduler binds them alone. Extender: the extender's filter and bind barrier (strict).
+BIND_MODES = ("Ungate", "Extender")
 DEFAULT_READY_TIMEOUT = 300.0  # HyperPod's `timeout`: 5m
 
 
@@ -46,6 +49,7 @@ class GangPolicy:
     # more and the gang is requeued whole at once. None: no limit.
     max_replaced_nodes: int | None = None
     preemption: str = "ClusterQueue"
+    bind_mode: str = "Ungate"
 
     @property
     def sequential(self) -> bool:
@@ -73,6 +77,8 @@ def validate_policy(policy: GangPolicy, field_prefix: str = "spec") -> GangPolic
     if policy.preemption not in PREEMPTION_MODES:
         modes = ", ".join(PREEMPTION_MODES)
         raise InputError(f"{p}.preemption", f"{policy.preemption!r} is not one of {modes}")
+    if policy.bind_mode not in BIND_MODES:
+        raise InputError(f"{p}.bindMode", f"{policy.bind_mode!r} is not one of {', '.join(BIND_MODES)}")
     rq = policy.requeue
     if rq.timestamp not in TIMESTAMPS:
         raise InputError(f"{p}.requeue.timestamp", f"{rq.timestamp!r} is not one of {', '.join(TIMESTAMPS)}")

@@ -115,7 +115,8 @@ class Barrier:
                 self.refused(pod, refusal)
             return refusal
         gkey = pod.gang_key
-        if gkey is None or pod.size is None:
+        # A pinned member (bindMode Ungate) needs no barrier: the ungater placed its whole gang.
+        if gkey is None or pod.size is None or pod.pinned is not None:
             return await self._bind_one(namespace, name, uid, node)
         loop = asyncio.get_running_loop()
         gang = self.gangs.get(gkey)

@@ -31,7 +31,9 @@ from gangplugin.core.gangplan import (
     assign,
     bind_refusal,
     filter_gang_pod,
+    filter_pinned_pod,
     filter_single_pod,
+    gang_size,
     plan_gang,
     scores,
 )
@@ -143,8 +145,10 @@ class ExtenderCache:
             gkey = new.gang_key
             if gkey is not None:
                 self.gangs.setdefault(gkey, set()).add(new.key)
-            if new.node is not None and not new.finished:
-                self._bind(BoundPod(new.namespace, new.name, new.node, new.requests))
+            # A pinned pod (bindMode Ungate) holds its node from the pin on: no other plan
+            # may take it while kube-scheduler has yet to bind it there.
+            if new.placed is not None and not new.finished:
+                self._bind(BoundPod(new.namespace, new.name, new.placed, new.requests))
                 if gkey is not None:
                     self._release_claim(gkey, new.key)
             else:
@@ -266,6 +270,8 @@ class ExtenderCache:
         Raises InputError for gang metadata that cannot be used."""
         if pod.error is not None:
             raise InputError(f"pod {pod.namespace}/{pod.name}", pod.error)
+        if pod.pinned is not None:
+            return filter_pinned_pod(pod.pinned, node_names), None
         gkey = pod.gang_key
         with self.lock:
             if gkey is None:
@@ -311,11 +317,47 @@ class ExtenderCache:
                 self.drop(gkey)
             return verdict, made
 
+    def pins(self, gkey: GangKey, now: float) -> tuple[list[tuple[GangPod, str]], str]:
+        """bindMode Ungate: the node of every gated member of the gang, planned whole by the
+        same `plan_gang` as filter (the pinned and bound members hold their nodes, spares of
+        their UltraServer are theirs), and reserved until each pin shows up in the pod cache.
+        Empty, with why, while members are missing or the gang does not fit."""
+        with self.lock:
+            members = [m for m in self.members(gkey) if not m.finished and not m.deleting]
+            gated = [m for m in members if m.gated]
+            if not gated:
+                return [], "no pod of the gang waits behind the placement gate"
+            size = gang_size(gated[0], members)
+            if len(members) < size:
+                # Pinning part of a gang would let that part hold nodes for a gang that may never
+                # be whole; its pods come together (one Job's), the watchdog times out the rest.
+                return [], f"{len(members)} of the gang's {size} pods exist; waiting for the rest"
+            self._sweep(now)
+            plan = self.plans.get(gkey)
+            if plan is None:
+                policy, snap, checked = self._settings_of(gkey)
+                plan = plan_gang(
+                    snap, gated[0], members, policy, expires_at=now + self.plan_ttl, keep_bound=checked
+                )
+                if not plan.feasible:
+                    return [], plan.reason
+                self._reserve(plan)
+            claims = self.claims[gkey]
+            out = []
+            for m in gated:
+                slot = assign(plan, m, claims)
+                if slot is None:
+                    self.drop(gkey)
+                    return [], f"gang {gkey[1]} has more pods than its size {size}"
+                claims[m.key] = slot
+                out.append((m, plan.slots[slot].node))
+            return out, plan.reason
+
     def planned_node(self, pod: GangPod) -> str | None:
-        """The node the plan of `pod`'s gang gave it in filter, or None."""
+        """The node the plan of `pod`'s gang gave it (in filter, or the ungater's pin), or None."""
         gkey = pod.gang_key
-        if gkey is None:
-            return None
+        if gkey is None or pod.pinned is not None:
+            return pod.pinned
         with self.lock:
             plan, slot = self.plans.get(gkey), self.claims.get(gkey, {}).get(pod.key)
             return plan.slots[slot].node if plan is not None and slot is not None else None

@@ -1,5 +1,7 @@
-"""The `extender` component of `gangplugin serve`: watch caches of nodes and pods, and the
-HTTPS server kube-scheduler calls, on its own asyncio event loop thread."""
+"""The `extender` component of `gangplugin serve`: watch caches of nodes and pods, the HTTPS
+server kube-scheduler calls (on its own asyncio event loop thread), and the ungater that
+releases bindMode Ungate gangs (`ungater.py`); both place gangs with one `ExtenderCache`, so
+their reservations never overlap."""
 
 from __future__ import annotations
 
@@ -14,11 +16,13 @@ from gangplugin.extender.barrier import ApiBinder, Barrier, RefusedFn
 from gangplugin.extender.cache import ExtenderCache, PolicyOf
 from gangplugin.extender.pods import gang_pod_from_k8s
 from gangplugin.extender.server import AbandonFn, ExtenderHandlers, make_app
+from gangplugin.extender.ungater import Ungater
 from gangplugin.kube.client import NODES, PODS, WORKLOADS, ApiError, Client
 from gangplugin.kube.events import record_event
 from gangplugin.kube.gangpolicies import GangPolicies
 from gangplugin.kube.informer import identity
 from gangplugin.kube.resources import ADMISSION_CHECKS, GANG_POLICIES, TOPOLOGIES
+from gangplugin.kube.workqueue import start_workers
 from gangplugin.runtime.asgi import App, serve_in_thread
 from gangplugin.runtime.components import Runtime
 
@@ -47,6 +51,7 @@ needs_leader = True
 
 _settings = ExtenderSettings()
 _cache: ExtenderCache | None = None
+_ungater: Ungater | None = None
 
 
 def configure(settings: ExtenderSettings) -> None:
@@ -56,15 +61,18 @@ def configure(settings: ExtenderSettings) -> None:
 
 
 def setup(runtime: Runtime) -> None:
-    global _cache
+    global _cache, _ungater
     _cache = ExtenderCache(
         PlacementPolicy(_settings.spares_per_ultraserver),
         plan_ttl=2 * _settings.barrier_timeout,
         policy_of=_policy_source(runtime),
         reject_ttl=_settings.barrier_timeout,
     )
+    _ungater = Ungater(runtime.client, _cache)
     runtime.informer(NODES, identity).add_handler(_cache.on_node)
-    runtime.informer(PODS, gang_pod_from_k8s).add_handler(_cache.on_pod)
+    pods = runtime.informer(PODS, gang_pod_from_k8s)
+    pods.add_handler(_cache.on_pod)
+    pods.add_handler(_ungater.on_pod)  # after the cache's: it plans on what the cache holds
 
 
 def _served(client: Client, group_version: str) -> bool:
@@ -129,9 +137,11 @@ def _refusal_reporter(client: Client, executor: ThreadPoolExecutor) -> RefusedFn
 
 
 def start(runtime: Runtime) -> None:
-    cache = _cache
-    if cache is None:
+    cache, ungater = _cache, _ungater
+    if cache is None or ungater is None:
         raise RuntimeError("extender: start() before setup()")
+    for thread in start_workers(ungater.queue, ungater.reconcile, "ungater"):
+        runtime.vital(thread)
     settings = _settings
     # kube-scheduler waits for each filter answer in its serial scheduling cycle; with Python's
     # default 5 ms GIL switch interval a watch thread busy with a burst of pod events delays the

@@ -12,12 +12,14 @@ from typing import Any
 from gangplugin.core.errors import InputError
 from gangplugin.core.gangplan import SIZE_FIELD, GangPod
 from gangplugin.core.names import (
+    BIND_MODE_LABEL,
     GANG_LABEL,
     GANG_SIZE_ANNOTATION,
+    PLACEMENT_GATE,
     PREFERRED_TOPOLOGY_ANNOTATION,
     REQUIRED_TOPOLOGY_ANNOTATION,
 )
-from gangplugin.core.topology import FINISHED_PHASES
+from gangplugin.core.topology import FINISHED_PHASES, HOSTNAME_LABEL
 from gangplugin.kube.records import constraints_from_pod_spec, pod_requests, slice_size, slice_topology
 
 # An Indexed Job's pod index (JobSet's Jobs are Indexed Jobs too).
@@ -39,6 +41,19 @@ def _index(annotations: Mapping[str, Any]) -> int | None:
     return int(raw) if raw.isdigit() else None
 
 
+def _gate_and_pin(labels: Mapping[str, Any], spec: Mapping[str, Any]) -> tuple[bool, str | None]:
+    """Whether an Ungate pod still waits behind the placement gate, and the node the ungater
+    pinned it to once it does not (its kubernetes.io/hostname nodeSelector)."""
+    if labels.get(BIND_MODE_LABEL) != "Ungate":
+        return False, None
+    gates = spec.get("schedulingGates") or []
+    if any(isinstance(g, Mapping) and g.get("name") == PLACEMENT_GATE for g in gates):
+        return True, None
+    selector = spec.get("nodeSelector") or {}
+    host = selector.get(HOSTNAME_LABEL) if isinstance(selector, Mapping) else None
+    return False, str(host) if host else None
+
+
 def gang_pod_from_k8s(obj: Mapping[str, Any]) -> GangPod:
     meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
     assert isinstance(meta, Mapping)
@@ -56,6 +71,7 @@ def gang_pod_from_k8s(obj: Mapping[str, Any]) -> GangPod:
         status = obj.get("status") if isinstance(obj.get("status"), Mapping) else {}
         assert isinstance(status, Mapping)
         finished = status.get("phase") in FINISHED_PHASES
+        gated, pinned = _gate_and_pin(labels, spec) if gang else (False, None)
         return GangPod(
             namespace=namespace,
             name=name,
@@ -71,6 +87,8 @@ def gang_pod_from_k8s(obj: Mapping[str, Any]) -> GangPod:
             index=_index(annotations),
             finished=finished,
             deleting=bool(meta.get("deletionTimestamp")),
+            gated=gated,
+            pinned=pinned,
         )
     except InputError as err:
         return GangPod(namespace, name, str(meta.get("uid") or ""), error=str(err))

@@ -919,20 +919,21 @@ class LocalCluster:
         return [c for c in chosen.split(",") if c]
 
     def _register_gangplugin_webhook(self, client: Client) -> None:
-        """deploy/manifests/base's ValidatingWebhookConfiguration, pointed at replica 1 with the
-        cluster CA; registered once gangplugin serves it (the launcher applied the local
-        GangPolicy before), and only when the webhook component runs."""
+        """deploy/manifests/base's webhook configurations (validating and mutating), pointed at
+        replica 1 with the cluster CA; registered once gangplugin serves them (the launcher
+        applied the local GangPolicy before), and only when the webhook component runs."""
         if "webhook" not in self._gangplugin_components():
             return
         docs = yaml.safe_load_all((REPO / "deploy" / "manifests" / "base" / "webhook.yaml").read_text())
-        config = next(d for d in docs if d and d["kind"] == "ValidatingWebhookConfiguration")
-        config["metadata"].pop("annotations", None)  # cert-manager's CA injection: not here
-        # Its own name: the e2e manifests test dry-runs the base's object beside it.
-        config["metadata"]["name"] = "gangplugin-local"
-        for hook in config["webhooks"]:
-            path = hook["clientConfig"]["service"]["path"]
-            hook["clientConfig"] = self._webhook_client_config(path, self.ports.gangplugin_webhook)
-        client.apply(_VALIDATING, config, field_manager=FIELD_MANAGER)
+        kinds = {"ValidatingWebhookConfiguration": _VALIDATING, "MutatingWebhookConfiguration": _MUTATING}
+        for config in (d for d in docs if d and d["kind"] in kinds):
+            config["metadata"].pop("annotations", None)  # cert-manager's CA injection: not here
+            # Its own name: the e2e manifests test dry-runs the base's objects beside it.
+            config["metadata"]["name"] = "gangplugin-local"
+            for hook in config["webhooks"]:
+                path = hook["clientConfig"]["service"]["path"]
+                hook["clientConfig"] = self._webhook_client_config(path, self.ports.gangplugin_webhook)
+            client.apply(kinds[config["kind"]], config, field_manager=FIELD_MANAGER)
 
     def _wait_kueue_webhooks(self, client: Client) -> None:
         # A dry-run create goes through the mutating and validating webhooks end to end.

@@ -38,6 +38,10 @@ EXTENDER_LATENCY = Histogram(
     ["verb"],
     buckets=_FAST,
 )
+UNGATED_PODS = Counter(
+    "gangplugin_ungated_pods_total",
+    "Pods of bindMode Ungate gangs pinned to their planned node and released from the placement gate.",
+)
 PLAN_QUOTA = Gauge(
     "gangplugin_plan_quota",
     "nominalQuota that TrainingPlans give a ClusterQueue flavor now, per resource.",

@@ -1,7 +1,9 @@
-"""`gangplugin serve --components webhook`: the validating admission webhook, HTTPS, on every
-replica (the API server may call any; nothing here is state). POST /validate takes an
-AdmissionReview for GangPolicies (deploy: a ValidatingWebhookConfiguration; `make up`
-registers one for the local cluster)."""
+"""`gangplugin serve --components webhook`: the admission webhooks, HTTPS, on every replica
+(the API server may call any; nothing here is state). POST /validate takes an AdmissionReview
+for GangPolicies (a ValidatingWebhookConfiguration); POST /mutate-pods one for the pods of
+bindMode Ungate gangs, which it creates behind the placement gate (a
+MutatingWebhookConfiguration). deploy/manifests/base/webhook.yaml holds both; `make up`
+registers them for the local cluster."""
 
 from __future__ import annotations
 
@@ -15,11 +17,12 @@ from gangplugin.core.errors import InputError
 from gangplugin.kube.resources import TOPOLOGIES
 from gangplugin.runtime.asgi import App, BadRequest, Receive, Send, read_json, respond_json, serve_in_thread
 from gangplugin.runtime.components import Runtime
-from gangplugin.webhook.review import Validator, gang_policy_validator, review
+from gangplugin.webhook.review import Validator, gang_policy_validator, gate_review, review
 
 log = logging.getLogger(__name__)
 
 PATH = "/validate"
+MUTATE_PODS_PATH = "/mutate-pods"
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,13 +49,17 @@ def make_app(validators: dict[str, Validator]) -> App:
     async def app(scope: dict[str, Any], receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
-        if scope["path"] != PATH or scope["method"] != "POST":
-            await respond_json(send, 404, {"message": f"the webhook serves POST {PATH}"})
+        path = scope["path"]
+        if path not in (PATH, MUTATE_PODS_PATH) or scope["method"] != "POST":
+            message = f"the webhook serves POST {PATH} and POST {MUTATE_PODS_PATH}"
+            await respond_json(send, 404, {"message": message})
             return
         try:
             body = await read_json(receive)
-            # validators may read the API (a Topology): off the loop, which keeps serving
-            out = await asyncio.to_thread(review, body, validators)
+            if path == MUTATE_PODS_PATH:  # pure and quick: on the loop
+                out = gate_review(body)
+            else:  # validators may read the API (a Topology): off the loop, which keeps serving
+                out = await asyncio.to_thread(review, body, validators)
         except (BadRequest, InputError) as err:
             await respond_json(send, 400, {"message": str(err)})
             return

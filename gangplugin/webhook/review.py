@@ -1,17 +1,25 @@
-"""Validating admission: an AdmissionReview (admission.k8s.io/v1) in, its response out.
+"""Admission reviews (admission.k8s.io/v1): an AdmissionReview in, its response out.
 
-The API server runs the CRD's schema and CEL rules first; what reaches here passed them. The
-webhook adds what those cannot see: the same parsing the controllers do (so an object the
-controllers would refuse is refused up front, with the field named), and references to other
-objects (a GangPolicy's `topologyName` must name a Kueue Topology whose levels are node labels).
+Validating (`review`): the API server runs the CRD's schema and CEL rules first; what reaches
+here passed them. The webhook adds what those cannot see: the same parsing the controllers do
+(so an object the controllers would refuse is refused up front, with the field named), and
+references to other objects (a GangPolicy's `topologyName` must name a Kueue Topology whose
+levels are node labels).
+
+Mutating (`gate_review`): a pod of a bindMode Ungate gang is created behind the placement
+scheduling gate, so kube-scheduler leaves it alone until the ungater pins it to its node.
 """
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import orjson
+
 from gangplugin.core.errors import InputError
+from gangplugin.core.names import BIND_MODE_LABEL, GANG_LABEL, PLACEMENT_GATE
 from gangplugin.kube import kueue_records as rec
 from gangplugin.kube.records import levels_from_topology
 
@@ -43,14 +51,56 @@ def gang_policy_validator(topology_of: TopologyOf) -> Validator:
     return validate
 
 
-def review(body: Mapping[str, Any], validators: Mapping[str, Validator]) -> dict[str, Any]:
-    """The AdmissionReview response for `body`; `validators` by the object's kind. A request
-    that is not an AdmissionReview raises InputError (the server answers 400)."""
+def _request(body: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The review's request; InputError (the server answers 400) for anything else."""
     if body.get("apiVersion") != REVIEW_VERSION or body.get("kind") != "AdmissionReview":
         raise InputError("apiVersion/kind", f"expected an AdmissionReview of {REVIEW_VERSION}")
     request = body.get("request")
     if not isinstance(request, Mapping) or not isinstance(request.get("uid"), str):
         raise InputError("request.uid", "an AdmissionReview request needs a uid")
+    return request
+
+
+def _answer(response: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": REVIEW_VERSION, "kind": "AdmissionReview", "response": response}
+
+
+def gate_patch(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """JSON patch operations that put a bindMode Ungate gang pod behind the placement gate;
+    none for any other pod, one already gated, or one created bound (gates need no nodeName)."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    labels = meta.get("labels") or {} if isinstance(meta, Mapping) else {}
+    if not isinstance(labels, Mapping) or not isinstance(spec, Mapping):
+        return []
+    if not labels.get(GANG_LABEL) or labels.get(BIND_MODE_LABEL) != "Ungate" or spec.get("nodeName"):
+        return []
+    gates = spec.get("schedulingGates")
+    gate = {"name": PLACEMENT_GATE}
+    if not isinstance(gates, list) or not gates:
+        return [{"op": "add", "path": "/spec/schedulingGates", "value": [gate]}]
+    if any(isinstance(g, Mapping) and g.get("name") == PLACEMENT_GATE for g in gates):
+        return []
+    return [{"op": "add", "path": "/spec/schedulingGates/-", "value": gate}]
+
+
+def gate_review(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The mutating AdmissionReview response for a pod: always allowed, gated when it should be."""
+    request = _request(body)
+    response: dict[str, Any] = {"uid": request["uid"], "allowed": True}
+    obj = request.get("object")
+    if request.get("operation") == "CREATE" and isinstance(obj, Mapping):
+        ops = gate_patch(obj)
+        if ops:
+            response["patchType"] = "JSONPatch"
+            response["patch"] = base64.b64encode(orjson.dumps(ops)).decode()
+    return _answer(response)
+
+
+def review(body: Mapping[str, Any], validators: Mapping[str, Validator]) -> dict[str, Any]:
+    """The validating AdmissionReview response for `body`; `validators` by the object's kind. A
+    request that is not an AdmissionReview raises InputError (the server answers 400)."""
+    request = _request(body)
     response: dict[str, Any] = {"uid": request["uid"], "allowed": True}
     obj = request.get("object")
     if request.get("operation") in ("CREATE", "UPDATE") and isinstance(obj, Mapping):
@@ -69,4 +119,4 @@ def review(body: Mapping[str, Any], validators: Mapping[str, Validator]) -> dict
                     "reason": "Invalid",
                     "message": f'{kind} "{name}" is invalid: {err}',
                 }
-    return {"apiVersion": REVIEW_VERSION, "kind": "AdmissionReview", "response": response}
+    return _answer(response)

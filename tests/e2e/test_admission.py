@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gangplugin.core.names import GANG_LABEL, GANG_SIZE_ANNOTATION
+from gangplugin.core.names import BIND_MODE_LABEL, GANG_LABEL, GANG_SIZE_ANNOTATION
 from gangplugin.kube.client import EVENTS, JOBS, NODES, PODS, WORKLOADS, ApiError, Client, Resource
 from gangplugin.kube.resources import GANG_POLICIES, TOPOLOGIES
 from gangplugin.localcluster.cluster import REPO
@@ -37,6 +37,7 @@ from tests.e2e.kube import (
 )
 
 US = "topology.k8s.aws/ultraserver-id"
+HOSTNAME = "kubernetes.io/hostname"
 NEVER_READY = "gangplugin.io/e2e-never-ready"
 NOT_READY_NODE = "gangplugin.io/e2e-not-ready"
 
@@ -104,7 +105,9 @@ def test_gang_admitted_into_one_ultraserver(cluster: E2ECluster, namespace: str,
     assert check["state"] == "Ready", check
     (update,) = check["podSetUpdates"]
     domain = update["nodeSelector"][US]
-    assert update["labels"] == {GANG_LABEL: wl["metadata"]["name"]}
+    # bindMode defaults to Ungate: each pod was pinned to its node by gangplugin, then bound
+    # by kube-scheduler there.
+    assert update["labels"] == {GANG_LABEL: wl["metadata"]["name"], BIND_MODE_LABEL: "Ungate"}
     assert update["annotations"] == {GANG_SIZE_ANNOTATION: "4"}
     us = node_us(client)
     for pod in pods:
@@ -112,6 +115,8 @@ def test_gang_admitted_into_one_ultraserver(cluster: E2ECluster, namespace: str,
         assert pod["metadata"]["annotations"][GANG_SIZE_ANNOTATION] == "4"
         assert pod["spec"]["nodeSelector"][US] == domain
         assert us[pod["spec"]["nodeName"]] == domain
+        assert pod["spec"]["nodeSelector"][HOSTNAME] == pod["spec"]["nodeName"]
+        assert not pod["spec"].get("schedulingGates"), pod["spec"]
     assert any(e["reason"] == "GangAdmitted" for e in events_of(client, namespace, wl["metadata"]["name"]))
 
 

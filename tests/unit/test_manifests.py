@@ -102,11 +102,17 @@ def test_base_has_every_part_of_the_install() -> None:
         ("Certificate", "gangplugin-scheduler-client"),
         ("NetworkPolicy", "gangplugin"),
         ("ValidatingWebhookConfiguration", "gangplugin"),
+        ("MutatingWebhookConfiguration", "gangplugin"),
         ("Service", "gangplugin-webhook"),
     ]:
         assert want in kinds, f"{want} missing from the rendered base"
     # Namespaced objects name their namespace themselves (no kustomize `namespace:`).
-    cluster_scoped = ("Namespace", "CustomResourceDefinition", "ValidatingWebhookConfiguration")
+    cluster_scoped = (
+        "Namespace",
+        "CustomResourceDefinition",
+        "ValidatingWebhookConfiguration",
+        "MutatingWebhookConfiguration",
+    )
     for obj in render():
         if obj["kind"] in cluster_scoped or obj["kind"].startswith("Cluster"):
             continue
@@ -388,3 +394,22 @@ def test_the_webhook_is_served_by_gangplugin_with_the_serving_certificate() -> N
         o for o in render() if o["kind"] == "Certificate" and o["metadata"]["name"] == "gangplugin-serving"
     ]
     assert f"{service['name']}.{service['namespace']}.svc" in cert["spec"]["dnsNames"]
+
+
+def test_the_pod_webhook_gates_only_ungate_gang_pods_at_creation() -> None:
+    (config,) = [o for o in render() if o["kind"] == "MutatingWebhookConfiguration"]
+    (hook,) = config["webhooks"]
+    assert hook["objectSelector"] == {"matchLabels": {"gangplugin.io/bind-mode": "Ungate"}}
+    assert hook["rules"] == [
+        {
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "operations": ["CREATE"],
+            "resources": ["pods"],
+            "scope": "Namespaced",
+        }
+    ]
+    assert hook["failurePolicy"] == "Fail" and hook["clientConfig"]["service"]["path"] == "/mutate-pods"
+    (validating,) = [o for o in render() if o["kind"] == "ValidatingWebhookConfiguration"]
+    service = validating["webhooks"][0]["clientConfig"]["service"]
+    assert hook["clientConfig"]["service"]["name"] == service["name"]
