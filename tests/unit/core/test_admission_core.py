@@ -44,6 +44,8 @@ def test_admits_into_one_ultraserver_with_labels_and_selector() -> None:
         "annotations": {GANG_SIZE_ANNOTATION: "3"},
         "nodeSelector": {ULTRASERVER_LABEL: "us-1"},
     }
+    ungate = decide(s, g, "wl-1", PlacementPolicy(), bind_mode="Ungate")
+    assert ungate.pod_set_updates[0].labels == {GANG_LABEL: "wl-1", "gangplugin.io/bind-mode": "Ungate"}
 
 
 def test_gang_size_counts_every_podset() -> None:

@@ -46,9 +46,11 @@ def test_full_policy() -> None:
             sparesPerUltraServer=1,
             nodeFailure="ReplaceFromSpare",
             maxReplacedNodes=2,
+            bindMode="Extender",
         )
     )
     assert p.max_replaced_nodes == 2 and gang_policy_from_k8s(policy()).max_replaced_nodes is None
+    assert p.bind_mode == "Extender" and gang_policy_from_k8s(policy()).bind_mode == "Ungate"
     assert (p.ready_timeout, p.unscheduled_timeout, p.recovery_timeout) == (600.0, 90.0, 0.0)
     assert p.sequential and p.node_failure == "ReplaceFromSpare" and p.topology_name == "hyperpod"
     assert (p.requeue.timestamp, p.requeue.backoff_base_seconds, p.requeue.backoff_limit_count) == (
@@ -76,6 +78,7 @@ def test_recovery_defaults_to_ready_timeout() -> None:
         ({"sparesPerUltraServer": -1}, "spec.sparesPerUltraServer"),
         ({"maxReplacedNodes": -1}, "spec.maxReplacedNodes"),
         ({"maxReplacedNodes": "two"}, "spec.maxReplacedNodes"),
+        ({"bindMode": "Barrier"}, "spec.bindMode"),
     ],
 )
 def test_bad_policy_names_the_field(spec: dict[str, Any], field: str) -> None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
+import orjson
 import pytest
 
 from gangplugin.core.errors import InputError
-from gangplugin.webhook.review import gang_policy_validator, review
+from gangplugin.webhook.review import gang_policy_validator, gate_review, review
 
 TOPOLOGY = {
     "apiVersion": "kueue.x-k8s.io/v1beta2",
@@ -99,3 +101,49 @@ def test_delete_and_unknown_kinds_are_allowed() -> None:
 def test_what_is_not_an_admission_review_is_an_input_error(body: dict[str, Any]) -> None:
     with pytest.raises(InputError):
         review(body, validators())
+
+
+def _ungate_pod(**spec: Any) -> dict[str, Any]:
+    labels = {"gangplugin.io/gang": "g", "gangplugin.io/bind-mode": "Ungate"}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": labels}, "spec": spec}
+
+
+def _patch_of(out: dict[str, Any]) -> list[dict[str, Any]] | None:
+    response = out["response"]
+    assert response["allowed"] is True and response["uid"] == "u-1"
+    if "patch" not in response:
+        return None
+    assert response["patchType"] == "JSONPatch"
+    return list(orjson.loads(base64.b64decode(response["patch"])))
+
+
+def test_an_ungate_gang_pod_is_created_behind_the_placement_gate() -> None:
+    gate = {"name": "gangplugin.io/placement"}
+    assert _patch_of(gate_review(request(_ungate_pod()))) == [
+        {"op": "add", "path": "/spec/schedulingGates", "value": [gate]}
+    ]
+    # Another controller's gate stays; ours is added after it.
+    other = _ungate_pod(schedulingGates=[{"name": "kueue.x-k8s.io/topology"}])
+    assert _patch_of(gate_review(request(other))) == [
+        {"op": "add", "path": "/spec/schedulingGates/-", "value": gate}
+    ]
+
+
+@pytest.mark.parametrize(
+    "pod",
+    [
+        _ungate_pod(schedulingGates=[{"name": "gangplugin.io/placement"}]),  # gated already
+        _ungate_pod(nodeName="n1"),  # created bound: a gate is not allowed
+        {**_ungate_pod(), "metadata": {"name": "p", "labels": {"gangplugin.io/bind-mode": "Ungate"}}},
+        {**_ungate_pod(), "metadata": {"name": "p", "labels": {"gangplugin.io/gang": "g"}}},
+        {"kind": "Pod", "metadata": {"name": "p", "labels": "not a mapping"}, "spec": {}},
+    ],
+)
+def test_other_pods_pass_untouched(pod: dict[str, Any]) -> None:
+    assert _patch_of(gate_review(request(pod))) is None
+
+
+def test_only_creation_is_gated_and_a_non_review_is_an_error() -> None:
+    assert _patch_of(gate_review(request(_ungate_pod(), operation="UPDATE"))) is None
+    with pytest.raises(InputError, match="AdmissionReview"):
+        gate_review({"kind": "Pod"})

@@ -1,0 +1,125 @@
+"""bindMode Ungate on plain data: which pods wait behind the placement gate, the pins the cache
+plans for a gated gang (whole, next to members already pinned or bound), and how the extender
+treats a pinned pod that reaches it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gangplugin.core.names import BIND_MODE_LABEL, PLACEMENT_GATE
+from gangplugin.extender.cache import ExtenderCache
+from gangplugin.extender.pods import gang_pod_from_k8s
+from gangplugin.extender.ungater import pin_patch
+from tests.unit.extender.test_server import node, pod
+
+HOST = "kubernetes.io/hostname"
+
+
+def ungate_pod(name: str, gang: str, size: int, pinned: str | None = None, **kw: Any) -> dict[str, Any]:
+    """A pod of an Ungate gang: gated as the webhook creates it, or pinned as the ungater leaves it."""
+    obj = pod(name, gang, size, **kw)
+    obj["metadata"]["labels"][BIND_MODE_LABEL] = "Ungate"
+    if pinned is None:
+        obj["spec"]["schedulingGates"] = [{"name": PLACEMENT_GATE}]
+    else:
+        obj["spec"]["nodeSelector"] = {HOST: pinned}
+    return obj
+
+
+def cache_of(us_sizes: dict[str, int]) -> ExtenderCache:
+    cache = ExtenderCache()
+    for us, count in us_sizes.items():
+        for i in range(count):
+            cache.on_node("ADDED", None, node(f"{us}-{i}", us))
+    return cache
+
+
+def add(cache: ExtenderCache, *objs: dict[str, Any]) -> None:
+    for obj in objs:
+        cache.on_pod("ADDED", None, gang_pod_from_k8s(obj))
+
+
+def test_only_ungate_gang_pods_are_gated_or_pinned() -> None:
+    gated = gang_pod_from_k8s(ungate_pod("a", "g", 2))
+    assert gated.gated and gated.pinned is None and gated.placed is None
+    pinned = gang_pod_from_k8s(ungate_pod("b", "g", 2, pinned="n1"))
+    assert not pinned.gated and pinned.pinned == "n1" and pinned.placed == "n1" and pinned.node is None
+    # A hostname selector a user wrote on an Extender-mode or plain pod is no pin of ours.
+    own = pod("c", "g", 2)
+    own["spec"]["nodeSelector"] = {HOST: "n1"}
+    assert gang_pod_from_k8s(own).pinned is None
+    plain = ungate_pod("d", "g", 2, pinned="n1")
+    del plain["metadata"]["labels"]["gangplugin.io/gang"]
+    assert gang_pod_from_k8s(plain).pinned is None
+
+
+def test_a_gang_is_pinned_only_once_all_its_pods_exist_and_then_whole_in_one_domain() -> None:
+    cache = cache_of({"us-1": 3, "us-2": 4})
+    add(cache, ungate_pod("p0", "g", 4), ungate_pod("p1", "g", 4), ungate_pod("p2", "g", 4))
+    pins, why = cache.pins(("ns", "g"), now=0.0)
+    assert pins == [] and why == "3 of the gang's 4 pods exist; waiting for the rest"
+    assert not cache.plans  # nothing reserved for a gang that is not whole
+    add(cache, ungate_pod("p3", "g", 4))
+    pins, why = cache.pins(("ns", "g"), now=1.0)
+    nodes = [n for _, n in pins]
+    assert sorted(p.name for p, _ in pins) == ["p0", "p1", "p2", "p3"]
+    assert sorted(nodes) == [f"us-2-{i}" for i in range(4)]  # the one UltraServer it fits whole
+    # Asked again before the pins show up in the cache: the same nodes, not a second plan.
+    again, _ = cache.pins(("ns", "g"), now=2.0)
+    assert sorted(again, key=lambda x: x[0].name) == sorted(pins, key=lambda x: x[0].name)
+
+
+def test_pins_hold_their_nodes_against_other_gangs_until_bound() -> None:
+    cache = cache_of({"us-1": 4})
+    add(cache, *(ungate_pod(f"a{i}", "a", 2) for i in range(2)))
+    pins, _ = cache.pins(("ns", "a"), now=0.0)
+    taken = {n for _, n in pins}
+    for p, n in pins:  # the pins come back through the watch: each placeholder gives way to the pod
+        cache.on_pod("MODIFIED", p, gang_pod_from_k8s(ungate_pod(p.name, "a", 2, pinned=n)))
+    assert ("ns", "a") not in cache.plans  # every claim settled: the plan is gone
+    add(cache, *(ungate_pod(f"b{i}", "b", 2) for i in range(2)))
+    pins_b, _ = cache.pins(("ns", "b"), now=1.0)
+    assert {n for _, n in pins_b}.isdisjoint(taken)
+    add(cache, *(ungate_pod(f"c{i}", "c", 1) for i in range(1)))
+    pins_c, why = cache.pins(("ns", "c"), now=2.0)
+    assert pins_c == [] and "cannot be placed whole" in why
+
+
+def test_after_a_restart_the_gated_rest_joins_the_pinned_members_domain() -> None:
+    cache = cache_of({"us-1": 4, "us-2": 4})
+    # A previous ungater pinned two pods to us-1 and died; two are still gated.
+    add(
+        cache,
+        ungate_pod("p0", "g", 4, pinned="us-1-0"),
+        ungate_pod("p1", "g", 4, pinned="us-1-1"),
+        ungate_pod("p2", "g", 4),
+        ungate_pod("p3", "g", 4),
+    )
+    cache.policy_of = lambda ns, gang: (cache.policy, cache.snapshot.levels)  # a Kueue gang
+    pins, _ = cache.pins(("ns", "g"), now=0.0)
+    assert sorted(p.name for p, _ in pins) == ["p2", "p3"]
+    assert {n for _, n in pins} == {"us-1-2", "us-1-3"}
+
+
+def test_a_pinned_pod_passes_only_its_pin_and_binds_there() -> None:
+    cache = cache_of({"us-1": 2})
+    obj = ungate_pod("p0", "g", 2, pinned="us-1-1")
+    p = gang_pod_from_k8s(obj)
+    add(cache, obj)
+    verdict, plan = cache.filter(p, ["us-1-0", "us-1-1"], now=0.0)
+    assert plan is None and verdict.passed == ("us-1-1",)
+    verdict, _ = cache.filter(p, ["us-1-0"], now=0.0)
+    assert verdict.passed == () and "pinned this pod to us-1-1" in verdict.failed["us-1-0"]
+    assert cache.bind_refusal(p, p.uid, "us-1-1") is None
+    assert "does not allow that node" in (cache.bind_refusal(p, p.uid, "us-1-0") or "")
+
+
+def test_the_pin_patch_names_the_pod_uid_the_node_and_deletes_only_our_gate() -> None:
+    p = gang_pod_from_k8s(ungate_pod("p0", "g", 2))
+    assert pin_patch(p, "n7") == {
+        "metadata": {"uid": "uid-p0"},
+        "spec": {
+            "nodeSelector": {HOST: "n7"},
+            "schedulingGates": [{"$patch": "delete", "name": PLACEMENT_GATE}],
+        },
+    }
