@@ -79,6 +79,9 @@ class ExtenderCache:
         self.claims: dict[GangKey, dict[PodKey, int]] = {}
         self.reserved: dict[GangKey, set[int]] = {}  # slot indexes whose placeholder is charged
         self.reserved_on: Counter[str] = Counter()  # node -> placeholders charged to it
+        # node -> pods pinned there (bindMode Ungate) that kube-scheduler has not bound yet: it
+        # does not know of them, so a plain pod it found room for must be checked against them.
+        self.pinned_on: Counter[str] = Counter()
         # pod shape -> node -> when kube-scheduler's refusal of it stops counting
         self.rejected: dict[Shape, dict[str, float]] = {}
 
@@ -130,8 +133,23 @@ class ExtenderCache:
             for snap in self.snapshots.values():
                 snap.upsert_node(node)
 
+    def _track_pin(self, old: GangPod | None, new: GangPod | None) -> None:
+        was = old.pinned if old is not None and old.node is None and not old.finished else None
+        now = new.pinned if new is not None and new.node is None and not new.finished else None
+        if was == now:
+            return
+        if was is not None:
+            self.pinned_on[was] -= 1
+            if self.pinned_on[was] <= 0:
+                del self.pinned_on[was]
+        if now is not None:
+            self.pinned_on[now] += 1
+
     def on_pod(self, kind: str, old: GangPod | None, new: GangPod | None) -> None:
         with self.lock:
+            some = new or old
+            if some is not None:  # against what the cache holds: the ungater feeds its pins too
+                self._track_pin(self.pods.get(some.key), new)
             held = old.node if old is not None and not old.finished else None
             if held is not None and (new is None or new.node != held or new.finished):
                 self._forget_rejections(held)  # the pod frees its node
@@ -275,7 +293,8 @@ class ExtenderCache:
         gkey = pod.gang_key
         with self.lock:
             if gkey is None:
-                return filter_single_pod(self.snapshot, pod, node_names, self.reserved_on), None
+                held = self.reserved_on.keys() | self.pinned_on.keys()
+                return filter_single_pod(self.snapshot, pod, node_names, held), None
             self._sweep(now)
             made = None
             # A plan the scheduler refused is made again at once, without the refused nodes:

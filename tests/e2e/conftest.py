@@ -10,11 +10,13 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from gangplugin.kube.client import NAMESPACES, Client
 from gangplugin.localcluster.cluster import REPO, ClusterError, LocalCluster, Ports
+from tests.e2e.kube import gang_queues
 
 
 @dataclass(frozen=True)
@@ -70,3 +72,10 @@ def namespace(cluster: E2ECluster) -> Iterator[str]:
     cluster.client.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
     yield name
     cluster.client.delete(NAMESPACES, name)
+
+
+@pytest.fixture
+def gang_queue(cluster: E2ECluster, namespace: str) -> Iterator[Any]:
+    """Make `queue(**policy_spec)` -> LocalQueue name; deletes what it made afterwards."""
+    with gang_queues(cluster.client, namespace) as make:
+        yield make

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
@@ -26,7 +25,6 @@ from gangplugin.localcluster.cluster import REPO
 from tests.e2e.conftest import E2ECluster, e2e_local_cluster
 from tests.e2e.kube import (
     condition,
-    gang_queues,
     gpu_job,
     is_true,
     job_pods,
@@ -40,13 +38,6 @@ US = "topology.k8s.aws/ultraserver-id"
 HOSTNAME = "kubernetes.io/hostname"
 NEVER_READY = "gangplugin.io/e2e-never-ready"
 NOT_READY_NODE = "gangplugin.io/e2e-not-ready"
-
-
-@pytest.fixture
-def gang_queue(cluster: E2ECluster, namespace: str) -> Iterator[Any]:
-    """Make `queue(**policy_spec)` -> LocalQueue name; deletes what it made afterwards."""
-    with gang_queues(cluster.client, namespace) as make:
-        yield make
 
 
 def submit(

@@ -18,7 +18,6 @@ from tests.e2e.kube import GB200, is_true, job_pods, wait_for, workload_of
 from tests.e2e.test_admission import (
     US,
     check_of,
-    gang_queue,  # noqa: F401 (a fixture the tests here use)
     submit,
 )
 
@@ -92,7 +91,7 @@ def burst(client: Client, namespace: str, queue: str, count: int) -> list[str]:
 def test_bursts_never_overbook_an_ultraserver(
     cluster: E2ECluster,
     namespace: str,
-    gang_queue: Any,  # noqa: F811
+    gang_queue: Any,
 ) -> None:
     client = cluster.client
     queue = gang_queue(gpu_quota=20 * GANG * 4)
@@ -107,7 +106,7 @@ def test_bursts_never_overbook_an_ultraserver(
 def test_burst_with_a_restart_in_the_middle_never_overbooks(
     cluster: E2ECluster,
     namespace: str,
-    gang_queue: Any,  # noqa: F811
+    gang_queue: Any,
 ) -> None:
     assert cluster.local, "this test restarts gangplugin, which needs the local cluster (KUBECONFIG unset)"
     client = cluster.client

@@ -17,7 +17,6 @@ from gangplugin.localcluster.cluster import LocalCluster
 from tests.e2e.conftest import E2ECluster
 from tests.e2e.test_admission import (
     check_of,
-    gang_queue,  # noqa: F401 (a fixture the test uses)
     node_us,
     running_gang,
     submit,
@@ -29,7 +28,7 @@ from tests.e2e.test_serve import _local
 def test_admission_and_binding_carry_on_after_kube_apiserver_restarts(
     cluster: E2ECluster,
     namespace: str,
-    gang_queue: Any,  # noqa: F811
+    gang_queue: Any,
 ) -> None:
     local = _local(cluster)
     queue = gang_queue()

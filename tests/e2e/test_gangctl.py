@@ -16,7 +16,6 @@ from gangplugin.kube.client import JOBS
 from tests.e2e import grpcauth
 from tests.e2e.conftest import E2ECluster
 from tests.e2e.kube import gpu_job, unique, wait_for, workload_of
-from tests.e2e.test_admission import gang_queue  # noqa: F401  # the fixture
 
 GANGCTL = str(Path(sys.executable).parent / "gangctl")
 US = "topology.k8s.aws/ultraserver-id"
@@ -35,7 +34,7 @@ def gangctl(cluster: E2ECluster, token: str, *args: str, timeout: float = 240) -
     return done.returncode, done.stdout, done.stderr
 
 
-def test_get_explain_and_wait_on_live_gangs(cluster: E2ECluster, namespace: str, gang_queue: Any) -> None:  # noqa: F811
+def test_get_explain_and_wait_on_live_gangs(cluster: E2ECluster, namespace: str, gang_queue: Any) -> None:
     client = cluster.client
     queue = gang_queue()
     grpcauth.grant(
@@ -123,7 +122,7 @@ def _bare_gangctl(kubeconfig: str, *args: str, **env: str) -> tuple[int, str, st
     return done.returncode, done.stdout, done.stderr
 
 
-def test_the_kubeconfig_alone_is_enough(cluster: E2ECluster, namespace: str, gang_queue: Any) -> None:  # noqa: F811
+def test_the_kubeconfig_alone_is_enough(cluster: E2ECluster, namespace: str, gang_queue: Any) -> None:
     """The local cluster's kubeconfig (a client-certificate admin, and the gangplugin.io/grpc
     extension `up` writes): no server, CA or token settings."""
     assert cluster.local, "the kubeconfig of a cluster KUBECONFIG names may lack the extension"

@@ -24,13 +24,10 @@ from tests.e2e.test_admission import (
     _retries,
     check_of,
     events_of,
-    gang_queue,
     node_us,
     running_gang,
     workload,
 )
-
-__all__ = ["gang_queue"]  # the fixture, shared with test_admission
 
 LAYER2 = "topology.k8s.aws/network-node-layer-2"
 INDEX = "batch.kubernetes.io/job-completion-index"

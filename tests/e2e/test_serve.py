@@ -31,7 +31,6 @@ from tests.e2e.test_admission import (
     US,
     check_of,
     events_of,
-    gang_queue,  # noqa: F401 (a fixture the tests here use)
     node_us,
     running_gang,
     submit,
@@ -76,7 +75,7 @@ def _local(cluster: E2ECluster) -> LocalCluster:
 def test_serve_answers_health_readiness_and_metrics_of_a_gang(
     cluster: E2ECluster,
     namespace: str,
-    gang_queue: Any,  # noqa: F811
+    gang_queue: Any,
 ) -> None:
     local = _local(cluster)
     assert _get(local, 1, "/healthz").status_code == 200
@@ -164,7 +163,7 @@ def _epoch(ts: str) -> float:
 def test_two_replicas_leader_killed_the_other_takes_over_and_no_gang_is_admitted_twice(
     cluster: E2ECluster,
     namespace: str,
-    gang_queue: Any,  # noqa: F811
+    gang_queue: Any,
     second_replica: LocalCluster,
 ) -> None:
     local, client = second_replica, cluster.client

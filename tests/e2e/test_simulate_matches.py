@@ -25,7 +25,6 @@ from tests.e2e.kube import GB200, gpu_job, unique, wait_for, workload_of
 from tests.e2e.test_admission import (
     US,
     check_of,
-    gang_queue,  # noqa: F401 (a fixture the tests here use)
 )
 
 SIZES = (8, 4, 12, 6, 16, 2, 10, 5, 3, 14)  # cycled until they over-subscribe the UltraServers used
@@ -50,7 +49,7 @@ def idle_ultraservers(client: Any) -> dict[str, list[dict[str, Any]]]:
 def test_simulator_admits_like_the_cluster(
     cluster: E2ECluster,
     namespace: str,
-    gang_queue: Any,  # noqa: F811
+    gang_queue: Any,
 ) -> None:
     client = cluster.client
 

@@ -123,3 +123,19 @@ def test_the_pin_patch_names_the_pod_uid_the_node_and_deletes_only_our_gate() ->
             "schedulingGates": [{"$patch": "delete", "name": PLACEMENT_GATE}],
         },
     }
+
+
+def test_a_plain_pod_is_kept_off_room_pinned_for_a_gang_until_the_gang_is_bound() -> None:
+    cache = cache_of({"us-1": 2})
+    pinned = ungate_pod("p0", "g", 1, pinned="us-1-0")
+    add(cache, pinned)
+    plain = gang_pod_from_k8s(pod("plain"))
+    # kube-scheduler knows nothing of the pin and offers both nodes; all 4 GPUs of us-1-0 are pinned.
+    verdict, _ = cache.filter(plain, ["us-1-0", "us-1-1"], now=0.0)
+    assert verdict.passed == ("us-1-1",) and "reserved for gangs" in verdict.failed["us-1-0"]
+    bound = {**pinned, "spec": {**pinned["spec"], "nodeName": "us-1-0"}}
+    cache.on_pod("MODIFIED", gang_pod_from_k8s(pinned), gang_pod_from_k8s(bound))
+    assert not cache.pinned_on  # bound: kube-scheduler counts it itself now
+    cache.on_pod("DELETED", gang_pod_from_k8s(bound), None)
+    verdict, _ = cache.filter(plain, ["us-1-0", "us-1-1"], now=1.0)
+    assert verdict.passed == ("us-1-0", "us-1-1")
