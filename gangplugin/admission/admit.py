@@ -37,12 +37,13 @@ from gangplugin.core.admission import (
     sequential_blocker,
     with_selector,
 )
+from gangplugin.core.durations import format_duration
 from gangplugin.core.errors import InputError
 from gangplugin.core.names import (
     BLOCK_END_ANNOTATION,
 )
 from gangplugin.core.placement import Gang
-from gangplugin.core.policy import GangPolicy
+from gangplugin.core.policy import GangPolicy, backoff_until
 from gangplugin.core.preemption import Hold, PreemptionPlan, exclude_nodes
 from gangplugin.core.quota import next_quota_change
 from gangplugin.core.timeutil import format_time
@@ -210,6 +211,25 @@ class AdmissionPass:
             return 0.5
         return max(0.05, min(wake) - now) if wake else None
 
+    @staticmethod
+    def _backoff(wl: JSON, check: str, policy: GangPolicy, now: float) -> CandidateVerdict | None:
+        """A gang requeued after a timeout waits out its backoff here, quota held, no nodes."""
+        state = rec.check_state(wl, check) or {}
+        retries = int(state.get("retryCount") or 0)
+        try:
+            since = rec.epoch(state.get("lastTransitionTime"), "lastTransitionTime")
+        except InputError:
+            since = now
+        until = backoff_until(policy, retries, since, timestamp(wl, "creationTimestamp"))
+        if until is None or until <= now:
+            return None
+        when = format_time(datetime.fromtimestamp(int(until), UTC))
+        message = (
+            f"requeued whole after {retries} timeout(s): backoff until {when} "
+            f"({format_duration(until - now)} left)"
+        )
+        return CandidateVerdict(message, wake_at=until)
+
     def evaluate(
         self,
         wl: JSON,
@@ -220,16 +240,20 @@ class AdmissionPass:
         now: float,
         gov: Governance | None = None,
     ) -> CandidateVerdict:
-        """The one decision for one waiting gang, in this order: its policy usable, the
-        Sequential gate, the plans' drain gate, then placement (`core.admission.decide`) on the
-        snapshot for its levels, off the domains held for other gangs' preemptions; a gang
-        that does not fit then preempts (`preempt.Preemptions.consider`) unless its policy
-        says Never. The pass acts on it; explain shows it."""
+        """The one decision for one waiting gang, in this order: its policy usable, its
+        requeue backoff over, the Sequential gate, the plans' drain gate, then placement
+        (`core.admission.decide`) on the snapshot for its levels, off the domains held for
+        other gangs' preemptions; a gang that does not fit then preempts
+        (`preempt.Preemptions.consider`) unless its policy says Never. The pass acts on it;
+        explain shows it."""
         try:
             policy = self.view.policy(policy_name)
             levels = self.view.levels(policy)
         except InputError as err:
             return CandidateVerdict(f"waiting: {err}")
+        backoff = self._backoff(wl, check, policy, now)
+        if backoff is not None:
+            return backoff
         blocker = (
             sequential_blocker(workload_key(wl), unready.get(policy_name, [])) if policy.sequential else None
         )

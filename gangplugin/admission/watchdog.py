@@ -92,9 +92,9 @@ class Watchdog:
     ) -> None:
         retries = int(state.get("retryCount") or 0)
         d = requeue_decision(policy, retries, verdict.reason, now, timestamp(wl, "creationTimestamp"))
-        if self.writer.write_check(
-            wl, check, d.state, d.message, requeue_after=d.requeue_after_seconds, now=now
-        ):
+        # No requeueAfterSeconds: Kueue would wait that long before evicting, the gang keeping its
+        # nodes; it is evicted now and the check holds it back for the backoff (`backoff_until`).
+        if self.writer.write_check(wl, check, d.state, d.message, now=now):
             reason = "GangRequeued" if d.state == "Retry" else "GangDeactivated"
             self.writer.event(wl, "Warning", reason, d.message)
             metrics.eviction(verdict.phase, d.state)

@@ -39,7 +39,6 @@ class CheckWriter:
         message: str,
         *,
         updates: list[JSON] | None = None,
-        requeue_after: int | None = None,
         now: float,
     ) -> bool | None:
         """Server-side apply of our check's entry only (our field manager), conditional on the
@@ -50,8 +49,6 @@ class CheckWriter:
         entry: JSON = {"name": check, "state": state, "message": message[:32768]}
         if updates:
             entry["podSetUpdates"] = updates
-        if requeue_after is not None:
-            entry["requeueAfterSeconds"] = requeue_after
         unchanged = all(prev.get(k) == v for k, v in entry.items()) and (
             bool(prev.get("podSetUpdates")) == bool(updates)
         )

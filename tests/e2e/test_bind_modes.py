@@ -32,6 +32,10 @@ from tests.e2e.test_admission import (
 MODES = ["Ungate", "Extender"]
 
 
+def _holds_node(pod: dict[str, Any]) -> bool:
+    return bool(pod["spec"].get("nodeName")) and not pod["metadata"].get("deletionTimestamp")
+
+
 def _gates(pod: dict[str, Any]) -> list[str]:
     return [g["name"] for g in pod["spec"].get("schedulingGates") or []]
 
@@ -95,18 +99,27 @@ def test_a_gang_that_stays_partly_bound_is_requeued_whole(
     }
     client.create(JOBS, job)
     (retry,) = _retries(client, namespace, name, 1, 120)
-    assert "1/2 pods bound to nodes" in retry["message"] or "0/2 pods bound" in retry["message"], retry
-    # Requeued whole: the Job is suspended again and none of its pods keeps a node.
+    assert retry["state"] == "Retry" and "after backoff 10m" in retry["message"], retry
+    # 0/2 with the extender's bind barrier (all or nothing), 1/2 with kube-scheduler alone
+    assert "/2 pods bound to nodes" in retry["message"] and "unscheduledTimeout 3s" in retry["message"]
+
+    # Requeued whole, at once (not after the 10m backoff): the Job is suspended again, none of
+    # its pods keeps a node, and the check holds it back for the backoff.
+    def bound() -> list[str]:
+        pods = job_pods(client, namespace, name)
+        return [f"{p['metadata']['name']}@{p['spec']['nodeName']}" for p in pods if _holds_node(p)]
+
+    deadline = time.monotonic() + 20
+    while bound() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    wl = workload(client, namespace, name)
+    conditions = [(c["type"], c["status"], c.get("reason")) for c in wl["status"].get("conditions") or []]
+    assert not bound(), f"still bound after the eviction: {bound()}; Workload conditions {conditions}"
+    assert client.get(JOBS, name, namespace)["spec"]["suspend"] is True
     wait_for(
-        lambda: (
-            not [
-                p
-                for p in job_pods(client, namespace, name)
-                if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")
-            ]
-        ),
+        lambda: "backoff until" in check_of(workload(client, namespace, name)).get("message", ""),
         60,
-        f"no pod of {name} bound after its eviction",
+        "the check to hold the gang back for its backoff",
     )
     assert client.get(JOBS, name, namespace)["spec"]["suspend"] is True
 
@@ -145,11 +158,7 @@ def test_plain_gpu_pods_racing_a_gang_never_leave_it_half_bound_for_good(
     longest = 0.0
     deadline = time.monotonic() + 45
     while time.monotonic() < deadline:
-        bound = sum(
-            1
-            for p in job_pods(client, namespace, job)
-            if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")
-        )
+        bound = sum(1 for p in job_pods(client, namespace, job) if _holds_node(p))
         now = time.monotonic()
         if 0 < bound < size:
             partial_since = partial_since or now
