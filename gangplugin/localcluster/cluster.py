@@ -351,6 +351,9 @@ class LocalCluster:
             self._start(self._kueue())
             self._wait_kueue_webhooks(client)
             self._create_nodes(client)
+            # A cluster that died with gangplugin's webhooks registered keeps them in etcd; with
+            # gangplugin not serving yet they would refuse the GangPolicy applied next.
+            self._unregister_gangplugin_webhooks(client)
             self.apply_file(client, REPO / "deploy" / "local" / "queues.yaml")
             client.apply(
                 _NAMESPACES,
@@ -917,6 +920,11 @@ class LocalCluster:
 
         chosen = os.environ.get("GANGPLUGIN_COMPONENTS", ",".join(COMPONENTS))
         return [c for c in chosen.split(",") if c]
+
+    def _unregister_gangplugin_webhooks(self, client: Client) -> None:
+        for res in (_VALIDATING, _MUTATING):
+            with contextlib.suppress(ApiError):  # 404: none registered
+                client.delete(res, "gangplugin-local")
 
     def _register_gangplugin_webhook(self, client: Client) -> None:
         """deploy/manifests/base's webhook configurations (validating and mutating), pointed at

@@ -1,7 +1,10 @@
-"""`make up` fails clearly and leaves nothing behind: a busy port, a component that cannot start."""
+"""`make up` fails clearly and leaves nothing behind: a busy port, a component that cannot start;
+and it comes up again over a cluster that died without `make down`."""
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 from pathlib import Path
 
@@ -50,6 +53,12 @@ def test_second_up_finds_the_running_cluster_and_down_leaves_nothing(tmp_path: P
         assert again.is_running()
         assert again.up(build=False) is False, "a second up must not start a second cluster"
         assert again.running_processes() == first.running_processes()
+        # Killed without `make down` (a crash, a reboot): etcd keeps gangplugin's webhooks, which
+        # must not refuse the next `up` its own GangPolicy while gangplugin is not serving yet.
+        for pid in first.running_processes().values():
+            os.killpg(pid, signal.SIGKILL)
+        revived = _cluster(tmp_path, e2e_port_base() + 3000)
+        assert revived.up(build=False) is True
     finally:
         first.down(quiet=True)
     assert first.running_processes() == {}
