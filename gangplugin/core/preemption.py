@@ -17,6 +17,10 @@ check. `find_victims` answers on the snapshot placement reads:
 4. The best sets are checked with `placement.place` on the snapshot minus the victims; the first
    that really fits wins (the per-node count is exact for one podset, optimistic otherwise).
 
+What every search on one snapshot reads alike (the running gangs' pods per domain, the
+eligible nodes per domain) is a `VictimIndex` the searches of an admission pass share; a search
+itself reads only free capacity, and only in the domains holding gangs it may preempt.
+
 Pure: the snapshot is changed only for the check and given back as it was.
 """
 
@@ -361,10 +365,16 @@ def find_victims(
     evicting = [g for g in running if g.evicting and g.key != preemptor.key]
     allowed: list[tuple[RunningGang, str]] = []
     refused: dict[str, int] = {}
+    # Kueue's rules read only a gang's ClusterQueue, its priority and whether it is newer than
+    # the preemptor: decided once per such kind, not once per running gang.
+    decided: dict[tuple[str, int, bool], tuple[bool, str]] = {}
     for g in running:
         if g.evicting or g.key == preemptor.key:
             continue
-        ok, rule = may_preempt(preemptor, g, queues)
+        kind = (g.cluster_queue, g.priority, g.created_at > preemptor.created_at)
+        if (verdict := decided.get(kind)) is None:
+            verdict = decided[kind] = may_preempt(preemptor, g, queues)
+        ok, rule = verdict
         if ok:
             allowed.append((g, rule))
         else:

@@ -5,10 +5,9 @@ searches while the snapshot changes under it as an admission pass changes it."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from gangplugin.core.admission import charge
@@ -34,12 +33,8 @@ from gangplugin.core.preemption import (
 from gangplugin.core.topology import BoundPod, Node, Snapshot, build_snapshot
 
 from .clusters import GPU, LEVELS
+from .test_preemption import SETTINGS
 
-SETTINGS = settings(
-    max_examples=int(os.environ.get("GANGPLUGIN_PROPERTY_EXAMPLES", "150")),
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
 QUEUES = {
     "q": ClusterQueueState("q", preemption=QueuePreemption(within_cluster_queue="LowerOrNewerEqualPriority"))
 }
@@ -48,27 +43,13 @@ QUEUES = {
 def reference_sets(
     snapshot: Snapshot, gang: Gang, policy: PlacementPolicy, req: int | None, allowed: list[RunningGang]
 ) -> list[tuple[list[RunningGang], int]]:
-    """The search before the index: per search, every eligible node bucketed by domain, every
-    allowed gang's pods read from the snapshot, every domain of the level considered."""
-    path, domains = snapshot.path, snapshot.domains
-    labelled = (
-        {d for d in snapshot.by_level[req] if domains[d].value is not None} if req is not None else set()
-    )
-
-    def domain(n: int) -> int | None:
-        if req is None:
-            return 0
-        d = path[n][req]
-        return d if d in labelled else None
-
-    nodes: dict[int, list[list[int]]] = {}
-    for p, elig in enumerate(eligible_nodes(snapshot, gang, policy)):
-        for n in elig:
-            if (d := domain(n)) is None:
-                continue
-            if d not in nodes:
-                nodes[d] = [[] for _ in gang.podsets]
-            nodes[d][p].append(n)
+    """The search as it was before the index, written plainly: per search, every domain of the
+    level with its eligible nodes, every allowed gang's pods read from the snapshot."""
+    domains = snapshot.domains
+    level = [0] if req is None else [d for d in snapshot.by_level[req] if domains[d].value is not None]
+    eligible = [set(e) for e in eligible_nodes(snapshot, gang, policy)]
+    nodes = {d: [[n for n in snapshot.subtree_nodes(d) if n in e] for e in eligible] for d in level}
+    domain = {n: d for d in level for n in snapshot.subtree_nodes(d)}
     asked = [r for r in ACCELERATORS if any(ps.requests.get(r) for ps in gang.podsets)]
     free_gpus: dict[int, int] = {}
     for d, per_podset in nodes.items():
@@ -79,7 +60,7 @@ def reference_sets(
     for g in sorted(allowed, key=lambda g: (g.gpus, g.priority, -g.started_at, g.key)):
         inside: dict[int, int] = {}
         for n, requests in usage[g.key]:
-            if (d := domain(n)) is not None:
+            if (d := domain.get(n)) is not None:
                 inside[d] = inside.get(d, 0) + sum(requests.get(r, 0) for r in ACCELERATORS)
         for d, gpus in inside.items():
             gangs_in.setdefault(d, []).append((g, gpus))
@@ -127,24 +108,22 @@ def clusters(draw):
                     unschedulable=not draw(st.integers(0, 14)),
                 )
             )
-    gangs, pods = [], []
+    gangs: list[RunningGang] = []
+    pods: list[BoundPod] = []
     for k in range(draw(st.integers(0, 8))):
-        names = draw(st.lists(st.sampled_from([n.name for n in nodes]), min_size=1, max_size=4))
-        gpus = draw(st.sampled_from([1, 2, 4]))
-        key = f"g{k}"
-        gangs.append(
-            RunningGang(
-                key,
-                draw(st.integers(0, 3)),
-                "q",
-                float(k),
-                float(draw(st.integers(0, 5))),
-                gpus * len(names),
-                tuple(("ns", f"{key}-{i}") for i in range(len(names))),
-                evicting=not draw(st.integers(0, 5)),
-            )
+        key, gpus = f"g{k}", draw(st.sampled_from([1, 2, 4]))
+        on = draw(st.lists(st.sampled_from([n.name for n in nodes]), min_size=1, max_size=4))
+        mine = [BoundPod("ns", f"{key}-{i}", n, {GPU: gpus, "cpu": 1000}) for i, n in enumerate(on)]
+        priority, started, evicting = (
+            draw(st.integers(0, 3)),
+            draw(st.integers(0, 5)),
+            draw(st.integers(0, 5)),
         )
-        pods += [BoundPod("ns", f"{key}-{i}", n, {GPU: gpus, "cpu": 1000}) for i, n in enumerate(names)]
+        keys = tuple((p.namespace, p.name) for p in mine)
+        gangs.append(
+            RunningGang(key, priority, "q", float(k), float(started), gpus * len(on), keys, evicting == 0)
+        )
+        pods += mine
     return build_snapshot(nodes, pods, LEVELS), gangs
 
 
