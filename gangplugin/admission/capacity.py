@@ -29,6 +29,7 @@ from gangplugin.core.placement import Gang, Placement, PlacementPolicy
 from gangplugin.core.topology import Snapshot, build_snapshot
 from gangplugin.kube.client import JSON
 from gangplugin.kube.records import bound_pod_from_k8s, node_from_k8s
+from gangplugin.runtime.memory import freeze_long_lived
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +126,7 @@ class CapacityView:
         view = self._views.get(levels)
         if view is None:
             view = self._views[levels] = _View(self.build(levels))
+            freeze_long_lived()  # kept current for the life of the process, never rebuilt
         wanted = {p.key: p for p in promises}
         for key, (fp, ns, gang) in list(view.promised.items()):
             p = wanted.get(key)

@@ -37,6 +37,7 @@ from gangplugin.core.preemption import (
     PreemptionPlan,
     RunningGang,
     Victim,
+    VictimIndex,
     find_victims,
     gang_gpus,
     hold_of,
@@ -65,6 +66,7 @@ class Governance:
     ) -> None:
         self.holds = holds
         self._read_running, self._read_queues = running, queues
+        self._indexes: list[tuple[Snapshot, VictimIndex]] = []  # one per snapshot (level order)
 
     @cached_property
     def running(self) -> list[RunningGang]:
@@ -74,8 +76,19 @@ class Governance:
     def queues(self) -> dict[str, ClusterQueueState]:
         return self._read_queues()
 
+    def index(self, snapshot: Snapshot) -> VictimIndex:
+        """The victim searches' shared index for this snapshot, built once per pass: the
+        running gangs' pods are read once, not once per waiting gang."""
+        for snap, index in self._indexes:
+            if snap is snapshot:
+                return index
+        index = VictimIndex(snapshot, self.running)
+        self._indexes.append((snapshot, index))
+        return index
+
     def mark_evicting(self, keys: tuple[str, ...]) -> None:
-        """Victims chosen earlier in this pass are being evicted for everyone after them."""
+        """Victims chosen earlier in this pass are being evicted for everyone after them (the
+        same gangs and pods: the indexes stay valid)."""
         self.running = [replace(g, evicting=True) if g.key in keys else g for g in self.running]
 
 
@@ -221,7 +234,9 @@ class Preemptions:
         if own is not None:
             return self._resume(own, gov.running), None
         contender = Contender(key, rec.priority(wl), rec.quota_of(wl)[0], timestamp(wl, "creationTimestamp"))
-        plan = find_victims(snapshot, gang, policy.placement, contender, gov.running, gov.queues)
+        plan = find_victims(
+            snapshot, gang, policy.placement, contender, gov.running, gov.queues, gov.index(snapshot)
+        )
         return plan, (hold_of(plan, condition_time(wl, "QuotaReserved"), now) if plan.preempts else None)
 
     @staticmethod

@@ -17,13 +17,17 @@ check. `find_victims` answers on the snapshot placement reads:
 4. The best sets are checked with `placement.place` on the snapshot minus the victims; the first
    that really fits wins (the per-node count is exact for one podset, optimistic otherwise).
 
+What every search on one snapshot reads alike (the running gangs' pods per domain, the
+eligible nodes per domain) is a `VictimIndex` the searches of an admission pass share; a search
+itself reads only free capacity, and only in the domains holding gangs it may preempt.
+
 Pure: the snapshot is changed only for the check and given back as it was.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -35,6 +39,7 @@ from gangplugin.core.placement import (
     eligible_nodes,
     fit_counter,
     gang_levels,
+    held_spares,
     place,
 )
 from gangplugin.core.resources import PODS
@@ -349,17 +354,27 @@ def find_victims(
     preemptor: Contender,
     running: Sequence[RunningGang],
     queues: Mapping[str, ClusterQueueState],
+    index: VictimIndex | None = None,
 ) -> PreemptionPlan:
     """The cheapest set of admitted gangs whose eviction lets `gang` fit, or why there is none
-    (see the module docstring). Call it for a gang `place` found no room for."""
+    (see the module docstring). Call it for a gang `place` found no room for. `index`: the one
+    the searches on this snapshot share (built here when not given or built for other gangs)."""
+    if index is None or not index.covers(snapshot, running):
+        index = VictimIndex(snapshot, running)
     req, _ = gang_levels(snapshot, gang)
     evicting = [g for g in running if g.evicting and g.key != preemptor.key]
     allowed: list[tuple[RunningGang, str]] = []
     refused: dict[str, int] = {}
+    # Kueue's rules read only a gang's ClusterQueue, its priority and whether it is newer than
+    # the preemptor: decided once per such kind, not once per running gang.
+    decided: dict[tuple[str, int, bool], tuple[bool, str]] = {}
     for g in running:
         if g.evicting or g.key == preemptor.key:
             continue
-        ok, rule = may_preempt(preemptor, g, queues)
+        kind = (g.cluster_queue, g.priority, g.created_at > preemptor.created_at)
+        if (verdict := decided.get(kind)) is None:
+            verdict = decided[kind] = may_preempt(preemptor, g, queues)
+        ok, rule = verdict
         if ok:
             allowed.append((g, rule))
         else:
@@ -378,7 +393,7 @@ def find_victims(
                 (),
                 f"capacity already being freed by {', '.join(names)} will do; waiting for it",
             )
-        sets = _candidate_sets(snapshot, gang, policy, req, [g for g, _ in allowed])
+        sets = _candidate_sets(snapshot, gang, policy, req, [g for g, _ in allowed], index)
         rules = {g.key: rule for g, rule in allowed}
         for members, domain_id in sets[:_MAX_CHECKS]:
             with without(snapshot, members):
@@ -398,63 +413,140 @@ def find_victims(
 
 
 def _candidate_sets(
-    snapshot: Snapshot, gang: Gang, policy: PlacementPolicy, req: int | None, allowed: list[RunningGang]
+    snapshot: Snapshot,
+    gang: Gang,
+    policy: PlacementPolicy,
+    req: int | None,
+    allowed: list[RunningGang],
+    index: VictimIndex,
 ) -> list[tuple[list[RunningGang], int]]:
     """Sets that fit by the per-node count, cheapest first, each with its domain."""
-    path, domains = snapshot.path, snapshot.domains
-    labelled = (
-        {d for d in snapshot.by_level[req] if domains[d].value is not None} if req is not None else set()
-    )
-
-    def domain(n: int) -> int | None:
-        if req is None:
-            return 0
-        d = path[n][req]
-        return d if d in labelled else None
-
-    # Per domain of the level: each podset's eligible nodes, and the free GPUs the gang asks for.
-    nodes: dict[int, list[list[int]]] = {}
-    for p, elig in enumerate(eligible_nodes(snapshot, gang, policy)):
-        for n in elig:
-            if (d := domain(n)) is None:
-                continue
-            if d not in nodes:
-                nodes[d] = [[] for _ in gang.podsets]
-            nodes[d][p].append(n)
+    domains, free = snapshot.domains, snapshot.free
+    eligible = index.eligible(gang, policy, req)
+    allowed_by_key = {g.key: g for g in allowed}
     asked = [r for r in ACCELERATORS if any(ps.requests.get(r) for ps in gang.podsets)]
-    free_gpus: dict[int, int] = {}
-    for d, per_podset in nodes.items():
-        union = set().union(*per_podset) if len(per_podset) > 1 else per_podset[0]
-        free_gpus[d] = sum(max(0, snapshot.free[n].get(r, 0)) for n in union for r in asked)
-    # Per domain, the gangs with pods there (cheapest first) and their GPUs there.
-    usage = {g.key: _usage(snapshot, g) for g in allowed}
-    gangs_in: dict[int, list[tuple[RunningGang, int]]] = {}
-    for g in sorted(allowed, key=lambda g: (g.gpus, g.priority, -g.started_at, g.key)):
-        inside: dict[int, int] = {}
-        for n, requests in usage[g.key]:
-            if (d := domain(n)) is not None:
-                inside[d] = inside.get(d, 0) + sum(requests.get(r, 0) for r in ACCELERATORS)
-        for d, gpus in inside.items():
-            gangs_in.setdefault(d, []).append((g, gpus))
-    # A lower bound of each domain's cost, cheapest domains first: the GPUs the gang asks beyond
-    # those free there must come from its gangs' GPUs there.
     wanted = gang_gpus(gang)
-    least = {
-        d: _least_gpus([g.gpus for g, _ in here], [n for _, n in here], wanted - free_gpus.get(d, 0))
-        for d, here in gangs_in.items()
-    }
+    # Per domain where the gang may go: its preemptible gangs (cheapest first) with their pods
+    # there, and a lower bound of its cost: the GPUs the gang asks beyond those free there must
+    # come from these gangs' GPUs there. A domain where some podset has no eligible node is
+    # never searched, so it is left out here (it could only end the loop, as a costlier one does).
+    gangs_in: dict[int, list[RunningGang]] = {}
+    usage: dict[int, dict[str, _Pods]] = {}
+    least: dict[int, float] = {}
+    for d, entries in index.gangs_in(req).items():
+        nodes = eligible.get(d)
+        if nodes is None:
+            continue
+        here = [(allowed_by_key[k], gpus, use) for k, gpus, use in entries if k in allowed_by_key]
+        if not here:
+            continue
+        free_gpus = 0
+        for n in nodes.union:
+            at = free[n]
+            for r in asked:
+                if (q := at.get(r, 0)) > 0:
+                    free_gpus += q
+        gangs_in[d] = [g for g, _, _ in here]
+        usage[d] = {g.key: use for g, _, use in here}
+        least[d] = _least_gpus([g.gpus for g, _, _ in here], [n for _, n, _ in here], wanted - free_gpus)
     bound = [1 << 62]
     found: list[tuple[tuple[object, ...], list[RunningGang], int]] = []
     for d in sorted(gangs_in, key=lambda d: (least[d], d)):
         if least[d] > bound[0]:
             break
-        if d not in nodes or not all(nodes[d]):
-            continue
-        dom = _Domain(snapshot, gang, nodes[d], usage)
-        for members in _search(dom, [g for g, _ in gangs_in[d]], bound):
+        dom = _Domain(snapshot, gang, eligible[d].per_podset, usage[d])
+        for members in _search(dom, gangs_in[d], bound):
             found.append((_set_key(members), members, d))
     found.sort(key=lambda t: (t[0], domains[t[2]].value or ""))
     return [(members, d) for _, members, d in found]
+
+
+@dataclass(frozen=True, slots=True)
+class _Eligible:
+    """One domain's nodes a gang's pods may use: per podset (each non-empty), and their union."""
+
+    per_podset: list[list[int]]
+    union: list[int]
+
+
+class VictimIndex:
+    """What every victim search on one snapshot reads alike, built on first use and kept: per
+    domain of a level, the running gangs with pods there (cheapest first), their GPUs and their
+    pods' (node, requests) there; per pod shape, the eligible nodes grouped by domain. An
+    admission pass builds one per snapshot and passes it to each `find_victims` it makes, so a
+    search no longer reads every running gang's pods nor walks every node.
+
+    Valid while the snapshot's nodes and the running gangs' pods stay as they are: a pass only
+    charges the gangs it admits (never a running one), and `without` gives back what it takes.
+    Free capacity is read live by each search, so those charges count."""
+
+    def __init__(self, snapshot: Snapshot, running: Sequence[RunningGang]) -> None:
+        self.snapshot = snapshot
+        self._running = list(running)
+        self._keys = frozenset(g.key for g in running)
+        self._gangs_in: dict[int | None, dict[int, list[tuple[str, int, _Pods]]]] = {}
+        self._eligible: dict[tuple[object, ...], dict[int, _Eligible]] = {}
+
+    def covers(self, snapshot: Snapshot, running: Sequence[RunningGang]) -> bool:
+        """Built for this snapshot and these gangs (by key: being evicted since changes nothing here)."""
+        return snapshot is self.snapshot and all(g.key in self._keys for g in running)
+
+    def _domain_of(self, req: int | None) -> Callable[[int], int | None]:
+        """The node's domain at level `req` (0: the whole cluster), None in an unlabelled one."""
+        if req is None:
+            return lambda n: 0
+        snap = self.snapshot
+        path, domains = snap.path, snap.domains
+        labelled = {d for d in snap.by_level[req] if domains[d].value is not None}
+        return lambda n: d if (d := path[n][req]) in labelled else None
+
+    def gangs_in(self, req: int | None) -> Mapping[int, list[tuple[str, int, _Pods]]]:
+        """Per domain of level `req`: (key, GPUs there, pods there) of each running gang with
+        pods there, cheapest first (fewest GPUs, lowest priority, latest started, key)."""
+        kept = self._gangs_in.get(req)
+        if kept is not None:
+            return kept
+        domain = self._domain_of(req)
+        out: dict[int, list[tuple[str, int, _Pods]]] = {}
+        for g in sorted(self._running, key=lambda g: (g.gpus, g.priority, -g.started_at, g.key)):
+            inside: dict[int, tuple[list[int], _Pods]] = {}
+            for n, requests in _usage(self.snapshot, g):
+                if (d := domain(n)) is None:
+                    continue
+                if d not in inside:
+                    inside[d] = ([0], [])
+                gpus, pods = inside[d]
+                gpus[0] += sum(requests.get(r, 0) for r in ACCELERATORS)
+                pods.append((n, requests))
+            for d, (gpus, pods) in inside.items():
+                out.setdefault(d, []).append((g.key, gpus[0], pods))
+        self._gangs_in[req] = out
+        return out
+
+    def eligible(self, gang: Gang, policy: PlacementPolicy, req: int | None) -> Mapping[int, _Eligible]:
+        """Per domain of level `req`, the nodes each podset of `gang` may use there (`eligible_nodes`),
+        only domains where every podset has one. Kept per pod constraints and held spares."""
+        spares = held_spares(self.snapshot, policy)
+        key = (req, tuple((ps.constraints, ps.excluded_nodes) for ps in gang.podsets), spares)
+        kept = self._eligible.get(key)
+        if kept is not None:
+            return kept
+        domain = self._domain_of(req)
+        nodes: dict[int, list[list[int]]] = {}
+        for p, elig in enumerate(eligible_nodes(self.snapshot, gang, policy)):
+            for n in elig:
+                if (d := domain(n)) is None:
+                    continue
+                if d not in nodes:
+                    nodes[d] = [[] for _ in gang.podsets]
+                nodes[d][p].append(n)
+        out = {
+            d: _Eligible(per, sorted(set().union(*per)) if len(per) > 1 else per[0])
+            for d, per in nodes.items()
+            if all(per)
+        }
+        self._eligible[key] = out
+        return out
 
 
 def _plan(

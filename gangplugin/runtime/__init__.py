@@ -1,3 +1,4 @@
 """What every component runs on: the `Runtime` (client, watch caches, failure reporting), the
-embedded HTTP serving of JSON endpoints (`asgi`), and the Prometheus metrics. `server/` only
-assembles components over it; components import this layer, never `server/`."""
+embedded HTTP serving of JSON endpoints (`asgi`), the Prometheus metrics, and the freezing of
+long-lived state out of the cycle collector (`memory`). `server/` only assembles components
+over it; components import this layer, never `server/`."""

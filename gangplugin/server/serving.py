@@ -18,6 +18,7 @@ from gangplugin.kube.client import ApiError
 from gangplugin.kube.informer import wait_all_synced
 from gangplugin.kube.lease import LeaderElector, label_leader_pod
 from gangplugin.runtime.components import Runtime
+from gangplugin.runtime.memory import freeze_long_lived
 from gangplugin.runtime.metrics import LEADER
 
 log = logging.getLogger("gangplugin.serve")
@@ -79,6 +80,7 @@ class Server:
             raise ServeError(
                 f"watch caches did not sync within {sync_timeout:.0f}s; is the API server reachable?"
             )
+        freeze_long_lived()  # the caches' first lists: most of what the process holds, for good
         for mod in self.anywhere.values():
             mod.start(rt)
         if self.leader_only:
