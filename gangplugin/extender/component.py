@@ -1,6 +1,6 @@
 """The `extender` component of `gangplugin serve`: watch caches of nodes and pods, the HTTPS
 server kube-scheduler calls (on its own asyncio event loop thread), and the ungater that
-releases bindMode Ungate gangs (`ungater.py`); both place gangs with one `ExtenderCache`, so
+releases bindMode Ungate and PodGroup gangs (`ungater.py`); both place gangs with one `ExtenderCache`, so
 their reservations never overlap."""
 
 from __future__ import annotations

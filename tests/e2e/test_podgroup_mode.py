@@ -85,13 +85,16 @@ def test_a_podgroup_gang_that_cannot_all_be_bound_binds_none(
     job = submit_one_per_zone(client, namespace, gang_queue(bindMode="PodGroup"), 2)
     gang = workload(client, namespace, job)["metadata"]["name"]
     wait_for(lambda: client.get_or_none(PODGROUPS, gang, namespace), 60, f"PodGroup {gang}")
-    # Released from the gate: kube-scheduler now tries the gang (one pod fits, the other not).
-    wait_for(
-        lambda: [p for p in job_pods(client, namespace, job) if not p["spec"].get("schedulingGates")] or None,
-        60,
-        f"the pods of {job} released from the placement gate",
-    )
-    deadline = time.monotonic() + 20
+
+    # Released from the gate, the gang is tried whole by kube-scheduler, which says why not.
+    def refused() -> bool | None:
+        messages = [
+            (condition(p, "PodScheduled") or {}).get("message", "") for p in job_pods(client, namespace, job)
+        ]
+        return any("minCount (2) cannot be satisfied" in m for m in messages) or None
+
+    wait_for(refused, 60, f"kube-scheduler refusing the pod group of {job} whole")
+    deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         assert _bound(client, namespace, job) == 0
         time.sleep(0.5)
