@@ -27,6 +27,7 @@ from tests.e2e.test_admission import (
     node_us,
     running_gang,
     submit,
+    submit_one_per_zone,
     workload,
 )
 
@@ -67,33 +68,6 @@ def test_gang_runs_whole_in_its_domain(
     client = cluster.client
     job = submit(client, namespace, gang_queue(bindMode=mode), 8)
     assert_whole_in_domain(client, namespace, job, mode, running_gang(client, namespace, job, 8))
-
-
-def submit_one_per_zone(client: Client, namespace: str, queue: str, pods: int) -> str:
-    """A Job whose pods must each be in another zone, required in one UltraServer (one zone):
-    placement does not model inter-pod anti-affinity, so it is admitted, yet only one of its
-    pods can be bound."""
-    name = unique("job")
-    job = gpu_job(
-        name,
-        namespace,
-        queue,
-        pods,
-        4,
-        metadata={"annotations": {"gangplugin.io/required-topology": US}, "labels": {"app": name}},
-    )
-    job["spec"]["template"]["spec"]["affinity"] = {
-        "podAntiAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": [
-                {
-                    "labelSelector": {"matchLabels": {"app": name}},
-                    "topologyKey": "topology.kubernetes.io/zone",
-                }
-            ]
-        }
-    }
-    client.create(JOBS, job)
-    return name
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -21,8 +21,8 @@ from gangplugin.kube.resources import PODGROUPS
 from gangplugin.localcluster.cluster import REPO, LocalCluster, Ports
 from tests.e2e.conftest import E2ECluster, e2e_port_base, started
 from tests.e2e.kube import condition, is_true, job_pods, wait_for
-from tests.e2e.test_admission import running_gang, submit, workload
-from tests.e2e.test_bind_modes import assert_whole_in_domain, submit_one_per_zone
+from tests.e2e.test_admission import running_gang, submit, submit_one_per_zone, workload
+from tests.e2e.test_bind_modes import assert_whole_in_domain
 
 # Clear of every port of a cluster at the session's base (Ports: offsets 247..945).
 PORT_OFFSET = 50
