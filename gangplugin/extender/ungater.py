@@ -173,7 +173,8 @@ class Ungater:
         if name is None:
             if dropped:
                 self._release_as_ungate(
-                    gkey, "its pods have no spec.schedulingGroup (the API server dropped it)"
+                    gkey,
+                    "its pods name no PodGroup of the gang (the API server dropped spec.schedulingGroup)",
                 )
             return ""
         size = max(p.size or 0 for p in pods)  # every gang pod carries its gang's size
