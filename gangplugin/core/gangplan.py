@@ -69,6 +69,11 @@ class GangPod:
     # once the ungater removed it, the node it pinned the pod to (kube-scheduler binds it there).
     gated: bool = False
     pinned: str | None = None
+    # Its gangplugin.io/bind-mode label. bindMode PodGroup: `pod_group` names the native PodGroup
+    # the pod belongs to (spec.schedulingGroup.podGroupName), which the ungater creates before it
+    # removes the gate; None where the API server dropped the field (GenericWorkload off).
+    bind_mode: str | None = None
+    pod_group: str | None = None
     error: str | None = None
 
     @property

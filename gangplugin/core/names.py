@@ -11,7 +11,7 @@ GANG_SIZE_ANNOTATION = f"{GROUP}/gang-size"
 
 # How an admitted gang's placement reaches its pods (GangPolicy `spec.bindMode`), stamped on
 # its pods through podSetUpdates as a label, so the pod webhook's objectSelector can pick the
-# Ungate pods and a person can list them. Ungate pods are created behind PLACEMENT_GATE; the
+# Ungate and PodGroup pods and a person can list them. They are created behind PLACEMENT_GATE; the
 # ungater pins each to its node (nodeSelector kubernetes.io/hostname) and removes the gate.
 BIND_MODE_LABEL = f"{GROUP}/bind-mode"
 PLACEMENT_GATE = f"{GROUP}/placement"

@@ -20,7 +20,12 @@ TIMESTAMPS = ("Eviction", "Creation")
 PREEMPTION_MODES = ("ClusterQueue", "Never")
 # Ungate: pods are created scheduling-gated and pinned to their planned node by gangplugin, then
 # kube-scheduler binds them alone. Extender: the extender's filter and bind barrier (strict).
-BIND_MODES = ("Ungate", "Extender")
+# PodGroup: Ungate's pins, and a native Kubernetes PodGroup (GenericWorkload) whose gang minCount
+# makes kube-scheduler's GangScheduling plugin bind the gang all or nothing.
+BIND_MODES = ("Ungate", "Extender", "PodGroup")
+# The modes whose pods the webhook creates behind the placement gate and the ungater pins.
+PINNED_BIND_MODES = frozenset({"Ungate", "PodGroup"})
+POD_GROUP_BIND_MODE = "PodGroup"
 DEFAULT_READY_TIMEOUT = 300.0  # HyperPod's `timeout`: 5m
 
 

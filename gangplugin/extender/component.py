@@ -1,6 +1,6 @@
 """The `extender` component of `gangplugin serve`: watch caches of nodes and pods, the HTTPS
 server kube-scheduler calls (on its own asyncio event loop thread), and the ungater that
-releases bindMode Ungate gangs (`ungater.py`); both place gangs with one `ExtenderCache`, so
+releases bindMode Ungate and PodGroup gangs (`ungater.py`); both place gangs with one `ExtenderCache`, so
 their reservations never overlap."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from gangplugin.extender.pods import gang_pod_from_k8s
 from gangplugin.extender.server import AbandonFn, ExtenderHandlers, make_app
 from gangplugin.extender.ungater import Ungater
 from gangplugin.kube.client import NODES, PODS, WORKLOADS, ApiError, Client
+from gangplugin.kube.discovery import served
 from gangplugin.kube.events import record_event
 from gangplugin.kube.gangpolicies import GangPolicies
 from gangplugin.kube.informer import identity
@@ -75,21 +76,11 @@ def setup(runtime: Runtime) -> None:
     pods.add_handler(_ungater.on_pod)  # after the cache's: it plans on what the cache holds
 
 
-def _served(client: Client, group_version: str) -> bool:
-    try:
-        client.request("GET", f"/apis/{group_version}")
-    except ApiError as err:
-        if err.status == 404:
-            return False
-        raise
-    return True
-
-
 def _policy_source(runtime: Runtime) -> PolicyOf | None:
     """Gangs admitted through Kueue are placed by their GangPolicy (spares, Topology levels);
     without Kueue's and gangplugin's APIs every gang gets the serve options' defaults."""
     wanted = (WORKLOADS.api_version, GANG_POLICIES.api_version)
-    if not all(_served(runtime.client, gv) for gv in wanted):
+    if not all(served(runtime.client, gv) for gv in wanted):
         log.info("Kueue or GangPolicy API not served: every gang is placed with the default policy")
         return None
     policies = GangPolicies(

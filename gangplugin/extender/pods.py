@@ -19,6 +19,7 @@ from gangplugin.core.names import (
     PREFERRED_TOPOLOGY_ANNOTATION,
     REQUIRED_TOPOLOGY_ANNOTATION,
 )
+from gangplugin.core.policy import PINNED_BIND_MODES
 from gangplugin.core.topology import FINISHED_PHASES, HOSTNAME_LABEL
 from gangplugin.kube.records import constraints_from_pod_spec, pod_requests, slice_size, slice_topology
 
@@ -42,9 +43,9 @@ def _index(annotations: Mapping[str, Any]) -> int | None:
 
 
 def _gate_and_pin(labels: Mapping[str, Any], spec: Mapping[str, Any]) -> tuple[bool, str | None]:
-    """Whether an Ungate pod still waits behind the placement gate, and the node the ungater
-    pinned it to once it does not (its kubernetes.io/hostname nodeSelector)."""
-    if labels.get(BIND_MODE_LABEL) != "Ungate":
+    """Whether an Ungate (or PodGroup) pod still waits behind the placement gate, and the node
+    the ungater pinned it to once it does not (its kubernetes.io/hostname nodeSelector)."""
+    if labels.get(BIND_MODE_LABEL) not in PINNED_BIND_MODES:
         return False, None
     gates = spec.get("schedulingGates") or []
     if any(isinstance(g, Mapping) and g.get("name") == PLACEMENT_GATE for g in gates):
@@ -52,6 +53,12 @@ def _gate_and_pin(labels: Mapping[str, Any], spec: Mapping[str, Any]) -> tuple[b
     selector = spec.get("nodeSelector") or {}
     host = selector.get(HOSTNAME_LABEL) if isinstance(selector, Mapping) else None
     return False, str(host) if host else None
+
+
+def _pod_group(spec: Mapping[str, Any]) -> str | None:
+    group = spec.get("schedulingGroup")
+    name = group.get("podGroupName") if isinstance(group, Mapping) else None
+    return str(name) if name else None
 
 
 def gang_pod_from_k8s(obj: Mapping[str, Any]) -> GangPod:
@@ -89,6 +96,8 @@ def gang_pod_from_k8s(obj: Mapping[str, Any]) -> GangPod:
             deleting=bool(meta.get("deletionTimestamp")),
             gated=gated,
             pinned=pinned,
+            bind_mode=str(labels[BIND_MODE_LABEL]) if gang and labels.get(BIND_MODE_LABEL) else None,
+            pod_group=_pod_group(spec),
         )
     except InputError as err:
         return GangPod(namespace, name, str(meta.get("uid") or ""), error=str(err))

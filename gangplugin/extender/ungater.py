@@ -9,6 +9,17 @@ adds a `kubernetes.io/hostname` nodeSelector for its planned node and removes th
 pod's nodeSelector may be narrowed: KEP-3838). kube-scheduler then binds each pod to its node
 with no extender call, as Kueue's topology ungater does (pkg/controller/tas/topology_ungater.go).
 
+bindMode PodGroup adds kube-scheduler's own bind barrier: the webhook also puts each pod in a
+native PodGroup named after the gang (`spec.schedulingGroup.podGroupName`), and before it pins
+the gang the ungater creates that PodGroup (scheduling.k8s.io/v1beta1, GenericWorkload) with a
+gang `minCount` of the gang's size, owned by the gang's Kueue Workload (so it is reused when the
+gang is requeued and goes away with the Workload). kube-scheduler's GangScheduling plugin then
+holds every pod at Permit until all of them have a node. The ungater creates it, not the gang
+check: only now does anything need it, the gang's pods (its size, namespace, PodGroup name) are
+at hand, and a restarted ungater finds it there. Where the API server dropped the pods'
+schedulingGroup or stopped serving PodGroups (the feature gate off), the gang is released as
+Ungate, with a warning logged and a Warning Event on its Workload: never left gated for good.
+
 All of it lives in the API: a pinned pod's node is its nodeSelector, so a restarted ungater
 counts pinned pods as placed and plans only the gated rest, next to them. A gang that stays
 partly bound (a plain pod took a pinned node first) is requeued whole by the gang check's
@@ -24,11 +35,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 from gangplugin.core.errors import InputError
 from gangplugin.core.gangplan import GangKey, GangPod
-from gangplugin.core.names import PLACEMENT_GATE
+from gangplugin.core.names import GANG_LABEL, PLACEMENT_GATE
+from gangplugin.core.policy import POD_GROUP_BIND_MODE
 from gangplugin.core.topology import HOSTNAME_LABEL
 from gangplugin.extender.cache import ExtenderCache
 from gangplugin.extender.pods import gang_pod_from_k8s
-from gangplugin.kube.client import PODS, ApiError, Client
+from gangplugin.kube.client import JSON, PODS, WORKLOADS, ApiError, Client
+from gangplugin.kube.events import record_event
+from gangplugin.kube.resources import PODGROUPS
 from gangplugin.kube.workqueue import WorkQueue
 from gangplugin.runtime.metrics import UNGATED_PODS
 
@@ -36,6 +50,7 @@ log = logging.getLogger(__name__)
 
 # A gang that does not fit now (a plain pod took its room) is planned again after this long.
 RETRY_SECONDS = 5.0
+EVENT_COMPONENT = "gangplugin-ungater"
 
 
 def pin_patch(pod: GangPod, node: str) -> dict[str, object]:
@@ -48,6 +63,38 @@ def pin_patch(pod: GangPod, node: str) -> dict[str, object]:
             "schedulingGates": [{"$patch": "delete", "name": PLACEMENT_GATE}],
         },
     }
+
+
+def pod_group_object(namespace: str, name: str, min_count: int, workload: JSON) -> JSON:
+    """The native PodGroup of a bindMode PodGroup gang: all or nothing (gang minCount = its
+    size), owned by its Kueue Workload."""
+    meta = workload["metadata"]
+    owner = {
+        "apiVersion": workload.get("apiVersion", WORKLOADS.api_version),
+        "kind": "Workload",
+        "name": meta["name"],
+        "uid": meta["uid"],
+    }
+    return {
+        "apiVersion": PODGROUPS.api_version,
+        "kind": "PodGroup",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {GANG_LABEL: name},
+            "ownerReferences": [owner],
+        },
+        "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}},
+    }
+
+
+def pod_group_wanted(pods: list[GangPod]) -> tuple[str | None, bool]:
+    """The PodGroup a gang's pods name (its gang), and whether the gang asked for one (bindMode
+    PodGroup) that its pods do not name: the API server dropped their schedulingGroup."""
+    if not any(p.bind_mode == POD_GROUP_BIND_MODE for p in pods):
+        return None, False
+    named = next((p.pod_group for p in pods if p.pod_group is not None and p.pod_group == p.gang), None)
+    return named, named is None
 
 
 def gang_key_of(key: str) -> GangKey:
@@ -70,6 +117,7 @@ class Ungater:
         # Pods of one gang are patched in parallel: a 1,024-pod gang is released in a few round trips.
         self.patcher = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ungater-patch")
         self._waiting: dict[str, str] = {}  # gang key -> why it waits (logged when it changes)
+        self._ungated_instead: set[str] = set()  # PodGroup gangs released as Ungate (warned once)
 
     def on_pod(self, kind: str, old: GangPod | None, new: GangPod | None) -> None:
         """Registered after the cache's handler: a gated pod's gang is looked at again."""
@@ -86,8 +134,18 @@ class Ungater:
         if not pins:
             if why.startswith("no pod"):
                 self._waiting.pop(key, None)
+                self._ungated_instead.discard(key)
                 return None
             self._wait(key, why)
+            return RETRY_SECONDS
+        try:
+            held = self._pod_group(gkey, [pod for pod, _ in pins])
+        except ApiError as err:
+            held = f"its PodGroup cannot be read or written: {err}"
+        if held:
+            with self.cache.lock:
+                self.cache.drop(gkey)  # planned again once its PodGroup can be there
+            self._wait(key, held)
             return RETRY_SECONDS
         self._waiting.pop(key, None)
         results = list(self.patcher.map(lambda pin: self._pin(*pin), pins))
@@ -106,6 +164,58 @@ class Ungater:
             why,
         )
         return None
+
+    def _pod_group(self, gkey: GangKey, pods: list[GangPod]) -> str:
+        """Make sure a bindMode PodGroup gang's PodGroup exists with minCount = its size before
+        any pod leaves the gate; '' when the gang may be pinned now, else why it waits."""
+        namespace, gang = gkey
+        name, dropped = pod_group_wanted(pods)
+        if name is None:
+            if dropped:
+                self._release_as_ungate(
+                    gkey,
+                    "its pods name no PodGroup of the gang (the API server dropped spec.schedulingGroup)",
+                )
+            return ""
+        size = max(p.size or 0 for p in pods)  # every gang pod carries its gang's size
+        workload = self.client.get_or_none(WORKLOADS, gang, namespace)
+        if workload is None:
+            return f"no Kueue Workload {gang} to own its PodGroup"
+        try:
+            self.client.create(PODGROUPS, pod_group_object(namespace, name, size, workload), namespace)
+            log.info("gang %s/%s: created PodGroup %s (gang minCount %d)", namespace, gang, name, size)
+            return ""
+        except ApiError as err:
+            if err.status == 404:
+                self._release_as_ungate(gkey, "the API server does not serve PodGroups")
+                return ""
+            if err.status != 409:
+                return f"creating its PodGroup {name}: {err}"
+        found = self.client.get(PODGROUPS, name, namespace)
+        if found["metadata"].get("deletionTimestamp"):
+            return f"its PodGroup {name} from before is being deleted"
+        gang_policy = found["spec"]["schedulingPolicy"].get("gang")
+        if gang_policy is None:
+            return f"PodGroup {name} exists without a gang policy; delete it so gangplugin creates it"
+        if gang_policy.get("minCount") != size:  # the gang was resized since (minCount is mutable)
+            patch = {"spec": {"schedulingPolicy": {"gang": {"minCount": size}}}}
+            self.client.patch(PODGROUPS, name, patch, namespace)
+        return ""
+
+    def _release_as_ungate(self, gkey: GangKey, why: str) -> None:
+        key = f"{gkey[0]}/{gkey[1]}"
+        if key in self._ungated_instead:
+            return
+        self._ungated_instead.add(key)
+        msg = (
+            f"bindMode PodGroup: {why}; released as bindMode Ungate, with no native PodGroup. "
+            "Turn on the GenericWorkload feature gate on kube-apiserver, kube-controller-manager "
+            "and kube-scheduler, or set the GangPolicy's spec.bindMode to Ungate"
+        )
+        log.warning("gang %s: %s", key, msg)
+        workload = self.client.get_or_none(WORKLOADS, gkey[1], gkey[0])
+        if workload is not None:
+            record_event(self.client, workload, "Warning", "PodGroupUnavailable", msg, EVENT_COMPONENT)
 
     def _pin(self, pod: GangPod, node: str) -> str:
         """'' when pinned, else why not."""

@@ -10,3 +10,5 @@ RESOURCE_FLAVORS = Resource("kueue.x-k8s.io/v1beta2", "resourceflavors", namespa
 TOPOLOGIES = Resource("kueue.x-k8s.io/v1beta2", "topologies", namespaced=False)
 GANG_POLICIES = Resource(API_VERSION, "gangpolicies", namespaced=False)
 TRAINING_PLANS = Resource(API_VERSION, "trainingplans", namespaced=False)
+# Kubernetes' own PodGroup (GenericWorkload feature gate): bindMode PodGroup's bind barrier.
+PODGROUPS = Resource("scheduling.k8s.io/v1beta1", "podgroups")

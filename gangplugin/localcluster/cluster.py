@@ -44,6 +44,13 @@ KUEUE_METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
 KUEUE_WAIT_FOR_PODS_READY = {"timeout": "8760h", "blockAdmission": False, "recoveryTimeout": "0s"}
 _KUEUE_WEBHOOK_PATHS = ("kueue-x-k8s-io", "-batch-v1-job", "--v1-pod", "jobset-x-k8s-io")
 JOBSET_NAMESPACE = "jobset-system"
+# Opt-in (GANGPLUGIN_GENERIC_WORKLOAD=1): Kubernetes' GenericWorkload feature gate (beta, off by
+# default in 1.37) on kube-apiserver, kube-controller-manager and kube-scheduler, and the
+# scheduling.k8s.io/v1beta1 API it serves PodGroups in (a beta API is off unless asked for).
+# kube-scheduler's default plugins then include GangScheduling: bindMode PodGroup needs it.
+GENERIC_WORKLOAD_ENV = "GANGPLUGIN_GENERIC_WORKLOAD"
+GENERIC_WORKLOAD_GATE = "--feature-gates=GenericWorkload=true"
+GENERIC_WORKLOAD_API = "--runtime-config=scheduling.k8s.io/v1beta1=true"
 
 
 class ClusterError(RuntimeError):
@@ -233,7 +240,12 @@ class LocalCluster:
     """The local cluster rooted at `state_dir` (default `<repo>/.local/cluster`)."""
 
     def __init__(
-        self, state_dir: Path | None = None, ports: Ports | None = None, log: Callable[[str], None] = print
+        self,
+        state_dir: Path | None = None,
+        ports: Ports | None = None,
+        log: Callable[[str], None] = print,
+        *,
+        generic_workload: bool | None = None,
     ) -> None:
         self.state_dir = (
             state_dir or Path(os.environ.get("GANGPLUGIN_STATE", REPO / ".local" / "cluster"))
@@ -249,6 +261,13 @@ class LocalCluster:
         self.bin_dir = cache_dir() / "bin"
         self._log = log
         self._started: dict[str, int] = {}
+        # Not given: GANGPLUGIN_GENERIC_WORKLOAD, else what the running cluster was started with
+        # (a `restart` from another shell keeps the gate on the components it starts again).
+        if generic_workload is None:
+            env = os.environ.get(GENERIC_WORKLOAD_ENV)
+            recorded = bool(self._read_state().get("genericWorkload", False))
+            generic_workload = env == "1" if env is not None else recorded
+        self.generic_workload = generic_workload
 
     # ---- state ---------------------------------------------------------------------------
 
@@ -262,7 +281,16 @@ class LocalCluster:
     def _write_state(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         tmp = self.state_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"processes": self._started, "ports": self.ports.base}, indent=2))
+        tmp.write_text(
+            json.dumps(
+                {
+                    "processes": self._started,
+                    "ports": self.ports.base,
+                    "genericWorkload": self.generic_workload,
+                },
+                indent=2,
+            )
+        )
         tmp.replace(self.state_file)
 
     def running_processes(self) -> dict[str, int]:
@@ -489,6 +517,9 @@ class LocalCluster:
         r = httpx.get(f"https://127.0.0.1:{port}{path}", verify=ctx, timeout=2.0)
         return r.status_code == 200
 
+    def _generic_workload_flags(self, *flags: str) -> tuple[str, ...]:
+        return flags if self.generic_workload else ()
+
     def _etcd(self) -> Component:
         p = self.ports
         return Component(
@@ -529,6 +560,7 @@ class LocalCluster:
                 "--enable-priority-and-fairness=false",
                 "--profiling=false",
                 f"--cert-dir={self.state_dir / 'apiserver-certs'}",
+                *self._generic_workload_flags(GENERIC_WORKLOAD_GATE, GENERIC_WORKLOAD_API),
             ],
             health=lambda: self._https_ok(p.apiserver, "/readyz"),
             startup_timeout=120.0,
@@ -553,6 +585,7 @@ class LocalCluster:
                 "--kube-api-qps=200",
                 "--kube-api-burst=400",
                 "--profiling=false",
+                *self._generic_workload_flags(GENERIC_WORKLOAD_GATE),
             ],
             health=lambda: self._https_ok(p.controller_manager, "/healthz", client_cert=False),
         )
@@ -592,6 +625,7 @@ class LocalCluster:
                 f"--secure-port={p.scheduler}",
                 f"--cert-dir={self.state_dir / 'scheduler-certs'}",
                 "--profiling=false",
+                *self._generic_workload_flags(GENERIC_WORKLOAD_GATE),
             ],
             health=lambda: self._https_ok(p.scheduler, "/healthz", client_cert=False),
         )

@@ -40,7 +40,8 @@ EXTENDER_LATENCY = Histogram(
 )
 UNGATED_PODS = Counter(
     "gangplugin_ungated_pods_total",
-    "Pods of bindMode Ungate gangs pinned to their planned node and released from the placement gate.",
+    "Pods of bindMode Ungate and PodGroup gangs pinned to their planned node and released from the "
+    "placement gate.",
 )
 PLAN_QUOTA = Gauge(
     "gangplugin_plan_quota",

@@ -1,7 +1,7 @@
 """`gangplugin serve --components webhook`: the admission webhooks, HTTPS, on every replica
 (the API server may call any; nothing here is state). POST /validate takes an AdmissionReview
 for GangPolicies (a ValidatingWebhookConfiguration); POST /mutate-pods one for the pods of
-bindMode Ungate gangs, which it creates behind the placement gate (a
+bindMode Ungate and PodGroup gangs, which it creates behind the placement gate (a
 MutatingWebhookConfiguration). deploy/manifests/base/webhook.yaml holds both; `make up`
 registers them for the local cluster."""
 
@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gangplugin.core.errors import InputError
-from gangplugin.kube.resources import TOPOLOGIES
+from gangplugin.kube.discovery import serves
+from gangplugin.kube.resources import PODGROUPS, TOPOLOGIES
 from gangplugin.runtime.asgi import App, BadRequest, Receive, Send, read_json, respond_json, serve_in_thread
 from gangplugin.runtime.components import Runtime
 from gangplugin.webhook.review import Validator, gang_policy_validator, gate_review, review
@@ -75,6 +76,10 @@ def start(runtime: Runtime) -> None:
     settings = _settings
     if not settings.tls_cert:
         log.warning("webhook serving plain HTTP: the API server calls webhooks over HTTPS only")
-    validators = {"GangPolicy": gang_policy_validator(lambda n: runtime.client.get_or_none(TOPOLOGIES, n))}
+    validators = {
+        "GangPolicy": gang_policy_validator(
+            lambda n: runtime.client.get_or_none(TOPOLOGIES, n), lambda: serves(runtime.client, PODGROUPS)
+        )
+    }
     app = functools.partial(make_app, validators)
     serve_in_thread("webhook", settings.bind, settings.tls_cert, settings.tls_key, app, runtime.fail)

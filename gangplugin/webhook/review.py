@@ -6,8 +6,10 @@ here passed them. The webhook adds what those cannot see: the same parsing the c
 references to other objects (a GangPolicy's `topologyName` must name a Kueue Topology whose
 levels are node labels).
 
-Mutating (`gate_review`): a pod of a bindMode Ungate gang is created behind the placement
-scheduling gate, so kube-scheduler leaves it alone until the ungater pins it to its node.
+Mutating (`gate_review`): a pod of a bindMode Ungate or PodGroup gang is created behind the
+placement scheduling gate, so kube-scheduler leaves it alone until the ungater pins it to its
+node; a PodGroup gang's pod also names its native PodGroup (`spec.schedulingGroup`, which may
+only be set at creation), the gang, which the ungater creates before it removes the gate.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import orjson
 
 from gangplugin.core.errors import InputError
 from gangplugin.core.names import BIND_MODE_LABEL, GANG_LABEL, PLACEMENT_GATE
+from gangplugin.core.policy import PINNED_BIND_MODES, POD_GROUP_BIND_MODE
 from gangplugin.kube import kueue_records as rec
 from gangplugin.kube.records import levels_from_topology
 
@@ -27,13 +30,25 @@ from gangplugin.kube.records import levels_from_topology
 Validator = Callable[[Mapping[str, Any]], None]
 # Topology name -> the Topology object, or None when there is none.
 TopologyOf = Callable[[str], Mapping[str, Any] | None]
+# Whether the API server serves PodGroups (scheduling.k8s.io/v1beta1, GenericWorkload on).
+PodGroupsServed = Callable[[], bool]
+
+POD_GROUP_API_MISSING = (
+    "PodGroup needs the PodGroup API (scheduling.k8s.io/v1beta1 podgroups), which this cluster "
+    "does not serve: turn on the GenericWorkload feature gate on kube-apiserver (with "
+    "--runtime-config=scheduling.k8s.io/v1beta1=true), kube-controller-manager and "
+    "kube-scheduler, or choose bindMode Ungate"
+)
 
 REVIEW_VERSION = "admission.k8s.io/v1"
 
 
-def gang_policy_validator(topology_of: TopologyOf) -> Validator:
+def gang_policy_validator(topology_of: TopologyOf, pod_groups_served: PodGroupsServed) -> Validator:
     def validate(obj: Mapping[str, Any]) -> None:
         policy = rec.gang_policy_from_k8s(obj)
+        # Refused up front: without the API its gangs' PodGroups could never be created.
+        if policy.bind_mode == POD_GROUP_BIND_MODE and not pod_groups_served():
+            raise InputError("spec.bindMode", POD_GROUP_API_MISSING)
         if policy.topology_name is None:
             return
         topo = topology_of(policy.topology_name)
@@ -66,22 +81,27 @@ def _answer(response: dict[str, Any]) -> dict[str, Any]:
 
 
 def gate_patch(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """JSON patch operations that put a bindMode Ungate gang pod behind the placement gate;
-    none for any other pod, one already gated, or one created bound (gates need no nodeName)."""
+    """JSON patch operations that put a bindMode Ungate or PodGroup gang pod behind the placement
+    gate (and a PodGroup one in its gang's PodGroup); none for any other pod, or one created bound
+    (gates need no nodeName). A gate or schedulingGroup the pod has already is kept."""
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     labels = meta.get("labels") or {} if isinstance(meta, Mapping) else {}
     if not isinstance(labels, Mapping) or not isinstance(spec, Mapping):
         return []
-    if not labels.get(GANG_LABEL) or labels.get(BIND_MODE_LABEL) != "Ungate" or spec.get("nodeName"):
+    gang, mode = labels.get(GANG_LABEL), labels.get(BIND_MODE_LABEL)
+    if not gang or mode not in PINNED_BIND_MODES or spec.get("nodeName"):
         return []
+    ops: list[dict[str, Any]] = []
     gates = spec.get("schedulingGates")
     gate = {"name": PLACEMENT_GATE}
     if not isinstance(gates, list) or not gates:
-        return [{"op": "add", "path": "/spec/schedulingGates", "value": [gate]}]
-    if any(isinstance(g, Mapping) and g.get("name") == PLACEMENT_GATE for g in gates):
-        return []
-    return [{"op": "add", "path": "/spec/schedulingGates/-", "value": gate}]
+        ops.append({"op": "add", "path": "/spec/schedulingGates", "value": [gate]})
+    elif not any(isinstance(g, Mapping) and g.get("name") == PLACEMENT_GATE for g in gates):
+        ops.append({"op": "add", "path": "/spec/schedulingGates/-", "value": gate})
+    if mode == POD_GROUP_BIND_MODE and not spec.get("schedulingGroup"):
+        ops.append({"op": "add", "path": "/spec/schedulingGroup", "value": {"podGroupName": str(gang)}})
+    return ops
 
 
 def gate_review(body: Mapping[str, Any]) -> dict[str, Any]:

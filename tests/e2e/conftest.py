@@ -5,6 +5,7 @@ A cluster that cannot be started fails the session with the reason; e2e tests ne
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -43,17 +44,18 @@ def e2e_local_cluster() -> LocalCluster:
     return LocalCluster(state_dir=REPO / ".local" / f"e2e-cluster-{base}", ports=Ports(base=base))
 
 
-@pytest.fixture(scope="session")
-def cluster() -> Iterator[E2ECluster]:
+@contextlib.contextmanager
+def started(local: LocalCluster) -> Iterator[E2ECluster]:
+    """The cluster KUBECONFIG names, else `local`, started here (and stopped afterwards if it
+    was started here); one that cannot be started fails the tests with the reason."""
     given = os.environ.get("KUBECONFIG")
     if given:
         client = Client.from_kubeconfig(given)
         yield E2ECluster(client, Path(given), local=False)
         client.close()
         return
-    local = e2e_local_cluster()
     try:
-        started = local.up()
+        up = local.up()
     except ClusterError as err:
         pytest.fail(f"the local e2e cluster could not be started: {err}", pytrace=False)
     client = Client.from_kubeconfig(local.kubeconfig)
@@ -61,8 +63,14 @@ def cluster() -> Iterator[E2ECluster]:
         yield E2ECluster(client, local.kubeconfig, local=True)
     finally:
         client.close()
-        if started:
+        if up:
             local.down(quiet=True)
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[E2ECluster]:
+    with started(e2e_local_cluster()) as c:
+        yield c
 
 
 @pytest.fixture

@@ -41,9 +41,16 @@ NOT_READY_NODE = "gangplugin.io/e2e-not-ready"
 
 
 def submit(
-    client: Client, namespace: str, queue: str, pods: int, *, labels: dict[str, str] | None = None
+    client: Client,
+    namespace: str,
+    queue: str,
+    pods: int,
+    *,
+    labels: dict[str, str] | None = None,
+    name: str | None = None,
+    affinity: dict[str, Any] | None = None,
 ) -> str:
-    name = unique("job")
+    name = name or unique("job")
     job = gpu_job(
         name,
         namespace,
@@ -52,8 +59,20 @@ def submit(
         4,
         metadata={"annotations": {"gangplugin.io/required-topology": US}, "labels": labels or {}},
     )
+    if affinity is not None:
+        job["spec"]["template"]["spec"]["affinity"] = affinity
     client.create(JOBS, job)
     return name
+
+
+def submit_one_per_zone(client: Client, namespace: str, queue: str, pods: int) -> str:
+    """A Job whose pods must each be in another zone, required in one UltraServer (one zone):
+    placement does not model inter-pod anti-affinity, so it is admitted, yet only one of its
+    pods can be bound."""
+    name = unique("job")
+    apart = {"labelSelector": {"matchLabels": {"app": name}}, "topologyKey": "topology.kubernetes.io/zone"}
+    affinity = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [apart]}}
+    return submit(client, namespace, queue, pods, labels={"app": name}, name=name, affinity=affinity)
 
 
 def check_of(wl: dict[str, Any]) -> dict[str, Any]:

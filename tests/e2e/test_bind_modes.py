@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from gangplugin.core.names import BIND_MODE_LABEL, PLACEMENT_GATE
+from gangplugin.core.policy import PINNED_BIND_MODES
 from gangplugin.kube.client import JOBS, PODS, Client
 from tests.e2e.conftest import E2ECluster, e2e_local_cluster
 from tests.e2e.kube import GB200, gpu_job, job_pods, trainer_pod_spec, unique, wait_for
@@ -26,6 +27,7 @@ from tests.e2e.test_admission import (
     node_us,
     running_gang,
     submit,
+    submit_one_per_zone,
     workload,
 )
 
@@ -40,7 +42,7 @@ def _gates(pod: dict[str, Any]) -> list[str]:
     return [g["name"] for g in pod["spec"].get("schedulingGates") or []]
 
 
-def _assert_whole_in_domain(
+def assert_whole_in_domain(
     client: Client, namespace: str, job: str, mode: str, pods: list[dict[str, Any]]
 ) -> str:
     check = check_of(workload(client, namespace, job))
@@ -54,7 +56,8 @@ def _assert_whole_in_domain(
     for p in pods:
         assert not _gates(p), p["spec"]
         pin = p["spec"]["nodeSelector"].get(HOSTNAME)
-        assert pin == (p["spec"]["nodeName"] if mode == "Ungate" else None), p["spec"]["nodeSelector"]
+        pinned = mode in PINNED_BIND_MODES
+        assert pin == (p["spec"]["nodeName"] if pinned else None), p["spec"]["nodeSelector"]
     return domain
 
 
@@ -64,40 +67,20 @@ def test_gang_runs_whole_in_its_domain(
 ) -> None:
     client = cluster.client
     job = submit(client, namespace, gang_queue(bindMode=mode), 8)
-    _assert_whole_in_domain(client, namespace, job, mode, running_gang(client, namespace, job, 8))
+    assert_whole_in_domain(client, namespace, job, mode, running_gang(client, namespace, job, 8))
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_a_gang_that_stays_partly_bound_is_requeued_whole(
     cluster: E2ECluster, namespace: str, gang_queue: Any, mode: str
 ) -> None:
-    """Placement does not model inter-pod anti-affinity: this gang is admitted, yet only one of
-    its pods can be bound per zone. After unscheduledTimeout it is evicted whole: no pod of it
-    stays bound, in either mode."""
+    """A gang only one of whose pods can be bound (`submit_one_per_zone`): after
+    unscheduledTimeout it is evicted whole: no pod of it stays bound, in either mode."""
     client = cluster.client
     queue = gang_queue(
         bindMode=mode, unscheduledTimeout="3s", readyTimeout="10m", requeue={"backoffBaseSeconds": 600}
     )
-    name = unique("job")
-    job = gpu_job(
-        name,
-        namespace,
-        queue,
-        2,
-        4,
-        metadata={"annotations": {"gangplugin.io/required-topology": US}, "labels": {"app": name}},
-    )
-    job["spec"]["template"]["spec"]["affinity"] = {
-        "podAntiAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": [
-                {
-                    "labelSelector": {"matchLabels": {"app": name}},
-                    "topologyKey": "topology.kubernetes.io/zone",
-                }
-            ]
-        }
-    }
-    client.create(JOBS, job)
+    name = submit_one_per_zone(client, namespace, queue, 2)
     (retry,) = _retries(client, namespace, name, 1, 120)
     assert retry["state"] == "Retry" and "after backoff 10m" in retry["message"], retry
     # 0/2 with the extender's bind barrier (all or nothing), 1/2 with kube-scheduler alone
@@ -171,7 +154,7 @@ def test_plain_gpu_pods_racing_a_gang_never_leave_it_half_bound_for_good(
     for name in plain:
         client.delete(PODS, name, namespace)
     pods = running_gang(client, namespace, job, size)
-    _assert_whole_in_domain(client, namespace, job, mode, pods)
+    assert_whole_in_domain(client, namespace, job, mode, pods)
 
 
 def test_gangplugin_killed_while_releasing_an_ungate_gang_completes_it(

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from gangplugin.core.names import LEADER_LABEL
+from gangplugin.core.policy import PINNED_BIND_MODES
 from gangplugin.localcluster.cluster import REPO, cache_dir
 from gangplugin.server.main import serve
 
@@ -156,15 +157,20 @@ def test_no_wildcards_in_any_role() -> None:
     }
 
 
-def test_gangplugin_writes_nothing_it_only_reads() -> None:
+def _granted() -> set[tuple[str, str, str]]:
+    """(apiGroup, resource, verb) the gangplugin ClusterRole grants."""
     rules = find("ClusterRole", "gangplugin")["rules"]
-    granted = {
+    return {
         (g, r, v)
         for rule in rules
         for g in rule["apiGroups"]
         for r in rule["resources"]
         for v in rule["verbs"]
     }
+
+
+def test_gangplugin_writes_nothing_it_only_reads() -> None:
+    granted = _granted()
     for never in [
         ("", "secrets", "get"),
         ("", "nodes", "patch"),
@@ -174,6 +180,15 @@ def test_gangplugin_writes_nothing_it_only_reads() -> None:
         ("gangplugin.io", "gangpolicies", "patch"),
     ]:
         assert never not in granted, never
+
+
+def test_gangplugin_may_create_and_resize_the_podgroups_of_podgroup_gangs() -> None:
+    granted = _granted()
+    # The ungater: the PodGroup, and the Workload that owns it (read for its uid).
+    for verb in ("get", "create", "patch"):
+        assert ("scheduling.k8s.io", "podgroups", verb) in granted
+    assert ("kueue.x-k8s.io", "workloads", "get") in granted
+    assert ("scheduling.k8s.io", "podgroups", "delete") not in granted  # the Workload's GC does it
 
 
 def test_deployment_args_are_options_of_gangplugin_serve() -> None:
@@ -396,10 +411,14 @@ def test_the_webhook_is_served_by_gangplugin_with_the_serving_certificate() -> N
     assert f"{service['name']}.{service['namespace']}.svc" in cert["spec"]["dnsNames"]
 
 
-def test_the_pod_webhook_gates_only_ungate_gang_pods_at_creation() -> None:
+def test_the_pod_webhook_gates_only_ungate_and_podgroup_gang_pods_at_creation() -> None:
     (config,) = [o for o in render() if o["kind"] == "MutatingWebhookConfiguration"]
     (hook,) = config["webhooks"]
-    assert hook["objectSelector"] == {"matchLabels": {"gangplugin.io/bind-mode": "Ungate"}}
+    assert hook["objectSelector"] == {
+        "matchExpressions": [
+            {"key": "gangplugin.io/bind-mode", "operator": "In", "values": sorted(PINNED_BIND_MODES)}
+        ]
+    }
     assert hook["rules"] == [
         {
             "apiGroups": [""],

@@ -41,9 +41,9 @@ def request(obj: Any, operation: str = "CREATE") -> dict[str, Any]:
     }
 
 
-def validators(topologies: dict[str, Any] | None = None) -> dict[str, Any]:
+def validators(topologies: dict[str, Any] | None = None, pod_groups: bool = True) -> dict[str, Any]:
     known = {"aws": TOPOLOGY} if topologies is None else topologies
-    return {"GangPolicy": gang_policy_validator(known.get)}
+    return {"GangPolicy": gang_policy_validator(known.get, lambda: pod_groups)}
 
 
 def test_a_good_policy_is_allowed_and_the_uid_echoed() -> None:
@@ -103,8 +103,19 @@ def test_what_is_not_an_admission_review_is_an_input_error(body: dict[str, Any])
         review(body, validators())
 
 
-def _ungate_pod(**spec: Any) -> dict[str, Any]:
-    labels = {"gangplugin.io/gang": "g", "gangplugin.io/bind-mode": "Ungate"}
+def test_bind_mode_podgroup_is_refused_where_the_api_server_serves_no_podgroups() -> None:
+    assert review(request(policy(bindMode="PodGroup")), validators())["response"]["allowed"] is True
+    out = review(request(policy(bindMode="PodGroup")), validators(pod_groups=False))["response"]
+    assert out["allowed"] is False and out["status"]["code"] == 422
+    message = out["status"]["message"]
+    assert message.startswith('GangPolicy "p" is invalid: spec.bindMode: PodGroup needs the PodGroup API')
+    assert "GenericWorkload" in message and "or choose bindMode Ungate" in message
+    # Other modes never ask.
+    assert review(request(policy(bindMode="Ungate")), validators(pod_groups=False))["response"]["allowed"]
+
+
+def _ungate_pod(mode: str = "Ungate", **spec: Any) -> dict[str, Any]:
+    labels = {"gangplugin.io/gang": "g", "gangplugin.io/bind-mode": mode}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": labels}, "spec": spec}
 
 
@@ -129,10 +140,30 @@ def test_an_ungate_gang_pod_is_created_behind_the_placement_gate() -> None:
     ]
 
 
+def test_a_podgroup_gang_pod_is_gated_and_put_in_its_gangs_podgroup() -> None:
+    gate = {"name": "gangplugin.io/placement"}
+    group = {"op": "add", "path": "/spec/schedulingGroup", "value": {"podGroupName": "g"}}
+    assert _patch_of(gate_review(request(_ungate_pod("PodGroup")))) == [
+        {"op": "add", "path": "/spec/schedulingGates", "value": [gate]},
+        group,
+    ]
+    # Gated already (a reinvocation): only the group; a group it names already stays.
+    gated = _ungate_pod("PodGroup", schedulingGates=[gate])
+    assert _patch_of(gate_review(request(gated))) == [group]
+    own = _ungate_pod("PodGroup", schedulingGroup={"podGroupName": "mine"})
+    assert _patch_of(gate_review(request(own))) == [
+        {"op": "add", "path": "/spec/schedulingGates", "value": [gate]}
+    ]
+    # Ungate pods get no group; a pod created bound gets neither.
+    assert "schedulingGroup" not in str(_patch_of(gate_review(request(_ungate_pod()))))
+    assert _patch_of(gate_review(request(_ungate_pod("PodGroup", nodeName="n1")))) is None
+
+
 @pytest.mark.parametrize(
     "pod",
     [
         _ungate_pod(schedulingGates=[{"name": "gangplugin.io/placement"}]),  # gated already
+        _ungate_pod("Extender"),
         _ungate_pod(nodeName="n1"),  # created bound: a gate is not allowed
         {**_ungate_pod(), "metadata": {"name": "p", "labels": {"gangplugin.io/bind-mode": "Ungate"}}},
         {**_ungate_pod(), "metadata": {"name": "p", "labels": {"gangplugin.io/gang": "g"}}},
