@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from gangplugin.core.admission import gang_id
 from gangplugin.core.errors import InputError
 from gangplugin.core.gangplan import GangKey, GangPod
 from gangplugin.core.names import GANG_LABEL, PLACEMENT_GATE
@@ -165,6 +166,15 @@ class Ungater:
         )
         return None
 
+    def _workload_of(self, namespace: str, gang: str) -> JSON | None:
+        """The Kueue Workload whose gang this is: the one of that name, or (a name too long for a
+        label value) the one whose `gang_id` it is."""
+        found = self.client.get_or_none(WORKLOADS, gang, namespace)
+        if found is not None:
+            return found
+        items = self.client.list(WORKLOADS, namespace)["items"]
+        return next((w for w in items if gang_id(w["metadata"]["name"]) == gang), None)
+
     def _pod_group(self, gkey: GangKey, pods: list[GangPod]) -> str:
         """Make sure a bindMode PodGroup gang's PodGroup exists with minCount = its size before
         any pod leaves the gate; '' when the gang may be pinned now, else why it waits."""
@@ -178,7 +188,7 @@ class Ungater:
                 )
             return ""
         size = max(p.size or 0 for p in pods)  # every gang pod carries its gang's size
-        workload = self.client.get_or_none(WORKLOADS, gang, namespace)
+        workload = self._workload_of(namespace, gang)
         if workload is None:
             return f"no Kueue Workload {gang} to own its PodGroup"
         try:

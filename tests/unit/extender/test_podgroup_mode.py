@@ -11,6 +11,7 @@ import httpx
 import orjson
 import pytest
 
+from gangplugin.core.admission import gang_id
 from gangplugin.core.names import BIND_MODE_LABEL
 from gangplugin.extender.pods import gang_pod_from_k8s
 from gangplugin.extender.ungater import RETRY_SECONDS, Ungater, pod_group_object, pod_group_wanted
@@ -85,7 +86,12 @@ class Api:
         path = request.url.path
         self.calls.append((request.method, path, body))
         if "/workloads/" in path:
-            return self._answer(self.workload)
+            wanted = path.rsplit("/", 1)[1]
+            named = self.workload is not None and self.workload["metadata"]["name"] == wanted
+            return self._answer(self.workload if named else None)
+        if path.endswith("/workloads"):  # a gang id that is no Workload name: list them
+            items = [self.workload] if self.workload is not None else []
+            return httpx.Response(200, content=orjson.dumps({"metadata": {}, "items": items}))
         if path.endswith("/podgroups"):
             if self.create_status == 201:
                 return httpx.Response(201, content=orjson.dumps(body))
@@ -113,13 +119,13 @@ class Api:
         return [body for m, path, body in self.calls if m == method and part in path]
 
 
-def run(api: Api) -> float | None:
+def run(api: Api, gang: str = "g") -> float | None:
     cache = cache_of({"us-1": 2})
     add(cache, *api.pods.values())
     client = Client("https://api.test", False, transport=httpx.MockTransport(api.handle))
     ungater = Ungater(client, cache, clock=lambda: 0.0, workers=1)
     try:
-        return ungater.reconcile("ns/g")
+        return ungater.reconcile(f"ns/{gang}")
     finally:
         ungater.patcher.shutdown()
         client.close()
@@ -141,6 +147,19 @@ def test_a_podgroup_from_before_is_kept_and_its_min_count_follows_the_gang() -> 
     assert run(api) is None
     assert api.made("PATCH", "/podgroups/g") == [{"spec": {"schedulingPolicy": {"gang": {"minCount": 2}}}}]
     assert len(api.made("PATCH", "/pods/")) == 2
+
+
+def test_a_workload_named_beyond_a_label_value_owns_its_gangs_podgroup() -> None:
+    api = Api([podgroup_pod("p0"), podgroup_pod("p1")])
+    long_name = "job-" + "x" * 70
+    api.workload = {**WORKLOAD, "metadata": {**WORKLOAD["metadata"], "name": long_name}}
+    gang = gang_id(long_name)
+    for pod in api.pods.values():
+        pod["metadata"]["labels"]["gangplugin.io/gang"] = gang
+        pod["spec"]["schedulingGroup"] = {"podGroupName": gang}
+    assert run(api, gang) is None
+    (created,) = api.made("POST", "/podgroups")
+    assert created["metadata"]["ownerReferences"][0]["name"] == long_name
 
 
 @pytest.mark.parametrize("why", ["no workload", "being deleted"])
