@@ -61,6 +61,14 @@ def _pod_group(spec: Mapping[str, Any]) -> str | None:
     return str(name) if name else None
 
 
+def _without_pin(spec: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The spec as the pod asked for it: the ungater's pin is `GangPod.pinned`, not one of the
+    pod's own constraints, so a pinned pod keeps the signature of its gang's gated ones (a pod
+    recreated after a node failure joins the slice its pinned peers started)."""
+    selector = {k: v for k, v in (spec.get("nodeSelector") or {}).items() if k != HOSTNAME_LABEL}
+    return {**spec, "nodeSelector": selector}
+
+
 def gang_pod_from_k8s(obj: Mapping[str, Any]) -> GangPod:
     meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
     assert isinstance(meta, Mapping)
@@ -87,7 +95,7 @@ def gang_pod_from_k8s(obj: Mapping[str, Any]) -> GangPod:
             size=size,
             node=str(spec["nodeName"]) if spec.get("nodeName") else None,
             requests=pod_requests(spec),
-            constraints=constraints_from_pod_spec(spec),
+            constraints=constraints_from_pod_spec(_without_pin(spec) if pinned else spec),
             required_topology=str(annotations.get(REQUIRED_TOPOLOGY_ANNOTATION) or "") or None,
             preferred_topology=str(annotations.get(PREFERRED_TOPOLOGY_ANNOTATION) or "") or None,
             slices=(slice_size(annotations, "metadata.annotations"), *slice_topology(annotations)),

@@ -29,6 +29,7 @@ partly bound (a plain pod took a pinned node first) is requeued whole by the gan
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -241,6 +242,7 @@ class Ungater:
         return ""
 
     def _wait(self, key: str, why: str) -> None:
-        if self._waiting.get(key) != why:
-            self._waiting[key] = why
+        kind = re.sub(r"\d+", "#", why)  # "3 of 32 pods exist" and "4 of 32" are one story
+        if self._waiting.get(key) != kind:
+            self._waiting[key] = kind
             log.info("gang %s stays gated: %s", key, why)

@@ -13,6 +13,7 @@ from gangplugin.extender.ungater import pin_patch
 from tests.unit.extender.test_server import node, pod
 
 HOST = "kubernetes.io/hostname"
+US = "topology.k8s.aws/ultraserver-id"
 
 
 def ungate_pod(name: str, gang: str, size: int, pinned: str | None = None, **kw: Any) -> dict[str, Any]:
@@ -111,7 +112,7 @@ def test_a_pinned_pod_passes_only_its_pin_and_binds_there() -> None:
     verdict, _ = cache.filter(p, ["us-1-0"], now=0.0)
     assert verdict.passed == () and "pinned this pod to us-1-1" in verdict.failed["us-1-0"]
     assert cache.bind_refusal(p, p.uid, "us-1-1") is None
-    assert "does not allow that node" in (cache.bind_refusal(p, p.uid, "us-1-0") or "")
+    assert "plan gives it us-1-1" in (cache.bind_refusal(p, p.uid, "us-1-0") or "")
 
 
 def test_the_pin_patch_names_the_pod_uid_the_node_and_deletes_only_our_gate() -> None:
@@ -139,3 +140,20 @@ def test_a_plain_pod_is_kept_off_room_pinned_for_a_gang_until_the_gang_is_bound(
     cache.on_pod("DELETED", gang_pod_from_k8s(bound), None)
     verdict, _ = cache.filter(plain, ["us-1-0", "us-1-1"], now=1.0)
     assert verdict.passed == ("us-1-0", "us-1-1")
+
+
+def test_a_pod_recreated_in_a_sliced_gang_joins_the_slice_its_pinned_peers_started() -> None:
+    cache = cache_of({"us-1": 4, "us-2": 4})
+    cache.policy_of = lambda ns, gang: (cache.policy, cache.snapshot.levels)  # a Kueue gang
+
+    def member(i: int, pinned: str | None = None) -> dict[str, Any]:
+        obj = ungate_pod(f"p{i}", "g", 4, pinned=pinned)
+        obj["metadata"]["annotations"].update(
+            {"gangplugin.io/slice-size": "2", "gangplugin.io/slice-required-topology": US}
+        )
+        return obj
+
+    # Slices of 2: p0, p1 in us-1, p2 in us-2; p3 (its node failed) is recreated, gated.
+    add(cache, member(0, "us-1-0"), member(1, "us-1-1"), member(2, "us-2-0"), member(3))
+    pins, why = cache.pins(("ns", "g"), now=0.0)
+    assert [(p.name, n.rsplit("-", 1)[0]) for p, n in pins] == [("p3", "us-2")], why
