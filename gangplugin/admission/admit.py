@@ -39,11 +39,9 @@ from gangplugin.core.admission import (
 )
 from gangplugin.core.durations import format_duration
 from gangplugin.core.errors import InputError
-from gangplugin.core.names import (
-    BLOCK_END_ANNOTATION,
-)
+from gangplugin.core.names import BACKOFF_UNTIL_ANNOTATION, BLOCK_END_ANNOTATION
 from gangplugin.core.placement import Gang
-from gangplugin.core.policy import GangPolicy, backoff_until
+from gangplugin.core.policy import GangPolicy
 from gangplugin.core.preemption import Hold, PreemptionPlan, exclude_nodes
 from gangplugin.core.quota import next_quota_change
 from gangplugin.core.timeutil import format_time
@@ -212,22 +210,16 @@ class AdmissionPass:
         return max(0.05, min(wake) - now) if wake else None
 
     @staticmethod
-    def _backoff(wl: JSON, check: str, policy: GangPolicy, now: float) -> CandidateVerdict | None:
-        """A gang requeued after a timeout waits out its backoff here, quota held, no nodes."""
-        state = rec.check_state(wl, check) or {}
-        retries = int(state.get("retryCount") or 0)
+    def _backoff(wl: JSON, now: float) -> CandidateVerdict | None:
+        """A gang requeued after a timeout waits out its backoff here: quota held, no nodes."""
+        raw = (wl["metadata"].get("annotations") or {}).get(BACKOFF_UNTIL_ANNOTATION)
         try:
-            since = rec.epoch(state.get("lastTransitionTime"), "lastTransitionTime")
+            until = rec.epoch(raw, f"metadata.annotations.{BACKOFF_UNTIL_ANNOTATION}") if raw else None
         except InputError:
-            since = now
-        until = backoff_until(policy, retries, since, timestamp(wl, "creationTimestamp"))
+            until = None  # unreadable: no backoff rather than a gang held for good
         if until is None or until <= now:
             return None
-        when = format_time(datetime.fromtimestamp(int(until), UTC))
-        message = (
-            f"requeued whole after {retries} timeout(s): backoff until {when} "
-            f"({format_duration(until - now)} left)"
-        )
+        message = f"requeued whole after a timeout: backoff until {raw} ({format_duration(until - now)} left)"
         return CandidateVerdict(message, wake_at=until)
 
     def evaluate(
@@ -251,7 +243,7 @@ class AdmissionPass:
             levels = self.view.levels(policy)
         except InputError as err:
             return CandidateVerdict(f"waiting: {err}")
-        backoff = self._backoff(wl, check, policy, now)
+        backoff = self._backoff(wl, now)
         if backoff is not None:
             return backoff
         blocker = (

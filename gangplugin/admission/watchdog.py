@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from gangplugin.admission.view import AdmissionView, pod_active, timestamp
@@ -17,9 +18,7 @@ from gangplugin.core.admission import (
 )
 from gangplugin.core.drain import DrainDecision
 from gangplugin.core.errors import InputError
-from gangplugin.core.names import (
-    PLAN_DRAINING_REASON,
-)
+from gangplugin.core.names import BACKOFF_UNTIL_ANNOTATION, PLAN_DRAINING_REASON
 from gangplugin.core.placement import Assignment, recover
 from gangplugin.core.policy import GangPolicy, requeue_decision
 from gangplugin.core.timeutil import format_time
@@ -93,7 +92,12 @@ class Watchdog:
         retries = int(state.get("retryCount") or 0)
         d = requeue_decision(policy, retries, verdict.reason, now, timestamp(wl, "creationTimestamp"))
         # No requeueAfterSeconds: Kueue would wait that long before evicting, the gang keeping its
-        # nodes; it is evicted now and the check holds it back for the backoff (`backoff_until`).
+        # nodes. It is evicted now; the annotation (written first: a restart between the two
+        # writes redoes both) has the check hold it back for the backoff.
+        if d.state == "Retry" and d.requeue_after_seconds:
+            until = format_time(datetime.fromtimestamp(int(now) + d.requeue_after_seconds, UTC))
+            if not self.writer.annotate(wl, {BACKOFF_UNTIL_ANNOTATION: until}):
+                return
         if self.writer.write_check(wl, check, d.state, d.message, now=now):
             reason = "GangRequeued" if d.state == "Retry" else "GangDeactivated"
             self.writer.event(wl, "Warning", reason, d.message)

@@ -68,6 +68,20 @@ class CheckWriter:
         log.info("workload %s/%s: check %s -> %s: %s", meta["namespace"], meta["name"], check, state, message)
         return True
 
+    def annotate(self, wl: JSON, annotations: dict[str, str]) -> bool:
+        """Merge `annotations` into the Workload's metadata; False (logged) when it failed."""
+        meta = wl["metadata"]
+        try:
+            self.client.patch(
+                WORKLOADS, meta["name"], {"metadata": {"annotations": annotations}}, meta["namespace"]
+            )
+        except ApiError as err:
+            log.warning(
+                "workload %s/%s: annotating %s failed: %s", meta["namespace"], meta["name"], annotations, err
+            )
+            return False
+        return True
+
     def apply_status(self, wl: JSON, status: JSON, field_manager: str = FIELD_MANAGER) -> bool:
         """Server-side apply of `status` fields of a Workload as `field_manager`, conditional on
         the resourceVersion of `wl`; False when the Workload changed meanwhile or is gone."""

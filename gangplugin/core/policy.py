@@ -117,25 +117,13 @@ def backoff_seconds(requeue: Requeue, attempt: int) -> int:
 @dataclass(frozen=True, slots=True)
 class RequeueDecision:
     """What the check becomes when a gang times out: `Retry` (Kueue evicts and requeues it at
-    once; the check admits it again `requeue_after_seconds` later, see `backoff_until`) or
-    `Rejected` (Kueue deactivates the Workload)."""
+    once; the check admits it again `requeue_after_seconds` later) or `Rejected` (Kueue
+    deactivates the Workload)."""
 
     state: str
     requeue_after_seconds: int | None
     attempt: int
     message: str
-
-
-def backoff_until(policy: GangPolicy, retry_count: int, evicted_at: float, created_at: float) -> float | None:
-    """When a gang requeued `retry_count` times may be admitted again: its last backoff
-    counted from its eviction (the check's return to Pending) or its creation; None when it
-    was never requeued. The check holds it until then: Kueue v0.17 would delay the eviction
-    itself by a Retry's `requeueAfterSeconds`, keeping a timed-out gang's nodes for the whole
-    backoff, so the check sets Retry without it and waits here instead."""
-    if retry_count < 1:
-        return None
-    start = evicted_at if policy.requeue.timestamp == "Eviction" else created_at
-    return start + backoff_seconds(policy.requeue, retry_count)
 
 
 def requeue_decision(

@@ -198,6 +198,11 @@ def test_two_replicas_leader_killed_the_other_takes_over_and_no_gang_is_admitted
             lambda: (r := _get(local, 2, "/readyz")).text.startswith("leader") and r, 15, "replica 2 leading"
         )
         assert _value(_samples(local, 2), "gangplugin_leader", lease=lease_name) == 1.0
+        # The killed replica comes back, as its container would: in a cluster the webhook Service
+        # sends pod creations to replica 2 meanwhile; here the API server calls replica 1's port
+        # only, and the new gangs' pods (bindMode Ungate) are created through that webhook.
+        local.restart("gangplugin")
+        assert _lease(client)["holderIdentity"] == "local-gangplugin-2"
 
         us = node_us(client)
         for job in jobs:  # the new leader admits what was left and its extender places the pods

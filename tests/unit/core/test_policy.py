@@ -10,7 +10,6 @@ from gangplugin.core.policy import (
     GangPolicy,
     Requeue,
     backoff_seconds,
-    backoff_until,
     requeue_decision,
     validate_policy,
 )
@@ -76,15 +75,3 @@ def test_creation_timestamp_counts_backoff_from_creation() -> None:
     assert requeue_decision(p, 0, "x", now=5000.0, created_at=1000.0).requeue_after_seconds == 0
     eviction = GangPolicy(requeue=Requeue(backoff_base_seconds=100))
     assert requeue_decision(eviction, 0, "x", now=5000.0, created_at=1000.0).requeue_after_seconds == 100
-
-
-def test_a_requeued_gang_waits_out_the_backoff_its_retry_announced() -> None:
-    p = GangPolicy(requeue=Requeue(backoff_base_seconds=10, backoff_max_seconds=25))
-    assert backoff_until(p, 0, evicted_at=500.0, created_at=0.0) is None  # never requeued
-    # The Retry that made it retry n announced backoff_seconds(n); it counts from the eviction.
-    for n in range(3):
-        announced = requeue_decision(p, n, "x", now=500.0, created_at=0.0).requeue_after_seconds
-        assert announced is not None
-        assert backoff_until(p, n + 1, evicted_at=500.0, created_at=0.0) == 500.0 + announced
-    creation = GangPolicy(requeue=Requeue(timestamp="Creation", backoff_base_seconds=100))
-    assert backoff_until(creation, 1, evicted_at=500.0, created_at=450.0) == 550.0
