@@ -53,6 +53,7 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--workloads", type=int, default=300, help="Workloads per admission run (b)")
     ap.add_argument("--waiting", type=int, default=1000, help="Workloads waiting at once (b)")
     ap.add_argument("--gangs", default="64,512,1024", help="gang sizes of (d)")
+    ap.add_argument("--parts", default="abcd", help="which of (a)-(d) to run (b-d at the largest size)")
     ap.add_argument("--quick", action="store_true", help="fewer pods and Workloads: a check, not figures")
     args = ap.parse_args()
     args.nodes = sorted(args.nodes or [500, 5000])
@@ -306,11 +307,15 @@ def main() -> None:
                 f"== {nodes} nodes ({total} GPUs): cluster up in {up:.0f} s; {used} GPUs "
                 f"({used / total:.0%}) bound to running gangs in {time.monotonic() - t0:.0f} s"
             )
-            throughput(cluster, client, args, nodes)
+            if "a" in args.parts:
+                throughput(cluster, client, args, nodes)
             if nodes == args.nodes[-1]:
-                admission_runs(cluster, client, args)
-                gang_start(client, args)
-                resources(cluster, args)
+                if "b" in args.parts:
+                    admission_runs(cluster, client, args)
+                if "d" in args.parts:
+                    gang_start(client, args)
+                if "c" in args.parts:
+                    resources(cluster, args)
         finally:
             client.close()
             cluster.down(quiet=True)
