@@ -7,17 +7,21 @@ Run: .venv/bin/python bench/scale.py [--nodes 500 --nodes 5000] [--reps 3] [--qu
 `--nodes 500 --quick` is a check in a few minutes).
 
 (a) at every size: kube-scheduler's binding rate for 2,000 1-GPU pods in gangs of 8, per bind
-    mode (`_cluster.Mode`), against the same kube-scheduler without any extender
-    (`_cluster.scheduling_throughput`, as bench/extender.py).
+    mode (`_cluster.Mode`: Extender, kube-scheduler calling the extender; Ungate, pods gated at
+    creation and pinned by gangplugin, kube-scheduler without the extender), against the same
+    kube-scheduler without any extender (`_cluster.scheduling_throughput`, as bench/extender.py).
 At the largest size:
 (b) Kueue admission rate with the gang check against a no-op check (bench/admission.py's runs,
     Workloads without pods), and the check's own decision time per gang with 1,000 Workloads
     submitted at once, from gangplugin's /metrics (gangplugin_admission_decision_duration_seconds;
     bucket bounds, so a p99 of "<= 5 ms" means it fell in the bucket ending there).
 (c) `gangplugin serve`'s peak and current resident memory (/proc VmHWM, VmRSS) and CPU seconds
-    after (a), (b) and (d), and its time from process start to /readyz 200 when restarted there.
+    after (a) and (b), its time from process start to /readyz 200 when restarted there, and
+    its memory again after (d).
 (d) submission to all pods Running for one Job of 64, 512 and 1,024 1-GPU pods through Kueue and
-    the gang check, against the same Job without a queue (kube-scheduler alone, no gang).
+    the gang check, per bind mode (a GangPolicy with that bindMode; kube-scheduler with the
+    extender for Extender, without for Ungate), against the same Job without a queue
+    (kube-scheduler alone, no gang).
 Each figure is the median (min-max) of --reps repetitions, printed next to its target.
 """
 
@@ -37,11 +41,12 @@ import httpx
 from _cluster import GB200, GPU, Mode, spread
 
 from gangplugin.kube.client import CLUSTER_QUEUES, JOBS, WORKLOADS, Client
+from gangplugin.kube.resources import ADMISSION_CHECKS, GANG_POLICIES
 from gangplugin.kube.shape import ULTRASERVER
 from gangplugin.localcluster.cluster import LocalCluster
 
 USED = 0.3  # share of the nodes running gangs before the bench starts
-MODES: tuple[Mode, ...] = (_cluster.EXTENDER,)
+MODES: tuple[Mode, ...] = (_cluster.EXTENDER, _cluster.UNGATE)
 STATE = "bench-scale"
 
 
@@ -52,6 +57,7 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--pods", type=int, default=2000, help="pods of the throughput runs (a)")
     ap.add_argument("--workloads", type=int, default=300, help="Workloads per admission run (b)")
     ap.add_argument("--waiting", type=int, default=1000, help="Workloads waiting at once (b)")
+    ap.add_argument("--waiting-reps", type=int, default=3, help="repetitions of the waiting run (b)")
     ap.add_argument("--gangs", default="64,512,1024", help="gang sizes of (d)")
     ap.add_argument("--parts", default="abcd", help="which of (a)-(d) to run (b-d at the largest size)")
     ap.add_argument("--quick", action="store_true", help="fewer pods and Workloads: a check, not figures")
@@ -59,7 +65,7 @@ def parse() -> argparse.Namespace:
     args.nodes = sorted(args.nodes or [500, 5000])
     args.gangs = [int(g) for g in args.gangs.split(",")]
     if args.quick:
-        args.pods, args.workloads, args.waiting, args.reps = 400, 60, 100, 1
+        args.pods, args.workloads, args.waiting, args.reps, args.waiting_reps = 400, 60, 100, 1, 1
         args.gangs = [min(g, 128) for g in args.gangs[:2]]
     return args
 
@@ -140,7 +146,7 @@ def admission_runs(cluster: LocalCluster, client: Client, args: argparse.Namespa
     print(f"  ratio {spread(ratios)} {target(statistics.median(ratios) >= 0.95, '>= 0.95')}")
     name = "gangplugin_admission_decision_duration_seconds"
     p50s, p99s, ends = [], [], []
-    for rep in range(args.reps):
+    for rep in range(args.waiting_reps):
         before = histogram(gangplugin_metrics(cluster), name)
         _, latency = admission.run(client, f"adm-wait-{rep}", ["gang"], args.waiting, quiet=True)
         after = histogram(gangplugin_metrics(cluster), name)
@@ -179,14 +185,18 @@ def started_at(pid: int) -> float:
     return btime + ticks / os.sysconf("SC_CLK_TCK")
 
 
-def resources(cluster: LocalCluster, args: argparse.Namespace) -> None:
+def memory(cluster: LocalCluster) -> str:
     pid = cluster.running_processes()["gangplugin"]
     hwm, rss, cpu = proc_status(pid)
-    print("(c) gangplugin serve")
-    print(
-        f"  after (a), (b), (d): peak RSS {hwm:.0f} MiB, RSS {rss:.0f} MiB {target(hwm < 1024, '< 1 GiB')}, "
+    return (
+        f"peak RSS {hwm:.0f} MiB, RSS {rss:.0f} MiB {target(hwm < 1024, '< 1 GiB')}, "
         f"{cpu:.0f} CPU seconds over {time.time() - started_at(pid):.0f} s"
     )
+
+
+def resources(cluster: LocalCluster, args: argparse.Namespace) -> None:
+    print("(c) gangplugin serve")
+    print(f"  after (a), (b): {memory(cluster)}")
     ready, peaks = [], []
     for _ in range(args.reps):
         cluster.restart("gangplugin")
@@ -253,12 +263,32 @@ def time_job(client: Client, ns: str, pods: int, queue: str | None) -> float:
     return elapsed
 
 
-def gang_queue(client: Client, ns: str, gpus: int) -> None:
-    """A ClusterQueue with the gang check and room for `gpus`, and its LocalQueue in `ns`."""
+def gang_queue(client: Client, mode: Mode, gpus: int) -> str:
+    """A GangPolicy of `mode`'s bindMode, a gang check with it, a ClusterQueue with that check and
+    room for `gpus`, and its LocalQueue in a namespace of the same name (returned)."""
+    ns = f"start-{mode.name}"
+    policy = {
+        "apiVersion": "gangplugin.io/v1alpha1",
+        "kind": "GangPolicy",
+        "metadata": {"name": ns},
+        "spec": {"readyTimeout": "10m", "bindMode": mode.bind_mode},
+    }
+    check = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "AdmissionCheck",
+        "metadata": {"name": ns},
+        "spec": {
+            "controllerName": "gangplugin.io/gang",
+            "parameters": {"apiGroup": "gangplugin.io", "kind": "GangPolicy", "name": ns},
+        },
+    }
+    client.create(GANG_POLICIES, policy)
+    client.create(ADMISSION_CHECKS, check)
     _cluster.namespace(client, ns)
-    for res, obj in admission.queue_objects(ns, ["gang"], gangs=gpus // admission.GANG_SIZE):
+    for res, obj in admission.queue_objects(ns, [ns], gangs=gpus // admission.GANG_SIZE):
         client.create(res, obj)
     _wait(lambda: _active(client.get(CLUSTER_QUEUES, ns)), 60, f"ClusterQueue {ns} Active")
+    return ns
 
 
 def _active(cq: dict[str, Any]) -> bool:
@@ -275,15 +305,18 @@ def _wait(check: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.2)
 
 
-def gang_start(client: Client, args: argparse.Namespace) -> None:
-    print("(d) one Job: submission -> all pods Running, gang (Kueue + check + bind mode) vs plain")
-    gang_queue(client, "start-gang", max(args.gangs) * 2)
+def gang_start(cluster: LocalCluster, client: Client, args: argparse.Namespace) -> None:
+    print("(d) one Job: submission -> all pods Running; a gang (Kueue, our check, bind mode) vs plain")
+    queues = {mode.name: gang_queue(client, mode, max(args.gangs) * 2) for mode in MODES}
     _cluster.namespace(client, "start-plain")
     for size in args.gangs:
+        cluster.restart("kube-scheduler", extender=False)
         plain = [time_job(client, "start-plain", size, None) for _ in range(args.reps)]
-        print(f"  {size:>5} pods  plain {spread(plain, '{:.1f}'.format)} s")
+        print(f"  {size:>5} pods  plain     {spread(plain, '{:.1f}'.format)} s (kube-scheduler alone)")
         for mode in MODES:
-            gang = [time_job(client, "start-gang", size, "start-gang") for _ in range(args.reps)]
+            cluster.restart("kube-scheduler", extender=mode.extender)
+            ns = queues[mode.name]
+            gang = [time_job(client, ns, size, ns) for _ in range(args.reps)]
             ratio = statistics.median(gang) / statistics.median(plain)
             print(
                 f"  {size:>5} pods  {mode.name:<9} {spread(gang, '{:.1f}'.format)} s, "
@@ -296,7 +329,7 @@ def main() -> None:
     for nodes in args.nodes:
         shape = _cluster.hyperpod_shape(nodes)
         t0 = time.monotonic()
-        cluster = _cluster.start(STATE, shape, "admission,extender")
+        cluster = _cluster.start(STATE, shape, "admission,extender,webhook")
         up = time.monotonic() - t0
         client = Client.from_kubeconfig(cluster.kubeconfig)
         try:
@@ -312,10 +345,11 @@ def main() -> None:
             if nodes == args.nodes[-1]:
                 if "b" in args.parts:
                     admission_runs(cluster, client, args)
-                if "d" in args.parts:
-                    gang_start(client, args)
                 if "c" in args.parts:
                     resources(cluster, args)
+                if "d" in args.parts:
+                    gang_start(cluster, client, args)
+                    print(f"  (c) after (d): {memory(cluster)}")
         finally:
             client.close()
             cluster.down(quiet=True)
