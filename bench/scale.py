@@ -59,13 +59,22 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--waiting", type=int, default=1000, help="Workloads waiting at once (b)")
     ap.add_argument("--waiting-reps", type=int, default=3, help="repetitions of the waiting run (b)")
     ap.add_argument("--gangs", default="64,512,1024", help="gang sizes of (d)")
+    ap.add_argument("--gang-reps", type=int, help="repetitions of (d) (default --reps)")
     ap.add_argument("--parts", default="abcd", help="which of (a)-(d) to run (b-d at the largest size)")
     ap.add_argument("--quick", action="store_true", help="fewer pods and Workloads: a check, not figures")
     args = ap.parse_args()
     args.nodes = sorted(args.nodes or [500, 5000])
     args.gangs = [int(g) for g in args.gangs.split(",")]
+    args.gang_reps = args.gang_reps or args.reps
     if args.quick:
-        args.pods, args.workloads, args.waiting, args.reps, args.waiting_reps = 400, 60, 100, 1, 1
+        args.pods, args.workloads, args.waiting, args.reps, args.waiting_reps, args.gang_reps = (
+            400,
+            60,
+            100,
+            1,
+            1,
+            1,
+        )
         args.gangs = [min(g, 128) for g in args.gangs[:2]]
     return args
 
@@ -311,12 +320,12 @@ def gang_start(cluster: LocalCluster, client: Client, args: argparse.Namespace) 
     _cluster.namespace(client, "start-plain")
     for size in args.gangs:
         cluster.restart("kube-scheduler", extender=False)
-        plain = [time_job(client, "start-plain", size, None) for _ in range(args.reps)]
+        plain = [time_job(client, "start-plain", size, None) for _ in range(args.gang_reps)]
         print(f"  {size:>5} pods  plain     {spread(plain, '{:.1f}'.format)} s (kube-scheduler alone)")
         for mode in MODES:
             cluster.restart("kube-scheduler", extender=mode.extender)
             ns = queues[mode.name]
-            gang = [time_job(client, ns, size, ns) for _ in range(args.reps)]
+            gang = [time_job(client, ns, size, ns) for _ in range(args.gang_reps)]
             ratio = statistics.median(gang) / statistics.median(plain)
             print(
                 f"  {size:>5} pods  {mode.name:<9} {spread(gang, '{:.1f}'.format)} s, "
