@@ -28,6 +28,7 @@ Each figure is the median (min-max) of --reps repetitions, printed next to its t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import time
@@ -134,8 +135,10 @@ def gangplugin_metrics(cluster: LocalCluster) -> str:
 
 def delete_workloads(client: Client, ns: str) -> None:
     """Their promised capacity goes with them: the next runs start on the same free GPUs."""
-    client.request("DELETE", WORKLOADS.path(ns))
     while client.list(WORKLOADS, ns)["items"]:
+        # a delete-collection of many Workloads can outlast the client's timeout: ask again
+        with contextlib.suppress(httpx.TimeoutException):
+            client.request("DELETE", WORKLOADS.path(ns))
         time.sleep(0.5)
 
 
