@@ -57,7 +57,7 @@ fmt: venv ## format the code
 	$(VENV)/bin/ruff check --fix .
 
 bench: venv ## run every benchmark in bench/ and print its table
-	@for f in bench/*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
+	@for f in bench/[!_]*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
 
 # `make image` tags the image gangplugin:<version in pyproject.toml>; IMAGE=registry/name:tag overrides.
 image: ## build the container image gangplugin:<version> (Docker, else podman; see hack/image.sh)

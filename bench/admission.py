@@ -1,7 +1,7 @@
 """Admission throughput through Kueue with the gang check against Kueue without any check.
 
 Run: .venv/bin/python bench/admission.py   (starts its own local cluster; GANGPLUGIN_PORT_BASE
-moves its ports, default 30000)
+moves its ports, default 30000). bench/scale.py runs the same comparison on a 5,000-node cluster.
 
 One local cluster, 500 kwok nodes (25 UltraServers of 20 8-GPU instances), one run after the
 other in the same cluster: 300 Workloads of 8 one-GPU pods each that prefer one UltraServer,
@@ -18,21 +18,18 @@ delay cancels out).
 
 from __future__ import annotations
 
-import os
 import statistics
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
+import _cluster
 import httpx
-import yaml
 
-from gangplugin.kube.client import CLUSTER_QUEUES, LOCAL_QUEUES, NAMESPACES, WORKLOADS, Client
+from gangplugin.kube.client import CLUSTER_QUEUES, LOCAL_QUEUES, WORKLOADS, Client
 from gangplugin.kube.resources import ADMISSION_CHECKS
-from gangplugin.localcluster.cluster import REPO, LocalCluster, Ports
+from gangplugin.localcluster.cluster import REPO, LocalCluster
 
 GPU = "nvidia.com/gpu"
 US = "topology.k8s.aws/ultraserver-id"
@@ -58,7 +55,7 @@ SHAPE = {
 }
 
 
-def queue_objects(name: str, checks: list[str]) -> list[tuple[Any, dict[str, Any]]]:
+def queue_objects(name: str, checks: list[str], gangs: int = GANGS) -> list[tuple[Any, dict[str, Any]]]:
     cq: dict[str, Any] = {
         "apiVersion": "kueue.x-k8s.io/v1beta2",
         "kind": "ClusterQueue",
@@ -74,7 +71,7 @@ def queue_objects(name: str, checks: list[str]) -> list[tuple[Any, dict[str, Any
                             "resources": [
                                 {"name": "cpu", "nominalQuota": "100000"},
                                 {"name": "memory", "nominalQuota": "1000000Gi"},
-                                {"name": GPU, "nominalQuota": str(GANGS * GANG_SIZE)},
+                                {"name": GPU, "nominalQuota": str(gangs * GANG_SIZE)},
                             ],
                         }
                     ],
@@ -223,10 +220,13 @@ def _active_condition() -> dict[str, Any]:
     return {"type": "Active", "status": "True", "reason": "Active", "message": "", "lastTransitionTime": now}
 
 
-def run(client: Client, namespace: str, checks: list[str]) -> tuple[float, list[float]]:
-    if client.get_or_none(NAMESPACES, namespace) is None:
-        client.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
-    for res, obj in queue_objects(namespace, checks):
+def run(
+    client: Client, namespace: str, checks: list[str], gangs: int = GANGS, quiet: bool = False
+) -> tuple[float, list[float]]:
+    """`gangs` Workloads submitted at once to a new ClusterQueue `namespace` with `checks`: the
+    rate they are admitted at, and each one's quota reserved -> check Ready (the last check's)."""
+    _cluster.namespace(client, namespace)
+    for res, obj in queue_objects(namespace, checks, gangs):
         client.create(res, obj)
     deadline = time.monotonic() + 60
     while not any(
@@ -239,15 +239,15 @@ def run(client: Client, namespace: str, checks: list[str]) -> tuple[float, list[
     obs = Observer(client, namespace)
     t0 = time.monotonic()
     with ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda i: client.create(WORKLOADS, workload(f"g-{i:03d}", namespace)), range(GANGS)))
-    while len(obs.admitted) < GANGS:
+        list(pool.map(lambda i: client.create(WORKLOADS, workload(f"g-{i:04d}", namespace)), range(gangs)))
+    while len(obs.admitted) < gangs:
         if time.monotonic() - t0 > 600:
-            raise RuntimeError(f"{namespace}: only {len(obs.admitted)} of {GANGS} admitted in 600s")
+            raise RuntimeError(f"{namespace}: only {len(obs.admitted)} of {gangs} admitted in 600s")
         time.sleep(0.2)
     obs.stop.set()
     elapsed = max(obs.admitted.values()) - t0
     latencies = [obs.checked[n] - obs.reserved[n] for n in obs.checked if n in obs.reserved]
-    if "gang" in checks:  # where the time goes, p50 of each step
+    if "gang" in checks and not quiet:  # where the time goes, p50 of each step
         steps = (
             ("quota reserved -> Kueue lists the check", obs.reserved, obs.synced),
             ("check listed -> check Ready (gangplugin)", obs.synced, obs.checked),
@@ -255,51 +255,55 @@ def run(client: Client, namespace: str, checks: list[str]) -> tuple[float, list[
         )
         for label, start, end in steps:
             print(f"  {label:<42} p50 {_p50([end[n] - start[n] for n in end if n in start]) * 1000:>7.0f} ms")
-    return GANGS / elapsed, latencies
+    return gangs / elapsed, latencies
+
+
+def setup(client: Client, cluster: LocalCluster, instance_type: str = INSTANCE_TYPE) -> None:
+    """The gang check and GangPolicies, a flavor `bench` of the nodes of `instance_type`, and
+    the no-op check (its controller is `NoopCheck`)."""
+    cluster.apply_file(client, REPO / "deploy" / "admission" / "gangpolicies.yaml")
+    cluster.apply_file(client, REPO / "deploy" / "admission" / "admission-check.yaml")
+    flavor = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ResourceFlavor",
+        "metadata": {"name": "bench"},
+        "spec": {"nodeLabels": {"node.kubernetes.io/instance-type": instance_type}},
+    }
+    client.request("POST", "/apis/kueue.x-k8s.io/v1beta2/resourceflavors", body=flavor)
+    client.request(
+        "POST",
+        "/apis/kueue.x-k8s.io/v1beta2/admissionchecks",
+        body={
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "AdmissionCheck",
+            "metadata": {"name": NOOP_CHECK},
+            "spec": {"controllerName": "bench.gangplugin.io/noop"},
+        },
+    )
+    client.patch(
+        ADMISSION_CHECKS,
+        NOOP_CHECK,
+        {"status": {"conditions": [_active_condition()]}},
+        subresource="status",
+    )
+
+
+def noop_run(client: Client, namespace: str, gangs: int = GANGS) -> float:
+    """`run` with the no-op check (its controller running meanwhile): the admission rate."""
+    _cluster.namespace(client, namespace)
+    noop = NoopCheck(client, namespace)
+    rate, _ = run(client, namespace, [NOOP_CHECK], gangs)
+    noop.stop.set()
+    return rate
 
 
 def main() -> None:
-    base = int(os.environ.get("GANGPLUGIN_PORT_BASE", "30000"))
-    shape = Path(tempfile.mkdtemp()) / "shape.yaml"
-    shape.write_text(yaml.safe_dump(SHAPE))
-    os.environ["GANGPLUGIN_SHAPE"] = str(shape)
-    os.environ.setdefault("GANGPLUGIN_COMPONENTS", "admission")
-    cluster = LocalCluster(REPO / ".local" / "bench-admission", Ports(base), log=lambda _m: None)
-    cluster.up()
+    cluster = _cluster.start("bench-admission", SHAPE, "admission")
     client = Client.from_kubeconfig(cluster.kubeconfig)
     try:
-        cluster.apply_file(client, REPO / "deploy" / "admission" / "gangpolicies.yaml")
-        cluster.apply_file(client, REPO / "deploy" / "admission" / "admission-check.yaml")
-        flavor = {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "ResourceFlavor",
-            "metadata": {"name": "bench"},
-            "spec": {"nodeLabels": {"node.kubernetes.io/instance-type": INSTANCE_TYPE}},
-        }
-        client.request("POST", "/apis/kueue.x-k8s.io/v1beta2/resourceflavors", body=flavor)
-        client.request(
-            "POST",
-            "/apis/kueue.x-k8s.io/v1beta2/admissionchecks",
-            body={
-                "apiVersion": "kueue.x-k8s.io/v1beta2",
-                "kind": "AdmissionCheck",
-                "metadata": {"name": NOOP_CHECK},
-                "spec": {"controllerName": "bench.gangplugin.io/noop"},
-            },
-        )
-        client.patch(
-            ADMISSION_CHECKS,
-            NOOP_CHECK,
-            {"status": {"conditions": [_active_condition()]}},
-            subresource="status",
-        )
+        setup(client, cluster)
         plain_rate, _ = run(client, "bench-plain", [])
-        client.create(
-            NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bench-noop"}}
-        )
-        noop = NoopCheck(client, "bench-noop")
-        noop_rate, _ = run(client, "bench-noop", [NOOP_CHECK])
-        noop.stop.set()
+        noop_rate = noop_run(client, "bench-noop")
         gang_rate, lat = run(client, "bench-gang", ["gang"])
     finally:
         client.close()

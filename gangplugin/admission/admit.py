@@ -49,6 +49,7 @@ from gangplugin.core.topology import Snapshot
 from gangplugin.kube import kueue_records as rec
 from gangplugin.kube.client import JSON, WORKLOADS, ApiError, Client
 from gangplugin.kube.gangpolicies import GangPolicies
+from gangplugin.runtime import metrics
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +168,9 @@ class AdmissionPass:
 
             for q in queue.candidates:
                 wl, check = entries[q.key].wl, entries[q.key].check
+                decide_start = time.monotonic()
                 verdict = self.evaluate(wl, check, q.policy, snapshot, unready, now, gov)
+                metrics.ADMISSION_DECISION.observe(time.monotonic() - decide_start)
                 if verdict.wake_at is not None:
                     wake.append(verdict.wake_at)
                 plan = verdict.preemption
@@ -197,6 +200,7 @@ class AdmissionPass:
         # pass; the pass runs again on fresh copies.
         rerun = any(o is False or isinstance(o, Exception) for o in outcomes)
         took = time.monotonic() - started
+        metrics.ADMISSION_PASS.observe(took)
         log.log(
             logging.INFO if took > 1.0 else logging.DEBUG,
             "admission pass: %d candidates, %d admitted gangs, %.3fs, rerun=%s",

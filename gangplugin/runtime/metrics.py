@@ -22,6 +22,17 @@ ADMISSION_LATENCY = Histogram(
     "From a gang's quota reservation in Kueue to its gangplugin.io/gang check being Ready.",
     buckets=_SLOW,
 )
+ADMISSION_DECISION = Histogram(
+    "gangplugin_admission_decision_duration_seconds",
+    "Time the admission pass spends deciding one waiting gang (placement on the snapshot, the "
+    "preemption search when it does not fit), the API writes excluded.",
+    buckets=_FAST,
+)
+ADMISSION_PASS = Histogram(
+    "gangplugin_admission_pass_duration_seconds",
+    "One admission pass: every waiting gang decided in queue order and the decisions written.",
+    buckets=_FAST,
+)
 TIME_TO_ALL_READY = Histogram(
     "gangplugin_gang_time_to_all_ready_seconds",
     "From a gang's admission to every one of its pods being Ready (first time per admission).",

@@ -67,6 +67,8 @@ def test_metrics_are_served_in_prometheus_text_format(https) -> None:
     assert 'gangplugin_leader{lease="unit/test"} 1.0' in r.text
     for family in (
         "gangplugin_gang_admission_latency_seconds",
+        "gangplugin_admission_decision_duration_seconds",
+        "gangplugin_admission_pass_duration_seconds",
         "gangplugin_gang_time_to_all_ready_seconds",
         "gangplugin_extender_request_duration_seconds",
     ):

@@ -1,0 +1,371 @@
+"""gangplugin at HyperPod scale: a local cluster of 5,000 kwok nodes (GB200 UltraServers of 18
+4-GPU nodes under three network layers, a pool of 8-GPU P5 nodes) with about 30% of its GPUs
+used by running gangs (pods created bound), and what gangplugin costs there.
+
+Run: .venv/bin/python bench/scale.py [--nodes 500 --nodes 5000] [--reps 3] [--quick]
+(one cluster at a time, state .local/bench-scale, ports GANGPLUGIN_PORT_BASE or 30000;
+`--nodes 500 --quick` is a check in a few minutes).
+
+(a) at every size: kube-scheduler's binding rate for 2,000 1-GPU pods in gangs of 8, per bind
+    mode (`_cluster.Mode`: Extender, kube-scheduler calling the extender; Ungate, pods gated at
+    creation and pinned by gangplugin, kube-scheduler without the extender), against the same
+    kube-scheduler without any extender (`_cluster.scheduling_throughput`, as bench/extender.py).
+At the largest size:
+(b) Kueue admission rate with the gang check against a no-op check (bench/admission.py's runs,
+    Workloads without pods), and the check's own decision time per gang with 1,000 Workloads
+    submitted at once, from gangplugin's /metrics (gangplugin_admission_decision_duration_seconds;
+    bucket bounds, so a p99 of "<= 5 ms" means it fell in the bucket ending there).
+(c) `gangplugin serve`'s peak and current resident memory (/proc VmHWM, VmRSS) and CPU seconds
+    after (a) and (b), its time from process start to /readyz 200 when restarted there, and
+    its memory again after (d).
+(d) submission to all pods Running for one Job of 64, 512 and 1,024 1-GPU pods through Kueue and
+    the gang check, per bind mode (a GangPolicy with that bindMode; kube-scheduler with the
+    extender for Extender, without for Ungate), against the same Job without a queue
+    (kube-scheduler alone, no gang).
+Each figure is the median (min-max) of --reps repetitions, printed next to its target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import _cluster
+import admission
+import httpx
+from _cluster import GB200, GPU, Mode, spread
+
+from gangplugin.kube.client import CLUSTER_QUEUES, JOBS, WORKLOADS, Client
+from gangplugin.kube.resources import ADMISSION_CHECKS, GANG_POLICIES
+from gangplugin.kube.shape import ULTRASERVER
+from gangplugin.localcluster.cluster import LocalCluster
+
+USED = 0.3  # share of the nodes running gangs before the bench starts
+MODES: tuple[Mode, ...] = (_cluster.EXTENDER, _cluster.UNGATE)
+STATE = "bench-scale"
+
+
+def parse() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, action="append", help="cluster sizes (default 500 and 5000)")
+    ap.add_argument("--reps", type=int, default=3, help="repetitions of each measurement (default 3)")
+    ap.add_argument("--pods", type=int, default=2000, help="pods of the throughput runs (a)")
+    ap.add_argument("--workloads", type=int, default=300, help="Workloads per admission run (b)")
+    ap.add_argument("--waiting", type=int, default=1000, help="Workloads waiting at once (b)")
+    ap.add_argument("--waiting-reps", type=int, default=3, help="repetitions of the waiting run (b)")
+    ap.add_argument("--gangs", default="64,512,1024", help="gang sizes of (d)")
+    ap.add_argument("--gang-reps", type=int, help="repetitions of (d) (default --reps)")
+    ap.add_argument("--parts", default="abcd", help="which of (a)-(d) to run (b-d at the largest size)")
+    ap.add_argument("--quick", action="store_true", help="fewer pods and Workloads: a check, not figures")
+    args = ap.parse_args()
+    args.nodes = sorted(args.nodes or [500, 5000])
+    args.gangs = [int(g) for g in args.gangs.split(",")]
+    args.gang_reps = args.gang_reps or args.reps
+    if args.quick:
+        args.pods, args.workloads, args.waiting, args.reps, args.waiting_reps, args.gang_reps = (
+            400,
+            60,
+            100,
+            1,
+            1,
+            1,
+        )
+        args.gangs = [min(g, 128) for g in args.gangs[:2]]
+    return args
+
+
+def target(ok: bool, text: str) -> str:
+    return f"[{'meets' if ok else 'MISSES'} target {text}]"
+
+
+# -- (a) --------------------------------------------------------------------------------------------
+
+
+def throughput(cluster: LocalCluster, client: Client, args: argparse.Namespace, nodes: int) -> None:
+    print(f"(a) {nodes} nodes: kube-scheduler binding {args.pods} 1-GPU pods in gangs of 8")
+    rates: dict[str, list[float]] = {}
+    for rep in range(args.reps):
+        for mode in (_cluster.NONE, *MODES):
+            elapsed, metrics = _cluster.scheduling_throughput(
+                cluster, client, mode, args.pods, 8, f"tp-{mode.name}-{rep}"
+            )
+            rates.setdefault(mode.name, []).append(args.pods / elapsed)
+            print(f"    rep {rep + 1} {mode.name:<9} {args.pods / elapsed:7.1f} pods/s  ({metrics})")
+    base = rates[_cluster.NONE.name]
+    print(f"  {'no extender':<22} {spread(base, '{:.1f}'.format)} pods/s")
+    for mode in MODES:
+        ratios = [r / statistics.median(base) for r in rates[mode.name]]
+        print(
+            f"  {mode.name:<22} {spread(rates[mode.name], '{:.1f}'.format)} pods/s, ratio "
+            f"{spread(ratios)} {target(statistics.median(ratios) >= 0.95, '>= 0.95')}"
+        )
+
+
+# -- (b) --------------------------------------------------------------------------------------------
+
+
+def histogram(text: str, name: str) -> list[tuple[float, float]]:
+    """(upper bound, cumulative count) of a Prometheus histogram in exposition text."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith(f"{name}_bucket{{"):
+            le = line.split('le="', 1)[1].split('"', 1)[0]
+            out.append((float(le), float(line.rsplit(" ", 1)[1])))
+    return out
+
+
+def quantile(buckets: list[tuple[float, float]], before: list[tuple[float, float]], q: float) -> float:
+    """The upper bound of the bucket holding quantile `q` of what was observed between the two
+    scrapes."""
+    counts = [(le, c - dict(before).get(le, 0.0)) for le, c in buckets]
+    total = counts[-1][1]
+    return next(le for le, c in counts if c >= q * total)
+
+
+def gangplugin_metrics(cluster: LocalCluster) -> str:
+    ca = str(cluster.pki_dir / "ca.crt")
+    return httpx.get(f"https://127.0.0.1:{cluster.ports.gangplugin_health}/metrics", verify=ca).text
+
+
+def delete_workloads(client: Client, ns: str) -> None:
+    """Their promised capacity goes with them: the next runs start on the same free GPUs."""
+    while client.list(WORKLOADS, ns)["items"]:
+        # a delete-collection of many Workloads can outlast the client's timeout: ask again
+        with contextlib.suppress(httpx.TimeoutException):
+            client.request("DELETE", WORKLOADS.path(ns))
+        time.sleep(0.5)
+
+
+def admission_runs(cluster: LocalCluster, client: Client, args: argparse.Namespace) -> None:
+    n = args.workloads
+    print(f"(b) admission: {n} Workloads of 8 1-GPU pods, Kueue with our check vs a no-op check")
+    admission.setup(client, cluster, GB200)
+    noop, ours = [], []
+    for rep in range(args.reps):
+        noop.append(admission.noop_run(client, f"adm-noop-{rep}", n))
+        delete_workloads(client, f"adm-noop-{rep}")
+        ours.append(admission.run(client, f"adm-gang-{rep}", ["gang"], n, quiet=True)[0])
+        delete_workloads(client, f"adm-gang-{rep}")
+        print(f"    rep {rep + 1}: no-op {noop[-1]:.1f}/s, gang {ours[-1]:.1f}/s")
+    ratios = [o / x for o, x in zip(ours, noop, strict=True)]
+    print(f"  no-op check {spread(noop, '{:.1f}'.format)}/s; gang check {spread(ours, '{:.1f}'.format)}/s")
+    print(f"  ratio {spread(ratios)} {target(statistics.median(ratios) >= 0.95, '>= 0.95')}")
+    name = "gangplugin_admission_decision_duration_seconds"
+    p50s, p99s, ends = [], [], []
+    for rep in range(args.waiting_reps):
+        before = histogram(gangplugin_metrics(cluster), name)
+        _, latency = admission.run(client, f"adm-wait-{rep}", ["gang"], args.waiting, quiet=True)
+        after = histogram(gangplugin_metrics(cluster), name)
+        p50s.append(quantile(after, before, 0.5))
+        p99s.append(quantile(after, before, 0.99))
+        ends.append(sorted(latency)[int(0.99 * (len(latency) - 1))])
+        delete_workloads(client, f"adm-wait-{rep}")
+    ms = "{:.1f}".format
+    p50, p99 = spread([p * 1000 for p in p50s], ms), spread([p * 1000 for p in p99s], ms)
+    print(
+        f"  {args.waiting} Workloads at once: decision per gang p50 <= {p50} ms, p99 <= {p99} ms "
+        f"{target(statistics.median(p99s) < 0.05, '< 50 ms')}"
+    )
+    print(f"    (quota reserved -> check Ready, queueing included: p99 {spread(ends, '{:.1f}'.format)} s)")
+
+
+# -- (c) --------------------------------------------------------------------------------------------
+
+
+def proc_status(pid: int) -> tuple[float, float, float]:
+    """VmHWM and VmRSS in MiB, and CPU seconds (user + system) of a process."""
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+    stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    cpu = (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+    return int(fields["VmHWM"].split()[0]) / 1024, int(fields["VmRSS"].split()[0]) / 1024, cpu
+
+
+def started_at(pid: int) -> float:
+    """A process's start, wall clock (from its /proc start time in ticks after boot)."""
+    btime = next(
+        int(line.split()[1])
+        for line in Path("/proc/stat").read_text().splitlines()
+        if line.startswith("btime")
+    )
+    ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    return btime + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def memory(cluster: LocalCluster) -> str:
+    pid = cluster.running_processes()["gangplugin"]
+    hwm, rss, cpu = proc_status(pid)
+    return (
+        f"peak RSS {hwm:.0f} MiB, RSS {rss:.0f} MiB {target(hwm < 1024, '< 1 GiB')}, "
+        f"{cpu:.0f} CPU seconds over {time.time() - started_at(pid):.0f} s"
+    )
+
+
+def resources(cluster: LocalCluster, args: argparse.Namespace) -> None:
+    print("(c) gangplugin serve")
+    print(f"  after (a), (b): {memory(cluster)}")
+    ready, peaks = [], []
+    for _ in range(args.reps):
+        cluster.restart("gangplugin")
+        now = time.time()
+        pid = cluster.running_processes()["gangplugin"]
+        ready.append(now - started_at(pid))
+        peaks.append(proc_status(pid)[0])
+    ok = target(statistics.median(ready) < 15, "< 15 s")
+    print(
+        f"  restarted: start -> /readyz 200 {spread(ready, '{:.1f}'.format)} s {ok}; "
+        f"peak RSS then {spread(peaks, '{:.0f}'.format)} MiB"
+    )
+
+
+# -- (d) --------------------------------------------------------------------------------------------
+
+
+def job(name: str, ns: str, pods: int, queue: str | None) -> dict[str, Any]:
+    """An Indexed Job of `pods` 1-GPU trainers; through Kueue's `queue` (a gang) or straight to
+    kube-scheduler."""
+    meta: dict[str, Any] = {"name": name, "namespace": ns}
+    template_meta: dict[str, Any] = {}
+    if queue:
+        meta["labels"] = {"kueue.x-k8s.io/queue-name": queue}
+        template_meta["annotations"] = {"gangplugin.io/preferred-topology": ULTRASERVER}
+    requests = {"cpu": "1", "memory": "1Gi", GPU: "1"}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": meta,
+        "spec": {
+            "parallelism": pods,
+            "completions": pods,
+            "completionMode": "Indexed",
+            "suspend": bool(queue),
+            "template": {
+                "metadata": template_meta,
+                "spec": {
+                    "restartPolicy": "Never",
+                    "nodeSelector": {"node.kubernetes.io/instance-type": GB200},
+                    "containers": [
+                        {
+                            "name": "trainer",
+                            "image": "trainer:latest",
+                            "resources": {"requests": requests, "limits": {GPU: "1"}},
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+def time_job(client: Client, ns: str, pods: int, queue: str | None) -> float:
+    """Seconds from creating the Job to its last pod Running; the Job and its pods deleted after."""
+    watch = _cluster.RunningPods(client, ns)
+    t0 = time.monotonic()
+    client.create(JOBS, job("train", ns, pods, queue))
+    elapsed = watch.wait(pods, 600) - t0
+    client.request("DELETE", JOBS.path(ns, "train"), body={"propagationPolicy": "Background"})
+    while client.get_or_none(JOBS, "train", ns) is not None:
+        time.sleep(0.2)
+    _cluster.delete_pods(client, ns)
+    return elapsed
+
+
+def gang_queue(client: Client, mode: Mode, gpus: int) -> str:
+    """A GangPolicy of `mode`'s bindMode, a gang check with it, a ClusterQueue with that check and
+    room for `gpus`, and its LocalQueue in a namespace of the same name (returned)."""
+    ns = f"start-{mode.name}"
+    policy = {
+        "apiVersion": "gangplugin.io/v1alpha1",
+        "kind": "GangPolicy",
+        "metadata": {"name": ns},
+        "spec": {"readyTimeout": "10m", "bindMode": mode.bind_mode},
+    }
+    check = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "AdmissionCheck",
+        "metadata": {"name": ns},
+        "spec": {
+            "controllerName": "gangplugin.io/gang",
+            "parameters": {"apiGroup": "gangplugin.io", "kind": "GangPolicy", "name": ns},
+        },
+    }
+    client.create(GANG_POLICIES, policy)
+    client.create(ADMISSION_CHECKS, check)
+    _cluster.namespace(client, ns)
+    for res, obj in admission.queue_objects(ns, [ns], gangs=gpus // admission.GANG_SIZE):
+        client.create(res, obj)
+    _wait(lambda: _active(client.get(CLUSTER_QUEUES, ns)), 60, f"ClusterQueue {ns} Active")
+    return ns
+
+
+def _active(cq: dict[str, Any]) -> bool:
+    return any(
+        c["type"] == "Active" and c["status"] == "True" for c in cq.get("status", {}).get("conditions", [])
+    )
+
+
+def _wait(check: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.2)
+
+
+def gang_start(cluster: LocalCluster, client: Client, args: argparse.Namespace) -> None:
+    print("(d) one Job: submission -> all pods Running; a gang (Kueue, our check, bind mode) vs plain")
+    queues = {mode.name: gang_queue(client, mode, max(args.gangs) * 2) for mode in MODES}
+    _cluster.namespace(client, "start-plain")
+    for size in args.gangs:
+        cluster.restart("kube-scheduler", extender=False)
+        plain = [time_job(client, "start-plain", size, None) for _ in range(args.gang_reps)]
+        print(f"  {size:>5} pods  plain     {spread(plain, '{:.1f}'.format)} s (kube-scheduler alone)")
+        for mode in MODES:
+            cluster.restart("kube-scheduler", extender=mode.extender)
+            ns = queues[mode.name]
+            gang = [time_job(client, ns, size, ns) for _ in range(args.gang_reps)]
+            ratio = statistics.median(gang) / statistics.median(plain)
+            print(
+                f"  {size:>5} pods  {mode.name:<9} {spread(gang, '{:.1f}'.format)} s, "
+                f"{ratio:.2f}x plain" + (f" {target(ratio <= 1.5, '<= 1.5x')}" if size >= 1024 else "")
+            )
+
+
+def main() -> None:
+    args = parse()
+    for nodes in args.nodes:
+        shape = _cluster.hyperpod_shape(nodes)
+        t0 = time.monotonic()
+        cluster = _cluster.start(STATE, shape, "admission,extender,webhook")
+        up = time.monotonic() - t0
+        client = Client.from_kubeconfig(cluster.kubeconfig)
+        try:
+            t0 = time.monotonic()
+            used = _cluster.fill_running_gangs(client, shape, USED)
+            total = _cluster.total_gpus(shape)
+            print(
+                f"== {nodes} nodes ({total} GPUs): cluster up in {up:.0f} s; {used} GPUs "
+                f"({used / total:.0%}) bound to running gangs in {time.monotonic() - t0:.0f} s"
+            )
+            if "a" in args.parts:
+                throughput(cluster, client, args, nodes)
+            if nodes == args.nodes[-1]:
+                if "b" in args.parts:
+                    admission_runs(cluster, client, args)
+                if "c" in args.parts:
+                    resources(cluster, args)
+                if "d" in args.parts:
+                    gang_start(cluster, client, args)
+                    print(f"  (c) after (d): {memory(cluster)}")
+        finally:
+            client.close()
+            cluster.down(quiet=True)
+
+
+if __name__ == "__main__":
+    main()
