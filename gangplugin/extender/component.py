@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 
 COMPONENT = "gangplugin-extender"
 GIL_SWITCH_INTERVAL = 0.0005  # seconds
+UNGATER_WORKERS = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +132,9 @@ def start(runtime: Runtime) -> None:
     cache, ungater = _cache, _ungater
     if cache is None or ungater is None:
         raise RuntimeError("extender: start() before setup()")
-    for thread in start_workers(ungater.queue, ungater.reconcile, "ungater"):
+    # Gangs are released side by side: each one's plan is made and reserved under the cache's
+    # lock, so only its pod patches overlap with another's.
+    for thread in start_workers(ungater.queue, ungater.reconcile, "ungater", count=UNGATER_WORKERS):
         runtime.vital(thread)
     settings = _settings
     # kube-scheduler waits for each filter answer in its serial scheduling cycle; with Python's
