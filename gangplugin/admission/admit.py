@@ -37,7 +37,6 @@ from gangplugin.core.admission import (
     sequential_blocker,
     with_selector,
 )
-from gangplugin.core.durations import format_duration
 from gangplugin.core.errors import InputError
 from gangplugin.core.names import BACKOFF_UNTIL_ANNOTATION, BLOCK_END_ANNOTATION
 from gangplugin.core.placement import Gang
@@ -223,8 +222,8 @@ class AdmissionPass:
             until = None  # unreadable: no backoff rather than a gang held for good
         if until is None or until <= now:
             return None
-        message = f"requeued whole after a timeout: backoff until {raw} ({format_duration(until - now)} left)"
-        return CandidateVerdict(message, wake_at=until)
+        # No countdown in it: a message that changed every pass would be written every pass.
+        return CandidateVerdict(f"requeued whole after a timeout: backoff until {raw}", wake_at=until)
 
     def evaluate(
         self,

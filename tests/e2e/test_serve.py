@@ -10,6 +10,7 @@ same way on other health/gRPC ports and shares the extender port, which only the
 from __future__ import annotations
 
 import contextlib
+import re
 import signal
 import ssl
 import threading
@@ -22,7 +23,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gangplugin.kube.client import WORKLOADS, Client
+from gangplugin.kube.client import WORKLOADS, Client, Resource
 from gangplugin.kube.lease import LEASES
 from gangplugin.localcluster.cluster import GANGPLUGIN_NAMESPACE, LocalCluster
 from tests.e2e.conftest import E2ECluster, e2e_local_cluster
@@ -38,6 +39,14 @@ from tests.e2e.test_admission import (
 )
 
 LEASE_DURATION, RETRY_PERIOD = 15.0, 2.0  # serve's defaults, which the local cluster keeps
+
+
+VALIDATING_WEBHOOKS = Resource(
+    "admissionregistration.k8s.io/v1", "validatingwebhookconfigurations", namespaced=False
+)
+MUTATING_WEBHOOKS = Resource(
+    "admissionregistration.k8s.io/v1", "mutatingwebhookconfigurations", namespaced=False
+)
 
 
 def _https(local: LocalCluster) -> ssl.SSLContext:
@@ -146,14 +155,25 @@ class _CheckHistory:
 @pytest.fixture
 def second_replica(cluster: E2ECluster) -> Iterator[LocalCluster]:
     """Replica 2 running beside the cluster's own gangplugin; afterwards replica 2 is stopped
-    cleanly (it releases the Lease) and replica 1 is back, leading, for the tests after this one."""
+    cleanly (it releases the Lease) and replica 1 is back, leading, with the webhooks, for the
+    tests after this one."""
     local = _local(cluster)
     local.restart("gangplugin-2")
     try:
         yield local
     finally:
         local.stop_process("gangplugin-2", signal.SIGTERM)
+        _webhooks_to(cluster.client, local.ports.gangplugin_webhook)
         local.restart("gangplugin")
+
+
+def _webhooks_to(client: Client, port: int) -> None:
+    """Point the local cluster's webhook configurations at the webhook on `port`."""
+    for res in (VALIDATING_WEBHOOKS, MUTATING_WEBHOOKS):
+        config = client.get(res, "gangplugin-local")
+        for hook in config["webhooks"]:
+            hook["clientConfig"]["url"] = re.sub(r":\d+/", f":{port}/", hook["clientConfig"]["url"], count=1)
+        client.patch(res, "gangplugin-local", {"webhooks": config["webhooks"]})
 
 
 def _epoch(ts: str) -> float:
@@ -198,11 +218,10 @@ def test_two_replicas_leader_killed_the_other_takes_over_and_no_gang_is_admitted
             lambda: (r := _get(local, 2, "/readyz")).text.startswith("leader") and r, 15, "replica 2 leading"
         )
         assert _value(_samples(local, 2), "gangplugin_leader", lease=lease_name) == 1.0
-        # The killed replica comes back, as its container would: in a cluster the webhook Service
-        # sends pod creations to replica 2 meanwhile; here the API server calls replica 1's port
-        # only, and the new gangs' pods (bindMode Ungate) are created through that webhook.
-        local.restart("gangplugin")
-        assert _lease(client)["holderIdentity"] == "local-gangplugin-2"
+        # In a cluster the webhook Service now sends pod creations to replica 2; here the API
+        # server calls one port, so it is pointed at replica 2's (the new gangs' pods, bindMode
+        # Ungate, are created through the pod webhook).
+        _webhooks_to(client, local.ports.gangplugin_replica(2)[2])
 
         us = node_us(client)
         for job in jobs:  # the new leader admits what was left and its extender places the pods
