@@ -73,6 +73,9 @@ class ExtenderCache:
         self.snapshot = Snapshot()  # the default levels: plain pods and gangs without a policy
         self.snapshots: dict[tuple[str, ...], Snapshot] = {self.snapshot.levels: self.snapshot}
         self.bound: dict[PodKey, BoundPod] = {}  # what the snapshots charge: pods and placeholders
+        # node -> pods bound or pinned to it before the node itself was seen (the pod and node
+        # watches list in any order): charged when the node arrives.
+        self.early: dict[str, set[PodKey]] = {}
         self.pods: dict[PodKey, GangPod] = {}
         self.gangs: dict[GangKey, set[PodKey]] = {}
         self.plans: dict[GangKey, GangPlan] = {}
@@ -89,6 +92,8 @@ class ExtenderCache:
 
     def _bind(self, pod: BoundPod) -> None:
         self.bound[(pod.namespace, pod.name)] = pod
+        if self.snapshot.node(pod.node_name) is None:
+            self.early.setdefault(pod.node_name, set()).add((pod.namespace, pod.name))
         for snap in self.snapshots.values():
             snap.bind(pod)
 
@@ -132,6 +137,11 @@ class ExtenderCache:
                 self._forget_rejections(node.name)
             for snap in self.snapshots.values():
                 snap.upsert_node(node)
+            for key in self.early.pop(node.name, ()):
+                pod = self.bound.get(key)
+                if pod is not None and pod.node_name == node.name:
+                    for snap in self.snapshots.values():
+                        snap.bind(pod)
 
     def _track_pin(self, old: GangPod | None, new: GangPod | None) -> None:
         was = old.pinned if old is not None and old.node is None and not old.finished else None

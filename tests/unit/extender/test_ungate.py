@@ -157,3 +157,15 @@ def test_a_pod_recreated_in_a_sliced_gang_joins_the_slice_its_pinned_peers_start
     add(cache, member(0, "us-1-0"), member(1, "us-1-1"), member(2, "us-2-0"), member(3))
     pins, why = cache.pins(("ns", "g"), now=0.0)
     assert [(p.name, n.rsplit("-", 1)[0]) for p, n in pins] == [("p3", "us-2")], why
+
+
+def test_pins_and_bindings_seen_before_their_node_are_charged_when_it_arrives() -> None:
+    # After a restart the pod watch may list before the node watch: a pin on a node the cache
+    # does not know yet must still hold that node once it is known.
+    cache = ExtenderCache()
+    add(cache, ungate_pod("p0", "g", 2, pinned="us-1-0"), pod("b", node_name="us-1-1"))
+    for i in range(3):
+        cache.on_node("ADDED", None, node(f"us-1-{i}", "us-1"))
+    add(cache, *(ungate_pod(f"q{i}", "h", 1) for i in range(1)))
+    pins, _ = cache.pins(("ns", "h"), now=0.0)
+    assert [n for _, n in pins] == ["us-1-2"]  # us-1-0 (pinned) and us-1-1 (bound) are full
