@@ -1004,10 +1004,18 @@ class LocalCluster:
         shape = yaml.safe_load(shape_path.read_text())
         nodes = nodes_from_shape(shape)
         t0 = time.monotonic()
+
         # One create per node, with its status (a Node's create keeps it), many at a time: a
         # 5,000-node shape took minutes as an apply and a status patch each, one after the other.
+        def create(node: dict[str, Any]) -> None:
+            try:
+                client.create(NODES, node)
+            except ApiError as err:
+                if err.status != 409:  # 409: kept in etcd from a cluster that died without `down`
+                    raise
+
         with ThreadPoolExecutor(NODE_WRITERS) as pool:
-            list(pool.map(lambda node: client.create(NODES, node), nodes))
+            list(pool.map(create, nodes))
         self._log(f"  {len(nodes)} fake nodes created from {shape_path} in {time.monotonic() - t0:.1f}s")
 
     def apply_file(self, client: Client, path: Path) -> list[dict[str, Any]]:

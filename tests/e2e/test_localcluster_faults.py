@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from gangplugin.localcluster.cluster import ClusterError, LocalCluster, Ports
+from gangplugin.localcluster.cluster import ClusterError, LocalCluster, Ports, _alive
 from tests.e2e.conftest import e2e_port_base
+from tests.e2e.kube import wait_for
 
 
 def _cluster(tmp_path: Path, base: int) -> LocalCluster:
@@ -55,8 +56,11 @@ def test_second_up_finds_the_running_cluster_and_down_leaves_nothing(tmp_path: P
         assert again.running_processes() == first.running_processes()
         # Killed without `make down` (a crash, a reboot): etcd keeps gangplugin's webhooks, which
         # must not refuse the next `up` its own GangPolicy while gangplugin is not serving yet.
-        for pid in first.running_processes().values():
+        pids = list(first.running_processes().values())
+        for pid in pids:
             os.killpg(pid, signal.SIGKILL)
+        # Gone for good (no thread left holding a port) before the next `up`, as after a reboot.
+        wait_for(lambda: not any(_alive(pid) for pid in pids), 60, "the killed cluster's processes to exit")
         revived = _cluster(tmp_path, e2e_port_base() + 3000)
         assert revived.up(build=False) is True
     finally:
