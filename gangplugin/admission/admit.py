@@ -7,6 +7,7 @@ through the same `evaluate`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import time
@@ -165,6 +166,11 @@ class AdmissionPass:
                     snapshots[levels] = self.view.capacity.snapshot(levels, promises)
                 return snapshots[levels]
 
+            # Refreshed once for the pass before any decision: a cost of the pass (its
+            # histogram), not of the first gang decided.
+            for q in queue.candidates:
+                with contextlib.suppress(InputError):
+                    snapshot(self.view.levels(self.view.policy(q.policy)))
             for q in queue.candidates:
                 wl, check = entries[q.key].wl, entries[q.key].check
                 decide_start = time.monotonic()

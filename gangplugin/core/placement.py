@@ -745,7 +745,17 @@ class _Planner:
 
 
 def _node_summary(snap: Snapshot, ps: PodSet, spares: frozenset[int]) -> str:
+    """How the nodes stand for one pod of `ps`: a pass over every node, so kept in the
+    snapshot's memo until it changes."""
     req = _req_items(ps)
+    key = ("node summary", req, ps.constraints, ps.excluded_nodes, spares)
+    summary: str | None = snap.memo.get(key)
+    if summary is None:
+        summary = snap.memo[key] = _count_nodes(snap, ps, req, spares)
+    return summary
+
+
+def _count_nodes(snap: Snapshot, ps: PodSet, req: _Req, spares: frozenset[int]) -> str:
     why: Counter[str] = Counter()
     for i, node in enumerate(snap.nodes):
         if node is None:

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from gangplugin.core.eligibility import BLOCKING_EFFECTS, Taint
 from gangplugin.core.errors import InputError
@@ -131,6 +132,10 @@ class Snapshot:
         self._pods_on: list[set[tuple[str, str]]] = []
         self._domain_free: list[dict[str, int]] | None = None
         self._spares: dict[int, frozenset[int]] = {}
+        # Answers read off the snapshot as it is now (e.g. why a gang's nodes refuse it), for
+        # callers asking the same question again before anything changes: an admission pass
+        # refusing 1,000 waiting gangs of one shape. Emptied by every change.
+        self.memo: dict[Hashable, Any] = {}
         # pod shape -> (pods of it per node, summed per domain), for pods without constraints
         self._fits: dict[Requests, tuple[dict[int, int], list[int]]] = {}
 
@@ -326,9 +331,15 @@ class Snapshot:
         assert node is not None
         return node.name
 
+    def _changed(self) -> None:
+        """Forget what was derived from the nodes' free capacity (the kept fit counts follow
+        each change on their own)."""
+        self._spares.clear()
+        self.memo.clear()
+
     def upsert_node(self, node: Node) -> None:
         """Add a node or replace what is known of it (labels, allocatable, taints, readiness)."""
-        self._spares.clear()
+        self._changed()
         self._fits.clear()  # a node's domains may change: counted again when next asked
         i = self.node_ids.get(node.name)
         if i is None:
@@ -359,7 +370,7 @@ class Snapshot:
         i = self.node_ids.pop(name, None)
         if i is None:
             return
-        self._spares.clear()
+        self._changed()
         self._fits.clear()
         self._detach(i)
         for key in self._pods_on[i]:
@@ -378,7 +389,7 @@ class Snapshot:
         i = self.node_ids.get(pod.node_name)
         if i is None or pod.phase in FINISHED_PHASES:
             return
-        self._spares.clear()
+        self._changed()
         self._pods[key] = (i, pod.requests)
         self._pods_on[i].add(key)
         self.pod_count[i] += 1
@@ -398,7 +409,7 @@ class Snapshot:
         entry = self._pods.pop((namespace, name), None)
         if entry is None:
             return
-        self._spares.clear()
+        self._changed()
         i, requests = entry
         self._pods_on[i].discard((namespace, name))
         self.pod_count[i] -= 1

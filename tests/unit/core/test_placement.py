@@ -368,3 +368,20 @@ def test_replace_when_node_is_gone_and_noop():
     assert replace(snap, g, r.assignments, "nowhere").assignments == ()
     with pytest.raises(InputError):
         replace(snap, g, [Assignment("ghost", 0, "us1-n00")], "us1-n00")
+
+
+def test_refusal_reason_follows_every_change_of_the_snapshot():
+    # The node summary is kept between identical questions; each bind, unbind and node change
+    # must show in the next answer.
+    snap = build_snapshot(ultraservers(1, 2), [BoundPod("ns", "p0", "us1-n00", {GPU: 4})], LEVELS)
+    g = gang(2)
+    assert place(snap, g).reason.endswith("nodes: 1 with room, 1 short of nvidia.com/gpu")
+    assert place(snap, g).reason.endswith("nodes: 1 with room, 1 short of nvidia.com/gpu")
+    snap.bind(BoundPod("ns", "p1", "us1-n01", {GPU: 4}))
+    assert place(snap, g).reason.endswith("nodes: 2 short of nvidia.com/gpu")
+    snap.unbind("ns", "p0")
+    assert place(snap, g).reason.endswith("nodes: 1 with room, 1 short of nvidia.com/gpu")
+    snap.upsert_node(node("us1-n00", ready=False))
+    assert place(snap, g).reason.endswith("nodes: 1 not Ready, 1 short of nvidia.com/gpu")
+    snap.remove_node("us1-n00")
+    assert place(snap, g).reason.endswith("nodes: 1 short of nvidia.com/gpu")
