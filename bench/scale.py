@@ -58,6 +58,9 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--pods", type=int, default=2000, help="pods of the throughput runs (a)")
     ap.add_argument("--workloads", type=int, default=300, help="Workloads per admission run (b)")
     ap.add_argument("--waiting", type=int, default=1000, help="Workloads waiting at once (b)")
+    ap.add_argument(
+        "--waiting-timeout", type=float, default=600, help="seconds the waiting run lasts at most (b)"
+    )
     ap.add_argument("--waiting-reps", type=int, default=3, help="repetitions of the waiting run (b)")
     ap.add_argument("--gangs", default="64,512,1024", help="gang sizes of (d)")
     ap.add_argument("--gang-reps", type=int, help="repetitions of (d) (default --reps)")
@@ -157,11 +160,18 @@ def admission_runs(cluster: LocalCluster, client: Client, args: argparse.Namespa
     print(f"  no-op check {spread(noop, '{:.1f}'.format)}/s; gang check {spread(ours, '{:.1f}'.format)}/s")
     print(f"  ratio {spread(ratios)} {target(statistics.median(ratios) >= 0.95, '>= 0.95')}")
     name = "gangplugin_admission_decision_duration_seconds"
-    p50s, p99s, ends = [], [], []
+    pass_name = "gangplugin_admission_pass_duration_seconds"
+    p50s, p99s, ends, pass_p99s = [], [], [], []
     for rep in range(args.waiting_reps):
-        before = histogram(gangplugin_metrics(cluster), name)
-        _, latency = admission.run(client, f"adm-wait-{rep}", ["gang"], args.waiting, quiet=True)
-        after = histogram(gangplugin_metrics(cluster), name)
+        scraped = gangplugin_metrics(cluster)
+        before, pass_before = histogram(scraped, name), histogram(scraped, pass_name)
+        rate, latency = admission.run(
+            client, f"adm-wait-{rep}", ["gang"], args.waiting, quiet=True, timeout=args.waiting_timeout
+        )
+        print(f"    rep {rep + 1}: {rate:.1f} admitted/s")
+        scraped = gangplugin_metrics(cluster)
+        after = histogram(scraped, name)
+        pass_p99s.append(quantile(histogram(scraped, pass_name), pass_before, 0.99))
         p50s.append(quantile(after, before, 0.5))
         p99s.append(quantile(after, before, 0.99))
         ends.append(sorted(latency)[int(0.99 * (len(latency) - 1))])
@@ -172,6 +182,8 @@ def admission_runs(cluster: LocalCluster, client: Client, args: argparse.Namespa
         f"  {args.waiting} Workloads at once: decision per gang p50 <= {p50} ms, p99 <= {p99} ms "
         f"{target(statistics.median(p99s) < 0.05, '< 50 ms')}"
     )
+    passes = spread([p * 1000 for p in pass_p99s], ms)
+    print(f"    (a whole pass, its snapshot refresh and writes included: p99 <= {passes} ms)")
     print(f"    (quota reserved -> check Ready, queueing included: p99 {spread(ends, '{:.1f}'.format)} s)")
 
 

@@ -25,7 +25,8 @@ ADMISSION_LATENCY = Histogram(
 ADMISSION_DECISION = Histogram(
     "gangplugin_admission_decision_duration_seconds",
     "Time the admission pass spends deciding one waiting gang (placement on the snapshot, the "
-    "preemption search when it does not fit), the API writes excluded.",
+    "preemption search when it does not fit); the pass's snapshot refresh and its API writes "
+    "are the pass's.",
     buckets=_FAST,
 )
 ADMISSION_PASS = Histogram(
