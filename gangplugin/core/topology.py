@@ -339,9 +339,11 @@ class Snapshot:
 
     def upsert_node(self, node: Node) -> None:
         """Add a node or replace what is known of it (labels, allocatable, taints, readiness)."""
+        i = self.node_ids.get(node.name)
+        if i is not None and self.nodes[i] == node:
+            return  # a heartbeat: nothing placement reads changed, so what is kept stays
         self._changed()
         self._fits.clear()  # a node's domains may change: counted again when next asked
-        i = self.node_ids.get(node.name)
         if i is None:
             i = len(self.nodes)
             self.nodes.append(node)

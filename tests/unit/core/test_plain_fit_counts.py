@@ -65,3 +65,17 @@ def test_without_climbing_a_gang_spreads_at_its_preferred_level():
     flat = place(snap, gang, PlacementPolicy(climb_levels=False))
     # the fewest UltraServers: the largest first (us-0), the rest in the tightest that holds it (us-3)
     assert flat.feasible and flat.level is None and flat.domains == ("us-0", "us-3")
+
+
+def test_a_heartbeat_keeps_the_counts_and_a_real_change_drops_them():
+    # kwok and kubelets rewrite every Node's status every few minutes: at 5,000 nodes an upsert
+    # that changes nothing must not cost the next decision a pass over every node.
+    snap = build_snapshot(nodes())
+    req = ((GPU, 2),)
+    kept = snap.plain_fit_counts(req)
+    first = nodes()[0]
+    snap.upsert_node(Node(first.name, dict(first.labels), dict(first.allocatable), first.taints))
+    assert snap.plain_fit_counts(req)[0] is kept[0]
+    snap.upsert_node(Node(first.name, dict(first.labels), {GPU: 2, "pods": 8}, first.taints))
+    fresh = snap.plain_fit_counts(req)
+    assert fresh[0] is not kept[0] and fresh[0][0] == 1
