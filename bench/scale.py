@@ -13,7 +13,8 @@ Run: .venv/bin/python bench/scale.py [--nodes 500 --nodes 5000] [--reps 3] [--qu
 At the largest size:
 (b) Kueue admission rate with the gang check against a no-op check (bench/admission.py's runs,
     Workloads without pods), and the check's own decision time per gang with 1,000 Workloads
-    submitted at once, from gangplugin's /metrics (gangplugin_admission_decision_duration_seconds;
+    submitted at once, from gangplugin's /metrics (gangplugin_admission_decision_duration_seconds
+    and its CPU time, ..._decision_cpu_seconds: the difference is time spent waiting for a core;
     bucket bounds, so a p99 of "<= 5 ms" means it fell in the bucket ending there).
 (c) `gangplugin serve`'s peak and current resident memory (/proc VmHWM, VmRSS) and CPU seconds
     after (a) and (b), its time from process start to /readyz 200 when restarted there, and
@@ -159,31 +160,36 @@ def admission_runs(cluster: LocalCluster, client: Client, args: argparse.Namespa
     ratios = [o / x for o, x in zip(ours, noop, strict=True)]
     print(f"  no-op check {spread(noop, '{:.1f}'.format)}/s; gang check {spread(ours, '{:.1f}'.format)}/s")
     print(f"  ratio {spread(ratios)} {target(statistics.median(ratios) >= 0.95, '>= 0.95')}")
-    name = "gangplugin_admission_decision_duration_seconds"
-    pass_name = "gangplugin_admission_pass_duration_seconds"
-    p50s, p99s, ends, pass_p99s = [], [], [], []
+    names = {
+        "decision": "gangplugin_admission_decision_duration_seconds",
+        "cpu": "gangplugin_admission_decision_cpu_seconds",
+        "pass": "gangplugin_admission_pass_duration_seconds",
+    }
+    seen: dict[str, list[float]] = {f"{k} p{q}": [] for k in names for q in (50, 99)}
+    ends = []
     for rep in range(args.waiting_reps):
         scraped = gangplugin_metrics(cluster)
-        before, pass_before = histogram(scraped, name), histogram(scraped, pass_name)
+        before = {k: histogram(scraped, n) for k, n in names.items()}
         rate, latency = admission.run(
             client, f"adm-wait-{rep}", ["gang"], args.waiting, quiet=True, timeout=args.waiting_timeout
         )
         print(f"    rep {rep + 1}: {rate:.1f} admitted/s")
         scraped = gangplugin_metrics(cluster)
-        after = histogram(scraped, name)
-        pass_p99s.append(quantile(histogram(scraped, pass_name), pass_before, 0.99))
-        p50s.append(quantile(after, before, 0.5))
-        p99s.append(quantile(after, before, 0.99))
+        for k, n in names.items():
+            for q in (50, 99):
+                seen[f"{k} p{q}"].append(quantile(histogram(scraped, n), before[k], q / 100) * 1000)
         ends.append(sorted(latency)[int(0.99 * (len(latency) - 1))])
         delete_workloads(client, f"adm-wait-{rep}")
-    ms = "{:.1f}".format
-    p50, p99 = spread([p * 1000 for p in p50s], ms), spread([p * 1000 for p in p99s], ms)
+
+    def ms(key: str) -> str:
+        return spread(seen[key], "{:.1f}".format)
+
     print(
-        f"  {args.waiting} Workloads at once: decision per gang p50 <= {p50} ms, p99 <= {p99} ms "
-        f"{target(statistics.median(p99s) < 0.05, '< 50 ms')}"
+        f"  {args.waiting} Workloads at once: decision per gang p50 <= {ms('decision p50')} ms, "
+        f"p99 <= {ms('decision p99')} ms {target(statistics.median(seen['decision p99']) < 50, '< 50 ms')}"
     )
-    passes = spread([p * 1000 for p in pass_p99s], ms)
-    print(f"    (a whole pass, its snapshot refresh and writes included: p99 <= {passes} ms)")
+    print(f"    (its CPU time: p50 <= {ms('cpu p50')} ms, p99 <= {ms('cpu p99')} ms)")
+    print(f"    (a whole pass, its snapshot refresh and writes included: p99 <= {ms('pass p99')} ms)")
     print(f"    (quota reserved -> check Ready, queueing included: p99 {spread(ends, '{:.1f}'.format)} s)")
 
 

@@ -173,9 +173,10 @@ class AdmissionPass:
                     snapshot(self.view.levels(self.view.policy(q.policy)))
             for q in queue.candidates:
                 wl, check = entries[q.key].wl, entries[q.key].check
-                decide_start = time.monotonic()
+                decide_start, cpu_start = time.monotonic(), time.thread_time()
                 verdict = self.evaluate(wl, check, q.policy, snapshot, unready, now, gov)
                 metrics.ADMISSION_DECISION.observe(time.monotonic() - decide_start)
+                metrics.ADMISSION_DECISION_CPU.observe(time.thread_time() - cpu_start)
                 if verdict.wake_at is not None:
                     wake.append(verdict.wake_at)
                 plan = verdict.preemption

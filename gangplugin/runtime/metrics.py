@@ -29,6 +29,12 @@ ADMISSION_DECISION = Histogram(
     "are the pass's.",
     buckets=_FAST,
 )
+ADMISSION_DECISION_CPU = Histogram(
+    "gangplugin_admission_decision_cpu_seconds",
+    "CPU time of the thread deciding one waiting gang (as gangplugin_admission_decision_duration_"
+    "seconds measures it): where the two part, the process waits for a core or the GIL.",
+    buckets=_FAST,
+)
 ADMISSION_PASS = Histogram(
     "gangplugin_admission_pass_duration_seconds",
     "One admission pass: every waiting gang decided in queue order and the decisions written.",
