@@ -48,7 +48,7 @@ from gangplugin.kube.shape import ULTRASERVER
 from gangplugin.localcluster.cluster import LocalCluster
 
 USED = 0.3  # share of the nodes running gangs before the bench starts
-MODES: tuple[Mode, ...] = (_cluster.EXTENDER, _cluster.UNGATE)
+MODES: dict[str, Mode] = {m.name: m for m in (_cluster.EXTENDER, _cluster.UNGATE)}
 STATE = "bench-scale"
 
 
@@ -66,8 +66,13 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--gangs", default="64,512,1024", help="gang sizes of (d)")
     ap.add_argument("--gang-reps", type=int, help="repetitions of (d) (default --reps)")
     ap.add_argument("--parts", default="abcd", help="which of (a)-(d) to run (b-d at the largest size)")
+    ap.add_argument("--modes", default=",".join(MODES), help="bind modes of (a) and (d), comma-separated")
     ap.add_argument("--quick", action="store_true", help="fewer pods and Workloads: a check, not figures")
     args = ap.parse_args()
+    unknown = set(args.modes.split(",")) - set(MODES)
+    if unknown:
+        ap.error(f"--modes: unknown {', '.join(sorted(unknown))}; choose among {', '.join(MODES)}")
+    args.modes = [MODES[m] for m in args.modes.split(",")]
     args.nodes = sorted(args.nodes or [500, 5000])
     args.gangs = [int(g) for g in args.gangs.split(",")]
     args.gang_reps = args.gang_reps or args.reps
@@ -95,7 +100,7 @@ def throughput(cluster: LocalCluster, client: Client, args: argparse.Namespace, 
     print(f"(a) {nodes} nodes: kube-scheduler binding {args.pods} 1-GPU pods in gangs of 8")
     rates: dict[str, list[float]] = {}
     for rep in range(args.reps):
-        for mode in (_cluster.NONE, *MODES):
+        for mode in (_cluster.NONE, *args.modes):
             elapsed, metrics = _cluster.scheduling_throughput(
                 cluster, client, mode, args.pods, 8, f"tp-{mode.name}-{rep}"
             )
@@ -103,7 +108,7 @@ def throughput(cluster: LocalCluster, client: Client, args: argparse.Namespace, 
             print(f"    rep {rep + 1} {mode.name:<9} {args.pods / elapsed:7.1f} pods/s  ({metrics})")
     base = rates[_cluster.NONE.name]
     print(f"  {'no extender':<22} {spread(base, '{:.1f}'.format)} pods/s")
-    for mode in MODES:
+    for mode in args.modes:
         ratios = [r / statistics.median(base) for r in rates[mode.name]]
         print(
             f"  {mode.name:<22} {spread(rates[mode.name], '{:.1f}'.format)} pods/s, ratio "
@@ -337,13 +342,13 @@ def _wait(check: Callable[[], bool], timeout: float, what: str) -> None:
 
 def gang_start(cluster: LocalCluster, client: Client, args: argparse.Namespace) -> None:
     print("(d) one Job: submission -> all pods Running; a gang (Kueue, our check, bind mode) vs plain")
-    queues = {mode.name: gang_queue(client, mode, max(args.gangs) * 2) for mode in MODES}
+    queues = {mode.name: gang_queue(client, mode, max(args.gangs) * 2) for mode in args.modes}
     _cluster.namespace(client, "start-plain")
     for size in args.gangs:
         cluster.restart("kube-scheduler", extender=False)
         plain = [time_job(client, "start-plain", size, None) for _ in range(args.gang_reps)]
         print(f"  {size:>5} pods  plain     {spread(plain, '{:.1f}'.format)} s (kube-scheduler alone)")
-        for mode in MODES:
+        for mode in args.modes:
             cluster.restart("kube-scheduler", extender=mode.extender)
             ns = queues[mode.name]
             gang = [time_job(client, ns, size, ns) for _ in range(args.gang_reps)]
