@@ -588,6 +588,9 @@ class LocalCluster:
                 "--kube-api-qps=200",
                 "--kube-api-burst=400",
                 "--profiling=false",
+                # kwok renews every lease at a quarter of its duration: as kubelet, 50 s of grace
+                # for 40 s leases, and leases that last longer on a large shape (`_node_lease`).
+                f"--node-monitor-grace-period={self._node_lease() * 5 // 4}s",
                 *self._generic_workload_flags(GENERIC_WORKLOAD_GATE),
             ],
             health=lambda: self._https_ok(p.controller_manager, "/healthz", client_cert=False),
@@ -645,7 +648,7 @@ class LocalCluster:
                 "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
                 "--cidr=10.0.0.1/16",
                 "--node-ip=10.0.0.1",
-                "--node-lease-duration-seconds=40",
+                f"--node-lease-duration-seconds={self._node_lease()}",
                 f"--server-address=127.0.0.1:{p.kwok}",
             ],
             health=lambda: httpx.get(f"http://127.0.0.1:{p.kwok}/healthz", timeout=2.0).status_code == 200,
@@ -998,11 +1001,20 @@ class LocalCluster:
 
         _wait(ok, 60, "Kueue's webhooks to answer")
 
+    def _shape(self) -> tuple[Path, list[dict[str, Any]]]:
+        """The shape file the nodes are made from (GANGPLUGIN_SHAPE, else the sample) and its nodes."""
+        path = Path(os.environ.get("GANGPLUGIN_SHAPE", REPO / "deploy" / "local" / "cluster-shape.yaml"))
+        return path, nodes_from_shape(yaml.safe_load(path.read_text()))
+
+    def _node_lease(self) -> int:
+        """Seconds a fake node's lease lasts: kubelet's 40 s up to 500 nodes, longer beyond. kwok
+        renews each one at a quarter of it; 5,000 nodes at 40 s are 500 lease writes a second,
+        more than two cores keep up with under load: half the nodes went unreachable (tainted)
+        in a bench, and the gang pods pinned to them with them."""
+        return max(40, 40 * len(self._shape()[1]) // 500)
+
     def _create_nodes(self, client: Client) -> None:
-        default_shape = REPO / "deploy" / "local" / "cluster-shape.yaml"
-        shape_path = Path(os.environ.get("GANGPLUGIN_SHAPE", default_shape))
-        shape = yaml.safe_load(shape_path.read_text())
-        nodes = nodes_from_shape(shape)
+        shape_path, nodes = self._shape()
         t0 = time.monotonic()
 
         # One create per node, with its status (a Node's create keeps it), many at a time: a

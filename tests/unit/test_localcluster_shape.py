@@ -42,3 +42,27 @@ def test_network_layers_nest_and_names_are_unique() -> None:
 def test_gpu_capacity() -> None:
     gpus = Counter(n["status"]["allocatable"]["nvidia.com/gpu"] for n in _nodes())
     assert gpus == {"4": 72, "8": 32}
+
+
+def test_node_leases_last_longer_on_a_large_shape(tmp_path, monkeypatch) -> None:
+    # kwok renews each lease at a quarter of its duration; kube-controller-manager's grace
+    # period follows, so a large fake cluster does not go unreachable under its own lease writes.
+    from gangplugin.localcluster.cluster import LocalCluster
+
+    def flags() -> tuple[str, str]:
+        cluster = LocalCluster(state_dir=tmp_path)
+        kwok = next(a for a in cluster._kwok().argv if a.startswith("--node-lease-duration-seconds="))
+        kcm = next(a for a in cluster._controller_manager().argv if a.startswith("--node-monitor-grace"))
+        return kwok, kcm
+
+    monkeypatch.delenv("GANGPLUGIN_SHAPE", raising=False)
+    assert flags() == ("--node-lease-duration-seconds=40", "--node-monitor-grace-period=50s")
+    big = yaml.safe_load((REPO / "deploy/local/cluster-shape.yaml").read_text())
+    for group in big["spec"]["groups"]:
+        for key in ("ultraServerCount", "instanceCount"):
+            if key in group:
+                group[key] *= 48  # 104 nodes -> 4,992
+    path = tmp_path / "shape.yaml"
+    path.write_text(yaml.safe_dump(big))
+    monkeypatch.setenv("GANGPLUGIN_SHAPE", str(path))
+    assert flags() == ("--node-lease-duration-seconds=399", "--node-monitor-grace-period=498s")
