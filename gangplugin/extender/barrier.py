@@ -9,6 +9,9 @@ between those calls; the cache then sees a partial gang and completes it or aban
 scheduler's httpTimeout), every waiter gets an error, none is bound, the plan is dropped, and
 the scheduler retries them.
 
+Pods the ungater pinned (bindMode Ungate, PodGroup) are bound at once: it placed their gang whole
+before it removed their gate, and kube-scheduler binds none before that.
+
 Whoever calls `bind`, a pod goes nowhere its own constraints and its gang's plan do not allow:
 every call is checked first (`core.gangplan.bind_refusal`), and a refusal is told to the pod's
 owner as a Warning Event.
@@ -115,8 +118,12 @@ class Barrier:
                 self.refused(pod, refusal)
             return refusal
         gkey = pod.gang_key
-        # A pinned member (bindMode Ungate) needs no barrier: the ungater placed its whole gang.
-        if gkey is None or pod.size is None or pod.pinned is not None:
+        # A pinned member (bindMode Ungate, PodGroup) needs no barrier: the ungater placed its
+        # whole gang. One the cache still has gated is pinned too: kube-scheduler binds it only
+        # once its gate is gone, and the bind can come before the cache has the pin (the ungater
+        # feeds it when its patch returns). Held at the barrier, a lone waiter whose peers were
+        # bound straight away waited out the barrier's timeout.
+        if gkey is None or pod.size is None or pod.pinned is not None or pod.gated:
             return await self._bind_one(namespace, name, uid, node)
         loop = asyncio.get_running_loop()
         gang = self.gangs.get(gkey)
