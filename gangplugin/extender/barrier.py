@@ -2,7 +2,8 @@
 
 kube-scheduler calls `bind` for each pod from its own binding goroutine, so members wait here
 concurrently (asyncio futures, no thread per waiter). When the last member arrives (members
-already bound count too: a gang completed after a restart), every waiting member is bound
+already bound count too: a gang completed after a restart; the waiters also look again every
+second, for a member bound without waiting here), every waiting member is bound
 through the Binding API at once, in parallel, so a crash can only fall in the few milliseconds
 between those calls; the cache then sees a partial gang and completes it or abandons it
 (`core.gangplan.plan_gang`). If the gang is not complete within the timeout (shorter than the
@@ -32,6 +33,9 @@ from gangplugin.extender.cache import ExtenderCache
 from gangplugin.kube.client import ApiError, Client, api_error
 
 log = logging.getLogger(__name__)
+
+# How often a gang's waiters look again whether its other members have been bound meanwhile.
+RECHECK_SECONDS = 1.0
 
 # (namespace, name, uid, node) -> None, raises on failure
 BindFn = Callable[[str, str, str, str], Awaitable[None]]
@@ -130,6 +134,7 @@ class Barrier:
         if gang is None:
             gang = self.gangs[gkey] = _Gang(pod.size)
             gang.timer = loop.call_later(self.timeout, self._expire, gkey, gang)
+            loop.call_later(RECHECK_SECONDS, self._recheck, gkey, gang)
         elif gang.size != pod.size:
             return (
                 f"pod {namespace}/{name}: gang-size {pod.size} disagrees with {gang.size} of the other "
@@ -143,6 +148,17 @@ class Barrier:
         if barrier_open(gang.size, self.cache.bound_members(gkey), gang.waiters):
             self._open(gkey, gang)
         return await future
+
+    def _recheck(self, gkey: GangKey, gang: _Gang) -> None:
+        """Open the barrier once the members not waiting here are bound: a member the cache did
+        not know as one when its bind came (its gang label or gate not seen yet) was bound
+        directly, and no further bind call would come to open it."""
+        if self.gangs.get(gkey) is not gang:
+            return
+        if barrier_open(gang.size, self.cache.bound_members(gkey), gang.waiters):
+            self._open(gkey, gang)
+        else:
+            asyncio.get_running_loop().call_later(RECHECK_SECONDS, self._recheck, gkey, gang)
 
     def _expire(self, gkey: GangKey, gang: _Gang) -> None:
         if self.gangs.get(gkey) is not gang:

@@ -1,11 +1,14 @@
 """bindMode Ungate when the ungater's pin and the watch overtake each other: kube-scheduler may
 bind a pod before the ungater has fed its pin into the cache, and the watch may bring a pod's
 binding or deletion before the pin patch's answer. Neither may hold the pod at the bind barrier
-nor roll the cache back."""
+nor roll the cache back. Nor may a member bound without waiting at the barrier leave its peers
+there until the timeout."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
+from unittest.mock import ANY
 
 import httpx
 
@@ -14,7 +17,7 @@ from gangplugin.extender.pods import gang_pod_from_k8s
 from gangplugin.extender.ungater import Ungater
 from gangplugin.kube.client import Client
 from tests.unit.extender.test_podgroup_mode import Api
-from tests.unit.extender.test_server import post, run
+from tests.unit.extender.test_server import NODES, make_cache, pod, post, run
 from tests.unit.extender.test_ungate import HOST, add, cache_of, ungate_pod
 
 
@@ -91,3 +94,28 @@ def test_a_pod_the_watch_saw_deleted_is_not_brought_back_by_the_pin_answer() -> 
     cache = pin_with_the_watch_first("deleted")
     assert ("ns", "p0") not in cache.pods and not cache.gangs and not cache.pinned_on
     assert not cache.bound  # its node is free again
+
+
+def test_waiters_are_bound_once_a_member_that_did_not_wait_at_the_barrier_is_bound() -> None:
+    # A Kueue pod group: kube-scheduler bound p1 while the cache did not know it as a gang
+    # member yet (its gang label came later), so only p0 waits, and no other bind call comes.
+    cache = make_cache()
+    members = [pod(f"p{i}", "g", 2) for i in range(2)]
+    for m in members:
+        cache.on_pod("ADDED", None, gang_pod_from_k8s(m))
+
+    async def go(client, rec):  # type: ignore[no-untyped-def]
+        _, planned = await post(client, "/filter", {"Pod": members[0], "NodeNames": NODES})
+        target = planned["NodeNames"][0]
+        body = {"PodName": "p0", "PodNamespace": "ns", "PodUID": "uid-p0", "Node": target}
+        waiting = asyncio.create_task(post(client, "/bind", body))
+        await asyncio.sleep(0.2)
+        other = next(n for n in NODES if n != target)
+        bound = {**members[1], "spec": {**members[1]["spec"], "nodeName": other}}
+        cache.on_pod("MODIFIED", cache.pods[("ns", "p1")], gang_pod_from_k8s(bound))
+        status, answer = await waiting
+        assert status == 200 and answer["Error"] == "", answer
+        return rec.calls
+
+    # Before: p0 waited out the barrier's timeout ("only 2 of 2 pods had a node").
+    assert run(go, cache, timeout=5.0) == [("ns", "p0", "uid-p0", ANY)]
