@@ -2,12 +2,16 @@
 
 kube-scheduler calls `bind` for each pod from its own binding goroutine, so members wait here
 concurrently (asyncio futures, no thread per waiter). When the last member arrives (members
-already bound count too: a gang completed after a restart), every waiting member is bound
+already bound count too: a gang completed after a restart; the waiters also look again every
+second, for a member bound without waiting here), every waiting member is bound
 through the Binding API at once, in parallel, so a crash can only fall in the few milliseconds
 between those calls; the cache then sees a partial gang and completes it or abandons it
 (`core.gangplan.plan_gang`). If the gang is not complete within the timeout (shorter than the
 scheduler's httpTimeout), every waiter gets an error, none is bound, the plan is dropped, and
 the scheduler retries them.
+
+Pods the ungater pinned (bindMode Ungate, PodGroup) are bound at once: it placed their gang whole
+before it removed their gate, and kube-scheduler binds none before that.
 
 Whoever calls `bind`, a pod goes nowhere its own constraints and its gang's plan do not allow:
 every call is checked first (`core.gangplan.bind_refusal`), and a refusal is told to the pod's
@@ -29,6 +33,9 @@ from gangplugin.extender.cache import ExtenderCache
 from gangplugin.kube.client import ApiError, Client, api_error
 
 log = logging.getLogger(__name__)
+
+# How often a gang's waiters look again whether its other members have been bound meanwhile.
+RECHECK_SECONDS = 1.0
 
 # (namespace, name, uid, node) -> None, raises on failure
 BindFn = Callable[[str, str, str, str], Awaitable[None]]
@@ -115,14 +122,19 @@ class Barrier:
                 self.refused(pod, refusal)
             return refusal
         gkey = pod.gang_key
-        # A pinned member (bindMode Ungate) needs no barrier: the ungater placed its whole gang.
-        if gkey is None or pod.size is None or pod.pinned is not None:
+        # A pinned member (bindMode Ungate, PodGroup) needs no barrier: the ungater placed its
+        # whole gang. One the cache still has gated is pinned too: kube-scheduler binds it only
+        # once its gate is gone, and the bind can come before the cache has the pin (the ungater
+        # feeds it when its patch returns). Held at the barrier, a lone waiter whose peers were
+        # bound straight away waited out the barrier's timeout.
+        if gkey is None or pod.size is None or pod.pinned is not None or pod.gated:
             return await self._bind_one(namespace, name, uid, node)
         loop = asyncio.get_running_loop()
         gang = self.gangs.get(gkey)
         if gang is None:
             gang = self.gangs[gkey] = _Gang(pod.size)
             gang.timer = loop.call_later(self.timeout, self._expire, gkey, gang)
+            loop.call_later(RECHECK_SECONDS, self._recheck, gkey, gang)
         elif gang.size != pod.size:
             return (
                 f"pod {namespace}/{name}: gang-size {pod.size} disagrees with {gang.size} of the other "
@@ -136,6 +148,17 @@ class Barrier:
         if barrier_open(gang.size, self.cache.bound_members(gkey), gang.waiters):
             self._open(gkey, gang)
         return await future
+
+    def _recheck(self, gkey: GangKey, gang: _Gang) -> None:
+        """Open the barrier once the members not waiting here are bound: a member the cache did
+        not know as one when its bind came (its gang label or gate not seen yet) was bound
+        directly, and no further bind call would come to open it."""
+        if self.gangs.get(gkey) is not gang:
+            return
+        if barrier_open(gang.size, self.cache.bound_members(gkey), gang.waiters):
+            self._open(gkey, gang)
+        else:
+            asyncio.get_running_loop().call_later(RECHECK_SECONDS, self._recheck, gkey, gang)
 
     def _expire(self, gkey: GangKey, gang: _Gang) -> None:
         if self.gangs.get(gkey) is not gang:

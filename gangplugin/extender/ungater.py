@@ -159,11 +159,13 @@ class Ungater:
             raise RuntimeError(f"gang {key}: {len(failed)} of {len(pins)} pins failed: {failed[0]}")
         nodes = sorted({node for _, node in pins})
         log.info(
-            "gang %s: pinned %d pod(s) to %d node(s) and removed the placement gate (%s)",
+            "gang %s: pinned %d pod(s) to %d node(s) and removed the placement gate (%s)%s",
             key,
             len(pins),
             len(nodes),
             why,
+            # a few pods (a replacement after a node failure): which went where
+            "" if len(pins) > 4 else ": " + ", ".join(f"{p.name} -> {n}" for p, n in pins),
         )
         return None
 
@@ -235,10 +237,13 @@ class Ungater:
         except ApiError as err:
             return f"pinning {pod.namespace}/{pod.name} to {node}: {err}"
         UNGATED_PODS.inc()
-        # The cache takes the pin at once, so the next look at the gang does not pin it again.
+        # The cache takes the pin at once, so the next look at the gang does not pin it again;
+        # unless the watch was faster: the pod it has now (bound, or deleted) is newer than
+        # this answer, which must neither unbind it nor bring it back.
         with self.cache.lock:
             old = self.cache.pods.get(pod.key)
-            self.cache.on_pod("MODIFIED", old, gang_pod_from_k8s(raw))
+            if old is not None and old.uid == pod.uid and old.gated:
+                self.cache.on_pod("MODIFIED", old, gang_pod_from_k8s(raw))
         return ""
 
     def _wait(self, key: str, why: str) -> None:
