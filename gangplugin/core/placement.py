@@ -65,6 +65,7 @@ from gangplugin.core.packing import EXACT_MAX_NODES, pack
 from gangplugin.core.resources import CPU, MEMORY, PODS, format_quantity
 from gangplugin.core.topology import (
     HOSTNAME_LABEL,
+    NO_CONSTRAINTS,
     ULTRASERVER_LABEL,
     Requests,
     Snapshot,
@@ -194,7 +195,6 @@ def held_spares(
 _Req = Requests
 _Picks = list[tuple[int, int]]  # (node id, pods) of one podset
 _fit = pods_fitting
-_NO_CONSTRAINTS = PodConstraints()
 
 
 def _req_items(podset: PodSet) -> _Req:
@@ -445,27 +445,22 @@ class _Planner:
         self.node_counts: list[dict[int, int]] = []
         self.dom_counts: list[list[int]] = []
         for p, ps in enumerate(gang.podsets):
-            if ps.constraints == _NO_CONSTRAINTS and not ps.excluded_nodes:
-                nc, dc = self._plain_counts(self.reqs[p])
-            else:
-                nc = {}
-                for n in self._eligible(ps.constraints, ps.excluded_nodes):
-                    c = _fit(snap.free[n], self.reqs[p])
-                    if c:
-                        nc[n] = c
-                dc = self._aggregate(nc)
+            nc, dc = self._counts(self.reqs[p], ps)
             self.node_counts.append(nc)
             self.dom_counts.append(dc)
         # (pods per slice, slice level) per podset, for the attempt under way (`place` sets it)
         self.slicing: list[tuple[int, int] | None] = [None] * len(gang.podsets)
         self._slice_cache: dict[tuple[int, tuple[int, int]], list[int]] = {}
 
-    def _plain_counts(self, req: _Req) -> tuple[dict[int, int], list[int]]:
-        """The snapshot's kept counts for pods without constraints, less the spares."""
-        kept_nc, kept_dc = self.snap.plain_fit_counts(req)
+    def _counts(self, req: _Req, ps: PodSet) -> tuple[dict[int, int], list[int]]:
+        """The snapshot's kept counts for the podset's pod shape, less the spares and the nodes
+        kube-scheduler rejected."""
+        kept_nc, kept_dc = self.snap.fit_counts(req, ps.constraints)
         nc, dc = dict(kept_nc), list(kept_dc)
         path = self.snap.path
-        for n in self.spares:
+        ids = self.snap.node_ids
+        off = self.spares.union(i for name in ps.excluded_nodes if (i := ids.get(name)) is not None)
+        for n in off:
             c = nc.pop(n, 0)
             if c:
                 dc[0] -= c
@@ -478,7 +473,7 @@ class _Planner:
         if cached is not None:
             return cached
         snap, spares = self.snap, self.spares
-        plain = cons == _NO_CONSTRAINTS
+        plain = cons == NO_CONSTRAINTS
         out = []
         for i, node in enumerate(snap.nodes):
             if node is None or not snap.usable[i] or i in spares:

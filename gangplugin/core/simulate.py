@@ -523,7 +523,7 @@ _ONE_GPU = ((GPU, 1),)
 def _free_gpus(snap: Snapshot) -> Sequence[int]:
     """Free GPUs per domain id (usable nodes without a blocking taint), kept current by the
     snapshot at each bind and unbind."""
-    return snap.plain_fit_counts(_ONE_GPU)[1]
+    return snap.fit_counts(_ONE_GPU)[1]
 
 
 def _domain_capacity(snap: Snapshot) -> list[int]:
@@ -544,7 +544,7 @@ def _stranded(snap: Snapshot, head: Job, level_capacity: Sequence[int]) -> int:
         if level is None:
             return 0
     if snap.levels[level] == HOSTNAME_LABEL:  # the nodes with a free GPU, not every node
-        return sum(f for f in snap.plain_fit_counts(_ONE_GPU)[0].values() if f < need)
+        return sum(f for f in snap.fit_counts(_ONE_GPU)[0].values() if f < need)
     free = _free_gpus(snap)
     return sum(f for d in snap.by_level[level] if (f := free[d]) < need)
 

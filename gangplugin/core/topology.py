@@ -20,7 +20,7 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gangplugin.core.eligibility import BLOCKING_EFFECTS, Taint
+from gangplugin.core.eligibility import PodConstraints, Taint
 from gangplugin.core.errors import InputError
 from gangplugin.core.resources import PODS
 
@@ -42,6 +42,8 @@ FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 Requests = tuple[tuple[str, int], ...]
 #: How many pod shapes `Snapshot.plain_fit_counts` keeps current at most.
 _KEPT_SHAPES = 32
+#: A pod that asks for no node and tolerates no taint.
+NO_CONSTRAINTS = PodConstraints()
 
 
 def request_items(requests: Mapping[str, int]) -> Requests:
@@ -136,8 +138,8 @@ class Snapshot:
         # callers asking the same question again before anything changes: an admission pass
         # refusing 1,000 waiting gangs of one shape. Emptied by every change.
         self.memo: dict[Hashable, Any] = {}
-        # pod shape -> (pods of it per node, summed per domain), for pods without constraints
-        self._fits: dict[Requests, tuple[dict[int, int], list[int]]] = {}
+        # (pod shape, constraints) -> (pods of it per node, summed per domain): `fit_counts`
+        self._fits: dict[tuple[Requests, PodConstraints], tuple[dict[int, int], list[int]]] = {}
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -225,22 +227,26 @@ class Snapshot:
         self._spares[per_ultraserver] = result
         return result
 
-    def plain_fit_counts(self, req: Requests) -> tuple[Mapping[int, int], Sequence[int]]:
-        """Per node, how many pods of `req` without constraints fit (usable nodes without a
-        blocking taint, spares included), and those counts summed per domain (id 0: all).
+    def fit_counts(
+        self, req: Requests, constraints: PodConstraints = NO_CONSTRAINTS
+    ) -> tuple[Mapping[int, int], Sequence[int]]:
+        """Per node, how many pods of `req` with `constraints` fit (usable nodes the constraints
+        allow, spares included), and those counts summed per domain (id 0: all).
 
-        Computed once per pod shape, then kept current by `bind`/`unbind` at O(levels) per
-        change: placement asks about the same few shapes again and again, and a big cluster
+        Computed once per pod shape (requests and constraints), then kept current by `bind` and
+        `unbind` at O(levels) per change: placement asks about the same few shapes again and
+        again (a flavor's nodeSelector makes one shape for all its gangs), and a big cluster
         should not cost a pass over every node per question. Read-only to the caller."""
-        kept = self._fits.get(req)
+        key = (req, constraints)
+        kept = self._fits.get(key)
         if kept is not None:
             return kept
         if len(self._fits) >= _KEPT_SHAPES:
             self._fits.clear()
         nc: dict[int, int] = {}
         dc = [0] * len(self.domains)
-        for i, node in enumerate(self.nodes):
-            if node is None or not self._plain_ok(i):
+        for i in range(len(self.nodes)):
+            if not self._allows(i, constraints):
                 continue
             c = pods_fitting(self.free[i], req)
             if c:
@@ -248,23 +254,23 @@ class Snapshot:
                 dc[0] += c
                 for d in self.path[i]:
                     dc[d] += c
-        self._fits[req] = (nc, dc)
+        self._fits[key] = (nc, dc)
         return nc, dc
 
-    def _plain_ok(self, node_id: int) -> bool:
+    def _allows(self, node_id: int, constraints: PodConstraints) -> bool:
         node = self.nodes[node_id]
         return (
             node is not None
             and self.usable[node_id]
-            and not any(t.effect in BLOCKING_EFFECTS for t in node.taints)
+            and constraints.untolerated(node.taints) is None
+            and constraints.selects(node.labels, node.name)
         )
 
     def _refit(self, node_id: int) -> None:
         """Bring the kept pod-shape counts of one node up to date after its free capacity changed."""
-        ok = self._plain_ok(node_id)
         free = self.free[node_id]
-        for req, (nc, dc) in self._fits.items():
-            new = pods_fitting(free, req) if ok else 0
+        for (req, constraints), (nc, dc) in self._fits.items():
+            new = pods_fitting(free, req) if self._allows(node_id, constraints) else 0
             delta = new - nc.get(node_id, 0)
             if not delta:
                 continue

@@ -3,9 +3,11 @@ and placement gives the same answers with them; `explain=False` and `climb_level
 
 import random
 
-from gangplugin.core.eligibility import Taint
+import pytest
+
+from gangplugin.core.eligibility import PodConstraints, Taint, Toleration
 from gangplugin.core.placement import Gang, PlacementPolicy, PodSet, place
-from gangplugin.core.topology import BoundPod, Node, build_snapshot
+from gangplugin.core.topology import BoundPod, Node, build_snapshot, pods_fitting
 
 GPU = "nvidia.com/gpu"
 US = "topology.k8s.aws/ultraserver-id"
@@ -23,11 +25,19 @@ def nodes():
     return out
 
 
-def test_kept_counts_equal_a_fresh_count_after_binds_and_unbinds():
+# a flavor's nodeSelector (layer 3 l3-1: UltraServers us-2 and us-3) and a toleration of the
+# taint on us3-n3
+FLAVOR = PodConstraints(
+    node_selector=((L3, "l3-1"),), tolerations=(Toleration("k", "Equal", "v", "NoSchedule"),)
+)
+
+
+@pytest.mark.parametrize("constraints", [PodConstraints(), FLAVOR], ids=["plain", "flavor"])
+def test_kept_counts_equal_a_fresh_count_after_binds_and_unbinds(constraints):
     rng = random.Random(3)
     snap = build_snapshot(nodes())
     req = ((GPU, 2),)
-    snap.plain_fit_counts(req)  # kept from here on
+    snap.fit_counts(req, constraints)  # kept from here on
     bound = []
     for step in range(300):
         if bound and rng.random() < 0.4:
@@ -42,10 +52,16 @@ def test_kept_counts_equal_a_fresh_count_after_binds_and_unbinds():
         for key in bound:
             i, requests = snap._pods[("ns", key)]
             fresh.bind(BoundPod("ns", key, snap.nodes[i].name, dict(requests)))
-        kept_nc, kept_dc = snap.plain_fit_counts(req)
-        nc, dc = fresh.plain_fit_counts(req)
+        kept_nc, kept_dc = snap.fit_counts(req, constraints)
+        nc, dc = fresh.fit_counts(req, constraints)
         assert dict(kept_nc) == dict(nc) and list(kept_dc) == list(dc)
-    assert snap.node_ids["us3-n3"] not in snap.plain_fit_counts(req)[0]  # tainted: not for plain pods
+    kept = snap.fit_counts(req, constraints)[0]
+    allowed = {snap.nodes[i].name for i in kept}
+    if constraints == FLAVOR:  # only layer l3-1's nodes, the tainted one among them
+        assert allowed <= {f"us{u}-n{i}" for u in (2, 3) for i in range(4)}
+        assert kept.get(snap.node_ids["us3-n3"], 0) == pods_fitting(snap.free[snap.node_ids["us3-n3"]], req)
+    else:
+        assert snap.node_ids["us3-n3"] not in kept  # tainted: not for plain pods
 
 
 def test_explain_false_keeps_the_answer_and_drops_the_reason():
@@ -72,10 +88,10 @@ def test_a_heartbeat_keeps_the_counts_and_a_real_change_drops_them():
     # that changes nothing must not cost the next decision a pass over every node.
     snap = build_snapshot(nodes())
     req = ((GPU, 2),)
-    kept = snap.plain_fit_counts(req)
+    kept = snap.fit_counts(req)
     first = nodes()[0]
     snap.upsert_node(Node(first.name, dict(first.labels), dict(first.allocatable), first.taints))
-    assert snap.plain_fit_counts(req)[0] is kept[0]
+    assert snap.fit_counts(req)[0] is kept[0]
     snap.upsert_node(Node(first.name, dict(first.labels), {GPU: 2, "pods": 8}, first.taints))
-    fresh = snap.plain_fit_counts(req)
+    fresh = snap.fit_counts(req)
     assert fresh[0] is not kept[0] and fresh[0][0] == 1
