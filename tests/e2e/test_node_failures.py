@@ -91,17 +91,27 @@ def test_failed_nodes_of_one_ultraserver_replaced_up_to_max_then_requeued(
             v for v in victims if any(v in e["message"] and "spare" in e["message"] for e in events)
         } == set(victims), [e["message"] for e in events]
 
+        lagging: list[str] = []  # the pods that keep the gang from being whole, for the failure
+
         def whole_again() -> list[dict[str, Any]] | None:
             items = [
                 p for p in job_pods(client, namespace, job) if not p["metadata"].get("deletionTimestamp")
             ]
             active = [p for p in items if p.get("status", {}).get("phase") not in ("Failed", "Succeeded")]
-            ok = len(active) == 32 and all(
-                is_true(p, "Ready") and p["spec"]["nodeName"] not in victims for p in active
-            )
-            return active if ok else None
+            lagging[:] = [f"{len(active)} of 32 pods active"] if len(active) != 32 else []
+            lagging += [
+                f"{p['metadata']['name']} on {p['spec'].get('nodeName')} "
+                f"(pinned {(p['spec'].get('nodeSelector') or {}).get('kubernetes.io/hostname')}, "
+                f"gated {bool(p['spec'].get('schedulingGates'))}, {p.get('status', {}).get('phase')})"
+                for p in active
+                if not (is_true(p, "Ready") and p["spec"]["nodeName"] not in victims)
+            ]
+            return active if not lagging else None
 
-        again = wait_for(whole_again, 120, "the gang whole again off the failed nodes")
+        try:
+            again = wait_for(whole_again, 120, "the gang whole again off the failed nodes")
+        except AssertionError as err:
+            raise AssertionError(f"{err}; failed {victims}; not there: {lagging}") from None
         assert _slices(again, us) == [first, second], "a slice left its UltraServer"
         reasons = [e["reason"] for e in events_of(client, namespace, wl["metadata"]["name"])]
         assert "GangRequeued" not in reasons, reasons
