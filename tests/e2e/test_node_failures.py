@@ -99,13 +99,13 @@ def test_failed_nodes_of_one_ultraserver_replaced_up_to_max_then_requeued(
             ]
             active = [p for p in items if p.get("status", {}).get("phase") not in ("Failed", "Succeeded")]
             lagging[:] = [f"{len(active)} of 32 pods active"] if len(active) != 32 else []
-            lagging += [
+            lagging.extend(
                 f"{p['metadata']['name']} on {p['spec'].get('nodeName')} "
                 f"(pinned {(p['spec'].get('nodeSelector') or {}).get('kubernetes.io/hostname')}, "
                 f"gated {bool(p['spec'].get('schedulingGates'))}, {p.get('status', {}).get('phase')})"
                 for p in active
                 if not (is_true(p, "Ready") and p["spec"]["nodeName"] not in victims)
-            ]
+            )
             return active if not lagging else None
 
         try:
