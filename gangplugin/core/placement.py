@@ -65,7 +65,6 @@ from gangplugin.core.packing import EXACT_MAX_NODES, pack
 from gangplugin.core.resources import CPU, MEMORY, PODS, format_quantity
 from gangplugin.core.topology import (
     HOSTNAME_LABEL,
-    NO_CONSTRAINTS,
     ULTRASERVER_LABEL,
     Requests,
     Snapshot,
@@ -473,17 +472,11 @@ class _Planner:
         if cached is not None:
             return cached
         snap, spares = self.snap, self.spares
-        plain = cons == NO_CONSTRAINTS
-        out = []
-        for i, node in enumerate(snap.nodes):
-            if node is None or not snap.usable[i] or i in spares:
-                continue
-            if node.taints and cons.untolerated(node.taints) is not None:
-                continue
-            if excluded and node.name in excluded:
-                continue
-            if plain or cons.selects(node.labels, node.name):
-                out.append(i)
+        out = [
+            i
+            for i, node in enumerate(snap.nodes)
+            if i not in spares and snap.allows(i, cons) and not (excluded and node.name in excluded)  # type: ignore[union-attr]
+        ]
         self.eligible[(cons, excluded)] = out
         return out
 

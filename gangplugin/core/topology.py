@@ -246,7 +246,7 @@ class Snapshot:
         nc: dict[int, int] = {}
         dc = [0] * len(self.domains)
         for i in range(len(self.nodes)):
-            if not self._allows(i, constraints):
+            if not self.allows(i, constraints):
                 continue
             c = pods_fitting(self.free[i], req)
             if c:
@@ -257,7 +257,9 @@ class Snapshot:
         self._fits[key] = (nc, dc)
         return nc, dc
 
-    def _allows(self, node_id: int, constraints: PodConstraints) -> bool:
+    def allows(self, node_id: int, constraints: PodConstraints) -> bool:
+        """Whether a pod with `constraints` may run on the node: present, usable, every blocking
+        taint tolerated, nodeSelector and required affinity matched."""
         node = self.nodes[node_id]
         return (
             node is not None
@@ -270,7 +272,7 @@ class Snapshot:
         """Bring the kept pod-shape counts of one node up to date after its free capacity changed."""
         free = self.free[node_id]
         for (req, constraints), (nc, dc) in self._fits.items():
-            new = pods_fitting(free, req) if self._allows(node_id, constraints) else 0
+            new = pods_fitting(free, req) if self.allows(node_id, constraints) else 0
             delta = new - nc.get(node_id, 0)
             if not delta:
                 continue
