@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from gangplugin.kube.client import JOBS, Client
+from gangplugin.kube.client import JOBS, NODES, Client
 from tests.e2e.conftest import E2ECluster
 from tests.e2e.kube import gpu_job, is_true, job_pods, unique, wait_for
 from tests.e2e.test_admission import (
@@ -48,6 +48,16 @@ def _slices(pods: list[dict[str, Any]], us: dict[str, str]) -> list[set[str]]:
     """The UltraServers of pod indexes 0-15 and 16-31."""
     by_index = {int(p["metadata"]["annotations"][INDEX]): us[p["spec"]["nodeName"]] for p in pods}
     return [{by_index[i] for i in range(s, s + 16)} for s in (0, 16)]
+
+
+def _story(client: Client, namespace: str, job: str, victims: list[str]) -> str:
+    """What a failure message needs: the failed nodes' Ready, the check's state, our Events."""
+    ready = {v: is_true(client.get(NODES, v), "Ready") for v in victims}
+    wl = workload(client, namespace, job)
+    state = check_of(wl)
+    events = [f"{e['reason']}: {e['message']}" for e in events_of(client, namespace, wl["metadata"]["name"])]
+    check = f"{state.get('state')}: {state.get('message')}"
+    return f"failed {victims} (Ready: {ready}); check {check}; events {events}"
 
 
 @pytest.mark.parametrize("failed", [1, 2, 3])
@@ -86,7 +96,10 @@ def test_failed_nodes_of_one_ultraserver_replaced_up_to_max_then_requeued(
             ]
             return evs if len(evs) >= failed else None
 
-        events = wait_for(replaced, 90, f"{failed} NodeReplaced event(s)")
+        try:
+            events = wait_for(replaced, 90, f"{failed} NodeReplaced event(s)")
+        except AssertionError as err:
+            raise AssertionError(f"{err}; {_story(client, namespace, job, victims)}") from None
         assert {
             v for v in victims if any(v in e["message"] and "spare" in e["message"] for e in events)
         } == set(victims), [e["message"] for e in events]
@@ -111,7 +124,9 @@ def test_failed_nodes_of_one_ultraserver_replaced_up_to_max_then_requeued(
         try:
             again = wait_for(whole_again, 120, "the gang whole again off the failed nodes")
         except AssertionError as err:
-            raise AssertionError(f"{err}; failed {victims}; not there: {lagging}") from None
+            raise AssertionError(
+                f"{err}; not there: {lagging}; {_story(client, namespace, job, victims)}"
+            ) from None
         assert _slices(again, us) == [first, second], "a slice left its UltraServer"
         reasons = [e["reason"] for e in events_of(client, namespace, wl["metadata"]["name"])]
         assert "GangRequeued" not in reasons, reasons
