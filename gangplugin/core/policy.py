@@ -54,8 +54,7 @@ class GangPolicy:
     # more and the gang is requeued whole at once. None: no limit.
     max_replaced_nodes: int | None = None
     preemption: str = "ClusterQueue"
-    # Extender until Ungate passes the node-failure suite every time (see docs/extender.md).
-    bind_mode: str = "Extender"
+    bind_mode: str = "Ungate"
 
     @property
     def sequential(self) -> bool:

@@ -79,7 +79,7 @@ def gang_policy_from_k8s(obj: Mapping[str, Any]) -> GangPolicy:
             node_failure=str(spec.get("nodeFailure", "Requeue")),
             max_replaced_nodes=_int(spec.get("maxReplacedNodes"), "spec.maxReplacedNodes", None),
             preemption=str(spec.get("preemption", "ClusterQueue")),
-            bind_mode=str(spec.get("bindMode", "Extender")),
+            bind_mode=str(spec.get("bindMode", "Ungate")),
         )
     )
 

@@ -115,8 +115,9 @@ def test_gang_admitted_into_one_ultraserver(cluster: E2ECluster, namespace: str,
     assert check["state"] == "Ready", check
     (update,) = check["podSetUpdates"]
     domain = update["nodeSelector"][US]
-    # bindMode defaults to Extender: the extender's barrier bound the pods, with no pin.
-    assert update["labels"] == {GANG_LABEL: wl["metadata"]["name"], BIND_MODE_LABEL: "Extender"}
+    # bindMode defaults to Ungate: each pod was pinned to its node by gangplugin, then bound
+    # by kube-scheduler there.
+    assert update["labels"] == {GANG_LABEL: wl["metadata"]["name"], BIND_MODE_LABEL: "Ungate"}
     assert update["annotations"] == {GANG_SIZE_ANNOTATION: "4"}
     us = node_us(client)
     for pod in pods:
@@ -124,7 +125,8 @@ def test_gang_admitted_into_one_ultraserver(cluster: E2ECluster, namespace: str,
         assert pod["metadata"]["annotations"][GANG_SIZE_ANNOTATION] == "4"
         assert pod["spec"]["nodeSelector"][US] == domain
         assert us[pod["spec"]["nodeName"]] == domain
-        assert HOSTNAME not in pod["spec"]["nodeSelector"] and not pod["spec"].get("schedulingGates")
+        assert pod["spec"]["nodeSelector"][HOSTNAME] == pod["spec"]["nodeName"]
+        assert not pod["spec"].get("schedulingGates"), pod["spec"]
     assert any(e["reason"] == "GangAdmitted" for e in events_of(client, namespace, wl["metadata"]["name"]))
 
 

@@ -46,11 +46,11 @@ def test_full_policy() -> None:
             sparesPerUltraServer=1,
             nodeFailure="ReplaceFromSpare",
             maxReplacedNodes=2,
-            bindMode="Ungate",
+            bindMode="Extender",
         )
     )
     assert p.max_replaced_nodes == 2 and gang_policy_from_k8s(policy()).max_replaced_nodes is None
-    assert p.bind_mode == "Ungate" and gang_policy_from_k8s(policy()).bind_mode == "Extender"
+    assert p.bind_mode == "Extender" and gang_policy_from_k8s(policy()).bind_mode == "Ungate"
     assert gang_policy_from_k8s(policy(bindMode="PodGroup")).bind_mode == "PodGroup"
     assert (p.ready_timeout, p.unscheduled_timeout, p.recovery_timeout) == (600.0, 90.0, 0.0)
     assert p.sequential and p.node_failure == "ReplaceFromSpare" and p.topology_name == "hyperpod"
