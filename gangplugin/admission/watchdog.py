@@ -25,6 +25,7 @@ from gangplugin.core.timeutil import format_time
 from gangplugin.core.watchdog import Verdict, watch
 from gangplugin.kube import kueue_records as rec
 from gangplugin.kube.client import JSON
+from gangplugin.kube.expectations import DeletionExpectations
 from gangplugin.kube.gangpolicies import GangPolicies
 from gangplugin.runtime import metrics
 
@@ -36,6 +37,7 @@ class Watchdog:
         self.view = view
         self.writer = writer
         self.clock = clock
+        self.deleted = DeletionExpectations()  # pods moved off failed nodes, until the watch shows it
 
     def run(self, key: str) -> float | None:
         wl = self.view.workloads.get(key)
@@ -54,7 +56,7 @@ class Watchdog:
         now = self.clock()
         ns = wl["metadata"]["namespace"]
         gang = gang_id(wl["metadata"]["name"])
-        obs = self.view.observe(wl, self.view.gang_pods(ns, gang))
+        obs = self.view.observe(wl, self._pods(ns, gang, now))
         metrics.GANG_READY.update(key, obs.admitted_at, obs.ready >= obs.size, now)
         try:
             drain = self.view.drain(wl, now, obs.admitted_at)
@@ -66,7 +68,7 @@ class Watchdog:
         verdict = watch(policy, obs, now)
         if verdict.replace:
             try:
-                self.replace_failed(wl, state, policy, obs.failed_nodes)
+                self.replace_failed(wl, state, policy, obs.failed_nodes, now)
             except InputError as err:  # the recovery timeout still runs; say why nothing moved
                 self.writer.event(wl, "Warning", "NodeReplacementImpossible", str(err))
         if not verdict.expired:
@@ -103,8 +105,11 @@ class Watchdog:
             self.writer.event(wl, "Warning", reason, d.message)
             metrics.eviction(verdict.phase, d.state)
 
+    def _pods(self, namespace: str, gang: str, now: float) -> list[JSON]:
+        return self.deleted.visible(self.view.gang_pods(namespace, gang), pod_active, now)
+
     def replace_failed(
-        self, wl: JSON, state: Mapping[str, Any], policy: GangPolicy, failed: tuple[str, ...]
+        self, wl: JSON, state: Mapping[str, Any], policy: GangPolicy, failed: tuple[str, ...], now: float
     ) -> None:
         """Move the pods of the gang off NotReady nodes, all failed nodes in one decision of the
         core (`recover`: a spare of the gang's UltraServer first), or none of them: the pods
@@ -114,7 +119,7 @@ class Watchdog:
         gang = self.view.gang(wl)
         for upd in state.get("podSetUpdates") or []:
             gang = with_selector(gang, upd.get("nodeSelector") or {}, [str(upd.get("name"))])
-        pods = [p for p in self.view.gang_pods(ns, gang.name) if pod_active(p) and p["spec"].get("nodeName")]
+        pods = [p for p in self._pods(ns, gang.name, now) if pod_active(p) and p["spec"].get("nodeName")]
         assignments = [
             Assignment(
                 (p["metadata"].get("labels") or {}).get(rec.PODSET_LABEL, gang.podsets[0].name),
@@ -134,6 +139,7 @@ class Watchdog:
         for pod in pods:
             if pod["spec"]["nodeName"] in failed:
                 self.writer.delete_pod(ns, pod["metadata"]["name"])
+                self.deleted.expect(pod["metadata"].get("uid", ""), now)
         for move in result.moves:
             self.writer.event(
                 wl, "Normal", "NodeReplaced", f"{move.reason}; {len(move.assignments)} pod(s) recreated there"

@@ -130,6 +130,9 @@ def test_failed_nodes_of_one_ultraserver_replaced_up_to_max_then_requeued(
         assert _slices(again, us) == [first, second], "a slice left its UltraServer"
         reasons = [e["reason"] for e in events_of(client, namespace, wl["metadata"]["name"])]
         assert "GangRequeued" not in reasons, reasons
+        # Each failed node is replaced once: a second NodeReplaced is a decision made again on a
+        # pod already deleted (a reconcile that ran before the watch showed the deletion).
+        assert reasons.count("NodeReplaced") == failed, _story(client, namespace, job, victims)
         assert check_of(workload(client, namespace, job))["state"] == "Ready"
     finally:
         for v in victims:
