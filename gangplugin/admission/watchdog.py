@@ -32,6 +32,10 @@ from gangplugin.runtime import metrics
 log = logging.getLogger(__name__)
 
 
+def pod_uid(pod: JSON) -> str:
+    return str(pod["metadata"].get("uid", ""))
+
+
 class Watchdog:
     def __init__(self, view: AdmissionView, writer: CheckWriter, clock: Callable[[], float]) -> None:
         self.view = view
@@ -106,7 +110,7 @@ class Watchdog:
             metrics.eviction(verdict.phase, d.state)
 
     def _pods(self, namespace: str, gang: str, now: float) -> list[JSON]:
-        return self.deleted.visible(self.view.gang_pods(namespace, gang), pod_active, now)
+        return self.deleted.visible(self.view.gang_pods(namespace, gang), pod_uid, pod_active, now)
 
     def replace_failed(
         self, wl: JSON, state: Mapping[str, Any], policy: GangPolicy, failed: tuple[str, ...], now: float

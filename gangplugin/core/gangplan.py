@@ -74,6 +74,9 @@ class GangPod:
     # removes the gate; None where the API server dropped the field (GenericWorkload off).
     bind_mode: str | None = None
     pod_group: str | None = None
+    # A controller owns it (an ownerReference with controller: true), so a deleted pod is made
+    # again: the only way to move a pinned pod, whose pin is final.
+    replaceable: bool = False
     error: str | None = None
 
     @property
@@ -327,6 +330,26 @@ def filter_gang_pod(plan: GangPlan, node_names: Sequence[str], target: str | Non
         refused = tuple(sorted({sl.node for sl in plan.slots if sl.node not in candidates}))
         return FilterVerdict((), dict.fromkeys(node_names, reason), replan=True, rejected=refused)
     return FilterVerdict((target,), {})
+
+
+def stranded_pin(snapshot: Snapshot, pod: GangPod) -> str | None:
+    """Why kube-scheduler can no longer bind `pod` to the node the ungater pinned it to, or
+    None (not pinned, bound already, leaving, or the node still takes it). A pin is final (a
+    pod's nodeSelector cannot change once its gate is gone), so such a pod has to be made again,
+    behind the gate, to be pinned elsewhere. `snapshot` must be synced: a node it does not know
+    is a node that was deleted."""
+    if pod.pinned is None or pod.node is not None or pod.finished or pod.deleting:
+        return None
+    node = snapshot.node(pod.pinned)
+    where = f"pod {pod.namespace}/{pod.name} is pinned to {pod.pinned}, which"
+    if node is None:
+        return f"{where} is gone"
+    if not node.ready:
+        return f"{where} is NotReady"
+    if node.unschedulable:
+        return f"{where} is cordoned"
+    taint = pod.constraints.untolerated(node.taints)
+    return None if taint is None else f"{where} has the taint {taint}, which the pod does not tolerate"
 
 
 def filter_pinned_pod(pinned: str, node_names: Sequence[str]) -> FilterVerdict:

@@ -36,6 +36,7 @@ from gangplugin.core.gangplan import (
     gang_size,
     plan_gang,
     scores,
+    stranded_pin,
 )
 from gangplugin.core.placement import PlacementPolicy
 from gangplugin.core.topology import BoundPod, Snapshot, build_snapshot
@@ -381,6 +382,22 @@ class ExtenderCache:
                 claims[m.key] = slot
                 out.append((m, plan.slots[slot].node))
             return out, plan.reason
+
+    def stranded(self, gkey: GangKey) -> list[tuple[GangPod, str]]:
+        """The gang's members pinned to a node that can no longer take them, each with why."""
+        with self.lock:
+            return [(m, why) for m in self.members(gkey) if (why := stranded_pin(self.snapshot, m))]
+
+    def pinned_to(self, node: str) -> set[GangKey]:
+        """The gangs with a member pinned to `node` and not bound yet."""
+        with self.lock:
+            if node not in self.pinned_on:
+                return set()
+            return {
+                p.gang_key
+                for p in self.pods.values()
+                if p.pinned == node and p.node is None and p.gang_key is not None
+            }
 
     def planned_node(self, pod: GangPod) -> str | None:
         """The node the plan of `pod`'s gang gave it (in filter, or the ungater's pin), or None."""

@@ -71,7 +71,9 @@ def setup(runtime: Runtime) -> None:
         reject_ttl=_settings.barrier_timeout,
     )
     _ungater = Ungater(runtime.client, _cache)
-    runtime.informer(NODES, identity).add_handler(_cache.on_node)
+    nodes = runtime.informer(NODES, identity)
+    nodes.add_handler(_cache.on_node)
+    nodes.add_handler(_ungater.on_node)  # after the cache's: it reads the node there
     pods = runtime.informer(PODS, gang_pod_from_k8s)
     pods.add_handler(_cache.on_pod)
     pods.add_handler(_ungater.on_pod)  # after the cache's: it plans on what the cache holds

@@ -106,6 +106,9 @@ def gang_pod_from_k8s(obj: Mapping[str, Any]) -> GangPod:
             pinned=pinned,
             bind_mode=str(labels[BIND_MODE_LABEL]) if gang and labels.get(BIND_MODE_LABEL) else None,
             pod_group=_pod_group(spec),
+            replaceable=any(
+                isinstance(o, Mapping) and o.get("controller") for o in meta.get("ownerReferences") or ()
+            ),
         )
     except InputError as err:
         return GangPod(namespace, name, str(meta.get("uid") or ""), error=str(err))

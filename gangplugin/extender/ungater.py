@@ -24,6 +24,11 @@ All of it lives in the API: a pinned pod's node is its nodeSelector, so a restar
 counts pinned pods as placed and plans only the gated rest, next to them. A gang that stays
 partly bound (a plain pod took a pinned node first) is requeued whole by the gang check's
 `unscheduledTimeout`, never left half-bound for good.
+
+A pin is final, so a pod pinned to a node that goes NotReady, is cordoned, tainted against it
+or deleted before kube-scheduler binds it (`stranded_pin`) is deleted (uid precondition), when
+a controller owns it: its controller makes it again behind the gate, and the ungater pins it
+elsewhere next to its peers. A pod no controller owns waits for `unscheduledTimeout`.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from gangplugin.core.admission import gang_id
 from gangplugin.core.errors import InputError
-from gangplugin.core.gangplan import GangKey, GangPod
+from gangplugin.core.gangplan import GangKey, GangPod, PodKey
 from gangplugin.core.names import GANG_LABEL, PLACEMENT_GATE
 from gangplugin.core.policy import POD_GROUP_BIND_MODE
 from gangplugin.core.topology import HOSTNAME_LABEL
@@ -44,6 +49,7 @@ from gangplugin.extender.cache import ExtenderCache
 from gangplugin.extender.pods import gang_pod_from_k8s
 from gangplugin.kube.client import JSON, PODS, WORKLOADS, ApiError, Client
 from gangplugin.kube.events import record_event
+from gangplugin.kube.expectations import DeletionExpectations
 from gangplugin.kube.resources import PODGROUPS
 from gangplugin.kube.workqueue import WorkQueue
 from gangplugin.runtime.metrics import UNGATED_PODS
@@ -120,14 +126,34 @@ class Ungater:
         self.patcher = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ungater-patch")
         self._waiting: dict[str, str] = {}  # gang key -> why it waits (logged when it changes)
         self._ungated_instead: set[str] = set()  # PodGroup gangs released as Ungate (warned once)
+        self.deleted = DeletionExpectations()  # stranded pods deleted, until the watch shows it
+        self._left: set[PodKey] = set()  # stranded pods no controller owns (logged once)
 
     def on_pod(self, kind: str, old: GangPod | None, new: GangPod | None) -> None:
-        """Registered after the cache's handler: a gated pod's gang is looked at again."""
-        if new is not None and new.gated and new.gang is not None:
+        """Registered after the cache's handler: a gated pod's gang is looked at again, and so
+        is a gang whose pod was just pinned (its node may have failed meanwhile)."""
+        if new is None or new.gang is None:
+            return
+        pinned_now = new.pinned is not None and new.node is None and (old is None or old.pinned != new.pinned)
+        if new.gated or pinned_now:
             self.queue.add(f"{new.namespace}/{new.gang}")
+
+    def on_node(self, kind: str, old: JSON | None, new: JSON | None) -> None:
+        """Registered after the cache's handler: gangs with pods pinned to the node and not bound
+        yet are looked at again (the node may no longer take them)."""
+        obj = new or old
+        if obj is not None:
+            for namespace, gang in self.cache.pinned_to(str(obj["metadata"]["name"])):
+                self.queue.add(f"{namespace}/{gang}")
 
     def reconcile(self, key: str) -> float | None:
         gkey = gang_key_of(key)
+        stranded = self.cache.stranded(gkey)
+        if stranded:
+            now = self.clock()
+            # a stranded pod is active by definition: one deleted here is hidden until it leaves
+            for pod, why in self.deleted.visible(stranded, lambda s: s[0].uid, lambda _: True, now):
+                self._replace(key, pod, why, now)
         try:
             pins, why = self.cache.pins(gkey, self.clock())
         except InputError as err:
@@ -229,6 +255,27 @@ class Ungater:
         workload = self.client.get_or_none(WORKLOADS, gkey[1], gkey[0])
         if workload is not None:
             record_event(self.client, workload, "Warning", "PodGroupUnavailable", msg, EVENT_COMPONENT)
+
+    def _replace(self, key: str, pod: GangPod, why: str, now: float) -> None:
+        """Delete a pod whose pin can no longer be bound, for its controller to make it again."""
+        if not pod.replaceable:
+            if pod.key not in self._left:
+                self._left.add(pod.key)
+                log.warning("gang %s: %s; no controller makes it again: left to unscheduledTimeout", key, why)
+            return
+        body = {"preconditions": {"uid": pod.uid}, "propagationPolicy": "Background"}
+        try:
+            self.client.request("DELETE", PODS.path(pod.namespace, pod.name), body=body)
+        except ApiError as err:
+            if err.status not in (404, 409):  # gone already, or another pod of that name now
+                raise
+            return
+        self.deleted.expect(pod.uid, now)
+        msg = f"{why}: deleted so that its controller makes it again, to be pinned elsewhere in its domain"
+        log.warning("gang %s: %s", key, msg)
+        workload = self._workload_of(pod.namespace, pod.gang or "")
+        if workload is not None:
+            record_event(self.client, workload, "Warning", "PinnedNodeLost", msg, EVENT_COMPONENT)
 
     def _pin(self, pod: GangPod, node: str) -> str:
         """'' when pinned, else why not."""

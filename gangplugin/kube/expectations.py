@@ -6,10 +6,10 @@ with a second Event naming another spare."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
-Pod = TypeVar("Pod", bound=Mapping[str, Any])
+Pod = TypeVar("Pod")
 
 
 class DeletionExpectations:
@@ -25,20 +25,22 @@ class DeletionExpectations:
         with self._lock:
             self._deleted[uid] = now
 
-    def visible(self, pods: list[Pod], active: Callable[[Pod], bool], now: float) -> list[Pod]:
+    def visible(
+        self, pods: list[Pod], uid: Callable[[Pod], str], active: Callable[[Pod], bool], now: float
+    ) -> list[Pod]:
         """`pods` without those deleted here that the watch still shows `active`."""
         with self._lock:
-            for uid in [u for u, at in self._deleted.items() if now - at >= self.ttl]:
-                del self._deleted[uid]
+            for old in [u for u, at in self._deleted.items() if now - at >= self.ttl]:
+                del self._deleted[old]
             if not self._deleted:
                 return pods
             out = []
             for pod in pods:
-                uid = pod.get("metadata", {}).get("uid", "")
-                if uid not in self._deleted:
+                key = uid(pod)
+                if key not in self._deleted:
                     out.append(pod)
                 elif not active(pod):  # the watch caught up: it alone says what the pod is
-                    del self._deleted[uid]
+                    del self._deleted[key]
                     out.append(pod)
             return out
 

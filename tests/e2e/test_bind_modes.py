@@ -16,12 +16,14 @@ import pytest
 
 from gangplugin.core.names import BIND_MODE_LABEL, PLACEMENT_GATE
 from gangplugin.core.policy import PINNED_BIND_MODES
-from gangplugin.kube.client import JOBS, PODS, Client
+from gangplugin.kube.client import EVENTS, JOBS, PODS, Client
 from tests.e2e.conftest import E2ECluster, e2e_local_cluster
 from tests.e2e.kube import GB200, gpu_job, job_pods, trainer_pod_spec, unique, wait_for
 from tests.e2e.test_admission import (
     HOSTNAME,
     US,
+    _fail_node,
+    _heal_node,
     _retries,
     check_of,
     node_us,
@@ -190,3 +192,47 @@ def test_gangplugin_killed_while_releasing_an_ungate_gang_completes_it(
     assert {us[p["spec"]["nodeName"]] for p in pods} == {domain}
     for p in pods:
         assert p["spec"]["nodeSelector"][HOSTNAME] == p["spec"]["nodeName"] and not _gates(p)
+
+
+def test_a_pod_pinned_to_a_node_that_fails_before_it_is_bound_is_made_again_and_pinned_elsewhere(
+    cluster: E2ECluster, namespace: str, gang_queue: Any
+) -> None:
+    """A pin is final, so with kube-scheduler down while an 8-pod Ungate gang is pinned, one
+    pinned node failing strands its pod. gangplugin deletes it, the Job makes it again behind
+    the gate, and it is pinned elsewhere in the gang's UltraServer; with kube-scheduler back the
+    gang runs whole there, off the failed node."""
+    assert cluster.local, "this test stops kube-scheduler, which needs the local cluster (KUBECONFIG unset)"
+    client = cluster.client
+    local = e2e_local_cluster()
+    queue = gang_queue(bindMode="Ungate")
+    local.stop_process("kube-scheduler")
+    failed: str | None = None
+    try:
+        job = submit(client, namespace, queue, 8)
+
+        def pinned(avoid: str | None, gone: str | None) -> list[dict[str, Any]] | None:
+            pods = [p for p in job_pods(client, namespace, job) if not p["metadata"].get("deletionTimestamp")]
+            pins = [p["spec"].get("nodeSelector", {}).get(HOSTNAME) for p in pods]
+            names = {p["metadata"]["name"] for p in pods}
+            whole = len(pods) == 8 and all(pins) and not any(_gates(p) for p in pods)
+            return pods if whole and avoid not in pins and gone not in names else None
+
+        pods = wait_for(lambda: pinned(None, None), 120, "8 pods pinned")
+        assert not any(p["spec"].get("nodeName") for p in pods), "kube-scheduler is down: nothing bound"
+        stranded = min(pods, key=lambda p: p["metadata"]["name"])
+        failed = stranded["spec"]["nodeSelector"][HOSTNAME]
+        _fail_node(client, failed)
+        pods = wait_for(
+            lambda: pinned(failed, stranded["metadata"]["name"]), 90, f"a pod pinned again off {failed}"
+        )
+        wl = workload(client, namespace, job)["metadata"]["name"]
+        events = client.list(EVENTS, namespace, field_selector=f"involvedObject.name={wl}")["items"]
+        lost = [e["message"] for e in events if e["reason"] == "PinnedNodeLost"]
+        assert len(lost) == 1 and f"pinned to {failed}, which is NotReady" in lost[0], lost
+    finally:
+        local.restart("kube-scheduler")
+        if failed is not None:
+            _heal_node(client, failed)
+    pods = running_gang(client, namespace, job, 8)
+    assert_whole_in_domain(client, namespace, job, "Ungate", pods)
+    assert failed not in {p["spec"]["nodeName"] for p in pods}
