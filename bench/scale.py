@@ -369,11 +369,14 @@ def main() -> None:
         client = Client.from_kubeconfig(cluster.kubeconfig)
         try:
             t0 = time.monotonic()
-            used = _cluster.fill_running_gangs(client, shape, USED)
             total = _cluster.total_gpus(shape)
+            # (a)'s one-GPU pods must all fit beside the running gangs (500 nodes: 2,200 GPUs)
+            share = min(USED, max(0.0, 1 - 1.1 * args.pods / total)) if "a" in args.parts else USED
+            used = _cluster.fill_running_gangs(client, shape, share)
             print(
                 f"== {nodes} nodes ({total} GPUs): cluster up in {up:.0f} s; {used} GPUs "
                 f"({used / total:.0%}) bound to running gangs in {time.monotonic() - t0:.0f} s"
+                + ("" if share == USED else f" (not {USED:.0%}: room for (a)'s {args.pods} one-GPU pods)")
             )
             if "a" in args.parts:
                 throughput(cluster, client, args, nodes)
