@@ -143,7 +143,7 @@ class Watchdog:
         for pod in pods:
             if pod["spec"]["nodeName"] in failed:
                 self.writer.delete_pod(ns, pod["metadata"]["name"])
-                self.deleted.expect(pod["metadata"].get("uid", ""), now)
+                self.deleted.expect(pod_uid(pod), now)
         for move in result.moves:
             self.writer.event(
                 wl, "Normal", "NodeReplaced", f"{move.reason}; {len(move.assignments)} pod(s) recreated there"

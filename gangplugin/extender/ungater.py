@@ -41,7 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from gangplugin.core.admission import gang_id
 from gangplugin.core.errors import InputError
-from gangplugin.core.gangplan import GangKey, GangPod, PodKey
+from gangplugin.core.gangplan import GangKey, GangPod
 from gangplugin.core.names import GANG_LABEL, PLACEMENT_GATE
 from gangplugin.core.policy import POD_GROUP_BIND_MODE
 from gangplugin.core.topology import HOSTNAME_LABEL
@@ -127,7 +127,6 @@ class Ungater:
         self._waiting: dict[str, str] = {}  # gang key -> why it waits (logged when it changes)
         self._ungated_instead: set[str] = set()  # PodGroup gangs released as Ungate (warned once)
         self.deleted = DeletionExpectations()  # stranded pods deleted, until the watch shows it
-        self._left: set[PodKey] = set()  # stranded pods no controller owns (logged once)
 
     def on_pod(self, kind: str, old: GangPod | None, new: GangPod | None) -> None:
         """Registered after the cache's handler: a gated pod's gang is looked at again, and so
@@ -258,10 +257,8 @@ class Ungater:
 
     def _replace(self, key: str, pod: GangPod, why: str, now: float) -> None:
         """Delete a pod whose pin can no longer be bound, for its controller to make it again."""
-        if not pod.replaceable:
-            if pod.key not in self._left:
-                self._left.add(pod.key)
-                log.warning("gang %s: %s; no controller makes it again: left to unscheduledTimeout", key, why)
+        if not pod.replaceable:  # logged once per story, as a gang that waits
+            self._wait(key, f"{why}; no controller makes it again: left to unscheduledTimeout")
             return
         body = {"preconditions": {"uid": pod.uid}, "propagationPolicy": "Background"}
         try:
