@@ -25,7 +25,8 @@ Slices (`slices`): a podset may ask for slices (`gangplugin.io/slice-size: N` wi
 consecutive group of N pods lands inside one domain of level A, and the gang's own level (B,
 above A, optional) holds all slices together. A domain above A can hold the sum over its
 level-A domains of (pods that fit there) // N slices; the descent then picks domains in slice
-units (fewest, fullest: largest first, the last one the tightest) down to level A, and inside
+units (fewest, fullest: largest first, the last one the tightest; of equal slices the one with
+fewer pods of room, which strands less, as Kueue's BestFit) down to level A, and inside
 each level-A domain places its slices' pods as above. Each level-A domain gets whole slices,
 so consecutive indexes (tree order) form the slices. A preferred slice level that cannot be
 met is widened level by level towards B, then dropped.

@@ -18,7 +18,7 @@ class Option(NamedTuple):
 
     ident: int  # domain or node id
     room: int  # pods (or slices) it holds
-    tie: Any  # orders options of equal room: a name, or a domain's values
+    tie: Any  # orders options of equal room, least first: a name, a domain's values, (pods, name)
 
 
 def _most_room_first(option: Option) -> tuple[int, Any]:
@@ -101,8 +101,9 @@ def descend_slices(
     slices_per_domain: Sequence[int],
 ) -> Picks | None:
     """Like `descend`, in whole slices down to the slice level, then in pods inside each domain
-    of that level; None if they do not fit."""
-    domains = snapshot.domains
+    of that level; None if they do not fit. Of children holding as many slices, the one with
+    fewer pods of room first (Kueue's BestFit): its slices strand less capacity."""
+    domains, per_domain = snapshot.domains, counts.per_domain
     picks: Picks = []
     stack = [(domain, slices)]
     while stack:
@@ -116,7 +117,7 @@ def descend_slices(
             continue
         chosen = choose(
             [
-                Option(child, slices_per_domain[child], domains[child].value or "")
+                Option(child, slices_per_domain[child], (per_domain[child], domains[child].value or ""))
                 for child in current.children
             ],
             wanted,
