@@ -3,7 +3,7 @@ one counting rule (`fit_counter`); which nodes a podset may use at all (`eligibl
 working copy of free capacity (`Overlay`) that podsets filled one after another draw from.
 
 The tree itself and the counts it keeps current per pod shape are the snapshot's
-(`topology.Snapshot.fit_counts`); a placement copies them only where it changes them."""
+(`topology.Snapshot.fit_counts`); a placement works on copies of them."""
 
 from __future__ import annotations
 

@@ -13,8 +13,8 @@ from gangplugin.core.resources import CPU, MEMORY, PODS, format_quantity
 from gangplugin.core.topology import Requests, Snapshot, pods_fitting
 
 
-def describe(podset: PodSet) -> str:
-    """ "4 pods with 4 nvidia.com/gpu in slices of 2 per <level>"."""
+def _describe(podset: PodSet) -> str:
+    """What a podset needs, e.g. `4 pods with 4 nvidia.com/gpu in slices of 2 per <level>`."""
     count = podset.count
     requests = request_shape(podset)
     shown = [(r, q) for r, q in requests if is_extended(r)] or [
@@ -93,8 +93,8 @@ def _count_nodes(snapshot: Snapshot, podset: PodSet, requests: Requests, spares:
             why["not Ready"] += 1
         elif node.unschedulable:
             why["cordoned"] += 1
-        elif (refusal := podset.constraints.refusal(node.labels, node.name, node.taints)) is not None:
-            why[refusal] += 1
+        elif (reason := podset.constraints.refusal(node.labels, node.name, node.taints)) is not None:
+            why[reason] += 1
         elif node.name in podset.excluded_nodes:
             why["rejected by kube-scheduler"] += 1
         elif pods_fitting(snapshot.free[i], requests) == 0:
@@ -105,8 +105,13 @@ def _count_nodes(snapshot: Snapshot, podset: PodSet, requests: Requests, spares:
             why["held as spare"] += 1
         else:
             why["with room"] += 1
-    parts = sorted(why.items(), key=lambda item: (item[0] != "with room", -item[1], item[0]))
+    parts = sorted(why.items(), key=_with_room_first)
     return "nodes: " + ", ".join(f"{n} {what}" for what, n in parts) if parts else "no nodes"
+
+
+def _with_room_first(entry: tuple[str, int]) -> tuple[bool, int, str]:
+    what, count = entry
+    return what != "with room", -count, what
 
 
 def _spare_counts(planner: Planner, spares: frozenset[int]) -> list[list[int]]:
@@ -165,19 +170,19 @@ def _slice_misses(planner: Planner, domain: int) -> str:
 def refusal(planner: Planner, level: int | None) -> str:
     """Why the gang fits no domain of `level` (None: not even spread over the cluster)."""
     snapshot, gang, spares = planner.snapshot, planner.gang, planner.spares
-    needs = " + ".join(describe(podset) for podset in gang.podsets)
+    needs = " + ".join(_describe(podset) for podset in gang.podsets)
     total = sum(podset.count for podset in gang.podsets)
     spare_counts = _spare_counts(planner, spares) if spares else None
-    per_domain = [counts.per_domain for counts in planner.counts]
+    domain_counts = [counts.per_domain for counts in planner.counts]  # per podset
 
     def room(domain: int) -> int:
-        return sum(min(per_domain[i][domain], podset.count) for i, podset in enumerate(gang.podsets))
+        return sum(min(domain_counts[i][domain], podset.count) for i, podset in enumerate(gang.podsets))
 
     def held(domain: int) -> str:
         if spare_counts is None:
             return ""
         extra = sum(
-            min(spare_counts[i][domain], max(podset.count - per_domain[i][domain], 0))
+            min(spare_counts[i][domain], max(podset.count - domain_counts[i][domain], 0))
             for i, podset in enumerate(gang.podsets)
         )
         return f" ({extra} more held as spare)" if extra else ""
@@ -205,6 +210,6 @@ def refusal(planner: Planner, level: int | None) -> str:
             msg = f"{head}; {where} room for {fitting}{of}{held(best)}"
     short = min(
         range(len(gang.podsets)),
-        key=lambda i: (per_domain[i][0] >= gang.podsets[i].count, i),
+        key=lambda i: (domain_counts[i][0] >= gang.podsets[i].count, i),
     )
     return f"{msg}; {_node_summary(snapshot, gang.podsets[short], spares)}"

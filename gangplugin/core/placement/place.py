@@ -67,9 +67,9 @@ def _attempt(planner: Planner, wanted: GangLevels, climb: bool, explain: bool) -
     else:
         start = required if required is not None else narrowest
     needs = planner.needs
-    per_domain = [counts.per_domain for counts in planner.counts]
+    domain_counts = [counts.per_domain for counts in planner.counts]  # per podset
     last = stop if climb else start
-    first, first_need = per_domain[0], needs[0]  # the cheap test first: most domains fail it
+    first, first_need = domain_counts[0], needs[0]  # the cheap test first: most domains fail it
     domains = snapshot.domains
     for level in range(start, last - 1, -1):
         fitting = [
@@ -83,7 +83,7 @@ def _attempt(planner: Planner, wanted: GangLevels, climb: bool, explain: bool) -
         ]
         fitting.sort(
             key=lambda domain: (
-                sum(per_domain[podset][domain] - need for podset, need in enumerate(needs)),
+                sum(domain_counts[podset][domain] - need for podset, need in enumerate(needs)),
                 domains[domain].value,
                 tuple(value or "" for value in domains[domain].key),
             )
