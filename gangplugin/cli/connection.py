@@ -5,7 +5,7 @@ into one line that says what to do.
 Each setting comes from a flag, else the environment, else the current kubeconfig context
 (--kubeconfig/KUBECONFIG, several files merged as kubectl merges them; --context):
   --server     GANGCTL_SERVER     host:port; else the `gangplugin.io/grpc` extension of the
-                                  context's cluster (`make up` writes it; README: Credentials)
+                                  context's cluster (`make up` writes it; docs/api-and-cli.md)
   --ca-file    GANGCTL_CA_FILE    CA of the server's certificate; else the extension's
                                   certificate-authority(-data); else the system CAs
   --plaintext  GANGCTL_PLAINTEXT  the server runs without TLS (never on an untrusted network)
@@ -97,7 +97,8 @@ class Connection:
         if not address:
             raise ConfigError(
                 f"no gangplugin gRPC address: pass --server or GANGCTL_SERVER, or add the "
-                f"{GRPC_EXTENSION} extension to your kubeconfig's cluster (README: Credentials)"
+                f"{GRPC_EXTENSION} extension to your kubeconfig's cluster "
+                "(docs/api-and-cli.md, 'Where the server is')"
             )
         return str(address)
 
@@ -184,7 +185,7 @@ class Connection:
                 f"gangplugin's gRPC API is not reachable at {where}. In a cluster, forward the "
                 "Service's port first (kubectl -n gangplugin-system port-forward svc/gangplugin "
                 "8090:8090) and point --server, GANGCTL_SERVER or the kubeconfig's "
-                f"{GRPC_EXTENSION} extension at it (README: Credentials)."
+                f"{GRPC_EXTENSION} extension at it (docs/api-and-cli.md, 'Where the server is')."
             )
         if code == grpc.StatusCode.UNAUTHENTICATED:
             return (

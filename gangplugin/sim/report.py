@@ -1,5 +1,5 @@
-"""What `gangctl simulate` prints and draws from the replays: the summary document (the contract
-of DESIGN.md section 4), its table, the capacity sweep's answer, and PNG plots."""
+"""What `gangctl simulate` prints and draws from the replays: the summary document (the `-o json`
+contract docs/simulate.md states), its table, the capacity sweep's answer, and PNG plots."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def waits(replay: Replay) -> list[float]:
 
 
 def policy_doc(replay: Replay) -> dict[str, Any]:
-    """One policy's summary: exactly the keys DESIGN.md section 4 fixes."""
+    """One policy's summary: exactly the keys of the documented `-o json` contract."""
     w = waits(replay)
     return {
         "policy": replay.policy,
