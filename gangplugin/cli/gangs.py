@@ -3,20 +3,19 @@ them, over its GangService (connection settings: `gangctl get gangs --help`)."""
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from typing import Any
 
 import click
-import yaml
 
 from gangplugin.cli.connection import Connection, connection_options
 from gangplugin.cli.main import cli
-from gangplugin.cli.plans import _check_output, _table
+from gangplugin.cli.output import JSON, TABLE, YAML, age, emit, message_doc, output_option
 from gangplugin.core.durations import parse_duration
 from gangplugin.core.errors import InputError
 from gangplugin.core.gangs import FINAL_PHASES, Phase
+from gangplugin.core.table import table
 
 _CONNECTION_HELP = """
 \b
@@ -27,38 +26,6 @@ Connection (flag, else environment):
   --plaintext          GANGCTL_PLAINTEXT   for a server run without TLS
 The caller needs get/list/watch on workloads.kueue.x-k8s.io in the namespace.
 """
-
-
-def _doc(message: Any) -> dict[str, Any]:
-    from google.protobuf.json_format import MessageToDict
-
-    doc: dict[str, Any] = MessageToDict(message, always_print_fields_with_no_presence=True)
-    return doc
-
-
-def _print(doc: dict[str, Any], output: str) -> None:
-    if output == "json":
-        click.echo(json.dumps(doc, indent=2))
-    else:
-        click.echo(yaml.safe_dump(doc, sort_keys=False), nl=False)
-
-
-def age(seconds: int) -> str:
-    """kubectl's short ages: 45s, 3m12s, 47m, 5h3m, 30h, 3d5h, 12d."""
-    m, h, d = seconds // 60, seconds // 3600, seconds // 86400
-    if seconds < 120:
-        return f"{seconds}s"
-    if m < 10:
-        return f"{m}m{seconds % 60}s" if seconds % 60 else f"{m}m"
-    if h < 3:
-        return f"{m}m"
-    if h < 8:
-        return f"{h}h{m % 60}m" if m % 60 else f"{h}h"
-    if h < 48:
-        return f"{h}h"
-    if d < 8:
-        return f"{d}d{h % 24}h" if h % 24 else f"{d}d"
-    return f"{d}d"
 
 
 def gang_rows(gangs: list[Any], all_namespaces: bool) -> str:
@@ -74,7 +41,7 @@ def gang_rows(gangs: list[Any], all_namespaces: bool) -> str:
             age(g.age_seconds),
         ]
         rows.append([g.namespace, *row] if all_namespaces else row)
-    return _table(["NAMESPACE", *header] if all_namespaces else header, rows)
+    return table(["NAMESPACE", *header] if all_namespaces else header, rows)
 
 
 def _stub() -> Any:
@@ -91,7 +58,7 @@ def get() -> None:
 @get.command("gangs", epilog=_CONNECTION_HELP)
 @click.option("-n", "--namespace", help="namespace (default: the kubeconfig context's, else default)")
 @click.option("-A", "--all-namespaces", is_flag=True, help="gangs of every namespace")
-@click.option("-o", "--output", default="table", help="table (default), json or yaml")
+@output_option(TABLE, JSON, YAML)
 @connection_options
 def get_gangs(namespace: str | None, all_namespaces: bool, output: str, conn: Connection) -> None:
     """List gangs: Kueue Workloads that pass the gangplugin.io/gang check, and plain pod gangs.
@@ -107,15 +74,14 @@ def get_gangs(namespace: str | None, all_namespaces: bool, output: str, conn: Co
     """
     from gangplugin.api.proto import gangs_pb2
 
-    output = _check_output(output)
     if all_namespaces and namespace:
         raise InputError("--all-namespaces", "give either -n or -A, not both")
     ns = "" if all_namespaces else namespace or conn.default_namespace()
     reply = conn.call(_stub(), "ListGangs", gangs_pb2.ListGangsRequest(namespace=ns))
-    if output != "table":
-        doc = _doc(reply)
+    if output != TABLE:
+        doc = message_doc(reply)
         doc.setdefault("gangs", [])
-        _print(doc, output)
+        emit(doc, output, str)
     elif not reply.gangs:
         click.echo("no gangs" + ("" if all_namespaces else f" in namespace {ns}"))
     else:
@@ -138,14 +104,14 @@ def explain_text(e: Any) -> str:
         lines.append(f"Now:       {'fits' + where if e.fits_now else 'does not fit'}: {e.reason}")
     lines += ["", e.summary]
     if e.pods:
-        lines += ["", _table(["POD", "NODE", "READY"], [[p.name, p.node, p.ready] for p in e.pods])]
+        lines += ["", table(["POD", "NODE", "READY"], [[p.name, p.node, p.ready] for p in e.pods])]
     return "\n".join(lines)
 
 
 @cli.command("explain", epilog=_CONNECTION_HELP)
 @click.argument("workload")
 @click.option("-n", "--namespace", help="namespace (default: the kubeconfig context's, else default)")
-@click.option("-o", "--output", default="table", help="text (default), json or yaml")
+@output_option(TABLE, JSON, YAML)
 @connection_options
 def explain_cmd(workload: str, namespace: str | None, output: str, conn: Connection) -> None:
     """Why a gang waits, or where it runs.
@@ -161,13 +127,9 @@ def explain_cmd(workload: str, namespace: str | None, output: str, conn: Connect
     """
     from gangplugin.api.proto import gangs_pb2
 
-    output = _check_output(output)
     ns = namespace or conn.default_namespace()
     reply = conn.call(_stub(), "ExplainGang", gangs_pb2.ExplainGangRequest(namespace=ns, name=workload))
-    if output == "table":
-        click.echo(explain_text(reply))
-    else:
-        _print(_doc(reply), output)
+    emit(message_doc(reply), output, lambda: explain_text(reply))
 
 
 _CONDITIONS = {"ready": frozenset({Phase.RUNNING}), "admitted": frozenset({Phase.ADMITTED, Phase.RUNNING})}
@@ -178,9 +140,7 @@ _CONDITIONS = {"ready": frozenset({Phase.RUNNING}), "admitted": frozenset({Phase
 @click.option("-n", "--namespace", help="namespace (default: the kubeconfig context's, else default)")
 @click.option("--for", "for_", default="ready", show_default=True, help="ready (every pod Ready) or admitted")
 @click.option("--timeout", default="5m", show_default=True, help="give up after this long (e.g. 90s, 10m)")
-@click.option(
-    "-o", "--output", default="table", help="progress lines (default), json or yaml of the end state"
-)
+@output_option(TABLE, JSON, YAML)
 @connection_options
 def wait_cmd(
     workload: str, namespace: str | None, for_: str, timeout: str, output: str, conn: Connection
@@ -197,7 +157,6 @@ def wait_cmd(
     """
     from gangplugin.api.proto import gangs_pb2
 
-    output = _check_output(output)
     if for_ not in _CONDITIONS:
         raise InputError("--for", f"{for_!r} is not one of {', '.join(_CONDITIONS)}")
     seconds = parse_duration(timeout, "--timeout")
@@ -231,7 +190,7 @@ def wait_cmd(
                 if progress:
                     click.echo(f"gang {ns}/{workload} is {for_}: {g.pods_ready}/{g.pods_total} pods Ready")
                 else:
-                    _print(_doc(g), output)
+                    emit(message_doc(g), output, str)
                 return
             if phase in FINAL_PHASES:
                 click.echo(

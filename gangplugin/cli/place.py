@@ -2,46 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
-import orjson
-import yaml
 
+from gangplugin.cli.files import in_file, load, read
 from gangplugin.cli.main import cli
+from gangplugin.cli.output import JSON, TABLE, YAML, emit, output_option
 from gangplugin.core.errors import InputError
 from gangplugin.core.placement import Placement, PlacementPolicy, place
+from gangplugin.core.table import table
 from gangplugin.core.topology import DEFAULT_LEVELS, build_snapshot
 from gangplugin.kube import records
 
-_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-
-def _load(path: str) -> Any:
-    """One YAML (or JSON) document from a file; InputError naming the file if it is not one."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return yaml.load(fh, Loader=_Loader)  # a safe loader (libyaml when present)
-    except OSError as err:
-        raise InputError(path, f"cannot read: {err.strerror or err}") from err
-    except (yaml.YAMLError, UnicodeDecodeError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise InputError(path, f"not a YAML document ({first})") from err
-
-
-def _in_file(path: str, err: InputError) -> InputError:
-    return InputError(f"{path}: {err.field}", err.problem)
-
-
-def _read(path: str, parse: Any) -> Any:
-    doc = _load(path)
-    try:
-        return parse(doc)
-    except InputError as err:
-        raise _in_file(path, err) from err
-
-
-def _table(result: Placement) -> str:
+def _text(result: Placement) -> str:
     lines = [
         f"feasible: {'yes' if result.feasible else 'no'}",
         f"level:    {result.level or '-'}",
@@ -49,10 +22,8 @@ def _table(result: Placement) -> str:
         f"reason:   {result.reason}",
     ]
     if result.assignments:
-        width = max(6, *(len(a.pod_set) for a in result.assignments))
-        lines.append("")
-        lines.append(f"{'PODSET':<{width}}  {'INDEX':>5}  NODE")
-        lines += [f"{a.pod_set:<{width}}  {a.index:>5}  {a.node}" for a in result.assignments]
+        rows = [[a.pod_set, a.index, a.node] for a in result.assignments]
+        lines += ["", table(["PODSET", "INDEX", "NODE"], rows)]
     return "\n".join(lines)
 
 
@@ -62,9 +33,7 @@ def _table(result: Placement) -> str:
 @click.option("--workload", "workload_path", required=True, help="A Kueue Workload or a batch/v1 Job.")
 @click.option("--policy", "policy_path", help="A GangPolicy (sparesPerUltraServer, topologyName).")
 @click.option("--topology", "topology_path", help="A Kueue Topology giving the level order.")
-@click.option(
-    "-o", "--output", type=click.Choice(["table", "json", "yaml"]), default="table", show_default=True
-)
+@output_option(TABLE, JSON, YAML)
 def place_command(
     nodes_path: str,
     pods_path: str | None,
@@ -90,23 +59,23 @@ def place_command(
 
     Exits 0 when the question is answered (feasible or not), 2 for bad input.
     """
-    nodes = _read(nodes_path, records.nodes_from_k8s)
-    pods = _read(pods_path, records.bound_pods_from_k8s) if pods_path else []
-    workload = _load(workload_path)
+    nodes = read(nodes_path, "--nodes", records.nodes_from_k8s)
+    pods = read(pods_path, "--pods", records.bound_pods_from_k8s) if pods_path else []
+    workload = load(workload_path, "--workload")
     try:
         gang = records.gang_from_k8s(workload)
     except InputError as err:
-        raise _in_file(workload_path, err) from err
+        raise in_file(workload_path, err) from err
     policy, topology_name = PlacementPolicy(), None
     if policy_path:
-        policy, topology_name = _read(policy_path, records.policy_from_k8s)
+        policy, topology_name = read(policy_path, "--policy", records.policy_from_k8s)
     levels: tuple[str, ...] = DEFAULT_LEVELS
     if topology_path:
-        doc = _load(topology_path)
+        doc = load(topology_path, "--topology")
         try:
             levels = records.levels_from_topology(doc)
         except InputError as err:
-            raise _in_file(topology_path, err) from err
+            raise in_file(topology_path, err) from err
         name = records.topology_name(doc)
         if topology_name and name and topology_name != name:
             raise InputError(
@@ -116,7 +85,7 @@ def place_command(
     try:
         snapshot = build_snapshot(nodes, pods, levels)
     except InputError as err:
-        raise _in_file(nodes_path, err) from err
+        raise in_file(nodes_path, err) from err
     try:
         result = place(snapshot, gang, policy)
     except InputError as err:
@@ -126,9 +95,4 @@ def place_command(
             if isinstance(workload, dict) and workload.get("kind") == "Job":
                 field = "spec.template" + field.split(".template", 1)[1]
         raise InputError(f"{workload_path}: {field}", err.problem) from err
-    if output == "json":
-        click.echo(orjson.dumps(result.to_dict(), option=orjson.OPT_INDENT_2).decode())
-    elif output == "yaml":
-        click.echo(yaml.safe_dump(result.to_dict(), sort_keys=False), nl=False)
-    else:
-        click.echo(_table(result))
+    emit(result.to_dict(), output, lambda: _text(result))

@@ -1,29 +1,26 @@
-"""`gangctl plans search` and `gangctl plans status`: offline, over YAML files.
-
-The commands read the clock only for a default "now"; everything else is the pure core.
-"""
+"""`gangctl plans`: `search` and `status` offline over YAML files (they read the clock only for a
+default "now"; everything else is the pure core), and `search`, `create`, `describe`, `list`
+online over a running gangplugin's PlanService."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-import yaml
 
 from gangplugin.cli.connection import Connection, connection_options
+from gangplugin.cli.files import one_object, read
 from gangplugin.cli.main import cli
+from gangplugin.cli.output import JSON, NAME, TABLE, YAML, emit, message_doc, output_option
 from gangplugin.core.errors import InputError
 from gangplugin.core.offerings import OfferingRequest, TrainingPlanOffering, search_offerings
 from gangplugin.core.plans import PlanState, plan_state
+from gangplugin.core.table import table
 from gangplugin.core.timeutil import format_time, parse_time
 from gangplugin.kube.plan_records import inventory_from_manifest, training_plan_from_manifest
 from gangplugin.kube.plan_records import target_resource as target_resource_of
-
-OUTPUTS = ("table", "json", "yaml")
 
 # The core names request fields as SageMaker does; the user typed flags.
 _FLAG_OF = {
@@ -36,43 +33,12 @@ _FLAG_OF = {
     "endTimeBefore": "--end-before",
 }
 
-_F = TypeVar("_F", bound=Callable[..., Any])
+_T = TypeVar("_T")
 
 
-def _output_option(f: _F) -> _F:
-    # Free text, checked by us, so a bad value is one line naming the flag like every other error.
-    return click.option("-o", "--output", default="table", help="table (default), json or yaml")(f)
-
-
-def _server_option(f: _F) -> _F:
-    # The connection flags every online command shares (cli/connection.py), as `conn`.
-    return connection_options(f)
-
-
-def _check_output(output: str) -> str:
-    if output not in OUTPUTS:
-        raise InputError("--output", f"{output!r} is not one of {', '.join(OUTPUTS)}")
-    return output
-
-
-def _load_yaml(path: str | None, flag: str) -> object:
-    if not path:
-        raise InputError(flag, "is required (a YAML file)")
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as err:
-        raise InputError(flag, f"cannot read {path}: {err.strerror or err}") from None
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise InputError(flag, f"{path} is not YAML: {str(err).splitlines()[0]}") from None
-    # `kubectl get ... -o yaml` wraps objects in a List; one object is what we need.
-    if isinstance(doc, dict) and doc.get("kind") == "List":
-        items = doc.get("items") or []
-        if len(items) != 1:
-            raise InputError(flag, f"{path} holds a List of {len(items)} objects; give one")
-        return items[0]
-    return doc
+def _read_one(path: str | None, flag: str, parse: Callable[[Any], _T]) -> _T:
+    """One object of the file `flag` names (a List of one is unwrapped), parsed."""
+    return read(path, flag, lambda doc: parse(one_object(doc)))
 
 
 def _int_flag(value: str | None, flag: str, *, required: bool = True) -> int | None:
@@ -92,23 +58,8 @@ def _time_flag(value: str | None, flag: str) -> datetime:
     return parse_time(value, flag)
 
 
-def _emit(doc: dict[str, Any], output: str, table: Callable[[], str]) -> None:
-    if output == "json":
-        click.echo(json.dumps(doc, indent=2))
-    elif output == "yaml":
-        click.echo(yaml.safe_dump(doc, sort_keys=False), nl=False)
-    else:
-        click.echo(table())
-
-
 def _hm(seconds: int) -> tuple[int, int]:
     return seconds // 3600, seconds % 3600 // 60
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    cells = [list(header), *[["-" if v is None else str(v) for v in row] for row in rows]]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells)
 
 
 @cli.group("plans")
@@ -168,7 +119,7 @@ def _search_table(doc: dict[str, Any]) -> str:
                 ]
             )
     header = ["OFFERING", "BLOCK", "INSTANCE TYPE", "INSTANCES", "ZONE", "START", "END", "DURATION"]
-    return _table(header, rows)
+    return table(header, rows)
 
 
 @plans.command("search")
@@ -182,8 +133,8 @@ def _search_table(doc: dict[str, Any]) -> str:
 @click.option("--end-before", help="RFC 3339; no block ends after this")
 @click.option("--target-resource", help="training-job or hyperpod-cluster")
 @click.option("--now", help="RFC 3339; default: the current time")
-@_server_option
-@_output_option
+@connection_options
+@output_option(TABLE, JSON, YAML)
 def search(
     inventory: str | None,
     instance_type: str | None,
@@ -200,7 +151,6 @@ def search(
 ) -> None:
     """Find up to three offerings (one block, else two) for the capacity asked for: over an
     --inventory file (offline), or over a cluster's capacity through --server without one."""
-    output = _check_output(output)
     if inventory is None and conn.server:
         request = _search_message(
             instance_type,
@@ -218,7 +168,7 @@ def search(
             "offerings": [_offering_from_message(o) for o in reply.training_plan_offerings],
             "searchTime": reply.search_time,
         }
-        _emit(online, output, lambda: _search_table(online) + f"\nsearchTime {reply.search_time}")
+        emit(online, output, lambda: _search_table(online) + f"\nsearchTime {reply.search_time}")
         return
     if instance_type is not None and ultra_server_type is not None:
         raise InputError(
@@ -245,13 +195,13 @@ def search(
         ultra_server_type=ultra_server_type,
         ultra_server_count=_int_flag(ultra_server_count, "--ultra-server-count") if ultra else None,
     )
-    inv = inventory_from_manifest(_load_yaml(inventory, "--inventory"))
+    inv = _read_one(inventory, "--inventory", inventory_from_manifest)
     try:
         found = search_offerings(inv, request)
     except InputError as err:
         raise InputError(_FLAG_OF.get(err.field, err.field), err.problem) from None
     doc = {"offerings": [offering_doc(o) for o in found]}
-    _emit(doc, output, lambda: _search_table(doc))
+    emit(doc, output, lambda: _search_table(doc))
 
 
 # --- status ---
@@ -289,21 +239,20 @@ def _status_table(state: PlanState, doc: dict[str, Any]) -> str:
         [b["index"], b["status"], b["startTime"], b["endTime"], b["terminationStartsAt"], s.reason]
         for b, s in zip(doc["blocks"], state.blocks, strict=True)
     ]
-    return head + "\n" + _table(["BLOCK", "STATUS", "START", "END", "TERMINATION STARTS", "REASON"], rows)
+    return head + "\n" + table(["BLOCK", "STATUS", "START", "END", "TERMINATION STARTS", "REASON"], rows)
 
 
 @plans.command("status")
 @click.option("--plan", "plan_path", help="TrainingPlan YAML file")
 @click.option("--at", help="RFC 3339 instant to evaluate the plan at")
-@_output_option
+@output_option(TABLE, JSON, YAML)
 def status(plan_path: str | None, at: str | None, output: str) -> None:
     """Show a plan's status, its blocks, capacity and next transition at an instant."""
-    output = _check_output(output)
     instant = _time_flag(at, "--at")
-    plan = training_plan_from_manifest(_load_yaml(plan_path, "--plan"))
+    plan = _read_one(plan_path, "--plan", training_plan_from_manifest)
     state = plan_state(plan, instant)
     doc = state_doc(state)
-    _emit(doc, output, lambda: _status_table(state, doc))
+    emit(doc, output, lambda: _status_table(state, doc))
 
 
 # --- online: the PlanService of a running gangplugin ---
@@ -314,13 +263,6 @@ def _call(conn: Connection, method: str, request: Any) -> Any:
     from gangplugin.api.proto import plans_pb2_grpc
 
     return conn.call(plans_pb2_grpc.PlanServiceStub, method, request)
-
-
-def _message_doc(message: Any) -> dict[str, Any]:
-    from google.protobuf.json_format import MessageToDict
-
-    doc: dict[str, Any] = MessageToDict(message, always_print_fields_with_no_presence=True)
-    return doc
 
 
 def _search_message(
@@ -351,7 +293,7 @@ def _search_message(
 
 def _offering_from_message(message: Any) -> dict[str, Any]:
     """The offline JSON shape of an offering (UltraServer fields only on UltraServer blocks)."""
-    doc = _message_doc(message)
+    doc = message_doc(message)
     for block in doc["reservedCapacityOfferings"]:
         if not block.get("ultraServerType"):
             block.pop("ultraServerType", None)
@@ -374,7 +316,7 @@ def _plan_rows(plans_: list[dict[str, Any]]) -> str:
         for p in plans_
     ]
     header = ["NAME", "STATUS", "CLUSTER QUEUE", "FLAVOR", "ACTIVE", "START", "END", "NEXT"]
-    return _table(header, rows)
+    return table(header, rows)
 
 
 @plans.command("create")
@@ -393,7 +335,7 @@ def _plan_rows(plans_: list[dict[str, Any]]) -> str:
 @click.option("--end-before")
 @click.option("--target-resource")
 @click.option("--search-time", help="the searchTime the search printed")
-@_server_option
+@connection_options
 def create(
     name: str,
     offering_id: str | None,
@@ -454,19 +396,18 @@ def create(
 
 @plans.command("describe")
 @click.argument("name")
-@_server_option
-@_output_option
+@connection_options
+@output_option(TABLE, JSON, YAML)
 def describe(name: str, conn: Connection, output: str) -> None:
     """A plan as the server sees it now: status, blocks, active instances, next transition."""
     from gangplugin.api.proto import plans_pb2
 
-    output = _check_output(output)
     reply = _call(
         conn, "DescribeTrainingPlan", plans_pb2.DescribeTrainingPlanRequest(training_plan_name=name)
     )
-    doc = _message_doc(reply)
+    doc = message_doc(reply)
 
-    def table() -> str:
+    def text() -> str:
         blocks = [
             [
                 i,
@@ -492,23 +433,26 @@ def describe(name: str, conn: Connection, output: str) -> None:
             "END",
             "TERMINATION STARTS",
         ]
-        return head + note + "\n\n" + _table(header, blocks)
+        return head + note + "\n\n" + table(header, blocks)
 
-    _emit(doc, output, table)
+    emit(doc, output, text)
 
 
 @plans.command("list")
 @click.option("--status", "status_", help="only plans in this status (Pending, Scheduled, Active, ...)")
-@_server_option
-@_output_option
+@connection_options
+@output_option(TABLE, JSON, YAML, NAME)
 def list_plans(status_: str | None, conn: Connection, output: str) -> None:
-    """Every TrainingPlan with its status now."""
+    """Every TrainingPlan with its status now (`-o name`: trainingplan/<name>, one a line)."""
     from gangplugin.api.proto import plans_pb2
 
-    output = _check_output(output)
     reply = _call(conn, "ListTrainingPlans", plans_pb2.ListTrainingPlansRequest(status=status_ or ""))
-    doc = _message_doc(reply)
+    doc = message_doc(reply)
     doc.setdefault("trainingPlans", [])
-    _emit(
-        doc, output, lambda: _plan_rows(doc["trainingPlans"]) if doc["trainingPlans"] else "no training plans"
-    )
+
+    def text() -> str:
+        if output == NAME:
+            return "\n".join(f"trainingplan/{p['trainingPlanName']}" for p in doc["trainingPlans"])
+        return _plan_rows(doc["trainingPlans"]) if doc["trainingPlans"] else "no training plans"
+
+    emit(doc, output, text)

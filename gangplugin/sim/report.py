@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gangplugin.core.simulate import Replay, percentile
+from gangplugin.core.table import table
 
 
 def waits(replay: Replay) -> list[float]:
@@ -40,12 +41,6 @@ def _hours(seconds: float) -> str:
     if seconds < 3600:
         return f"{seconds / 60:.0f}m"
     return f"{seconds / 3600:.1f}h"
-
-
-def _grid(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    cells = [list(map(str, header)), *[[str(c) for c in r] for r in rows]]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells)
 
 
 def reason_kind(reason: str) -> str:
@@ -84,7 +79,7 @@ def summary_table(jobs: int, replays: Sequence[Replay]) -> str:
         "DRAINED",
         "MAKESPAN",
     ]
-    out = [f"{jobs} jobs, {replays[0].total_gpus if replays else 0} GPUs", _grid(header, rows)]
+    out = [f"{jobs} jobs, {replays[0].total_gpus if replays else 0} GPUs", table(header, rows)]
     for r in replays:
         kinds = Counter(reason_kind(o.never_ran) for o in r.outcomes if o.never_ran is not None)
         if kinds:
@@ -132,7 +127,7 @@ def sweep_table(points: Sequence[tuple[int, Sequence[Replay]]], max_p95: float |
                     d["neverRan"],
                 ]
             )
-    out = [_grid(["ULTRASERVERS", "POLICY", "GPU UTIL", "WAIT P95", "NEVER RAN"], rows)]
+    out = [table(["ULTRASERVERS", "POLICY", "GPU UTIL", "WAIT P95", "NEVER RAN"], rows)]
     if max_p95 is not None:
         for policy, smallest in sweep_answer(points, max_p95).items():
             verdict = f"{smallest} UltraServers" if smallest is not None else "no count in the sweep"
@@ -220,4 +215,4 @@ def offerings_table(results: Sequence[tuple[str, Replay]]) -> str:
         if best is not None
         else "no offering runs every job of the trace"
     )
-    return _grid(["OFFERING", "WAIT P95", "NEVER RAN", "RESERVED, IDLE"], rows) + "\n" + verdict
+    return table(["OFFERING", "WAIT P95", "NEVER RAN", "RESERVED, IDLE"], rows) + "\n" + verdict
