@@ -19,7 +19,7 @@ from gangplugin.core.offerings import OfferingRequest, TrainingPlanOffering, sea
 from gangplugin.core.plans import PlanState, plan_state
 from gangplugin.core.table import table
 from gangplugin.core.timeutil import format_time, parse_time
-from gangplugin.kube.plan_records import inventory_from_manifest, training_plan_from_manifest
+from gangplugin.kube.plan_records import inventory_from_manifest, plan_state_doc, training_plan_from_manifest
 from gangplugin.kube.plan_records import target_resource as target_resource_of
 
 # The core names request fields as SageMaker does; the user typed flags.
@@ -207,27 +207,6 @@ def search(
 # --- status ---
 
 
-def state_doc(state: PlanState) -> dict[str, Any]:
-    return {
-        "status": state.status.value,
-        "blocks": [
-            {
-                "index": b.index,
-                "status": b.status.value,
-                "startTime": format_time(b.start),
-                "endTime": format_time(b.end),
-                "terminationStartsAt": (
-                    None if b.termination_starts_at is None else format_time(b.termination_starts_at)
-                ),
-            }
-            for b in state.blocks
-        ],
-        "currentBlock": state.current_block,
-        "activeInstanceCount": state.active_instance_count,
-        "nextTransition": None if state.next_transition is None else format_time(state.next_transition),
-    }
-
-
 def _status_table(state: PlanState, doc: dict[str, Any]) -> str:
     head = (
         f"plan {doc['status']} at {format_time(state.at)}: {doc['activeInstanceCount']} instances active"
@@ -236,8 +215,8 @@ def _status_table(state: PlanState, doc: dict[str, Any]) -> str:
         f"{doc['nextTransition'] or '-'}"
     )
     rows = [
-        [b["index"], b["status"], b["startTime"], b["endTime"], b["terminationStartsAt"], s.reason]
-        for b, s in zip(doc["blocks"], state.blocks, strict=True)
+        [b["index"], b["status"], b["startTime"], b["endTime"], b["terminationStartsAt"], b.get("reason")]
+        for b in doc["blocks"]
     ]
     return head + "\n" + table(["BLOCK", "STATUS", "START", "END", "TERMINATION STARTS", "REASON"], rows)
 
@@ -251,7 +230,7 @@ def status(plan_path: str | None, at: str | None, output: str) -> None:
     instant = _time_flag(at, "--at")
     plan = _read_one(plan_path, "--plan", training_plan_from_manifest)
     state = plan_state(plan, instant)
-    doc = state_doc(state)
+    doc = plan_state_doc(state)
     emit(doc, output, lambda: _status_table(state, doc))
 
 

@@ -386,9 +386,9 @@ def test_bad_plan_names_the_field(
 
 def test_bad_status_mark_and_at(gangctl: Any, tmp_path: Path) -> None:
     doc = _plan()
-    doc["status"] = {"reservedCapacity": [{"status": "Broken"}]}
+    doc["status"] = {"blocks": [{"status": "Broken"}]}
     code, _, err = gangctl(["plans", "status", "--plan", _write(tmp_path, "p.yaml", doc), "--at", NOW])
-    assert code == 2 and "status.reservedCapacity[0].status: 'Broken' is not one of" in err
+    assert code == 2 and "status.blocks[0].status: 'Broken' is not one of" in err
     code, _, err = gangctl(["plans", "status", "--plan", str(FIXTURES / "plan.yaml")])
     assert code == 2 and "--at: is required" in err
 
