@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import click
 
-from gangplugin.cli.files import in_file, load, read
+from gangplugin.cli.files import in_file, load, one_object, read
 from gangplugin.cli.main import cli
 from gangplugin.cli.output import JSON, TABLE, YAML, emit, output_option
 from gangplugin.core.errors import InputError
 from gangplugin.core.placement import Placement, PlacementPolicy, place
 from gangplugin.core.table import table
 from gangplugin.core.topology import DEFAULT_LEVELS, build_snapshot
-from gangplugin.kube import records
+from gangplugin.kube import job_records, records
 
 
 def _text(result: Placement) -> str:
@@ -30,7 +30,18 @@ def _text(result: Placement) -> str:
 @cli.command("place")
 @click.option("--nodes", "nodes_path", required=True, help="`kubectl get nodes -o yaml` output.")
 @click.option("--pods", "pods_path", help="`kubectl get pods -A -o yaml` output (pods already bound).")
-@click.option("--workload", "workload_path", required=True, help="A Kueue Workload or a batch/v1 Job.")
+@click.option(
+    "--workload",
+    "workload_path",
+    required=True,
+    help="A Kueue Workload, or a job of a kind Kueue integrates: Job, JobSet, PyTorchJob, TrainJob, "
+    "LeaderWorkerSet (one group), RayJob, RayCluster.",
+)
+@click.option(
+    "--runtime",
+    "runtime_path",
+    help="With a TrainJob: the ClusterTrainingRuntime or TrainingRuntime its runtimeRef names.",
+)
 @click.option("--policy", "policy_path", help="A GangPolicy (sparesPerUltraServer, topologyName).")
 @click.option("--topology", "topology_path", help="A Kueue Topology giving the level order.")
 @output_option(TABLE, JSON, YAML)
@@ -38,6 +49,7 @@ def place_command(
     nodes_path: str,
     pods_path: str | None,
     workload_path: str,
+    runtime_path: str | None,
     policy_path: str | None,
     topology_path: str | None,
     output: str,
@@ -50,22 +62,31 @@ def place_command(
     gangplugin.io/slice-size: N with gangplugin.io/slice-required-topology: <node
     label> puts each consecutive N pods in one domain of that level.
 
+    The podsets of a job are the ones Kueue makes its Workload of (names, counts, pod
+    templates and their annotations); a TrainJob's come from its runtime (--runtime).
+
     \b
     Example, from a live cluster:
       kubectl get nodes -o yaml > nodes.yaml
       kubectl get pods -A -o yaml > pods.yaml
       kubectl get workload -n team-a job-train-1a2b3 -o yaml > wl.yaml
       gangctl place --nodes nodes.yaml --pods pods.yaml --workload wl.yaml -o json
+    Before submitting it:
+      gangctl place --nodes nodes.yaml --workload pytorchjob.yaml
+      gangctl place --nodes nodes.yaml --workload trainjob.yaml \\
+        --runtime <(kubectl get clustertrainingruntime torch-distributed -o yaml)
 
     Exits 0 when the question is answered (feasible or not), 2 for bad input.
     """
     nodes = read(nodes_path, "--nodes", records.nodes_from_k8s)
     pods = read(pods_path, "--pods", records.bound_pods_from_k8s) if pods_path else []
-    workload = load(workload_path, "--workload")
-    try:
-        gang = records.gang_from_k8s(workload)
-    except InputError as err:
-        raise in_file(workload_path, err) from err
+    runtime = one_object(load(runtime_path, "--runtime")) if runtime_path else None
+    job = job_records.gang_of(
+        one_object(load(workload_path, "--workload")),
+        where=f"{workload_path}: ",
+        runtime=runtime,
+        runtime_where=f"{runtime_path}: ",
+    )
     policy, topology_name = PlacementPolicy(), None
     if policy_path:
         policy, topology_name = read(policy_path, "--policy", records.policy_from_k8s)
@@ -87,12 +108,7 @@ def place_command(
     except InputError as err:
         raise in_file(nodes_path, err) from err
     try:
-        result = place(snapshot, gang, policy)
+        result = place(snapshot, job.gang, policy)
     except InputError as err:
-        field = err.field
-        if field.startswith("podSets["):
-            field = "spec." + field
-            if isinstance(workload, dict) and workload.get("kind") == "Job":
-                field = "spec.template" + field.split(".template", 1)[1]
-        raise InputError(f"{workload_path}: {field}", err.problem) from err
+        raise InputError(job.field(err.field), err.problem) from err
     emit(result.to_dict(), output, lambda: _text(result))
