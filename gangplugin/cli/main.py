@@ -30,7 +30,7 @@ def _register() -> None:
         importlib.import_module(f"gangplugin.cli.{name}")
 
 
-_SUBCOMMAND_MODULES: tuple[str, ...] = ("place", "plans", "gangs", "simulate")
+_SUBCOMMAND_MODULES: tuple[str, ...] = ("place", "plans", "gangs", "wait", "simulate")
 
 
 def main() -> None:

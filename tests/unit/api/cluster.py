@@ -171,6 +171,13 @@ def standard(caches: Caches) -> None:
 @contextmanager
 def serving(caches: Caches, stop: threading.Event | None = None) -> Iterator[grpc.Channel]:
     """Both services (no auth) on a loopback port; yields a channel to them."""
+    with served(caches, stop) as address, grpc.insecure_channel(address) as channel:
+        yield channel
+
+
+@contextmanager
+def served(caches: Caches, stop: threading.Event | None = None) -> Iterator[str]:
+    """Both services (no auth) on a loopback port; yields its address (for gangctl --server)."""
     stop = stop or threading.Event()
     view = GangAdmission(caches.client, caches.informer, clock=lambda: NOW)
     gangs = GangService(
@@ -184,11 +191,10 @@ def serving(caches: Caches, stop: threading.Event | None = None) -> Iterator[grp
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     try:
-        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-            yield channel
+        yield f"127.0.0.1:{port}"
     finally:
         stop.set()
         server.stop(0)
 
 
-__all__ = ["NOW", "PODS", "WORKLOADS", "Caches", "pod", "serving", "standard", "workload"]
+__all__ = ["NOW", "PODS", "WORKLOADS", "Caches", "pod", "served", "serving", "standard", "workload"]
