@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from gangplugin.cli import main as main_module
 from gangplugin.kube.client import PODS, WORKLOADS
 from tests.unit.api.cluster import Caches, pod, served, standard, workload
 
@@ -52,8 +53,21 @@ def args(address: str, *command: str) -> list[str]:
     return [*COMMAND, *command, "--server", address, "--plaintext", "--token", "t"]
 
 
-def gangctl(address: str, *command: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(args(address, *command), capture_output=True, text=True, timeout=60, check=False)
+@pytest.fixture
+def gangctl(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Any:
+    """gangctl's real entry point in-process: (exit status, stdout, stderr)."""
+
+    def run(address: str, *command: str) -> tuple[int, str, str]:
+        monkeypatch.setattr(sys, "argv", ["gangctl", *args(address, *command)[3:]])
+        try:
+            main_module.main()
+            code = 0
+        except SystemExit as stop:
+            code = stop.code if isinstance(stop.code, int) else 1
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
 
 
 class Lines:
@@ -88,21 +102,21 @@ class Lines:
         self.proc.wait(timeout=30)
 
 
-def test_kind_name_of_the_owning_job_wide_and_name(address: str) -> None:
-    done = gangctl(address, "get", "gangs", "job/train", "-n", "team-a", "-o", "wide")
-    assert done.returncode == 0, done.stderr
-    head, row = done.stdout.splitlines()
+def test_kind_name_of_the_owning_job_wide_and_name(address: str, gangctl: Any) -> None:
+    code, out, err = gangctl(address, "get", "gangs", "job/train", "-n", "team-a", "-o", "wide")
+    assert code == 0, err
+    head, row = out.splitlines()
     assert head.split("  ")[0] == "NAME" and head.endswith("CLUSTER QUEUE  OWNER")
     assert "BIND MODE" in head and row.startswith("job-train-1a2b3") and row.endswith("job/train")
-    done = gangctl(address, "get", "gang", "jobs.batch/train", "-n", "team-a", "-o", "json")
-    (gang,) = json.loads(done.stdout)["gangs"]
+    _, out, _ = gangctl(address, "get", "gang", "jobs.batch/train", "-n", "team-a", "-o", "json")
+    (gang,) = json.loads(out)["gangs"]
     assert (
         gang["owner"] == {"group": "batch", "kind": "Job", "name": "train"} and gang["bindMode"] == "Ungate"
     )
-    done = gangctl(address, "get", "gangs", "-n", "team-a", "-o", "name")
-    assert done.stdout.splitlines() == ["gang/team-a/job-train-1a2b3", "gang/team-a/pg", "gang/team-a/run"]
-    done = gangctl(address, "explain", "job/train", "-n", "team-a")
-    assert done.returncode == 0 and "Owner:     job/train" in done.stdout
+    _, out, _ = gangctl(address, "get", "gangs", "-n", "team-a", "-o", "name")
+    assert out.splitlines() == ["gang/team-a/job-train-1a2b3", "gang/team-a/pg", "gang/team-a/run"]
+    code, out, _ = gangctl(address, "explain", "job/train", "-n", "team-a")
+    assert code == 0 and "Owner:     job/train" in out
 
 
 @pytest.mark.parametrize(
@@ -132,18 +146,16 @@ def test_kind_name_of_the_owning_job_wide_and_name(address: str) -> None:
         ),
     ],
 )
-def test_bad_input_is_one_line(address: str, command: list[str], message: str) -> None:
-    done = gangctl(address, *command)
-    assert done.returncode == 2 and done.stdout == "", done.stderr
-    assert done.stderr.startswith(message) and len(done.stderr.splitlines()) == 1, done.stderr
+def test_bad_input_is_one_line(address: str, gangctl: Any, command: list[str], message: str) -> None:
+    code, out, err = gangctl(address, *command)
+    assert code == 2 and out == "", err
+    assert err.startswith(message) and len(err.splitlines()) == 1, err
 
 
-def test_a_job_with_no_gang_is_not_found(address: str) -> None:
-    done = gangctl(address, "explain", "job/nothing", "-n", "team-a")
-    assert done.returncode == 1  # an answer from the server, as kubectl's NotFound
-    assert done.stderr.startswith(
-        "error: NOT_FOUND: owner: Job.batch 'nothing' owns no gang in namespace 'team-a'"
-    )
+def test_a_job_with_no_gang_is_not_found(address: str, gangctl: Any) -> None:
+    code, _, err = gangctl(address, "explain", "job/nothing", "-n", "team-a")
+    assert code == 1  # an answer from the server, as kubectl's NotFound
+    assert err.startswith("error: NOT_FOUND: owner: Job.batch 'nothing' owns no gang in namespace 'team-a'")
 
 
 def test_get_watch_prints_a_row_per_change(caches: Caches, address: str) -> None:
@@ -178,11 +190,11 @@ def test_wait_for_a_job_typed_before_kueue_made_its_workload(caches: Caches, add
         wait.stop()
 
 
-def test_wait_names_what_never_came(address: str) -> None:
-    done = gangctl(address, "wait", "job/never", "-n", "team-a", "--timeout", "1s")
-    assert done.returncode == 1
-    assert done.stderr.strip().endswith(
+def test_wait_names_what_never_came(address: str, gangctl: Any) -> None:
+    code, out, err = gangctl(address, "wait", "job/never", "-n", "team-a", "--timeout", "1s")
+    assert code == 1
+    assert err.strip().endswith(
         "Kueue made no Workload of job/never (does it carry the kueue.x-k8s.io/queue-name label?)"
     )
-    done = gangctl(address, "wait", "run", "-n", "team-a", "-o", "name")
-    assert (done.returncode, done.stdout) == (0, "gang/team-a/run\n")
+    code, out, _ = gangctl(address, "wait", "run", "-n", "team-a", "-o", "name")
+    assert (code, out) == (0, "gang/team-a/run\n")
