@@ -30,7 +30,7 @@ import grpc
 
 from gangplugin.core.errors import InputError
 from gangplugin.core.names import GRPC_EXTENSION
-from gangplugin.kube.config import ClusterConfig, ConfigError, load_config
+from gangplugin.kube.config import ClusterConfig, ConfigError, MalformedKubeconfig, load_config
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -57,6 +57,8 @@ class Connection:
         the flags must then say everything)."""
         try:
             ext = self.cluster.extensions.get(GRPC_EXTENSION)
+        except MalformedKubeconfig:
+            raise  # a kubeconfig that is there but broken is told, never skipped
         except ConfigError:
             return {}
         return ext if isinstance(ext, dict) else {}
@@ -65,6 +67,8 @@ class Connection:
         """The current kubeconfig context's namespace, else "default" (as kubectl does)."""
         try:
             return self.cluster.namespace
+        except MalformedKubeconfig:
+            raise
         except ConfigError:
             return "default"
 

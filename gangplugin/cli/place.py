@@ -80,9 +80,9 @@ def place_command(
     """
     nodes = read(nodes_path, "--nodes", records.nodes_from_k8s)
     pods = read(pods_path, "--pods", records.bound_pods_from_k8s) if pods_path else []
-    runtime = one_object(load(runtime_path, "--runtime")) if runtime_path else None
+    runtime = read(runtime_path, "--runtime", one_object) if runtime_path else None
     job = job_records.gang_of(
-        one_object(load(workload_path, "--workload")),
+        read(workload_path, "--workload", one_object),
         where=f"{workload_path}: ",
         runtime=runtime,
         runtime_where=f"{runtime_path}: ",

@@ -341,8 +341,12 @@ def create(
         raise InputError("--offering-id", "is required")
     if not search_time:
         raise InputError("--search-time", "is required (the searchTime `plans search --server` printed)")
+    if not resources_per_instance:
+        raise InputError(
+            "--resources-per-instance", "is required, e.g. nvidia.com/gpu=8,cpu=192,memory=1900Gi"
+        )
     resources: dict[str, str] = {}
-    for part in (resources_per_instance or "").split(","):
+    for part in resources_per_instance.split(","):
         key, sep, value = part.partition("=")
         if not sep or not key.strip() or not value.strip():
             raise InputError(
@@ -350,6 +354,8 @@ def create(
             )
         resources[key.strip()] = value.strip()
     spares = _int_flag(spare_instances_per_ultra_server, "--spare-instances-per-ultra-server", required=False)
+    if spares is not None and spares < 0:
+        raise InputError("--spare-instances-per-ultra-server", f"{spares} is not a count >= 0")
     request = plans_pb2.CreateTrainingPlanRequest(
         training_plan_name=name,
         training_plan_offering_id=offering_id,

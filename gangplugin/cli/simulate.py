@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import copy
+import importlib.util
+import math
+import os
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -187,6 +190,16 @@ def simulate_command(
     for name in policies:
         if name not in POLICIES:
             raise InputError("--policy", f"{name!r} is not one of {', '.join(POLICIES)}")
+    # Everything the flags can get wrong is refused before the first replay, not after it.
+    if required_max_pods < 0:
+        raise InputError("--required-max-pods", f"{required_max_pods} is not a pod count >= 0 (0: none)")
+    for flag, value in (("--plot", plot_dir), ("--offerings", offerings_path)):
+        if value is not None and sweep is not None:
+            raise InputError(flag, "does not go with --sweep (one replay per UltraServer count)")
+    if plot_dir is not None:
+        if offerings_path is not None:
+            raise InputError("--plot", "does not go with --offerings (one replay per offering)")
+        _check_plot_dir(plot_dir)
     chosen = tuple(dict.fromkeys(policies))
     if chosen and "gangplugin" not in chosen:
         chosen = ("gangplugin", *chosen)  # the contract: ours is always there
@@ -220,8 +233,8 @@ def simulate_command(
         jobs = [_with_topology(j, preferred_topology, required_max_pods) for j in jobs]
     elif required_max_pods:
         raise InputError("--required-max-pods", "needs a --preferred-topology level")
-    if not arrival_scale > 0:
-        raise InputError("--arrival-scale", "must be more than 0")
+    if not 0 < arrival_scale < math.inf:
+        raise InputError("--arrival-scale", f"{arrival_scale} is not a number above 0 (0.5: twice the load)")
     if arrival_scale != 1.0:
         jobs = [replace(j, arrival=j.arrival * arrival_scale) for j in jobs]
     settings = Settings(gang_policy, tuple(plans), origin, startup_s, levels)
@@ -252,12 +265,23 @@ def simulate_command(
         return
     replays = _replays(_cluster(shape, cluster_path, None), jobs, chosen, settings)
     if plot_dir:
-        try:
-            for path in report.plot(replays, plot_dir):
-                click.echo(f"wrote {path}", err=True)
-        except RuntimeError as err:
-            raise InputError("--plot", str(err)) from err
+        for path in report.plot(replays, plot_dir):
+            click.echo(f"wrote {path}", err=True)
     emit(report.summary_doc(len(jobs), replays), output, lambda: report.summary_table(len(jobs), replays))
+
+
+def _check_plot_dir(path: str) -> None:
+    """The --plot directory can take the PNGs (created if missing), and matplotlib is there."""
+    if importlib.util.find_spec("matplotlib") is None:
+        raise InputError("--plot", "needs matplotlib: pip install 'gangplugin[sim]'")
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise InputError("--plot", f"{path} is a file; give a directory for the PNGs")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as err:
+        raise InputError("--plot", f"cannot create {path}: {err.strerror or err}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise InputError("--plot", f"cannot write into {path}")
 
 
 def _offering_plans(doc: Any, path: str, nodes: list[Node]) -> list[tuple[str, TrainingPlan]]:

@@ -137,10 +137,8 @@ def sweep_table(points: Sequence[tuple[int, Sequence[Replay]]], max_p95: float |
 
 def plot(replays: Sequence[Replay], directory: str) -> list[str]:
     """Write utilization.png, wait-cdf.png and queue.png (one line per policy) into `directory`."""
-    try:
-        import matplotlib
-    except ImportError as err:
-        raise RuntimeError("--plot needs matplotlib: pip install 'gangplugin[sim]'") from err
+    import matplotlib  # the `sim` extra; gangctl checks for it before replaying
+
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
 
