@@ -22,8 +22,8 @@ from gangplugin.core.errors import InputError
 from gangplugin.core.names import KUEUE_PREFERRED_TOPOLOGY_ANNOTATION, KUEUE_REQUIRED_TOPOLOGY_ANNOTATION
 from gangplugin.core.placement import Gang, PodSet
 from gangplugin.kube import records
+from gangplugin.kube.records import _list, _map  # the package's field-checked access
 
-_EMPTY: Mapping[str, Any] = {}
 #: Kueue's limit on a Workload's podsets (`spec.podSets` MaxItems).
 MAX_PODSETS = 8
 
@@ -118,22 +118,6 @@ class _Raw:
     template: object
     template_field: str
     count_field: str
-
-
-def _map(value: object, field: str) -> Mapping[str, Any]:
-    if value is None:
-        return _EMPTY
-    if not isinstance(value, Mapping):
-        raise InputError(field, "must be a mapping")
-    return value
-
-
-def _list(value: object, field: str) -> list[Any]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise InputError(field, "must be a list")
-    return value
 
 
 def _count(value: object, field: str, default: int = 1) -> int:
