@@ -4,7 +4,9 @@ online over a running gangplugin's PlanService."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -34,6 +36,7 @@ _FLAG_OF = {
 }
 
 _T = TypeVar("_T")
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def _read_one(path: str | None, flag: str, parse: Callable[[Any], _T]) -> _T:
@@ -60,6 +63,47 @@ def _time_flag(value: str | None, flag: str) -> datetime:
 
 def _hm(seconds: int) -> tuple[int, int]:
     return seconds // 3600, seconds % 3600 // 60
+
+
+@dataclass(frozen=True, slots=True)
+class SearchFlags:
+    """The capacity a search asks for, as typed (checked where it is used)."""
+
+    instance_type: str | None
+    instance_count: str | None
+    ultra_server_type: str | None
+    ultra_server_count: str | None
+    duration_hours: str | None
+    start_after: str | None
+    end_before: str | None
+    target_resource: str | None
+
+
+_SEARCH_FLAGS: tuple[tuple[str, str | None], ...] = (
+    ("--instance-type", None),
+    ("--instance-count", None),
+    ("--ultra-server-type", None),
+    ("--ultra-server-count", None),
+    ("--duration-hours", "total hours wanted (rounded up to whole days)"),
+    ("--start-after", "RFC 3339; no block starts before this"),
+    ("--end-before", "RFC 3339; no block ends after this"),
+    ("--target-resource", "training-job or hyperpod-cluster"),
+)
+
+
+def search_options(f: _F) -> _F:
+    """The search flags `search` and `create` share, passed to the command as `asked`."""
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        names = [flag[2:].replace("-", "_") for flag, _ in _SEARCH_FLAGS]
+        asked = SearchFlags(**{n: kwargs.pop(n) for n in names})
+        return f(*args, asked=asked, **kwargs)
+
+    out: Any = wrapper
+    for flag, help_text in reversed(_SEARCH_FLAGS):
+        out = click.option(flag, help=help_text)(out)
+    return out  # type: ignore[no-any-return]
 
 
 @cli.group("plans")
@@ -124,45 +168,15 @@ def _search_table(doc: dict[str, Any]) -> str:
 
 @plans.command("search")
 @click.option("--inventory", help="CapacityInventory YAML file")
-@click.option("--instance-type")
-@click.option("--instance-count")
-@click.option("--ultra-server-type")
-@click.option("--ultra-server-count")
-@click.option("--duration-hours", help="total hours wanted (rounded up to whole days)")
-@click.option("--start-after", help="RFC 3339; no block starts before this")
-@click.option("--end-before", help="RFC 3339; no block ends after this")
-@click.option("--target-resource", help="training-job or hyperpod-cluster")
+@search_options
 @click.option("--now", help="RFC 3339; default: the current time")
 @connection_options
 @output_option(TABLE, JSON, YAML)
-def search(
-    inventory: str | None,
-    instance_type: str | None,
-    instance_count: str | None,
-    ultra_server_type: str | None,
-    ultra_server_count: str | None,
-    duration_hours: str | None,
-    start_after: str | None,
-    end_before: str | None,
-    target_resource: str | None,
-    now: str | None,
-    conn: Connection,
-    output: str,
-) -> None:
+def search(inventory: str | None, asked: SearchFlags, now: str | None, conn: Connection, output: str) -> None:
     """Find up to three offerings (one block, else two) for the capacity asked for: over an
     --inventory file (offline), or over a cluster's capacity through --server without one."""
     if inventory is None and conn.server:
-        request = _search_message(
-            instance_type,
-            instance_count,
-            ultra_server_type,
-            ultra_server_count,
-            duration_hours,
-            start_after,
-            end_before,
-            target_resource,
-            now,
-        )
+        request = _search_message(asked, now, "--now")
         reply = _call(conn, "SearchTrainingPlanOfferings", request)
         online = {
             "offerings": [_offering_from_message(o) for o in reply.training_plan_offerings],
@@ -170,30 +184,30 @@ def search(
         }
         emit(online, output, lambda: _search_table(online) + f"\nsearchTime {reply.search_time}")
         return
-    if instance_type is not None and ultra_server_type is not None:
+    if asked.instance_type is not None and asked.ultra_server_type is not None:
         raise InputError(
             "--ultra-server-type", "give either --instance-type or --ultra-server-type, not both"
         )
-    if instance_type is None and ultra_server_type is None:
+    if asked.instance_type is None and asked.ultra_server_type is None:
         raise InputError("--instance-type", "is required (or --ultra-server-type with --ultra-server-count)")
-    target = target_resource_of(target_resource, "--target-resource")
-    ultra = ultra_server_type is not None
-    if ultra and instance_count is not None:
+    target = target_resource_of(asked.target_resource, "--target-resource")
+    ultra = asked.ultra_server_type is not None
+    if ultra and asked.instance_count is not None:
         raise InputError("--instance-count", "goes with --instance-type; use --ultra-server-count")
-    if not ultra and ultra_server_count is not None:
+    if not ultra and asked.ultra_server_count is not None:
         raise InputError("--ultra-server-count", "goes with --ultra-server-type; use --instance-count")
-    hours = _int_flag(duration_hours, "--duration-hours")
+    hours = _int_flag(asked.duration_hours, "--duration-hours")
     assert hours is not None
     request = OfferingRequest(
         target_resource=target,
         duration_hours=hours,
-        start_after=_time_flag(start_after, "--start-after"),
-        end_before=_time_flag(end_before, "--end-before"),
+        start_after=_time_flag(asked.start_after, "--start-after"),
+        end_before=_time_flag(asked.end_before, "--end-before"),
         now=parse_time(now, "--now") if now is not None else datetime.now(UTC),
-        instance_type=instance_type,
-        instance_count=None if ultra else _int_flag(instance_count, "--instance-count"),
-        ultra_server_type=ultra_server_type,
-        ultra_server_count=_int_flag(ultra_server_count, "--ultra-server-count") if ultra else None,
+        instance_type=asked.instance_type,
+        instance_count=None if ultra else _int_flag(asked.instance_count, "--instance-count"),
+        ultra_server_type=asked.ultra_server_type,
+        ultra_server_count=_int_flag(asked.ultra_server_count, "--ultra-server-count") if ultra else None,
     )
     inv = _read_one(inventory, "--inventory", inventory_from_manifest)
     try:
@@ -238,35 +252,28 @@ def status(plan_path: str | None, at: str | None, output: str) -> None:
 
 
 def _call(conn: Connection, method: str, request: Any) -> Any:
-    """One PlanService call; bad input exits 2 naming the field, other failures exit 1."""
+    """One PlanService call; bad input exits 2 naming the flag, other failures exit 1."""
     from gangplugin.api.proto import plans_pb2_grpc
 
-    return conn.call(plans_pb2_grpc.PlanServiceStub, method, request)
+    try:
+        return conn.call(plans_pb2_grpc.PlanServiceStub, method, request)
+    except InputError as err:  # the server names request fields as SageMaker does
+        raise InputError(_FLAG_OF.get(err.field, err.field), err.problem) from None
 
 
-def _search_message(
-    instance_type: str | None,
-    instance_count: str | None,
-    ultra_server_type: str | None,
-    ultra_server_count: str | None,
-    duration_hours: str | None,
-    start_after: str | None,
-    end_before: str | None,
-    target_resource: str | None,
-    now: str | None,
-) -> Any:
+def _search_message(asked: SearchFlags, search_time: str | None, time_flag: str) -> Any:
     from gangplugin.api.proto import plans_pb2
 
     return plans_pb2.SearchTrainingPlanOfferingsRequest(
-        instance_type=instance_type or "",
-        instance_count=_int_flag(instance_count, "--instance-count", required=False) or 0,
-        ultra_server_type=ultra_server_type or "",
-        ultra_server_count=_int_flag(ultra_server_count, "--ultra-server-count", required=False) or 0,
-        duration_hours=_int_flag(duration_hours, "--duration-hours") or 0,
-        start_time_after=format_time(_time_flag(start_after, "--start-after")),
-        end_time_before=format_time(_time_flag(end_before, "--end-before")),
-        target_resources=[target_resource_of(target_resource, "--target-resource").value],
-        search_time=format_time(parse_time(now, "--now")) if now else "",
+        instance_type=asked.instance_type or "",
+        instance_count=_int_flag(asked.instance_count, "--instance-count", required=False) or 0,
+        ultra_server_type=asked.ultra_server_type or "",
+        ultra_server_count=_int_flag(asked.ultra_server_count, "--ultra-server-count", required=False) or 0,
+        duration_hours=_int_flag(asked.duration_hours, "--duration-hours") or 0,
+        start_time_after=format_time(_time_flag(asked.start_after, "--start-after")),
+        end_time_before=format_time(_time_flag(asked.end_before, "--end-before")),
+        target_resources=[target_resource_of(asked.target_resource, "--target-resource").value],
+        search_time=format_time(parse_time(search_time, time_flag)) if search_time else "",
     )
 
 
@@ -305,14 +312,7 @@ def _plan_rows(plans_: list[dict[str, Any]]) -> str:
 @click.option("--flavor", help="its ResourceFlavor that gets the quota")
 @click.option("--resources-per-instance", help="e.g. nvidia.com/gpu=8,cpu=192,memory=1900Gi")
 @click.option("--spare-instances-per-ultra-server", help="instances kept free per UltraServer (default 1)")
-@click.option("--instance-type")
-@click.option("--instance-count")
-@click.option("--ultra-server-type")
-@click.option("--ultra-server-count")
-@click.option("--duration-hours")
-@click.option("--start-after")
-@click.option("--end-before")
-@click.option("--target-resource")
+@search_options
 @click.option("--search-time", help="the searchTime the search printed")
 @connection_options
 def create(
@@ -322,14 +322,7 @@ def create(
     flavor: str | None,
     resources_per_instance: str | None,
     spare_instances_per_ultra_server: str | None,
-    instance_type: str | None,
-    instance_count: str | None,
-    ultra_server_type: str | None,
-    ultra_server_count: str | None,
-    duration_hours: str | None,
-    start_after: str | None,
-    end_before: str | None,
-    target_resource: str | None,
+    asked: SearchFlags,
     search_time: str | None,
     conn: Connection,
 ) -> None:
@@ -359,17 +352,7 @@ def create(
     request = plans_pb2.CreateTrainingPlanRequest(
         training_plan_name=name,
         training_plan_offering_id=offering_id,
-        search=_search_message(
-            instance_type,
-            instance_count,
-            ultra_server_type,
-            ultra_server_count,
-            duration_hours,
-            start_after,
-            end_before,
-            target_resource,
-            search_time,
-        ),
+        search=_search_message(asked, search_time, "--search-time"),
         cluster_queue=cluster_queue or "",
         flavor=flavor or "",
         resources_per_instance=resources,

@@ -164,19 +164,14 @@ def check_known(inv: CapacityInventory, req: OfferingRequest) -> None:
     known = sorted({p.instance_type for p in inv.pools if p.ultra_server_type is None})
     if req.instance_type in known:
         return
-    ultra = sorted(
-        {
-            str(p.ultra_server_type)
-            for p in inv.pools
-            if p.ultra_server_type and p.instance_type == req.instance_type
-        }
-    )
-    if ultra:
+    in_ultra = {p.instance_type: p.ultra_server_type for p in inv.pools if p.ultra_server_type}
+    if req.instance_type in in_ultra:
         raise InputError(
             "instanceType",
-            f"{req.instance_type} comes only in whole UltraServers here: ask for ultraServerType {ultra[0]}",
+            f"{req.instance_type} comes only in whole UltraServers here: "
+            f"ask for ultraServerType {in_ultra[req.instance_type]}",
         )
-    raise InputError("instanceType", _unknown(req.instance_type, known))
+    raise InputError("instanceType", _unknown(req.instance_type, sorted({*known, *in_ultra})))
 
 
 def _unknown(asked: str, known: list[str]) -> str:

@@ -125,6 +125,15 @@ def workload(
     return wl
 
 
+def owned(
+    wl: dict[str, Any], kind: str = "Job", name: str = "train", api: str = "batch/v1"
+) -> dict[str, Any]:
+    """The Workload as Kueue makes it for a job: the job is its controller ownerReference."""
+    ref = {"apiVersion": api, "kind": kind, "name": name, "uid": f"uid-{name}", "controller": True}
+    wl["metadata"]["ownerReferences"] = [ref]
+    return wl
+
+
 def pod(
     name: str, gang: str, *, node: str | None = None, ready: bool = False, size: int | None = None
 ) -> dict[str, Any]:
@@ -197,4 +206,4 @@ def served(caches: Caches, stop: threading.Event | None = None) -> Iterator[str]
         server.stop(0)
 
 
-__all__ = ["NOW", "PODS", "WORKLOADS", "Caches", "pod", "served", "serving", "standard", "workload"]
+__all__ = ["NOW", "PODS", "WORKLOADS", "Caches", "owned", "pod", "served", "serving", "standard", "workload"]

@@ -10,7 +10,7 @@ import pytest
 
 from gangplugin.api.proto import gangs_pb2, gangs_pb2_grpc
 from gangplugin.kube.client import PODS, WORKLOADS
-from tests.unit.api.cluster import Caches, pod, serving, standard, workload
+from tests.unit.api.cluster import Caches, owned, pod, serving, standard, workload
 
 US = "topology.k8s.aws/ultraserver-id"
 
@@ -167,13 +167,6 @@ def test_watch_ends_when_the_server_stops(caches: Caches) -> None:
         assert {next(call).gang.name for _ in range(5)} == {"big", "fits", "pg", "queued", "run"}
         stop.set()
         assert list(call) == []  # the stream closes cleanly within a second
-
-
-def owned(wl: dict, kind: str = "Job", name: str = "train", api: str = "batch/v1") -> dict:
-    """The Workload as Kueue makes it for a job: the job is its controller ownerReference."""
-    ref = {"apiVersion": api, "kind": kind, "name": name, "uid": f"uid-{name}", "controller": True}
-    wl["metadata"]["ownerReferences"] = [ref]
-    return wl
 
 
 def test_gangs_carry_their_owner_and_bind_mode(caches: Caches) -> None:

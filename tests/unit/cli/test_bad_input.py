@@ -3,14 +3,11 @@ traceback, a late failure after the work, or a silent non-answer (issue 24's lis
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-
-from gangplugin.cli import main as main_module
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 SHAPE = str(Path(__file__).resolve().parents[3] / "deploy/local/cluster-shape.yaml")
@@ -30,21 +27,6 @@ PLAN_SEARCH = [
     "--now",
     "2026-11-20T10:07:00Z",
 ]
-
-
-@pytest.fixture
-def gangctl(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Any:
-    def run(*args: str) -> tuple[int, str, str]:
-        monkeypatch.setattr(sys, "argv", ["gangctl", *args])
-        try:
-            main_module.main()
-            code = 0
-        except SystemExit as stop:
-            code = stop.code if isinstance(stop.code, int) else 1
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
 
 
 def one_line(code: int, out: str, err: str) -> str:

@@ -14,18 +14,10 @@ from typing import Any
 
 import pytest
 
-from gangplugin.cli import main as main_module
 from gangplugin.kube.client import PODS, WORKLOADS
-from tests.unit.api.cluster import Caches, pod, served, standard, workload
+from tests.unit.api.cluster import Caches, owned, pod, served, standard, workload
 
 COMMAND = [sys.executable, "-c", "from gangplugin.cli.main import main; main()"]
-
-
-def owned(
-    wl: dict[str, Any], kind: str = "Job", name: str = "train", api: str = "batch/v1"
-) -> dict[str, Any]:
-    wl["metadata"]["ownerReferences"] = [{"apiVersion": api, "kind": kind, "name": name, "controller": True}]
-    return wl
 
 
 @pytest.fixture
@@ -54,20 +46,9 @@ def args(address: str, *command: str) -> list[str]:
 
 
 @pytest.fixture
-def gangctl(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Any:
-    """gangctl's real entry point in-process: (exit status, stdout, stderr)."""
-
-    def run(address: str, *command: str) -> tuple[int, str, str]:
-        monkeypatch.setattr(sys, "argv", ["gangctl", *args(address, *command)[3:]])
-        try:
-            main_module.main()
-            code = 0
-        except SystemExit as stop:
-            code = stop.code if isinstance(stop.code, int) else 1
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
+def gangctl(gangctl: Any) -> Any:
+    """The conftest's in-process runner, against the loopback server at `address`."""
+    return lambda address, *command: gangctl(*args(address, *command)[len(COMMAND) :])
 
 
 class Lines:
