@@ -141,7 +141,7 @@ def test_least_privilege_runs_a_gang_end_to_end(
             made.append((TRAINING_PLANS, plan_queue))
             wait_for(
                 lambda: (
-                    (client.get(TRAINING_PLANS, plan_queue).get("status") or {}).get("phase") == "Scheduled"
+                    (client.get(TRAINING_PLANS, plan_queue).get("status") or {}).get("status") == "Scheduled"
                 ),
                 60,
                 "the TrainingPlan's status",

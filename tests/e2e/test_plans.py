@@ -76,9 +76,9 @@ def test_quota_follows_a_block_and_admits_a_waiting_gang(
     client.create(TRAINING_PLANS, plan_manifest(plan, queue, start, end))
     try:
         status = wait_for(lambda: client.get(TRAINING_PLANS, plan).get("status"), 30, "the plan's status")
-        assert status["phase"] == "Scheduled"
+        assert status["status"] == "Scheduled"
         assert status["nextTransition"] == format_time(start)
-        assert status["reservedCapacity"][0]["terminationStartsAt"] == format_time(end - timedelta(seconds=5))
+        assert status["blocks"][0]["terminationStartsAt"] == format_time(end - timedelta(seconds=5))
         assert is_true({"status": status}, "Accepted")
         # Before the block: the managed GPU quota is 0, the others are untouched.
         assert flavor_quota(client, queue) == {
@@ -103,7 +103,7 @@ def test_quota_follows_a_block_and_admits_a_waiting_gang(
             "the waiting gang to be admitted once the block is Active",
         )
         assert admitted
-        assert client.get(TRAINING_PLANS, plan)["status"]["phase"] == "Active"
+        assert client.get(TRAINING_PLANS, plan)["status"]["status"] == "Active"
 
         wait_for(
             lambda: flavor_quota(client, queue)["nvidia.com/gpu"] == 0,
@@ -112,7 +112,9 @@ def test_quota_follows_a_block_and_admits_a_waiting_gang(
         )
         assert datetime.now(UTC) >= end
         done = wait_for(
-            lambda: (s := client.get(TRAINING_PLANS, plan).get("status", {})).get("phase") == "Expired" and s,
+            lambda: (
+                (s := client.get(TRAINING_PLANS, plan).get("status", {})).get("status") == "Expired" and s
+            ),
             30,
             "the plan to expire",
         )

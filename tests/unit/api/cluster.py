@@ -125,6 +125,15 @@ def workload(
     return wl
 
 
+def owned(
+    wl: dict[str, Any], kind: str = "Job", name: str = "train", api: str = "batch/v1"
+) -> dict[str, Any]:
+    """The Workload as Kueue makes it for a job: the job is its controller ownerReference."""
+    ref = {"apiVersion": api, "kind": kind, "name": name, "uid": f"uid-{name}", "controller": True}
+    wl["metadata"]["ownerReferences"] = [ref]
+    return wl
+
+
 def pod(
     name: str, gang: str, *, node: str | None = None, ready: bool = False, size: int | None = None
 ) -> dict[str, Any]:
@@ -171,6 +180,13 @@ def standard(caches: Caches) -> None:
 @contextmanager
 def serving(caches: Caches, stop: threading.Event | None = None) -> Iterator[grpc.Channel]:
     """Both services (no auth) on a loopback port; yields a channel to them."""
+    with served(caches, stop) as address, grpc.insecure_channel(address) as channel:
+        yield channel
+
+
+@contextmanager
+def served(caches: Caches, stop: threading.Event | None = None) -> Iterator[str]:
+    """Both services (no auth) on a loopback port; yields its address (for gangctl --server)."""
     stop = stop or threading.Event()
     view = GangAdmission(caches.client, caches.informer, clock=lambda: NOW)
     gangs = GangService(
@@ -184,11 +200,10 @@ def serving(caches: Caches, stop: threading.Event | None = None) -> Iterator[grp
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     try:
-        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-            yield channel
+        yield f"127.0.0.1:{port}"
     finally:
         stop.set()
         server.stop(0)
 
 
-__all__ = ["NOW", "PODS", "WORKLOADS", "Caches", "pod", "serving", "standard", "workload"]
+__all__ = ["NOW", "PODS", "WORKLOADS", "Caches", "owned", "pod", "served", "serving", "standard", "workload"]

@@ -70,7 +70,10 @@ def message_of(cls: type[Message], depth: int = 0) -> st.SearchStrategy[Message]
             fields[f.name] = st.dictionaries(_text, _text, max_size=3)
         elif f.message_type is not None:
             if depth < 2:
-                nested = getattr(cls, f.message_type.name, None) or getattr(plans_pb2, f.message_type.name)
+                name = f.message_type.name
+                nested = (
+                    getattr(cls, name, None) or getattr(gangs_pb2, name, None) or getattr(plans_pb2, name)
+                )
                 fields[f.name] = st.one_of(st.none(), message_of(nested, depth + 1))
         elif f.is_repeated:
             fields[f.name] = st.lists(_SCALARS[f.type], max_size=3)
