@@ -20,8 +20,8 @@ import pytest
 from gangplugin.core.gangplan import GangPod
 from gangplugin.core.names import GANG_LABEL, GANG_SIZE_ANNOTATION
 from gangplugin.extender.barrier import Barrier
-from gangplugin.extender.cache import ExtenderCache
 from gangplugin.extender.pods import gang_pod_from_k8s
+from gangplugin.extender.reservations import GangReservations
 from gangplugin.extender.server import ExtenderHandlers, make_app
 from gangplugin.localcluster.pki import CertificateAuthority
 from gangplugin.runtime.asgi import serve
@@ -61,8 +61,8 @@ def pod(name: str, gang: str | None = None, size: Any = None, node_name: str | N
 NODES = [f"n{i}" for i in range(4)]
 
 
-def make_cache() -> ExtenderCache:
-    cache = ExtenderCache()
+def make_cache() -> GangReservations:
+    cache = GangReservations()
     for n in NODES:
         cache.on_node("ADDED", None, node(n, "us-1"))
     return cache
@@ -88,7 +88,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run(coro_fn, cache: ExtenderCache, timeout: float = 2.0):  # type: ignore[no-untyped-def]
+def run(coro_fn, cache: GangReservations, timeout: float = 2.0):  # type: ignore[no-untyped-def]
     async def main():  # type: ignore[no-untyped-def]
         rec = Recorder()
         barrier = Barrier(cache, rec, timeout, rec.refused)

@@ -12,8 +12,8 @@ from unittest.mock import ANY
 
 import httpx
 
-from gangplugin.extender.cache import ExtenderCache
 from gangplugin.extender.pods import gang_pod_from_k8s
+from gangplugin.extender.reservations import GangReservations
 from gangplugin.extender.ungater import Ungater
 from gangplugin.kube.client import Client
 from tests.unit.extender.test_podgroup_mode import Api
@@ -51,7 +51,7 @@ class WatchFirst(Api):
     """The API server, with the watch delivering `then` (the pod bound, or deleted) to the cache
     before the pin patch's answer reaches the ungater."""
 
-    def __init__(self, pods: list[dict[str, Any]], cache: ExtenderCache, then: str) -> None:
+    def __init__(self, pods: list[dict[str, Any]], cache: GangReservations, then: str) -> None:
         super().__init__(pods)
         self.cache, self.then = cache, then
 
@@ -67,7 +67,7 @@ class WatchFirst(Api):
         return answer
 
 
-def pin_with_the_watch_first(then: str) -> ExtenderCache:
+def pin_with_the_watch_first(then: str) -> GangReservations:
     cache = cache_of({"us-1": 2})
     pods = [ungate_pod("p0", "g", 1)]
     add(cache, *pods)
