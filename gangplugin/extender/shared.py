@@ -21,7 +21,7 @@ from gangplugin.kube.admitted import holds_capacity, in_domain, workload_gang
 from gangplugin.kube.client import JSON, NODES, PODS, WORKLOADS
 from gangplugin.kube.discovery import served
 from gangplugin.kube.dispatcher import Dispatcher
-from gangplugin.kube.gangpolicies import GangPolicies
+from gangplugin.kube.gangpolicies import Cache, GangPolicies
 from gangplugin.kube.informer import identity
 from gangplugin.kube.resources import ADMISSION_CHECKS, GANG_POLICIES, RESOURCE_FLAVORS, TOPOLOGIES
 from gangplugin.runtime.components import Runtime
@@ -65,9 +65,9 @@ def _make(runtime: Runtime) -> GangReservations:
     reservations = GangReservations(
         PlacementPolicy(settings.spares_per_ultraserver),
         plan_ttl=2 * settings.barrier_timeout,
-        policy_of=None if policies is None else _policy_of(policies),
+        policy_of=None if policies is None else policy_of(policies),
         reject_ttl=settings.barrier_timeout,
-        admitted_of=None if policies is None else _admitted_of(runtime, policies),
+        admitted_of=None if policies is None else admitted_of(policies, runtime.informer(RESOURCE_FLAVORS)),
     )
     on = dispatcher(runtime)
     runtime.informer(NODES, identity).add_handler(reservations.on_node, on)
@@ -93,18 +93,21 @@ def _gang_policies(runtime: Runtime) -> GangPolicies | None:
     )
 
 
-def _policy_of(policies: GangPolicies) -> PolicyOf:
-    def policy_of(namespace: str, gang: str) -> tuple[PlacementPolicy, tuple[str, ...]] | None:
+def policy_of(policies: GangPolicies) -> PolicyOf:
+    """A gang's placement policy and topology levels, from its Workload's GangPolicy."""
+
+    def of(namespace: str, gang: str) -> tuple[PlacementPolicy, tuple[str, ...]] | None:
         found = policies.of_gang(namespace, gang)
         return None if found is None else (found[0].placement, found[1])
 
-    return policy_of
+    return of
 
 
-def _admitted_of(runtime: Runtime, policies: GangPolicies) -> AdmittedOf:
-    flavors = runtime.informer(RESOURCE_FLAVORS)
+def admitted_of(policies: GangPolicies, flavors: Cache) -> AdmittedOf:
+    """What the gang check promised a Workload's gang: its pods in the domain of the check's
+    podSetUpdates, while the check is Ready and Kueue reserves its quota."""
 
-    def admitted_of(wl: JSON) -> AdmittedGang | None:
+    def of(wl: JSON) -> AdmittedGang | None:
         ours = policies.our_checks()
         found = policies.check_of(wl, ours)
         if found is None or not holds_capacity(wl, found[1]):
@@ -118,4 +121,4 @@ def _admitted_of(runtime: Runtime, policies: GangPolicies) -> AdmittedOf:
             return None
         return AdmittedGang(in_domain(gang, state.get("podSetUpdates") or []), policy.placement)
 
-    return admitted_of
+    return of
