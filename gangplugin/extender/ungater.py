@@ -22,8 +22,10 @@ schedulingGroup or stopped serving PodGroups (the feature gate off), the gang is
 Ungate, with a warning logged and a Warning Event on its Workload: never left gated for good.
 
 All of it lives in the API: a pinned pod's node is its nodeSelector, so a restarted ungater
-counts pinned pods as placed and plans only the gated rest, next to them. A gang that stays
-partly bound (a plain pod took a pinned node first) is requeued whole by the gang check's
+counts pinned pods as placed and plans only the gated rest, next to them. Until the pins, the
+reservations hold the capacity the gang check promised the gang from its admission on, so the
+extender's filter keeps plain pods off it; a gang that stays partly bound anyway (a kube-scheduler
+without the extender bound a plain pod onto a pinned node) is requeued whole by the gang check's
 `unscheduledTimeout`, never left half-bound for good.
 
 A pin is final, so a pod pinned to a node that goes NotReady, is cordoned, tainted against it
