@@ -11,9 +11,11 @@ plain pods off that capacity (`filter_single_pod`), and other gangs' plans leave
 gang's promise gives way to its own plan (whose placeholders, then pins and bound pods, hold the
 nodes) and comes back for what the plan did not place when that plan is dropped.
 
-Promises are redone lazily (`stale`): a node or pod event only marks the gangs it touches, and
-the next call that reads capacity redoes them, so a burst of events (the first list of 5,000
-nodes) costs one placement per admitted gang, not one per event.
+Promises are redone lazily: an event only marks the gangs it touches (`stale`: redone if what
+they stand for changed, the admission or the gang's placed pods; `moved`: redone anyway, the
+capacity under them changed), and the next call that reads capacity redoes them. A burst of
+events (the first list of 5,000 nodes, the pods of a 1,024-pod gang created one by one) costs
+one placement per admitted gang, not one per event.
 """
 
 from __future__ import annotations
@@ -39,10 +41,15 @@ class AdmittedGang:
 @dataclass(frozen=True, slots=True)
 class _Charged:
     admitted: AdmittedGang
+    placed: tuple[tuple[str, int], ...]  # the gang's pods that held a node, per podset
     rest: Gang  # the pods that held no node when it was charged
     occupied: tuple[str, ...]  # the nodes its placed pods hold (their UltraServers' spares are its)
     nodes: frozenset[str]  # where the promise sits in the default snapshot
     whole: bool  # every pod of `rest` fitted
+
+    def key(self) -> tuple[AdmittedGang | None, tuple[tuple[str, int], ...], tuple[str, ...]]:
+        """What it stands for: the admission, and the gang's pods that held a node, and where."""
+        return self.admitted, self.placed, self.occupied
 
 
 class Promises:
@@ -50,7 +57,8 @@ class Promises:
 
     def __init__(self) -> None:
         self.admitted: dict[GangKey, AdmittedGang] = {}
-        self.stale: set[GangKey] = set()  # to be charged again before capacity is read
+        self.stale: set[GangKey] = set()  # to be looked at again before capacity is read
+        self.moved: set[GangKey] = set()  # to be placed again before capacity is read
         self._charged: dict[GangKey, _Charged] = {}
         self._on: dict[str, set[GangKey]] = {}  # node -> gangs promised capacity on it
 
@@ -58,11 +66,14 @@ class Promises:
         """The nodes promised capacity sits on (in the default snapshot)."""
         return self._on.keys()
 
+    def short(self) -> set[GangKey]:
+        """The gangs whose promise did not fit whole (capacity coming free may give them room)."""
+        return {g for g, c in self._charged.items() if not c.whole}
+
     def touching(self, node: str) -> set[GangKey]:
-        """The gangs whose promise a change of `node` may change: those promised capacity on
-        it, and those whose promise did not fit whole (the node may give them room)."""
-        short = {g for g, c in self._charged.items() if not c.whole}
-        return self._on.get(node, set()) | short
+        """The gangs whose promise a change of `node` may move: those promised capacity on it,
+        and those whose promise did not fit whole."""
+        return self._on.get(node, set()) | self.short()
 
     def crowded_on(self, node: str, snapshot: Snapshot) -> set[GangKey]:
         """Gangs promised capacity on `node` that real pods now crowd out (see `crowded`)."""
@@ -75,12 +86,18 @@ class Promises:
         default: Snapshot,
         placed: Mapping[str, int],
         occupied: tuple[str, ...],
+        again: bool = False,
     ) -> None:
         """Promise what the gang was admitted with less its `placed` pods (per podset), in place
-        of whatever was promised it before; nothing for a gang no longer admitted."""
+        of whatever was promised it before; nothing for a gang no longer admitted. Unless
+        `again`, a promise that already stands for exactly that is kept as it is."""
         snapshots = list(snapshots)
-        self.release(gkey, snapshots)
         admitted = self.admitted.get(gkey)
+        counts = tuple(sorted(placed.items()))
+        held = self._charged.get(gkey)
+        if not again and held is not None and held.key() == (admitted, counts, occupied):
+            return
+        self.release(gkey, snapshots)
         if admitted is None:
             return
         rest = remaining(admitted.gang, placed)
@@ -90,7 +107,7 @@ class Promises:
         whole = all([promise(s, rest, gkey[0], admitted.policy, occupied) == want for s in snapshots])
         ids = (default.node_of(gkey[0], name) for name in promised_pods(rest))
         nodes = frozenset(n.name for i in ids if i is not None and (n := default.nodes[i]) is not None)
-        self._charged[gkey] = _Charged(admitted, rest, occupied, nodes, whole)
+        self._charged[gkey] = _Charged(admitted, counts, rest, occupied, nodes, whole)
         for node in nodes:
             self._on.setdefault(node, set()).add(gkey)
 

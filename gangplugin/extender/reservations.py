@@ -142,7 +142,7 @@ class GangReservations:
                 if old is not None:
                     name = str(old["metadata"]["name"])
                     self._forget_rejections(name)
-                    self.promises.stale |= self.promises.touching(name)
+                    self.promises.moved |= self.promises.touching(name)
                     for snap in self.snapshots.values():
                         snap.remove_node(name)
                 return
@@ -153,7 +153,7 @@ class GangReservations:
                 return
             if self.snapshot.node(node.name) != node:  # not a mere heartbeat
                 self._forget_rejections(node.name)
-                self.promises.stale |= self.promises.touching(node.name)
+                self.promises.moved |= self.promises.touching(node.name)
             for snap in self.snapshots.values():
                 snap.upsert_node(node)
             for key in self.early.pop(node.name, ()):
@@ -182,6 +182,7 @@ class GangReservations:
             held = old.node if old is not None and not old.finished else None
             if held is not None and (new is None or new.node != held or new.finished):
                 self._forget_rejections(held)  # the pod frees its node
+                self.promises.moved |= self.promises.short()
             if new is None:
                 if old is not None:
                     self._forget(old)
@@ -201,7 +202,7 @@ class GangReservations:
                 if gkey is not None:
                     self._release_claim(gkey, new.key)
                 if old is None or old.placed != new.placed:
-                    self.promises.stale |= self.promises.crowded_on(new.placed, self.snapshot)
+                    self.promises.moved |= self.promises.crowded_on(new.placed, self.snapshot)
             else:
                 self._unbind(new.namespace, new.name)
 
@@ -280,19 +281,22 @@ class GangReservations:
     def _settle(self) -> None:
         """Charge again the promises events made stale (see `promises`); call under the lock
         before reading capacity. A gang whose own plan is in flight holds its nodes by it."""
-        stale, self.promises.stale = self.promises.stale, set()
+        promises = self.promises
+        stale, moved = promises.stale | promises.moved, promises.moved
+        promises.stale, promises.moved = set(), set()
         for gkey in stale:
             if gkey in self.plans:
-                self.promises.release(gkey, self.snapshots.values())
+                promises.release(gkey, self.snapshots.values())
                 continue
             members = [m for m in self.members(gkey) if not m.finished and not m.deleting]
             placed = [m for m in members if m.placed is not None]
-            self.promises.charge(
+            promises.charge(
                 gkey,
                 self.snapshots.values(),
                 self.snapshot,
                 Counter(m.pod_set or DEFAULT_POD_SET for m in placed),
                 tuple(sorted({m.placed for m in placed if m.placed is not None})),
+                again=gkey in moved,
             )
 
     def _plan(self, gkey: GangKey, plan: GangPlan) -> None:

@@ -147,3 +147,26 @@ def test_a_dropped_plan_gives_the_gang_its_promise_back() -> None:
     with res.lock:
         res.drop(("ns", "train"))  # the barrier timed out
     assert len(passed(res, US1)) == 1 and len(list(res.promises.nodes())) == 3
+
+
+def test_a_promise_short_of_room_is_made_whole_once_pods_leave_its_domain() -> None:
+    # Admitted by preemption: the victims' pods still hold two of the domain's nodes.
+    res = reservations(US1)
+    victims = [pod(f"v{i}", node_name=f"us-1-{i}") for i in range(2)]
+    add(res, *victims)
+    res.on_workload("ADDED", None, workload())
+    assert passed(res, US1[2:]) == tuple(US1[2:])  # three pods do not fit in two nodes: none promised
+    for v in victims:
+        res.on_pod("DELETED", gang_pod_from_k8s(v), None)
+    assert len(passed(res, US1)) == 1  # room came free: the whole promise stands
+
+
+def test_the_pods_of_an_admitted_gang_coming_one_by_one_do_not_place_its_promise_again() -> None:
+    res = reservations(US1)
+    res.on_workload("ADDED", None, workload())
+    passed(res, US1)
+    before = res.promises._charged[("ns", "train")]
+    for i in range(3):  # gated: they hold no node, so what is promised stays as it was
+        add(res, ungate_pod(f"p{i}", "train", 3))
+        passed(res, US1)
+    assert res.promises._charged[("ns", "train")] is before
