@@ -131,8 +131,10 @@ class GangService(gangs_pb2_grpc.GangServiceServicer):
         self._lock = threading.Lock()
         self._watchers: list[queue.SimpleQueue[Key]] = []
         self._by_gang_id: dict[Key, str] = {}  # (ns, gang label) -> Workload name (hashed ids)
-        admission.view.workloads.add_handler(self._on_workload)
-        admission.view.pods.add_handler(self._on_pod)
+        # After the view's handlers, on its dispatcher: a published gang reads an index that
+        # already holds the change.
+        admission.view.workloads.add_handler(self._on_workload, admission.view.dispatcher)
+        admission.view.pods.add_handler(self._on_pod, admission.view.dispatcher)
 
     # -- watch plumbing: handlers only publish keys ---------------------------------------------
 

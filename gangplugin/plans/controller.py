@@ -19,6 +19,7 @@ from gangplugin.core.plans import TrainingPlan, plan_state
 from gangplugin.core.quota import next_quota_change, queue_quota, quota_update
 from gangplugin.core.timeutil import format_time
 from gangplugin.kube.client import CLUSTER_QUEUES, JSON, Client
+from gangplugin.kube.dispatcher import Dispatcher
 from gangplugin.kube.events import record_event
 from gangplugin.kube.informer import Informer
 from gangplugin.kube.plan_records import parse_plan, plan_state_doc
@@ -58,12 +59,13 @@ class PlanController:
         client: Client,
         plans: Informer[JSON],
         queues: Informer[JSON],
+        dispatcher: Dispatcher,
         clock: Clock = lambda: datetime.now(UTC),
     ) -> None:
         self.client, self.plans, self.queues, self.clock = client, plans, queues, clock
         self.queue = WorkQueue()
-        plans.add_handler(self._on_plan)
-        queues.add_handler(self._on_queue)
+        plans.add_handler(self._on_plan, dispatcher)
+        queues.add_handler(self._on_queue, dispatcher)
 
     # --- events -> keys ---
 

@@ -53,6 +53,12 @@ EVICTIONS = Counter(
     "Gangs the readiness watchdog evicted, by why (the phase they were stuck in) and what followed.",
     ["reason", "action"],
 )
+DISPATCH_BACKLOG = Gauge(
+    "gangplugin_dispatch_backlog",
+    "Watch events waiting for a component's handlers (by dispatcher): one that keeps growing "
+    "means its handlers are slower than the events they are given.",
+    ["dispatcher"],
+)
 EXTENDER_LATENCY = Histogram(
     "gangplugin_extender_request_duration_seconds",
     "Time to answer a kube-scheduler extender call, by verb (bind includes the gang barrier wait).",

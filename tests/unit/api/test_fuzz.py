@@ -153,7 +153,7 @@ def extender() -> Iterator[str]:
     async def start() -> None:
         barrier = Barrier(make_cache(), Recorder(), 0.5)
         box["port"] = free_port()
-        app = make_app(ExtenderHandlers(barrier.cache), barrier)
+        app = make_app(ExtenderHandlers(barrier.reservations), barrier)
         box["server"] = await serve(app, "127.0.0.1", box["port"], None)
         started.set()
 
