@@ -107,7 +107,7 @@ class AdmissionView:
         self.topologies = informer(TOPOLOGIES)
         self.plans = informer(TRAINING_PLANS, rec.plan_or_none)
         self.cluster_queues = informer(CLUSTER_QUEUES)  # preemption rules, borrowing
-        self.capacity = CapacityView(self.nodes.items, self.pods.items)
+        self.capacity = CapacityView()
         self._parsed: dict[str | None, tuple[str | None, GangPolicy]] = {}
         self.lookup = GangPolicies(self.workloads, self.checks, self.policies, self.topologies)
         # (namespace, gang label) -> pods by name: an index over the pod cache, rebuilt by its relist.
