@@ -2,7 +2,7 @@
 
 It chooses the components (`components/`), writes the certificates and kubeconfig
 (`credentials`), and has the supervisor (`supervisor`) run each component's process in the
-registry's order, between the component's own install and started steps. Any failure during
+registry's order (`components.base.Component` says what `up` calls when). Any failure during
 `up` stops whatever had been started.
 """
 
