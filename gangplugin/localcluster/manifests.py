@@ -37,13 +37,17 @@ def read_crds(directory: Path, pattern: str, what: str) -> list[dict[str, Any]]:
 
 
 def apply_crds(
-    client: Client, spec: ClusterSpec, crds: Iterable[dict[str, Any]], what: str, conversion_port: int = 0
+    client: Client,
+    spec: ClusterSpec,
+    crds: Iterable[dict[str, Any]],
+    what: str,
+    conversion_port: int | None = None,
 ) -> None:
     """Apply `crds` and wait until each is established; with `conversion_port`, CRDs of several
     versions convert through that controller's webhook."""
     names = []
     for crd in crds:
-        if conversion_port and len(crd["spec"]["versions"]) > 1:
+        if conversion_port is not None and len(crd["spec"]["versions"]) > 1:
             crd["spec"]["conversion"] = {
                 "strategy": "Webhook",
                 "webhook": {
