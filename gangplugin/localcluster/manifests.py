@@ -111,6 +111,35 @@ def apply_webhooks(
         client.apply(WEBHOOK_KINDS[cfg["kind"]], cfg, field_manager=FIELD_MANAGER)
 
 
+def install_upstream(
+    client: Client,
+    spec: ClusterSpec,
+    directory: Path,
+    crd_files: str,
+    what: str,
+    webhook_port: int,
+    *,
+    keep: Callable[[str], bool],
+    pod_selector: dict[str, Any],
+    conversion: bool = False,
+) -> None:
+    """Upstream controller `what` from its own manifests in `directory` (as hack/build-upstream.sh
+    copies them from its module): its CRDs (the files matching `crd_files`; with `conversion`,
+    converted by its webhook), established, and its webhook configurations (`webhooks.yaml`,
+    named `<what in lower case>-...`) served on 127.0.0.1:`webhook_port`."""
+    crds = read_crds(directory, crd_files, what)
+    apply_crds(client, spec, crds, what, conversion_port=webhook_port if conversion else None)
+    apply_webhooks(
+        client,
+        spec,
+        directory / "webhooks.yaml",
+        what.lower(),
+        webhook_port,
+        keep=keep,
+        pod_selector=pod_selector,
+    )
+
+
 def delete_webhooks(client: Client, name: str) -> None:
     """The validating and mutating webhook configurations named `name`, if there are any."""
     for res in WEBHOOK_KINDS.values():

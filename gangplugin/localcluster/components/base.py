@@ -48,3 +48,17 @@ class Component:
     def started(self, spec: ClusterSpec, client: Client, log: Callable[[str], None]) -> None:
         """What follows once it is healthy: waiting for its webhooks, objects that need the
         components before it running (the local queues need Kueue's webhooks)."""
+
+
+def kube_serving_flags(spec: ClusterSpec, port: int, cert_dir: str) -> tuple[str, ...]:
+    """kube-controller-manager's and kube-scheduler's own HTTPS endpoint (/healthz, /metrics) on
+    127.0.0.1:`port`, with a self-signed certificate in `<state>/<cert_dir>`; callers are
+    authenticated and authorized through the API server."""
+    return (
+        f"--authentication-kubeconfig={spec.kubeconfig}",
+        f"--authorization-kubeconfig={spec.kubeconfig}",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={port}",
+        f"--cert-dir={spec.state_dir / cert_dir}",
+        "--profiling=false",
+    )

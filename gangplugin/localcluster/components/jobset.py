@@ -37,14 +37,12 @@ class JobSet(Component):
         }
 
     def install(self, spec: ClusterSpec, client: Client) -> None:
-        directory = manifests_dir(spec)
-        crds = manifests.read_crds(directory, "jobset.x-k8s.io_*.yaml", "JobSet")
-        manifests.apply_crds(client, spec, crds, "JobSet")
-        manifests.apply_webhooks(
+        manifests.install_upstream(
             client,
             spec,
-            directory / "webhooks.yaml",
-            "jobset",
+            manifests_dir(spec),
+            "jobset.x-k8s.io_*.yaml",
+            "JobSet",
             spec.ports.jobset_webhook,
             keep=lambda _path: True,
             pod_selector={"objectSelector": JOBSET_PODS},

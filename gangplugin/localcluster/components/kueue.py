@@ -122,20 +122,18 @@ class Kueue(Component):
         }
 
     def install(self, spec: ClusterSpec, client: Client) -> None:
-        """Its CRDs (conversion through its webhook) and webhook configurations on 127.0.0.1."""
-        directory = manifests_dir(spec)
-        crds = manifests.read_crds(directory, "kueue.x-k8s.io_*.yaml", "Kueue")
-        manifests.apply_crds(client, spec, crds, "Kueue", conversion_port=spec.ports.kueue_webhook)
         manifests.ensure_namespace(client, KUEUE_NAMESPACE)
         enabled = frameworks(spec)
-        manifests.apply_webhooks(
+        manifests.install_upstream(
             client,
             spec,
-            directory / "webhooks.yaml",
-            "kueue",
+            manifests_dir(spec),
+            "kueue.x-k8s.io_*.yaml",
+            "Kueue",
             spec.ports.kueue_webhook,
             keep=lambda path: serves(path, enabled),
             pod_selector={"namespaceSelector": OUTSIDE_SYSTEM},
+            conversion=True,
         )
 
     def process(self, spec: ClusterSpec) -> Process:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import yaml
 
-from gangplugin.localcluster.components.base import Component
+from gangplugin.localcluster.components.base import Component, kube_serving_flags
 from gangplugin.localcluster.probes import https_ok
 from gangplugin.localcluster.spec import GENERIC_WORKLOAD_GATE, ClusterSpec
 from gangplugin.localcluster.supervisor import Process
@@ -49,12 +49,7 @@ class KubeScheduler(Component):
             (
                 str(spec.bin_dir / "kube-scheduler"),
                 f"--config={config}",
-                f"--authentication-kubeconfig={spec.kubeconfig}",
-                f"--authorization-kubeconfig={spec.kubeconfig}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={port}",
-                f"--cert-dir={spec.state_dir / 'scheduler-certs'}",
-                "--profiling=false",
+                *kube_serving_flags(spec, port, "scheduler-certs"),
                 *spec.generic_workload_flags(GENERIC_WORKLOAD_GATE),
             ),
             health=lambda: https_ok(f"https://127.0.0.1:{port}/healthz", None),  # self-signed
