@@ -77,7 +77,7 @@ def serving_as_service_accounts(
     their logs. The local cluster's own gangplugin is stopped meanwhile and restarted after."""
     with base_install.local_gangplugin_stopped(cluster) as local:
         gp_config = base_install.token_kubeconfig(cluster, "gangplugin", tmp_path / "gangplugin.kubeconfig")
-        comp = local._gangplugin()
+        comp = local.process("gangplugin")
         assert comp is not None
         argv = [a if not a.startswith("--kubeconfig=") else f"--kubeconfig={gp_config}" for a in comp.argv]
         gp_log = tmp_path / "gangplugin.log"

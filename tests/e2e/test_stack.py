@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from gangplugin.kube.client import JOBS, NODES, PODS, WORKLOADS, Client, Resource
-from gangplugin.localcluster.cluster import _versions
+from gangplugin.localcluster.cluster import versions as _versions
 from tests.e2e.conftest import E2ECluster
 from tests.e2e.kube import (
     condition,
