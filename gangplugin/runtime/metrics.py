@@ -88,6 +88,7 @@ LEADER = Gauge(
     ["lease"],
 )
 
+
 def barrier_waiting(namespace: str, gang: str, pods: int) -> None:
     """How many members of a gang wait at the bind barrier now; 0 removes the gang's series."""
     if pods:
