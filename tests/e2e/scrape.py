@@ -54,6 +54,13 @@ def resource_version(obj: dict[str, Any]) -> int:
     return int(obj["metadata"]["resourceVersion"])
 
 
+def pass_seen(local: LocalCluster, replica: int = 1) -> float:
+    """The Workload resourceVersion the leader's last completed admission pass began with (-1
+    while /metrics does not answer: being restarted)."""
+    found = _samples_or_error(local, replica)
+    return -1.0 if found is None else value(found, PASS_SEEN)
+
+
 def wait_decided(
     local: LocalCluster, *workloads: dict[str, Any], replica: int = 1, timeout: float = 60
 ) -> None:
@@ -64,8 +71,7 @@ def wait_decided(
     seen: list[float] = []
 
     def decided() -> bool:
-        found = _samples_or_error(local, replica)
-        seen.append(-1.0 if found is None else value(found, PASS_SEEN))
+        seen.append(pass_seen(local, replica))
         return seen[-1] >= want
 
     wait_until(
