@@ -37,6 +37,7 @@ from gangplugin.kube.client import JSON, Client
 from gangplugin.kube.dispatcher import Dispatcher
 from gangplugin.kube.informer import Informer
 from gangplugin.kube.workqueue import WorkQueue
+from gangplugin.runtime import metrics
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +119,10 @@ class GangAdmission:
 
     def reconcile(self, key: str) -> float | None:
         if key == PASS:
-            return self.admission.run()
+            seen = metrics.newest_resource_version(self.view.workloads.items())
+            wake = self.admission.run()
+            metrics.ADMISSION_PASS_SEEN.set(seen)
+            return wake
         kind, _, rest = key.partition("/")
         if kind == "wl":
             return self.watchdog.run(rest)

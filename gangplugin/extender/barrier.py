@@ -31,6 +31,7 @@ import orjson
 from gangplugin.core.gangplan import GangKey, GangPod, PodKey, barrier_open
 from gangplugin.extender.reservations import GangReservations
 from gangplugin.kube.client import ApiError, Client, api_error
+from gangplugin.runtime import metrics
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +146,7 @@ class Barrier:
             previous.future.set_result("superseded by a newer bind call for the same pod")
         future: asyncio.Future[str] = loop.create_future()
         gang.waiters[key] = _Waiter(uid, node, future)
+        metrics.barrier_waiting(*gkey, len(gang.waiters))
         if barrier_open(gang.size, self.reservations.bound_members(gkey), gang.waiters):
             self._open(gkey, gang)
         return await future
@@ -164,6 +166,7 @@ class Barrier:
         if self.gangs.get(gkey) is not gang:
             return
         del self.gangs[gkey]
+        metrics.barrier_waiting(*gkey, 0)
         with self.reservations.lock:
             bound = len(self.reservations.bound_members(gkey))
             self.reservations.drop(gkey)
@@ -178,6 +181,7 @@ class Barrier:
 
     def _open(self, gkey: GangKey, gang: _Gang) -> None:
         del self.gangs[gkey]
+        metrics.barrier_waiting(*gkey, 0)
         if gang.timer is not None:
             gang.timer.cancel()
         asyncio.get_running_loop().create_task(self._bind_all(gkey, gang))

@@ -18,7 +18,7 @@ from gangplugin.core.timeutil import format_time, parse_time
 from gangplugin.kube.client import CLUSTER_QUEUES, EVENTS, JOBS, ApiError, Client
 from gangplugin.kube.resources import TRAINING_PLANS
 from tests.e2e.conftest import E2ECluster
-from tests.e2e.kube import gpu_job, is_true, queue_objects, unique, wait_for, workload_of
+from tests.e2e.kube import condition, gpu_job, is_true, queue_objects, unique, wait_for, workload_of
 
 
 def plan_manifest(name: str, cq: str, start: datetime, end: datetime, **spec: Any) -> dict[str, Any]:
@@ -88,9 +88,6 @@ def test_quota_follows_a_block_and_admits_a_waiting_gang(
         }
 
         client.create(JOBS, gpu_job("gang", namespace, queue, pods=2, gpus=8))
-        wl = wait_for(lambda: workload_of(client, namespace, "gang"), 30, "the gang's Workload")
-        assert not is_true(wl, "QuotaReserved")
-
         raised = wait_for(
             lambda: datetime.now(UTC) if flavor_quota(client, queue)["nvidia.com/gpu"] == 16 else None,
             60,
@@ -103,6 +100,9 @@ def test_quota_follows_a_block_and_admits_a_waiting_gang(
             "the waiting gang to be admitted once the block is Active",
         )
         assert admitted
+        # Not before: however long Kueue took to look, it reserved no quota ahead of the block.
+        reserved = condition(workload_of(client, namespace, "gang") or {}, "QuotaReserved") or {}
+        assert parse_time(reserved["lastTransitionTime"], "QuotaReserved") >= start, reserved
         assert client.get(TRAINING_PLANS, plan)["status"]["status"] == "Active"
 
         wait_for(
