@@ -11,16 +11,15 @@ PYTEST := $(PY) -m pytest
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
-$(VENV)/.installed: pyproject.toml $(wildcard proto/gangplugin/v1/*.proto)
+$(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
-	$(PY) -m gangplugin.api.generate
 	@touch $@
 
 venv: $(VENV)/.installed ## create .venv with gangplugin and its dev tools
 
-proto: $(VENV)/.installed ## generate the gRPC Python code from proto/ into gangplugin/api/gen/
+proto: $(VENV)/.installed ## regenerate the committed gRPC code in gangplugin/api/gen/ from proto/
 	$(PY) -m gangplugin.api.generate
 
 build: ## build (or reuse from ~/.cache/gangplugin) the pinned upstream binaries
