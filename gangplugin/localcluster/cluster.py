@@ -945,9 +945,9 @@ class LocalCluster:
         _wait(lambda: all(_established(client, n) for n in names), 30, "Kueue's CRDs to be established")
 
     def _install_gangplugin_crds(self, client: Client) -> None:
-        """gangplugin's own CRDs (deploy/crds/), established before its controllers start."""
+        """gangplugin's own CRDs (the Helm chart's crds/), established before its controllers start."""
         names = []
-        for path in sorted((REPO / "deploy" / "crds").glob("*.yaml")):
+        for path in sorted((REPO / "deploy" / "helm" / "gangplugin" / "crds").glob("*.yaml")):
             for crd in yaml.safe_load_all(path.read_text()):
                 if crd:
                     client.apply(_CRDS, crd, field_manager=FIELD_MANAGER)
