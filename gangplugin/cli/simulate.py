@@ -9,8 +9,8 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from functools import cache
 from datetime import UTC, datetime
+from functools import cache
 from typing import Any
 
 import click
