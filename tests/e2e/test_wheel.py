@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from gangplugin.core.timeutil import format_time
 from gangplugin.kube.client import JOBS
@@ -201,6 +202,11 @@ def test_online_commands_with_the_kubeconfig_alone(
         "--end-before", format_time(now + timedelta(days=55)),
         "--target-resource", "training-job",
     ]  # fmt: skip
+    # Online search takes --server (without it, search is offline and wants --inventory): the
+    # address the kubeconfig's extension gives a client-certificate user such as this admin.
+    kubeconfig = yaml.safe_load(cluster.kubeconfig.read_text())
+    (ext,) = [e["extension"] for c in kubeconfig["clusters"] for e in c["cluster"].get("extensions", [])]
+    search.append(f"--server={ext['client-certificate-server']}")
     out = installed.gangctl("plans", "search", *search, "-o", "json", env=env)
     assert out.returncode == 0, out.stderr
     found = json.loads(out.stdout)
