@@ -14,6 +14,7 @@ temporary folder and fails unless the committed files are the same.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import subprocess
 import sys
@@ -72,7 +73,8 @@ def join(docs: list[str]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--helm", default=str(Path.home() / ".cache" / "gangplugin" / "bin" / "helm"))
+    cache = Path(os.environ.get("GANGPLUGIN_CACHE", Path.home() / ".cache" / "gangplugin"))
+    parser.add_argument("--helm", default=str(cache / "bin" / "helm"), help="default: the build's cache")
     parser.add_argument("--out", type=Path, default=REPO / "deploy" / "manifests")
     args = parser.parse_args()
     base = render(args.helm)
