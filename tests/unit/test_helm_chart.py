@@ -268,3 +268,13 @@ def test_kustomize_base_is_the_charts_rendering(tmp_path: Path) -> None:
     assert sorted(fresh) == sorted(ours), "run `make manifests` and commit deploy/manifests/"
     stale = [name for name in fresh if fresh[name] != ours[name]]
     assert stale == [], f"{stale} differ from the chart's rendering: run `make manifests` and commit them"
+
+
+def test_a_single_replica_gets_no_pdb_that_would_block_every_drain() -> None:
+    def pdbs(*flags: str) -> set[str]:
+        return {o["metadata"]["name"] for o in objects(*flags) if o["kind"] == "PodDisruptionBudget"}
+
+    scheduler = ("--set", "scheduler.enabled=true")
+    assert pdbs(*scheduler) == {"gangplugin", "gangplugin-scheduler"}
+    assert pdbs(*scheduler, "--set", "replicas=1") == {"gangplugin-scheduler"}
+    assert pdbs(*scheduler, "--set", "scheduler.replicas=1") == {"gangplugin"}
