@@ -85,6 +85,7 @@ class CandidateVerdict:
     wake_at: float | None = None
     preemption: PreemptionPlan | None = None  # the gang does not fit: whom it preempts or waits for
     hold: Hold | None = None  # a preemption starting: the domain to hold for the gang
+    reason: str = "NoFit"  # why it waits, one of metrics.WAITING_REASONS (a metric's label)
 
 
 def _admitted(q: QueuedWorkload, entry: Entry) -> AdmittedGang:
@@ -142,9 +143,11 @@ class AdmissionPass:
         now = self.clock()
         ours = self.view.our_checks()
         if not ours:
+            metrics.waiting({})
             return None
         queue, entries = self.queue(ours, settle=True)
         if not queue.candidates:
+            metrics.waiting({})
             return None
         admitted = [_admitted(q, entries[q.key]) for q in queue.admitted]
         unready = {k: list(v) for k, v in queue.unready.items()}
@@ -154,6 +157,7 @@ class AdmissionPass:
         # and the decisions no longer depend on each other.
         writes: list[tuple[str | None, Callable[[], bool | None]]] = []
         wake: list[float] = []  # when a gang the plans hold back may be decided otherwise
+        waits: dict[str, list[float]] = {}  # reason -> each waiting gang's time since quota reserved
         with self.view.capacity.locked():
             promises: list[Promise] | None = None
             snapshots: dict[tuple[str, ...], Snapshot] = {}
@@ -179,6 +183,9 @@ class AdmissionPass:
                 metrics.ADMISSION_DECISION_CPU.observe(time.thread_time() - cpu_start)
                 if verdict.wake_at is not None:
                     wake.append(verdict.wake_at)
+                if not verdict.rejected and (verdict.decision is None or not verdict.decision.ready):
+                    reserved = condition_time(wl, "QuotaReserved")
+                    waits.setdefault(verdict.reason, []).append(max(0.0, now - reserved) if reserved else 0.0)
                 plan = verdict.preemption
                 if plan is not None and plan.preempts:
                     if verdict.hold is not None:  # held for this gang from the next decision on
@@ -205,6 +212,7 @@ class AdmissionPass:
         # A refused write (the Workload changed meanwhile) only over-counted capacity in this
         # pass; the pass runs again on fresh copies.
         rerun = any(o is False or isinstance(o, Exception) for o in outcomes)
+        metrics.waiting(waits)
         took = time.monotonic() - started
         metrics.ADMISSION_PASS.observe(took)
         log.log(
@@ -230,7 +238,9 @@ class AdmissionPass:
         if until is None or until <= now:
             return None
         # No countdown in it: a message that changed every pass would be written every pass.
-        return CandidateVerdict(f"requeued whole after a timeout: backoff until {raw}", wake_at=until)
+        return CandidateVerdict(
+            f"requeued whole after a timeout: backoff until {raw}", wake_at=until, reason="Backoff"
+        )
 
     def evaluate(
         self,
@@ -252,7 +262,7 @@ class AdmissionPass:
             policy = self.view.policy(policy_name)
             levels = self.view.levels(policy)
         except InputError as err:
-            return CandidateVerdict(f"waiting: {err}")
+            return CandidateVerdict(f"waiting: {err}", reason="PolicyUnusable")
         backoff = self._backoff(wl, now)
         if backoff is not None:
             return backoff
@@ -267,6 +277,7 @@ class AdmissionPass:
                 return CandidateVerdict(
                     f"waiting for the next block: {drain.reason}",
                     wake_at=None if change is None else change.timestamp(),
+                    reason="PlanDrain",
                 )
             end = (
                 {}
@@ -283,7 +294,8 @@ class AdmissionPass:
                 snap, gang, gang.name, policy.placement, blocker, end, bind_mode=policy.bind_mode
             )
             if gov is None or decision.ready or decision.placement is None or policy.preemption == "Never":
-                return CandidateVerdict(decision.message, decision, gang, policy, blocker)
+                waits_for = "Sequential" if blocker is not None else "NoFit"
+                return CandidateVerdict(decision.message, decision, gang, policy, blocker, reason=waits_for)
             plan, hold = self.preemptions.consider(wl, gang, policy, snap, gov, now)
         except InputError as err:
             return CandidateVerdict(f"the Workload cannot be used: {err}", rejected=True)
@@ -292,7 +304,10 @@ class AdmissionPass:
             if plan.preempts or plan.waiting_for
             else f"{decision.message}; preemption: {plan.reason}"
         )
-        return CandidateVerdict(message, decision, gang, policy, blocker, preemption=plan, hold=hold)
+        reason = "Preempting" if plan.preempts or plan.waiting_for else "NoFit"
+        return CandidateVerdict(
+            message, decision, gang, policy, blocker, preemption=plan, hold=hold, reason=reason
+        )
 
     def explain(self, wl: JSON, check: str, now: float) -> CandidateVerdict | None:
         """What the pass would decide for this waiting gang now (None: not our check), on a

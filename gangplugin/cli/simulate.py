@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
+from functools import cache
 from typing import Any
 
 import click
@@ -71,17 +72,32 @@ def _progress(label: str) -> Iterator[Callable[[int], None] | None]:
 def _replays(
     nodes: list[Node], jobs: list[Job], policies: tuple[str, ...], settings: Settings
 ) -> list[Replay]:
-    """One replay per policy; by default every policy (`optimal` only on a small cluster)."""
+    """One replay per policy; by default every policy (`optimal` only on a small cluster, and
+    where the `sim` extra installed its solver)."""
     small = len(nodes) <= MAX_NODES
+    solver = importlib.util.find_spec("scipy") is not None
     if not policies:
-        policies = tuple(p for p in POLICIES if small or p != "optimal")
+        policies = tuple(p for p in POLICIES if (small and solver) or p != "optimal")
+        if small and not solver:
+            _note_without_sim_extra()
     elif "optimal" in policies and not small:
         raise InputError("--policy", f"optimal solves an exact program: for at most {MAX_NODES} nodes")
+    elif "optimal" in policies and not solver:
+        raise InputError("--policy", f"optimal needs scipy: {SIM_EXTRA}")
     out = []
     for name in policies:
         with _progress(name) as tick:
             out.append(replay(nodes, jobs, name, settings, tick))
     return out
+
+
+SIM_EXTRA = "pip install 'gangplugin[sim]'"
+
+
+@cache
+def _note_without_sim_extra() -> None:
+    """Once per run (a sweep replays many times): what the default policies left out, and why."""
+    click.echo(f"note: policy optimal left out: it and --plot need the sim extra ({SIM_EXTRA})", err=True)
 
 
 def _jobs(trace: str | None, synthetic_count: int | None, seed: int) -> list[Job]:

@@ -19,6 +19,7 @@ def test_the_backoff_holds_the_gang_until_its_end_then_lets_it_go() -> None:
     end = epoch(until, "until")
     held = AdmissionPass._backoff(workload({BACKOFF_UNTIL_ANNOTATION: until}), end - 90)
     assert held is not None and held.decision is None and held.wake_at == end
+    assert held.reason == "Backoff"  # gangplugin_waiting_gangs{reason}
     # The same message all along: the check is not written again each pass.
     assert held.message == f"requeued whole after a timeout: backoff until {until}"
     assert AdmissionPass._backoff(workload({BACKOFF_UNTIL_ANNOTATION: until}), end - 10) == held
