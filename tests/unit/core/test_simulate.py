@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from gangplugin.core.admission import QueuedWorkload, admission_queue, charge
+from gangplugin.core.errors import InputError
 from gangplugin.core.optimal import optimal_admissions
 from gangplugin.core.placement import place
 from gangplugin.core.plans import CapacityBlock, TargetResource, TrainingPlan
@@ -14,7 +15,7 @@ from gangplugin.core.policy import GangPolicy, Requeue
 from gangplugin.core.preemption import QueuePreemption
 from gangplugin.core.simulate import GPU, POLICIES, Job, Settings, first_fit, percentile, replay, scaled
 from gangplugin.core.topology import ULTRASERVER_LABEL, Node, build_snapshot
-from gangplugin.sim.trace import synthetic
+from gangplugin.sim.trace import jobs_from_rows, synthetic
 
 US = ULTRASERVER_LABEL
 START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -315,3 +316,29 @@ def test_preemption_replays_are_deterministic():
     assert sum(o.preempted for o in a.outcomes) > 0
     # every job that fits the cluster ran to its end, the preempted ones included
     assert all(o.end is not None for o in a.outcomes if not (o.never_ran or "").startswith("never fits"))
+
+
+def test_a_trace_may_give_each_job_a_priority():
+    columns = ("arrival_time", "gpu_workers", "gpu_per_worker", "duration", "priority")
+
+    def row(priority: str) -> dict[str, str]:
+        return {
+            "arrival_time": "0",
+            "gpu_workers": "1",
+            "gpu_per_worker": "4",
+            "duration": "9",
+            "priority": priority,
+        }
+
+    jobs = jobs_from_rows([row("100"), row(""), row("-5")], columns)
+    assert [j.priority for j in jobs] == [100, 0, -5]
+    plain = {k: v for k, v in row("").items() if k != "priority"}
+    assert [j.priority for j in jobs_from_rows([plain], columns[:-1])] == [0]  # no column: Kueue's 0
+    for bad, why in (
+        ("high", "is not a whole number"),
+        ("1.5", "is not a whole number"),
+        ("3000000000", "int32"),
+    ):
+        with pytest.raises(InputError, match=why) as err:
+            jobs_from_rows([row("1"), row(bad)], columns)
+        assert err.value.field == "line 3: priority"
