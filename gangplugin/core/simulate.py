@@ -569,7 +569,6 @@ def replay(
         victims: list[tuple[str, str]] = []  # (victim, preemptor) of this pass
         for s in ordered:
             key = s.job.key
-
             drain, change = drains.get(key, (None, None))
             facts = GangFacts(
                 Contender(key, s.job.priority, queue_name, s.job.arrival),
