@@ -221,21 +221,10 @@ class AdmissionPass:
         now: float,
         gov: PreemptionState,
     ) -> Verdict:
-        """The one decision for one waiting gang: its facts, read from the view, through the
-        core's gate (`core.gate`: policy, backoff, Sequential, plan drain, placement off the
-        domains held for other gangs' preemptions, preemption). The pass acts on it; explain
-        shows it."""
-        return gate(self.facts(wl, policy_name, snapshot, unready, now), gov)
-
-    def facts(
-        self,
-        wl: JSON,
-        policy_name: str | None,
-        snapshot: Callable[[tuple[str, ...]], Snapshot],
-        unready: Mapping[str | None, list[str]],
-        now: float,
-    ) -> GangFacts:
-        """What the gate reads of one waiting gang, as plain values (errors included)."""
+        """The one decision for one waiting gang: its facts read from the view as plain values
+        (errors included), through the core's gate (`core.gate`: policy, backoff, Sequential,
+        plan drain, placement off the domains held for other gangs' preemptions, preemption).
+        The pass acts on it; explain shows it."""
         key = workload_key(wl)
         policy: GangPolicy | InputError
         snap: Snapshot | None
@@ -260,7 +249,7 @@ class AdmissionPass:
             at = next_quota_change(plans, cluster_queue, datetime.fromtimestamp(now, UTC))
             change = None if at is None else at.timestamp()
         contender = Contender(key, rec.priority(wl), rec.quota_of(wl)[0], timestamp(wl, "creationTimestamp"))
-        return GangFacts(
+        facts = GangFacts(
             contender,
             policy,
             gang,
@@ -272,6 +261,7 @@ class AdmissionPass:
             drain,
             change,
         )
+        return gate(facts, gov)
 
     def explain(self, wl: JSON, check: str, now: float) -> Verdict | None:
         """What the pass would decide for this waiting gang now (None: not our check), on a

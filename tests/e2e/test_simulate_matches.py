@@ -65,6 +65,21 @@ def take_idle(client: Any, count: int, namespace: str) -> list[dict[str, Any]]:
     return nodes
 
 
+def submit_on_taken(
+    client: Any, namespace: str, queue: str, job: Job, priority_class: str | None = None
+) -> str:
+    """The trace's job as a Job of 4-GPU pods requiring one UltraServer, on the taken nodes."""
+    name = unique(job.key)
+    manifest = gpu_job(
+        name, namespace, queue, job.pods, 4, metadata={"annotations": {"gangplugin.io/required-topology": US}}
+    )
+    if priority_class is not None:
+        manifest["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = priority_class
+    manifest["spec"]["template"]["spec"]["nodeSelector"] = {LABEL: namespace}
+    client.create(JOBS, manifest)
+    return name
+
+
 def give_back(client: Any, nodes: list[dict[str, Any]]) -> None:
     for n in nodes:
         with contextlib.suppress(ApiError):
@@ -77,48 +92,30 @@ def test_simulator_admits_like_the_cluster(
     gang_queue: Any,
 ) -> None:
     client = cluster.client
-
-    def enough() -> dict[str, list[dict[str, Any]]] | None:
-        found = idle_ultraservers(client)
-        return found if len(found) >= USED else None
-
-    idle = wait_for(enough, 180, f"{USED} GB200 UltraServers without pods")
-    chosen = sorted(idle)[:USED]
-    gb200 = [n for us in chosen for n in idle[us]]
-    size_of = sum(len(idle[us]) for us in chosen)
-    # the sizes in turn until they over-subscribe the UltraServers, and two more: some must wait
-    total, sizes = 0, []
-    for size in itertools.cycle(SIZES):
-        sizes.append(size)
-        total += size
-        if total > size_of + SIZES[0] + SIZES[1]:
-            break
-    nodes = [
-        dataclasses.replace(n, ready=True) for n in records.nodes_from_k8s({"kind": "List", "items": gb200})
-    ]
-    jobs = [Job(f"g{i}", float(i), size, 4, 1e9, required_topology=US) for i, size in enumerate(sizes)]
-    simulated = replay(nodes, jobs, "gangplugin", Settings(policy=GangPolicy()))
-    # admitted on arrival, and where; a gang that waits (for capacity that never frees here): None
-    expected = {o.key: (o.domains[0] if o.wait == 0 else None) for o in simulated.outcomes}
-    assert None in expected.values() and len({d for d in expected.values() if d}) > 1  # a real test
-
-    for n in gb200:
-        client.patch(NODES, n["metadata"]["name"], {"metadata": {"labels": {LABEL: namespace}}})
+    gb200 = take_idle(client, USED, namespace)
     try:
+        size_of = len(gb200)
+        # the sizes in turn until they over-subscribe the UltraServers, and two more: some wait
+        total, sizes = 0, []
+        for size in itertools.cycle(SIZES):
+            sizes.append(size)
+            total += size
+            if total > size_of + SIZES[0] + SIZES[1]:
+                break
+        nodes = [
+            dataclasses.replace(n, ready=True)
+            for n in records.nodes_from_k8s({"kind": "List", "items": gb200})
+        ]
+        jobs = [Job(f"g{i}", float(i), size, 4, 1e9, required_topology=US) for i, size in enumerate(sizes)]
+        simulated = replay(nodes, jobs, "gangplugin", Settings(policy=GangPolicy()))
+        # admitted on arrival, and where; a gang that waits (for capacity that never frees): None
+        expected = {o.key: (o.domains[0] if o.wait == 0 else None) for o in simulated.outcomes}
+        assert None in expected.values() and len({d for d in expected.values() if d}) > 1  # a real test
+
         queue = gang_queue(gpu_quota=4 * sum(sizes))
         seen: dict[str, str | None] = {}
         for job in jobs:
-            name = unique(job.key)
-            manifest = gpu_job(
-                name,
-                namespace,
-                queue,
-                job.pods,
-                4,
-                metadata={"annotations": {"gangplugin.io/required-topology": US}},
-            )
-            manifest["spec"]["template"]["spec"]["nodeSelector"] = {LABEL: namespace}
-            client.create(JOBS, manifest)
+            name = submit_on_taken(client, namespace, queue, job)
 
             def decided(name: str = name) -> dict[str, Any] | None:
                 check = check_of(workload_of(client, namespace, name) or {})
@@ -166,18 +163,7 @@ def test_simulator_preempts_like_the_cluster(cluster: E2ECluster, namespace: str
         queue = gov.queue(2000, LOWER)  # more quota than the fleet: Kueue itself preempts nothing
         names: dict[str, str] = {}
         for job in jobs:
-            name = unique(job.key)
-            manifest = gpu_job(
-                name,
-                namespace,
-                queue,
-                job.pods,
-                4,
-                metadata={"annotations": {"gangplugin.io/required-topology": US}},
-            )
-            manifest["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = classes[job.priority]
-            manifest["spec"]["template"]["spec"]["nodeSelector"] = {LABEL: namespace}
-            client.create(JOBS, manifest)
+            name = submit_on_taken(client, namespace, queue, job, classes[job.priority])
             names[job.key] = name
             running_gang(client, namespace, name, job.pods)
         seen = {k for k in names if k != "g4" and names[k] in preempted(client, namespace, [names[k]])}
