@@ -14,6 +14,8 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from gangplugin.core.gate import WAITING_REASONS
+
 # Admission and readiness happen on human time scales: seconds to an hour.
 _SLOW = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 # Extender calls: filter/prioritize in milliseconds, bind waits at the gang barrier (up to ~20 s).
@@ -125,9 +127,6 @@ def newest_resource_version(objs: Iterable[Mapping[str, Any]]) -> int:
     """The highest resourceVersion among API objects (etcd revisions: decimal integers); 0 if none."""
     versions = (str((o.get("metadata") or {}).get("resourceVersion", "")) for o in objs)
     return max((int(v) for v in versions if v.isdigit()), default=0)
-
-
-WAITING_REASONS = ("NoFit", "Sequential", "PlanDrain", "Backoff", "Preempting", "PolicyUnusable")
 
 
 def waiting(gangs: Mapping[str, list[float]]) -> None:
