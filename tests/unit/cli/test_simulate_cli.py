@@ -170,7 +170,10 @@ def test_offerings_that_are_not_search_output_exit_2_naming_the_field(tmp_path):
 
 
 def test_a_cluster_queue_that_preempts_lets_the_high_priority_job_in_at_once(tmp_path):
-    trace = "job_id,arrival_time,gpu_workers,gpu_per_worker,duration,priority\nlow,0,8,4,1000,0\nhigh,10,4,4,10,10\n"
+    trace = (
+        "job_id,arrival_time,gpu_workers,gpu_per_worker,duration,priority\n"
+        "low,0,8,4,1000,0\nhigh,10,4,4,10,10\n"
+    )
     args = [*files(tmp_path, trace), "--policy", "gangplugin", "-o", "json"]
     cq = {
         "apiVersion": "kueue.x-k8s.io/v1beta2",
