@@ -66,7 +66,7 @@ def placement_first() -> tuple[Step, ...]:
 def pass_writes(caches: Caches) -> dict[str, Any]:
     """One admission pass over the caches: the check entry it writes for "second"."""
     api = FakeApi()
-    adm = GangAdmission(api.client(), caches.informer, clock=lambda: NOW)
+    adm = GangAdmission(api.client(), caches.informer, caches.dispatcher, clock=lambda: NOW)
     caches.replay()
     adm.admission.run()
     applied = [
