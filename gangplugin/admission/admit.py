@@ -46,9 +46,11 @@ from gangplugin.core.preemption import Contender
 from gangplugin.core.quota import next_quota_change
 from gangplugin.core.topology import Snapshot
 from gangplugin.kube import kueue_records as rec
+from gangplugin.kube.admitted import as_admitted
 from gangplugin.kube.client import JSON, WORKLOADS, ApiError, Client
 from gangplugin.kube.gangpolicies import GangPolicies
 from gangplugin.runtime import metrics
+from gangplugin.runtime.admissions import AdmissionsInFlight
 
 log = logging.getLogger(__name__)
 
@@ -88,12 +90,21 @@ def _admitted(q: QueuedWorkload, entry: Entry) -> AdmittedGang:
 
 class AdmissionPass:
     def __init__(
-        self, view: AdmissionView, writer: CheckWriter, client: Client, clock: Callable[[], float]
+        self,
+        view: AdmissionView,
+        writer: CheckWriter,
+        client: Client,
+        clock: Callable[[], float],
+        in_flight: AdmissionsInFlight | None = None,
     ) -> None:
         self.view = view
         self.writer = writer
         self.client = client
         self.clock = clock
+        # Told of each admission before it is written (the gang reservations keep its capacity
+        # off plain pods from then on); `announced`: the Workloads those were decided on.
+        self.in_flight = in_flight or AdmissionsInFlight()
+        self.announced: dict[str, JSON] = {}
         self._writers = ThreadPoolExecutor(8, thread_name_prefix="admission-write")
         self.preemptions = Preemptions(view, writer, client)
 
@@ -130,6 +141,7 @@ class AdmissionPass:
         if settle:
             for key in set(self.view.capacity.assumed) - set(entries):
                 self.view.capacity.forget(key)  # deleted or no longer ours
+                self.announced.pop(key, None)
         return admission_queue(queued), entries
 
     def run(self) -> float | None:
@@ -195,7 +207,7 @@ class AdmissionPass:
                     pending = partial(self.writer.write_check, wl, check, "Pending", verdict.message, now=now)
                     writes.append((None, pending))
                 else:
-                    self._assume(q, wl, verdict, unready)
+                    self._assume(q, wl, check, verdict, unready)
                     writes.append((q.key, partial(self.writer.admit, wl, check, verdict.decision, now)))
         # Every write runs to its end, each on its own: one Workload's failure holds back no other.
         outcomes = list(self._writers.map(lambda w: _outcome(w[1]), writes))
@@ -304,13 +316,20 @@ class AdmissionPass:
         return self.preemptions.holds(waiting, now)
 
     def _assume(
-        self, q: QueuedWorkload, wl: JSON, verdict: Verdict, unready: dict[str | None, list[str]]
+        self,
+        q: QueuedWorkload,
+        wl: JSON,
+        check: str,
+        verdict: Verdict,
+        unready: dict[str | None, list[str]],
     ) -> None:
         """Charge an admission being written until the cache shows it (under the capacity lock)."""
         decision, gang, policy = verdict.decision, verdict.gang, verdict.policy
         assert decision is not None and decision.placement is not None
         assert gang is not None and policy is not None
         updates = [u.to_dict() for u in decision.pod_set_updates]
+        self.announced[q.key] = wl
+        self.in_flight.admitting(as_admitted(wl, check, updates))
         self.view.capacity.assume(
             q.key,
             Assumed(
@@ -335,6 +354,7 @@ class AdmissionPass:
         if wl["metadata"].get("resourceVersion") != a.resource_version:
             with self.view.capacity.locked():
                 self.view.capacity.forget(key)
+            self.announced.pop(key, None)  # the watch shows the Workload after the write now
             return False
         if a.certain:
             return True
@@ -346,11 +366,13 @@ class AdmissionPass:
             if err.status == 404:
                 with self.view.capacity.locked():
                     self.view.capacity.forget(key)
+                self._withdraw(key)
                 return False
             return True  # still unknown: keep counting it
         if live["metadata"].get("resourceVersion") == a.resource_version:
             with self.view.capacity.locked():
                 self.view.capacity.forget(key)  # not written: the gang is decided again
+            self._withdraw(key)
             return False
         return True
 
@@ -364,3 +386,10 @@ class AdmissionPass:
             self.view.capacity.assumed[key] = dataclasses.replace(a, certain=False)
         else:
             self.view.capacity.forget(key)
+            self._withdraw(key)
+
+    def _withdraw(self, key: str) -> None:
+        """The admission announced for `key` was not written: tell those it was announced to."""
+        wl = self.announced.pop(key, None)
+        if wl is not None:
+            self.in_flight.withdrawn(wl)
