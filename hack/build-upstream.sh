@@ -7,7 +7,8 @@
 #                                     and JobSet at their default versions, kwok): `make up`
 #   hack/build-upstream.sh extras     what some tests add: the newest Kueue and its JobSet, the job
 #                                     controllers (training-operator, Trainer, LWS, KubeRay), helm
-#   hack/build-upstream.sh peers      the bench's peers: Volcano and KAI Scheduler
+#   hack/build-upstream.sh peers      the bench's peers: Volcano and KAI Scheduler (or one:
+#                                     volcano, kai)
 #   Groups combine (`make build` and CI: cluster extras); each builds only what the cache lacks.
 #   GANGPLUGIN_CACHE=/path ...        use another cache root (default ~/.cache/gangplugin)
 #   GANGPLUGIN_SHARED=/path ...       where peers/ is (default: shared/ beside the checkout)
@@ -137,8 +138,9 @@ tools_go() { # dir package...: a file that imports each main package, so `go mod
 
 # Main packages built from a small module that requires the upstream one, for modules
 # `go install pkg@version` cannot build: etcd's server module and Volcano replace
-# their siblings with local paths; the proxy does not list sigs.k8s.io/jobset (it
-# serves the version). One `go build` for all of a module's binaries.
+# their siblings with local paths; the proxy does not list sigs.k8s.io/jobset or
+# sigs.k8s.io/lws (it serves their versions; `go install` reads the list for
+# deprecations and stops). One `go build` for all of a module's binaries.
 build_required() { # name version module [nolink] -- binary=package... ; go.mod extras on stdin
   local n="$1" v="$2" m="$3" link="" b missing=() pkgs=()
   shift 3
@@ -246,8 +248,7 @@ build_extras() {
   # runtimes/: the ClusterTrainingRuntimes a TrainJob names (torch-distributed, ...).
   manifests trainer "${tr}" "${TRAINER_VERSION}" manifests/base/crds manifests/base/webhook/manifests.yaml \
     manifests/base/runtimes=runtimes
-  build_install lws "${LWS_VERSION}" sigs.k8s.io/lws/cmd \
-    "-s -w -X sigs.k8s.io/lws/pkg/version.GitVersion=${LWS_VERSION}"
+  build_required lws "${LWS_VERSION}" sigs.k8s.io/lws -- lws=sigs.k8s.io/lws/cmd </dev/null
   manifests lws sigs.k8s.io/lws "${LWS_VERSION}" config/crd/bases config/webhook/manifests.yaml
   local kr=github.com/ray-project/kuberay/ray-operator
   build_install kuberay-operator "${KUBERAY_VERSION}" "${kr}" "-s -w"
@@ -255,11 +256,6 @@ build_extras() {
 
   build_install helm "${HELM_VERSION}" helm.sh/helm/v3/cmd/helm \
     "-s -w -X helm.sh/helm/v3/internal/version.version=${HELM_VERSION} -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
-}
-
-build_peers() {
-  build_volcano
-  build_kai
 }
 
 build_volcano() {
@@ -316,8 +312,10 @@ for g in "${groups[@]}"; do
   case "$g" in
     cluster) build_cluster ;;
     extras) build_extras ;;
-    peers) build_peers ;;
-    *) die "unknown group '$g': use cluster, extras or peers (none: cluster)" ;;
+    peers) build_volcano; build_kai ;;
+    volcano) build_volcano ;;
+    kai) build_kai ;;
+    *) die "unknown group '$g': use cluster, extras, peers, volcano or kai (none: cluster)" ;;
   esac
 done
 echo "${bin}"
