@@ -199,7 +199,7 @@ manifests() { # name module version crd-dir [webhook-file [[?]other=dest...]]
   local src
   src="$(moddir "$m" "$v")"
   rm -rf "${dst}" && mkdir -p "${dst}"
-  cp "${src}/${crds}"/*.yaml "${dst}/"
+  cp "${src}/${crds}"/*.yaml "${dst}/" && rm -f "${dst}/kustomization.yaml"
   [[ -z "${hooks}" ]] || cp "${src}/${hooks}" "${dst}/webhooks.yaml"
   for item in "$@"; do # ?path=dest: only where this version has it
     path="${item#\?}"; path="${path%%=*}"
