@@ -25,8 +25,8 @@ proto: $(VENV)/.installed ## regenerate the committed gRPC code in gangplugin/ap
 manifests: venv ## render deploy/manifests (kustomize base, scheduler Component) from the Helm chart
 	$(PY) hack/render-manifests.py
 
-build: ## build (or reuse from ~/.cache/gangplugin) the pinned upstream binaries
-	hack/build-upstream.sh >/dev/null
+build: ## build (or reuse from ~/.cache/gangplugin) the pinned upstream binaries the tests use
+	hack/build-upstream.sh cluster extras >/dev/null
 
 up: venv ## start the local cluster with Kueue and fake nodes, and run the sample gang
 	$(PY) -m gangplugin.localcluster up
