@@ -39,10 +39,12 @@ from typing import Any
 
 from gangplugin.core.admission import charge, with_selector
 from gangplugin.core.drain import gang_drain
+from gangplugin.core.errors import InputError
 from gangplugin.core.placement import Gang, Placement, PlacementPolicy, held_spares, place
 from gangplugin.core.placement.capacity import podset_counts, request_shape
 from gangplugin.core.plans import TrainingPlan
 from gangplugin.core.resources import format_quantity
+from gangplugin.core.timeutil import format_time, parse_time, to_seconds
 from gangplugin.core.topology import Snapshot
 
 #: How long a worker that refused a gang is not asked again (Kueue's Incremental dispatcher
@@ -290,11 +292,13 @@ def _fit_verdict(worker: Worker, fit: Fit, rank: int, fits: Sequence[tuple[Worke
     return Verdict(worker.name, True, rank == 0, reason, fit.flavor.name, p.level, p.domains, fit.room)
 
 
-def commit(worker: Worker, fit: Fit, namespace: str) -> Worker:
-    """The worker once a gang nominated to it holds its placement and quota: the next gang
-    decided on it sees both taken (the snapshot is charged in place)."""
+def commit(worker: Worker, fit: Fit, namespace: str, *, quota: bool = True) -> Worker:
+    """The worker once a gang nominated to it holds its placement (and, with `quota`, its
+    quota): the next gang decided on it sees them taken (the snapshot is charged in place)."""
     assert worker.snapshot is not None
     charge(worker.snapshot, fit.gang, fit.placement, namespace)
+    if not quota:
+        return worker
     needs = requests_of(fit.gang)
     flavors = tuple(
         dataclasses.replace(f, free={r: q - needs.get(r, 0) for r, q in f.free.items()})
@@ -306,14 +310,32 @@ def commit(worker: Worker, fit: Fit, namespace: str) -> Worker:
 
 
 def hold(
-    gang: Gang, worker: Worker, namespace: str, now: float, max_runtime: timedelta | None = None
+    gang: Gang,
+    worker: Worker,
+    namespace: str,
+    now: float,
+    max_runtime: timedelta | None = None,
+    *,
+    quota: bool = True,
 ) -> Worker:
     """A nomination in flight (its copy not admitted there yet) charged to its worker where it
-    fits; where it no longer does, nothing is charged (its worker will refuse it)."""
+    fits; where it no longer does, nothing is charged (its worker will refuse it). `quota`:
+    False once the copy's own Kueue has reserved quota for it (the worker counts that itself)."""
     if worker.unusable is not None:
         return worker
-    found, _ = fit_in(gang, worker, now, max_runtime)
-    return worker if found is None else commit(worker, found, namespace)
+    asked = worker
+    if not quota:
+        asked = dataclasses.replace(worker, flavors=tuple(_unbounded(f, gang) for f in worker.flavors))
+    found, _ = fit_in(gang, asked, now, max_runtime)
+    if found is None:
+        return worker
+    return commit(worker, found, namespace, quota=quota)
+
+
+def _unbounded(flavor: FlavorQuota, gang: Gang) -> FlavorQuota:
+    """The flavor with room for the gang's requests (its quota is already counted)."""
+    needs = requests_of(gang)
+    return dataclasses.replace(flavor, free={r: max(q, needs.get(r, 0)) for r, q in flavor.free.items()})
 
 
 # -- a nomination's life -----------------------------------------------------------------------------
@@ -420,3 +442,66 @@ def step(
     if held:
         return Step(Action.WAIT, held[0], "its copy is still there")
     return Step(Action.CHOOSE)
+
+
+# -- what the dispatcher records on the manager's Workload -------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchRecord:
+    """The `gangplugin.io/dispatch` annotation of a manager Workload: the worker nominated and
+    since when, the refusals that still count, and the last verdict on every worker (what
+    `gangctl explain` shows on the manager). State for a restarted dispatcher, so it is JSON
+    in the Workload, not memory."""
+
+    nominated: str | None = None
+    nominated_at: float | None = None
+    refusals: tuple[Refusal, ...] = ()
+    verdicts: tuple[Verdict, ...] = ()
+    summary: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.nominated is not None and self.nominated_at is not None:
+            out["nominated"] = self.nominated
+            out["nominatedAt"] = format_time(datetime.fromtimestamp(self.nominated_at, UTC))
+        if self.refusals:
+            out["refusals"] = [
+                {"worker": r.worker, "at": format_time(datetime.fromtimestamp(r.at, UTC)), "reason": r.reason}
+                for r in self.refusals
+            ]
+        out["summary"] = self.summary
+        out["workers"] = [v.to_dict() for v in self.verdicts]
+        return out
+
+    @classmethod
+    def from_dict(cls, raw: object) -> DispatchRecord:
+        """The record of an annotation's JSON; anything unreadable in it is left out (the
+        dispatcher decides again from what the clusters say)."""
+        if not isinstance(raw, Mapping):
+            return cls()
+
+        def when(value: object) -> float | None:
+            try:
+                return float(to_seconds(parse_time(value, "at")))
+            except InputError:
+                return None
+
+        refusals = []
+        for r in raw.get("refusals") or ():
+            at = when(r.get("at")) if isinstance(r, Mapping) else None
+            if isinstance(r, Mapping) and at is not None and isinstance(r.get("worker"), str):
+                refusals.append(Refusal(r["worker"], at, str(r.get("reason", ""))))
+        verdicts = tuple(Verdict.from_dict(v) for v in raw.get("workers") or () if isinstance(v, Mapping))
+        nominated = raw.get("nominated")
+        return cls(
+            nominated if isinstance(nominated, str) else None,
+            when(raw.get("nominatedAt")),
+            tuple(refusals),
+            verdicts,
+            str(raw.get("summary", "")),
+        )
+
+    def counting(self, now: float, refusal_ttl: float = REFUSAL_TTL) -> tuple[Refusal, ...]:
+        """The refusals that still keep their worker out (older ones are dropped from the record)."""
+        return tuple(r for r in self.refusals if now - r.at < refusal_ttl)

@@ -13,6 +13,7 @@ from gangplugin.core.dispatch import (
     Action,
     Copy,
     CopyState,
+    DispatchRecord,
     FlavorQuota,
     Refusal,
     Verdict,
@@ -308,3 +309,28 @@ def test_a_second_worker_is_never_nominated_while_another_holds_a_copy(nominated
         assert not holding and not nominated
     if s.action is Action.ADOPT:
         assert copies[s.worker or ""].state is CopyState.ADMITTED
+
+
+def test_hold_without_quota_charges_only_the_nodes():
+    # Its copy's Kueue reserved its 16 GPUs already: 0 left, but it still holds its nodes.
+    a = worker("a", [4], flavors=(FlavorQuota("gb200", {}, {"cpu": 10**9, GPU: 0}),))
+    held = hold(required(4), a, "ns", NOW, quota=False)
+    assert held.flavors == a.flavors
+    assert held.snapshot is not None and held.snapshot.pod("ns", "~promised/g/main/0") is not None
+
+
+def test_the_record_round_trips_and_drops_what_it_cannot_read():
+    record = DispatchRecord(
+        "b",
+        NOW,
+        (Refusal("a", NOW - 10, "no answer within 120s"),),
+        (Verdict("b", True, True, "chosen: x"),),
+        "s",
+    )
+    assert DispatchRecord.from_dict(record.to_dict()) == record
+    assert DispatchRecord.from_dict("nonsense") == DispatchRecord()
+    broken = DispatchRecord.from_dict(
+        {"nominatedAt": "yesterday", "refusals": [{"worker": 3}, "x"], "summary": 1}
+    )
+    assert broken == DispatchRecord(summary="1")
+    assert record.counting(NOW + 400, 300) == ()
