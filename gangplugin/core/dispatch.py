@@ -56,12 +56,24 @@ ANSWER_TIMEOUT = 120.0
 
 @dataclass(frozen=True, slots=True)
 class FlavorQuota:
-    """One flavor of a worker's ClusterQueue: its node labels and, per resource it covers, the
-    quota not reserved (canonical units)."""
+    """What a worker's ClusterQueue would give the gang: a flavor (or, with several resource
+    groups, one flavor per group: `name` joins them with "+", `flavors` names each resource's),
+    its node labels and, per resource it covers, the quota not reserved (canonical units)."""
 
     name: str
     node_labels: Mapping[str, str] = field(default_factory=dict)
     free: Mapping[str, int] = field(default_factory=dict)
+    flavors: Mapping[str, str] = field(default_factory=dict)
+
+    def flavor_of(self, resource: str) -> str:
+        return self.flavors.get(resource, self.name)
+
+    def less(self, taken: Mapping[tuple[str, str], int]) -> FlavorQuota:
+        """With `taken` ((flavor, resource) -> amount) no longer free."""
+        if not taken:
+            return self
+        free = {r: q - taken.get((self.flavor_of(r), r), 0) for r, q in self.free.items()}
+        return dataclasses.replace(self, free=free)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +99,12 @@ class Worker:
     plans: tuple[TrainingPlan, ...] = ()
     #: Why it cannot take the gang at all (unreachable, no such LocalQueue, no gang check...).
     unusable: str | None = None
+
+    def less(self, gone: Mapping[tuple[str, str], int]) -> Worker:
+        """The worker with quota `gone` ((flavor, resource) -> amount) taken by nominations."""
+        if not gone:
+            return self
+        return dataclasses.replace(self, flavors=tuple(f.less(gone) for f in self.flavors))
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,21 +310,16 @@ def _fit_verdict(worker: Worker, fit: Fit, rank: int, fits: Sequence[tuple[Worke
     return Verdict(worker.name, True, rank == 0, reason, fit.flavor.name, p.level, p.domains, fit.room)
 
 
-def commit(worker: Worker, fit: Fit, namespace: str, *, quota: bool = True) -> Worker:
-    """The worker once a gang nominated to it holds its placement (and, with `quota`, its
-    quota): the next gang decided on it sees them taken (the snapshot is charged in place)."""
+def taken(fit: Fit) -> dict[tuple[str, str], int]:
+    """The quota a nominated gang takes: (flavor, resource) -> amount."""
+    return {(fit.flavor.flavor_of(r), r): q for r, q in requests_of(fit.gang).items()}
+
+
+def commit(worker: Worker, fit: Fit, namespace: str) -> None:
+    """Charge a gang nominated to the worker to its snapshot (in place): the next gang decided
+    on it sees those nodes taken. Its quota is `taken(fit)`, off with `Worker.less`."""
     assert worker.snapshot is not None
     charge(worker.snapshot, fit.gang, fit.placement, namespace)
-    if not quota:
-        return worker
-    needs = requests_of(fit.gang)
-    flavors = tuple(
-        dataclasses.replace(f, free={r: q - needs.get(r, 0) for r, q in f.free.items()})
-        if f.name == fit.flavor.name
-        else f
-        for f in worker.flavors
-    )
-    return dataclasses.replace(worker, flavors=flavors)
 
 
 def hold(
@@ -317,19 +330,19 @@ def hold(
     max_runtime: timedelta | None = None,
     *,
     quota: bool = True,
-) -> Worker:
+) -> Fit | None:
     """A nomination in flight (its copy not admitted there yet) charged to its worker where it
-    fits; where it no longer does, nothing is charged (its worker will refuse it). `quota`:
-    False once the copy's own Kueue has reserved quota for it (the worker counts that itself)."""
+    fits (its Fit; the caller takes its quota off); where it no longer does, nothing is charged
+    and None is returned (its worker will refuse it). `quota`: False once the copy's own Kueue
+    has reserved quota for it (the worker counts that itself: only its nodes are asked about)."""
     if worker.unusable is not None:
-        return worker
-    asked = worker
+        return None
     if not quota:
-        asked = dataclasses.replace(worker, flavors=tuple(_unbounded(f, gang) for f in worker.flavors))
-    found, _ = fit_in(gang, asked, now, max_runtime)
-    if found is None:
-        return worker
-    return commit(worker, found, namespace, quota=quota)
+        worker = dataclasses.replace(worker, flavors=tuple(_unbounded(f, gang) for f in worker.flavors))
+    found, _ = fit_in(gang, worker, now, max_runtime)
+    if found is not None:
+        commit(worker, found, namespace)
+    return found
 
 
 def _unbounded(flavor: FlavorQuota, gang: Gang) -> FlavorQuota:

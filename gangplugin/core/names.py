@@ -74,3 +74,9 @@ PREEMPTION_ANNOTATION = f"{GROUP}/preemption"
 # would wait out before evicting); a drain or a preemption requeues with no backoff.
 BACKOFF_UNTIL_ANNOTATION = f"{GROUP}/backoff-until"
 PREEMPTED_REASON = "Preempted"
+# MultiKueue (on a manager cluster): the dispatcherName that hands the choice of a worker to
+# gangplugin (Kueue's External dispatcher mode), and what it records on the manager's Workload
+# (core.dispatch.DispatchRecord as JSON).
+DISPATCHER_NAME = f"{GROUP}/dispatcher"
+DISPATCH_ANNOTATION = f"{GROUP}/dispatch"
+MULTIKUEUE_CONTROLLER = "kueue.x-k8s.io/multikueue"

@@ -115,10 +115,10 @@ class LocalCluster:
 
     @staticmethod
     def _gangplugin_components() -> tuple[str, ...]:
-        """What `gangplugin serve` runs: GANGPLUGIN_COMPONENTS, else every registered component."""
-        from gangplugin.server.main import COMPONENTS
+        """What `gangplugin serve` runs: GANGPLUGIN_COMPONENTS, else what it runs by default."""
+        from gangplugin.server.main import DEFAULT_COMPONENTS
 
-        return tuple(_names(os.environ.get("GANGPLUGIN_COMPONENTS", ",".join(COMPONENTS))))
+        return tuple(_names(os.environ.get("GANGPLUGIN_COMPONENTS", ",".join(DEFAULT_COMPONENTS))))
 
     # ---- where things are ----------------------------------------------------------------
 

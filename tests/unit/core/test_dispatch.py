@@ -24,6 +24,7 @@ from gangplugin.core.dispatch import (
     hold,
     requests_of,
     step,
+    taken,
 )
 from gangplugin.core.placement import Gang, PlacementPolicy
 from gangplugin.core.plans import CapacityBlock, TrainingPlan
@@ -154,7 +155,8 @@ def test_a_burst_committed_one_by_one_never_over_promises_a_worker():
         if d.chosen is None:
             continue
         assert d.fit is not None
-        workers[d.chosen] = commit(workers[d.chosen], d.fit, "team-a")
+        commit(workers[d.chosen], d.fit, "team-a")
+        workers[d.chosen] = workers[d.chosen].less(taken(d.fit))
         placed[d.chosen] += 3
     # 4 gangs of 3 fit: one in each UltraServer of 4 in a, two in b's UltraServer of 6.
     assert placed == {"a": 6, "b": 6}
@@ -168,18 +170,18 @@ def test_commit_takes_the_gang_s_quota_off_its_flavor():
     a = worker("a", [8], flavors=(FlavorQuota("gb200", {}, {"cpu": 100_000, GPU: 20}),))
     d = dispatch(required(4), [a], NOW)
     assert d.fit is not None
-    after = commit(a, d.fit, "ns")
+    after = a.less(taken(d.fit))
     assert after.flavors[0].free == {"cpu": 96_000, GPU: 4}
     assert dispatch(required(4), [after], NOW).verdicts[0].reason.startswith("no quota")
 
 
 def test_hold_charges_a_nomination_in_flight_only_where_it_fits():
     a = worker("a", [4])
-    held = hold(required(4), a, "ns", NOW)
-    assert dispatch(required(1), [held], NOW).chosen is None
-    assert hold(required(5), a, "ns", NOW) is a
-    gone = worker("b", [4], unusable="not connected")
-    assert hold(required(4), gone, "ns", NOW) is gone
+    fit = hold(required(4), a, "ns", NOW)
+    assert fit is not None and taken(fit) == {("gb200", GPU): 16, ("gb200", "cpu"): 4000}
+    assert dispatch(required(1, "next"), [a], NOW).chosen is None
+    assert hold(required(5, "big"), worker("b", [4]), "ns", NOW) is None
+    assert hold(required(4), worker("c", [4], unusable="not connected"), "ns", NOW) is None
 
 
 def test_requests_of_sums_every_pod():
@@ -314,9 +316,9 @@ def test_a_second_worker_is_never_nominated_while_another_holds_a_copy(nominated
 def test_hold_without_quota_charges_only_the_nodes():
     # Its copy's Kueue reserved its 16 GPUs already: 0 left, but it still holds its nodes.
     a = worker("a", [4], flavors=(FlavorQuota("gb200", {}, {"cpu": 10**9, GPU: 0}),))
-    held = hold(required(4), a, "ns", NOW, quota=False)
-    assert held.flavors == a.flavors
-    assert held.snapshot is not None and held.snapshot.pod("ns", "~promised/g/main/0") is not None
+    assert hold(required(4), a, "ns", NOW, quota=False) is not None
+    assert a.snapshot is not None and a.snapshot.pod("ns", "~promised/g/main/0") is not None
+    assert hold(required(4, "other"), worker("b", [4], flavors=a.flavors), "ns", NOW) is None
 
 
 def test_the_record_round_trips_and_drops_what_it_cannot_read():
@@ -334,3 +336,16 @@ def test_the_record_round_trips_and_drops_what_it_cannot_read():
     )
     assert broken == DispatchRecord(summary="1")
     assert record.counting(NOW + 400, 300) == ()
+
+
+def test_quota_taken_in_one_flavor_of_several_resource_groups():
+    # cpu from flavor "default", GPUs from "gb200": the combination Kueue would assign.
+    combo = FlavorQuota("default+gb200", {}, {"cpu": 10**6, GPU: 16}, {"cpu": "default", GPU: "gb200"})
+    other = FlavorQuota("default+p5", {}, {"cpu": 10**6, GPU: 64}, {"cpu": "default", GPU: "p5"})
+    a = worker("a", [8], flavors=(combo, other))
+    d = dispatch(required(4), [a], NOW)
+    assert d.fit is not None and d.fit.flavor.name == "default+gb200"
+    assert taken(d.fit) == {("default", "cpu"): 4000, ("gb200", GPU): 16}
+    after = a.less(taken(d.fit))
+    assert after.flavors[0].free == {"cpu": 10**6 - 4000, GPU: 0}
+    assert after.flavors[1].free == {"cpu": 10**6 - 4000, GPU: 64}  # the shared cpu flavor too
