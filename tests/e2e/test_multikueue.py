@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from gangplugin.core.names import DISPATCH_ANNOTATION
@@ -121,7 +122,12 @@ def state(mk: MK, job: str) -> str:
         f"nominated {wl.get('status', {}).get('nominatedClusterNames')} record {record(wl) if wl else {}}"
     )
     for w, c in mk.workers.items():
-        copy = next((x for x in c.list(WORKLOADS, NS)["items"] if x["metadata"]["name"] == name), None)
+        try:
+            copies = c.list(WORKLOADS, NS)["items"]
+        except httpx.HTTPError:
+            out.append(f"{w}: its API server does not answer")
+            continue
+        copy = next((x for x in copies if x["metadata"]["name"] == name), None)
         if copy is not None:
             conds = {k["type"]: k["status"] for k in copy.get("status", {}).get("conditions", [])}
             out.append(f"{w}: {conds} {json.dumps(copy.get('status', {}).get('admissionChecks'))}")
@@ -129,12 +135,20 @@ def state(mk: MK, job: str) -> str:
     return "; ".join(out)
 
 
+def reachable_pods(client: Client, job: str) -> list[dict[str, Any]]:
+    """The job's pods in a worker; none while its API server is away (no pod binds there then)."""
+    try:
+        return job_pods(client, NS, job)
+    except httpx.HTTPError:
+        return []
+
+
 def running_in(mk: MK, job: str, pods: int) -> str:
     """Until all `pods` of the job are Ready in one worker; that worker."""
 
     def where() -> str | None:
         for w, c in mk.workers.items():
-            ready = [p for p in job_pods(c, NS, job) if is_true(p, "Ready")]
+            ready = [p for p in reachable_pods(c, job) if is_true(p, "Ready")]
             if len(ready) == pods:
                 return w
         return None
