@@ -25,7 +25,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
+import sys
 import threading
 import time
 import uuid
@@ -96,6 +98,15 @@ class Copy:
     quota_reserved: bool = False
     admitted_at: float | None = None  # monotonic, when the bench saw it admitted
     refused: bool = False
+    domain: str | None = None  # the UltraServer its gang check admitted it to
+
+
+def _domain(wl: Mapping[str, Any]) -> str | None:
+    for state in (wl.get("status") or {}).get("admissionChecks") or []:
+        for update in state.get("podSetUpdates") or []:
+            if US in (update.get("nodeSelector") or {}):
+                return str(update["nodeSelector"][US])
+    return None
 
 
 @dataclass
@@ -188,10 +199,12 @@ class Bench:
         return name, t0
 
     def winner(self, wl: str) -> tuple[str, float] | None:
-        for w, c in self.watch.of(wl).items():
-            if c.admitted_at is not None:
-                return w, c.admitted_at
-        return None
+        """The worker the manager's Kueue recorded for the gang, and when the bench saw the
+        copy there admitted (several copies may be admitted at once: the first one wins)."""
+        found = self.manager.get_or_none(WORKLOADS, wl, NS) or {}
+        worker = (found.get("status") or {}).get("clusterName")
+        at = self.watch.of(wl).get(worker or "", Copy()).admitted_at
+        return (worker, at) if worker and at is not None else None
 
     def decided(self, wl: str) -> bool:
         """Admitted somewhere, or refused by every worker that holds a copy (gangplugin's
@@ -235,17 +248,22 @@ class Bench:
         names = {n: self.workload_name(n) for n, _ in submitted}
         wait(lambda: all(self.decided(wl) for wl in names.values()), "every gang of the burst decided")
         latencies, placed, losers, loser_gpus = [], 0, 0, 0
+        used: dict[str, int] = {}  # UltraServer -> nodes the gangs admitted to it take
         for (name, t0), pods in zip(submitted, BURST, strict=True):
             wl = names[name]
             won = self.winner(wl)
+            copies = self.watch.of(wl)
             if won is not None:
                 placed += 1
                 latencies.append(won[1] - t0)
-            for w, c in self.watch.of(wl).items():
+                domain = copies[won[0]].domain
+                assert domain is not None, f"{wl}: admitted in {won[0]} without an UltraServer"
+                used[domain] = used.get(domain, 0) + pods
+            for w, c in copies.items():
                 if c.quota_reserved and (won is None or w != won[0]):
                     losers += 1
                     loser_gpus += pods * GPUS_PER_POD
-        fragments, largest = self.fragmentation()
+        fragments, largest = self.fragmentation(used)
         self.clean()
         return {
             "burstLatencyP50": statistics.median(latencies) if latencies else float("nan"),
@@ -256,15 +274,8 @@ class Bench:
             "largestGangThatFits": largest,
         }
 
-    def fragmentation(self) -> tuple[int, int]:
+    def fragmentation(self, used: Mapping[str, int]) -> tuple[int, int]:
         """Free nodes in UltraServers some gang uses; the most free nodes of one UltraServer."""
-        used: dict[str, int] = {}
-        for c in self.workers.values():
-            for p in c.list(PODS, NS)["items"]:
-                node = (p.get("spec") or {}).get("nodeName")
-                if node and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
-                    us = self.us_of[node]
-                    used[us] = used.get(us, 0) + 1
         free = {us: size - used.get(us, 0) for us, size in self.us_size.items()}
         return sum(f for us, f in free.items() if used.get(us)), max(free.values())
 
@@ -282,6 +293,7 @@ def main() -> None:
     ap.add_argument("--dispatchers", default=",".join(DISPATCHERS), help="which, comma-separated")
     ap.add_argument("-o", "--output", choices=["table", "json"], default="table")
     args = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the clusters are stopped on the way out
     base = int(os.environ.get("GANGPLUGIN_PORT_BASE", "25000"))
     mk = MultiKueueClusters(REPO / ".local" / f"bench-multikueue-{base}", base)
     started = time.monotonic()
