@@ -126,11 +126,12 @@ class Watch:
             if c.admitted_at is None and _true(wl, "Admitted"):
                 c.admitted_at = now
             c.refused = _refused(wl)
+            c.domain = _domain(wl) or c.domain
 
     def of(self, name: str) -> dict[str, Copy]:
         with self.lock:
             return {
-                w: Copy(c.quota_reserved, c.admitted_at, c.refused)
+                w: Copy(c.quota_reserved, c.admitted_at, c.refused, c.domain)
                 for w, c in self.copies.get(name, {}).items()
             }
 
