@@ -275,8 +275,11 @@ def dispatch(
         if worker.unusable is not None:
             others.append(Verdict(worker.name, False, False, worker.unusable))
         elif refused is not None and now - refused.at < refusal_ttl:
-            again = refused.at + refusal_ttl - now
-            why = f"refused it {now - refused.at:.0f}s ago ({refused.reason}); asked again in {again:.0f}s"
+            # No countdown in it: a verdict that changed every pass would be written every pass.
+            at, again = (
+                format_time(datetime.fromtimestamp(t, UTC)) for t in (refused.at, refused.at + refusal_ttl)
+            )
+            why = f"refused it at {at} ({refused.reason}); asked again from {again}"
             others.append(Verdict(worker.name, False, False, why))
         else:
             found, why = fit_in(gang, worker, now, max_runtime)

@@ -43,6 +43,7 @@ from gangplugin.core.dispatch import (
     DispatchRecord,
     Fit,
     Refusal,
+    Step,
     Worker,
     commit,
     dispatch,
@@ -97,7 +98,7 @@ class _Waiting:
     workers: tuple[str, ...]
     record: DispatchRecord
     copies: Mapping[str, Copy]
-    step_: Any
+    step_: Step
 
 
 Connect = Callable[[str, bytes, Callable[[], None]], WorkerConnection]
@@ -208,19 +209,29 @@ class MultiKueueDispatcher:
 
     def connected(self, name: str) -> str | None:
         """None when the worker can be asked about gangs now, else why not."""
+        known, why = self._readiness(name)
+        return None if known and not why else why or "not connected yet"
+
+    def _readiness(self, name: str) -> tuple[bool, str]:
+        """(whether its state is known, why it cannot take gangs: "" when it can). Not known:
+        its connection is being made or its caches have not synced, as after a restart; a pass
+        then waits rather than give up the gangs nominated to it."""
         if name in self._problems:
-            return self._problems[name]
+            return True, self._problems[name]
+        active = rec.conditions(self.clusters.get(name) or {}).get("Active") or {}
+        if active.get("status") == "False":
+            why = active.get("message") or active.get("reason") or "no reason given"
+            return True, f"Kueue is not connected to it ({why})"
         conn = self.connections.get(name)
-        if conn is None:
-            return "not connected yet"
-        cluster = self.clusters.get(name)
-        active = rec.conditions(cluster or {}).get("Active") or {}
+        if conn is None or not conn.synced():
+            return False, "its caches are not synced yet"
         if active.get("status") != "True":
-            why = active.get("message") or active.get("reason") or "no Active condition yet"
-            return f"Kueue is not connected to it ({why})"
-        if not conn.synced():
-            return "its caches are not synced yet"
-        return None
+            return False, "Kueue has not connected to it yet"
+        return True, ""
+
+    def settling(self) -> list[str]:
+        """The workers whose state is not known yet (see `_readiness`)."""
+        return sorted(w for w in self._worker_names() if not self._readiness(w)[0])
 
     # -- which Workloads are ours -------------------------------------------------------------------
 
@@ -255,6 +266,8 @@ class MultiKueueDispatcher:
         checks = self.multikueue_checks()
         if not checks:
             return None
+        if self.settling():
+            return 0.5  # decided on half a picture, a restart would give up sound nominations
         entries: dict[str, tuple[JSON, str]] = {}
         queued = []
         for wl in self.workloads.items():
@@ -297,10 +310,8 @@ class MultiKueueDispatcher:
         # Nominations in flight first: the gangs decided after them must see their capacity.
         for w in waiting:
             s = w.step_
-            if (
-                s.action is Action.KEEP
-                and w.copies.get(s.worker, Copy(CopyState.ABSENT)).state is not CopyState.ADMITTED
-            ):
+            there = w.copies.get(s.worker or "", Copy(CopyState.ABSENT)).state
+            if s.action is Action.KEEP and s.worker is not None and there is not CopyState.ADMITTED:
                 self._hold(ps, w.wl, s.worker, now)
             if s.wake_at is not None:
                 wake.append(s.wake_at)
@@ -386,11 +397,9 @@ class MultiKueueDispatcher:
         """The quota a gang nominated to the worker takes, for the rest of the pass."""
         ps.taken.setdefault((worker.name, worker.cluster_queue), Counter()).update(taken(fit))
 
-    def _hold(self, ps: _Pass, wl: JSON, name: str | None, now: float) -> None:
+    def _hold(self, ps: _Pass, wl: JSON, name: str, now: float) -> None:
         """Charge a nomination in flight to its worker (quota too, unless its copy's Kueue has
         reserved it there already)."""
-        if name is None:
-            return
         try:
             gang, max_runtime = _gang(wl), rec.max_runtime(wl)
         except InputError:

@@ -91,7 +91,8 @@ def test_unusable_and_recently_refusing_workers_are_skipped_with_their_reason():
     by = {v.worker: v for v in d.verdicts}
     assert by["a"].reason == "not connected"
     assert by["b"].reason == (
-        "refused it 30s ago (its gang check: gang does not fit now); asked again in 270s"
+        "refused it at 2026-12-01T11:59:30Z (its gang check: gang does not fit now); "
+        "asked again from 2026-12-01T12:04:30Z"
     )
 
 

@@ -307,7 +307,10 @@ def test_a_refusing_worker_is_given_up_and_the_next_is_tried_once_its_copy_is_go
     two.run()
     assert two.nominated("g") == ["b"]
     by = {v.worker: v for v in two.record("g").verdicts}
-    assert by["a"].reason.startswith("refused it 0s ago (its gang check: gang does not fit now: x)")
+    assert by["a"].reason == (
+        "refused it at 2027-01-15T08:00:00Z (its gang check: gang does not fit now: x); "
+        "asked again from 2027-01-15T08:05:00Z"
+    )
 
 
 def test_a_silent_worker_is_given_up_after_the_answer_timeout(two: Setup) -> None:
@@ -400,3 +403,14 @@ def test_a_worker_without_the_gang_check_is_unusable() -> None:
         )
     finally:
         s.close()
+
+
+def test_nothing_is_decided_while_a_worker_s_caches_have_not_synced(two: Setup) -> None:
+    two.submit(workload("g", 4, nominatedClusterNames=["a"]))
+    two.ctl.connector = lambda name, _kc, on_change: WorkerConnection(
+        name, two.workers[name].client(), on_change
+    )
+    two.ctl.sync_workers()  # connections made, their caches never started (as right after a restart)
+    assert two.ctl.settling() == ["a", "b"]
+    assert two.ctl.run() == 0.5
+    assert two.manager.writes == [] and two.nominated("g") == ["a"]
