@@ -133,6 +133,11 @@ class MultiKueueDispatcher:
         self.connections: dict[str, WorkerConnection] = {}
         self._sources: dict[str, tuple[str, bytes]] = {}  # worker -> (Secret, kubeconfig) it uses
         self._problems: dict[str, str] = {}  # worker -> why there is no connection to it
+        # Workload key -> (the versions its last write replaced, the Workload as written): what
+        # this dispatcher wrote and its cache does not show yet. A pass on a cache that lags
+        # would not see its own nomination, charge nothing for it and nominate the same capacity
+        # again (as kube-scheduler assumes a pod it is binding).
+        self._written: dict[str, tuple[set[str], JSON]] = {}
         self.workloads.add_handler(lambda _k, _o, _n: self.queue.add(PASS), dispatcher)
         for inf in (self.checks, self.configs, self.clusters, self.secrets):
             inf.add_handler(lambda _k, _o, _n: self._changed_workers(), dispatcher)
@@ -270,7 +275,10 @@ class MultiKueueDispatcher:
             return 0.5  # decided on half a picture, a restart would give up sound nominations
         entries: dict[str, tuple[JSON, str]] = {}
         queued = []
-        for wl in self.workloads.items():
+        seen = set()
+        for cached in self.workloads.items():
+            wl = self._latest(cached)
+            seen.add(object_key(wl))
             state = self.check_of(wl, checks)
             if state is None:
                 continue
@@ -288,6 +296,8 @@ class MultiKueueDispatcher:
                     _time(wl["metadata"].get("creationTimestamp")),
                 )
             )
+        for gone in set(self._written) - seen:
+            del self._written[gone]
         waiting: list[_Waiting] = []
         for q in admission_queue(queued).candidates:
             wl, check = entries[q.key]
@@ -412,6 +422,22 @@ class MultiKueueDispatcher:
 
     # -- writes ---------------------------------------------------------------------------------------
 
+    def _latest(self, cached: JSON) -> JSON:
+        """The cached Workload, or what this dispatcher wrote of it while the cache shows a
+        version that write replaced."""
+        key = object_key(cached)
+        written = self._written.get(key)
+        if written is None:
+            return cached
+        if cached["metadata"].get("resourceVersion") in written[0]:
+            return written[1]
+        del self._written[key]  # the cache has caught up (with the write, or something newer)
+        return cached
+
+    def _remember(self, before: JSON, after: JSON, *also: JSON) -> None:
+        replaced = {str(o["metadata"].get("resourceVersion")) for o in (before, *also)}
+        self._written[object_key(after)] = (replaced, after)
+
     def _write(self, wl: JSON, record: DispatchRecord) -> JSON:
         """The record as the Workload's annotation (not written when it says nothing new);
         conditional on the resourceVersion decided on. Returns the Workload as written."""
@@ -425,12 +451,14 @@ class MultiKueueDispatcher:
                 "annotations": {DISPATCH_ANNOTATION: orjson.dumps(doc).decode()},
             }
         }
-        return self.client.patch(WORKLOADS, meta["name"], patch, meta["namespace"])
+        written = self.client.patch(WORKLOADS, meta["name"], patch, meta["namespace"])
+        self._remember(wl, written)
+        return written
 
     def _nominate(self, wl: JSON, record: DispatchRecord, workers: Sequence[str | None]) -> None:
         """The record first (what a restarted dispatcher resumes from), then the nomination."""
-        written = self._write(wl, record)
-        meta = written["metadata"]
+        annotated = self._write(wl, record)
+        meta = annotated["metadata"]
         body = {
             "apiVersion": WORKLOADS.api_version,
             "kind": "Workload",
@@ -441,13 +469,14 @@ class MultiKueueDispatcher:
             },
             "status": {"nominatedClusterNames": [w for w in workers if w]},
         }
-        self.client.request(
+        nominated = self.client.request(
             "PATCH",
             WORKLOADS.path(meta["namespace"], meta["name"]) + "/status",
             body=body,
             content_type="application/apply-patch+yaml",
             params={"fieldManager": FIELD_MANAGER, "force": "true"},
         )
+        self._remember(wl, nominated, annotated)
 
 
 def _gang(wl: Mapping[str, Any]) -> Gang:

@@ -37,6 +37,7 @@ class FakeCluster:
         self.writes: list[tuple[str, str, JSON]] = []  # (method, path, body)
         self._watches: dict[str, list[queue.SimpleQueue[bytes | None]]] = {}
         self._log: list[tuple[int, str, bytes]] = []  # every change, for watches from a resourceVersion
+        self._held: dict[str, list[tuple[str, bytes]]] = {}  # paused collection -> (key, line) not sent
         self._lock = threading.Lock()
         self.closed = threading.Event()
 
@@ -86,8 +87,26 @@ class FakeCluster:
     def _tell(self, coll: str, kind: str, obj: JSON) -> None:
         line = orjson.dumps({"type": kind, "object": obj}) + b"\n"
         self._log.append((self.rv, coll, line))
+        if coll in self._held:
+            self._held[coll].append((obj["metadata"]["name"], line))
+            return
         for q in self._watches.get(coll, []):
             q.put(line)
+
+    def pause(self, api_version: str, plural: str) -> None:
+        """Hold back the watch events of a resource (a watch that lags) until `release`."""
+        with self._lock:
+            self._held.setdefault(self._collection(api_version, plural), [])
+
+    def release(self, api_version: str, plural: str, name: str) -> None:
+        """Send the held events of one object (others stay held)."""
+        coll = self._collection(api_version, plural)
+        with self._lock:
+            held = self._held[coll]
+            for line in [line for n, line in held if n == name]:
+                for q in self._watches.get(coll, []):
+                    q.put(line)
+            self._held[coll] = [(n, line) for n, line in held if n != name]
 
     # -- HTTP -----------------------------------------------------------------------------------
 

@@ -414,3 +414,27 @@ def test_nothing_is_decided_while_a_worker_s_caches_have_not_synced(two: Setup) 
     assert two.ctl.settling() == ["a", "b"]
     assert two.ctl.run() == 0.5
     assert two.manager.writes == [] and two.nominated("g") == ["a"]
+
+
+def test_a_pass_on_a_cache_that_lags_counts_its_own_last_nominations() -> None:
+    s = Setup({"a": worker_cluster({"a-us1": 4}), "b": worker_cluster({"b-us1": 4})})
+    try:
+        s.submit(workload("first", 4))
+        s.settle()
+        s.ctl.sync_workers()
+        s.settle()
+        # The manager's watch of Workloads lags from here: the next pass does not see its own
+        # nomination of `first`, only a new gang that comes before it in queue order (by name).
+        s.manager.pause(KUEUE, "workloads")
+        s.ctl.run()
+        assert s.nominated("first") == ["a"]
+        (workloads,) = [i for i in s.informers if i._resource.plural == "workloads"]
+        assert not (workloads.get("team-a/first") or {}).get("status", {}).get("nominatedClusterNames")
+        s.submit(workload("early", 4))
+        s.manager.release(KUEUE, "workloads", "early")
+        wait_until(lambda: workloads.get("team-a/early") is not None, 10)
+        s.ctl.run()
+        # `first` holds a's UltraServer, as written, though the cache does not show it yet
+        assert s.nominated("early") == ["b"] and s.nominated("first") == ["a"]
+    finally:
+        s.close()
