@@ -99,6 +99,7 @@ class Copy:
     admitted_at: float | None = None  # monotonic, when the bench saw it admitted
     refused: bool = False
     domain: str | None = None  # the UltraServer its gang check admitted it to
+    present: bool = True  # False once deleted (its worker was given up)
 
 
 def _domain(wl: Mapping[str, Any]) -> str | None:
@@ -116,12 +117,17 @@ class Watch:
     copies: dict[str, dict[str, Copy]] = field(default_factory=dict)  # Workload name -> worker -> Copy
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def on(self, worker: str, wl: Mapping[str, Any] | None) -> None:
-        if wl is None:
-            return
+    def on(self, worker: str, old: Mapping[str, Any] | None, wl: Mapping[str, Any] | None) -> None:
         now = time.monotonic()
         with self.lock:
+            if wl is None:
+                assert old is not None
+                gone = self.copies.get(old["metadata"]["name"], {}).get(worker)
+                if gone is not None:
+                    gone.present = False
+                return
             c = self.copies.setdefault(wl["metadata"]["name"], {}).setdefault(worker, Copy())
+            c.present = True
             c.quota_reserved |= _true(wl, "QuotaReserved")
             if c.admitted_at is None and _true(wl, "Admitted"):
                 c.admitted_at = now
@@ -131,7 +137,7 @@ class Watch:
     def of(self, name: str) -> dict[str, Copy]:
         with self.lock:
             return {
-                w: Copy(c.quota_reserved, c.admitted_at, c.refused, c.domain)
+                w: Copy(c.quota_reserved, c.admitted_at, c.refused, c.domain, c.present)
                 for w, c in self.copies.get(name, {}).items()
             }
 
@@ -143,7 +149,7 @@ def watch_workers(workers: Mapping[str, Client]) -> tuple[Watch, list[Informer[A
     informers: list[Informer[Any]] = []
     for name, client in workers.items():
         inf: Informer[Any] = Informer(client, WORKLOADS, lambda o: o, namespace=NS, name=f"bench-{name}")
-        inf.add_handler(lambda _k, _o, new, w=name: watch.on(w, new), dispatcher)
+        inf.add_handler(lambda _k, old, new, w=name: watch.on(w, old, new), dispatcher)
         inf.start()
         informers.append(inf)
     assert wait_all_synced(informers, 120), "the bench's watches did not sync"
@@ -194,7 +200,7 @@ class Bench:
         return name
 
     def submit(self, pods: int) -> tuple[str, float]:
-        name = f"mk-{pods}-{uuid.uuid4().hex[:6]}"
+        name = f"mk-{uuid.uuid4().hex[:6]}-{pods}"  # random queue order among equals (Kueue's: by name)
         t0 = time.monotonic()
         self.manager.create(JOBS, job(name, pods))
         return name, t0
