@@ -12,10 +12,12 @@ plain values the adapter reads through the worker's kubeconfig, in this order:
 3. quota: the first flavor of its ClusterQueue, in Kueue's order, with the gang's requests
    unreserved (`FlavorQuota.free`, nominations in flight already taken off); the gang then
    runs on that flavor's nodes (its nodeLabels join every podset's nodeSelector);
-4. plans: where TrainingPlans feed that flavor, `core.drain.gang_drain` must admit the gang for
-   its max runtime (plan capacity for its duration);
-5. placement: `core.placement.place` on the worker's snapshot (its nodes, bound pods, capacity
-   promised to its admitted gangs and to nominations in flight) with its GangPolicy's spares.
+4. the worker's gang check, as it would decide the gang there now (`core.gate.gate`: its
+   GangPolicy, its Sequential gate over the worker's admitted gangs not Ready yet, where
+   TrainingPlans feed that flavor plan capacity for the gang's max runtime (`core.drain`), then
+   placement on the worker's snapshot: its nodes, bound pods, the capacity promised to its
+   admitted gangs and to nominations in flight, with the policy's spares). Preemption is not
+   modelled: a gang is sent only where it fits without.
 
 Among the workers where the gang fits, the tightest wins: least room left, in pods of the
 gang's shapes, in the domain it lands in (`place`'s best fit carried across clusters: a gang
@@ -40,9 +42,12 @@ from typing import Any
 from gangplugin.core.admission import charge, with_selector
 from gangplugin.core.drain import gang_drain
 from gangplugin.core.errors import InputError
-from gangplugin.core.placement import Gang, Placement, PlacementPolicy, held_spares, place
+from gangplugin.core.gate import GangFacts, gate
+from gangplugin.core.placement import Gang, Placement, PlacementPolicy, held_spares
 from gangplugin.core.placement.capacity import podset_counts, request_shape
 from gangplugin.core.plans import TrainingPlan
+from gangplugin.core.policy import GangPolicy
+from gangplugin.core.preemption import Contender
 from gangplugin.core.resources import format_quantity
 from gangplugin.core.timeutil import format_time, parse_time, to_seconds
 from gangplugin.core.topology import Snapshot
@@ -89,16 +94,18 @@ class Refusal:
 class Worker:
     """A worker cluster as the dispatcher sees it for one gang (the adapter reads the worker's
     LocalQueue of the gang's queue name, its ClusterQueue, the gang check's GangPolicy, the
-    plans feeding that ClusterQueue and the snapshot in the policy's level order)."""
+    plans feeding that ClusterQueue and the snapshot in the policy's level order). `unready`:
+    the keys of its admitted gangs of that policy not Ready yet (its Sequential gate)."""
 
     name: str
     snapshot: Snapshot | None = None
-    policy: PlacementPolicy = field(default_factory=PlacementPolicy)
+    policy: GangPolicy = field(default_factory=GangPolicy)
     cluster_queue: str = ""
     flavors: tuple[FlavorQuota, ...] = ()
     plans: tuple[TrainingPlan, ...] = ()
     #: Why it cannot take the gang at all (unreachable, no such LocalQueue, no gang check...).
     unusable: str | None = None
+    unready: tuple[str, ...] = ()
 
     def less(self, gone: Mapping[tuple[str, str], int]) -> Worker:
         """The worker with quota `gone` ((flavor, resource) -> amount) taken by nominations."""
@@ -232,25 +239,34 @@ def room_left(snapshot: Snapshot, gang: Gang, policy: PlacementPolicy, placement
 def fit_in(
     gang: Gang, worker: Worker, now: float, max_runtime: timedelta | None = None
 ) -> tuple[Fit | None, str]:
-    """Whether the gang fits in the worker now (steps 3 to 5 of the module docstring): its Fit,
+    """Whether the gang fits in the worker now (steps 3 and 4 of the module docstring): its Fit,
     or None and why not."""
     if worker.snapshot is None:
         return None, "its nodes are not known yet"
     flavor, why = _quota_flavor(worker, requests_of(gang))
     if flavor is None:
         return None, why
+    on_flavor = with_selector(gang, flavor.node_labels)
+    drain = None
     if worker.plans:
         at = datetime.fromtimestamp(now, UTC)
-        drain = gang_drain(worker.plans, worker.cluster_queue, [flavor.name], at, max_runtime)
-        if drain is not None and not drain.admit:
-            return None, f"its TrainingPlans: {drain.reason}"
-    on_flavor = with_selector(gang, flavor.node_labels)
-    placement = place(worker.snapshot, on_flavor, worker.policy)
-    if not placement.feasible:
-        return None, f"does not fit now: {placement.reason}"
-    return Fit(
-        flavor, on_flavor, placement, room_left(worker.snapshot, on_flavor, worker.policy, placement)
-    ), ""
+        flavors = set(flavor.flavors.values()) or {flavor.name}
+        drain = gang_drain(worker.plans, worker.cluster_queue, flavors, at, max_runtime)
+    facts = GangFacts(
+        Contender(gang.name, 0, worker.cluster_queue, now),
+        worker.policy,
+        on_flavor,
+        worker.snapshot,
+        now,
+        unready=worker.unready,
+        drain=drain,
+    )
+    verdict = gate(facts)
+    decision = verdict.decision
+    if decision is None or not decision.ready or decision.placement is None:
+        return None, verdict.message
+    p = decision.placement
+    return Fit(flavor, on_flavor, p, room_left(worker.snapshot, on_flavor, worker.policy.placement, p)), ""
 
 
 def dispatch(

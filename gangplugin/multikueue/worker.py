@@ -73,13 +73,15 @@ def node_record(obj: JSON) -> Node | None:
 @dataclass(frozen=True, slots=True)
 class Target:
     """Where the gang's queue leads in the worker: its ClusterQueue, the gang check's policy and
-    level order, the quota per flavor and the plans feeding that ClusterQueue."""
+    level order, the quota per flavor, the plans feeding that ClusterQueue, and the admitted
+    gangs of that policy not Ready yet (its Sequential gate)."""
 
     cluster_queue: str
     policy: GangPolicy
     levels: tuple[str, ...]
     flavors: tuple[FlavorQuota, ...]
     plans: tuple[TrainingPlan, ...]
+    unready: tuple[str, ...] = ()
 
 
 @dataclass
@@ -126,7 +128,21 @@ class WorkerView:
         except InputError as err:
             return f"its gang check cannot be used: {err}"
         plans = tuple(p for p in c.plans.items() if p is not None and p.cluster_queue == cq_name)
-        return Target(cq_name, policy, levels, self._flavors(cq, requests), plans)
+        unready = self._unready(ours[check]) if policy.sequential else ()
+        return Target(cq_name, policy, levels, self._flavors(cq, requests), plans, unready)
+
+    def _unready(self, policy: str | None) -> tuple[str, ...]:
+        """The admitted gangs of that GangPolicy whose pods are not all Ready yet (Kueue's
+        PodsReady condition), as the gang check's Sequential gate counts them."""
+        ours = self.lookup.our_checks()
+        out = []
+        for wl in self.caches.workloads.items():
+            found = GangPolicies.check_of(wl, ours)
+            if found is None or ours[found[0]] != policy or not holds_capacity(wl, found[1]):
+                continue
+            if not rec.is_true(wl, "PodsReady"):
+                out.append(f"{wl['metadata'].get('namespace', '')}/{wl['metadata']['name']}")
+        return tuple(sorted(out))
 
     def _flavors(self, cq: Mapping[str, Any], requests: Mapping[str, int]) -> tuple[FlavorQuota, ...]:
         """The ClusterQueue's flavors as Kueue tries them for these requests: in each resource
@@ -193,10 +209,11 @@ class WorkerView:
         return Worker(
             self.name,
             snapshot,
-            target.policy.placement,
+            target.policy,
             target.cluster_queue,
             target.flavors,
             target.plans,
+            unready=target.unready,
         )
 
     # -- capacity -----------------------------------------------------------------------------------

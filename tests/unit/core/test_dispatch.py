@@ -28,6 +28,7 @@ from gangplugin.core.dispatch import (
 )
 from gangplugin.core.placement import Gang, PlacementPolicy
 from gangplugin.core.plans import CapacityBlock, TrainingPlan
+from gangplugin.core.policy import GangPolicy
 from gangplugin.core.topology import INSTANCE_TYPE_LABEL, ULTRASERVER_LABEL, BoundPod, build_snapshot
 from tests.unit.core.clusters import GPU, LEVELS, gang, ultraservers
 
@@ -53,7 +54,7 @@ def test_a_gang_that_fits_only_in_one_worker_goes_there_and_the_other_says_why()
     assert d.chosen == "b"
     assert [v.worker for v in d.verdicts] == ["b", "a"]
     a = d.verdicts[1]
-    assert not a.fits and not a.chosen and a.reason.startswith("does not fit now:")
+    assert not a.fits and not a.chosen and a.reason.startswith("gang does not fit now:")
     assert d.verdicts[0].chosen and d.verdicts[0].level == ULTRASERVER_LABEL
     assert d.summary.startswith("nominated b: chosen:")
 
@@ -79,8 +80,8 @@ def test_a_gang_that_fits_nowhere_is_not_nominated_and_every_worker_says_why():
     d = dispatch(required(9), [worker("a", [4]), worker("b", [8])], NOW)
     assert d.chosen is None and d.fit is None
     assert all(not v.fits for v in d.verdicts)
-    assert d.summary.startswith("fits in no worker now: a: does not fit now:")
-    assert "b: does not fit now:" in d.summary
+    assert d.summary.startswith("fits in no worker now: a: gang does not fit now:")
+    assert "b: gang does not fit now:" in d.summary
 
 
 def test_unusable_and_recently_refusing_workers_are_skipped_with_their_reason():
@@ -127,7 +128,7 @@ def test_a_resource_no_flavor_covers_is_no_quota():
 def test_the_flavor_nodes_are_the_only_ones_the_gang_may_use():
     labelled = FlavorQuota("gb200", {INSTANCE_TYPE_LABEL: "ml.p6e-gb200.36xlarge"}, GB200.free)
     d = dispatch(required(4), [worker("a", [8], flavors=(labelled,))], NOW)
-    assert d.chosen is None and d.verdicts[0].reason.startswith("does not fit now:")
+    assert d.chosen is None and d.verdicts[0].reason.startswith("gang does not fit now:")
 
 
 def test_plan_capacity_must_last_the_gang_s_max_runtime():
@@ -138,12 +139,21 @@ def test_plan_capacity_must_last_the_gang_s_max_runtime():
     plan = TrainingPlan("p", "training-job", (block,), "training", "gb200", {GPU: 4}, any_block_times=True)
     a = worker("a", [8], plans=(plan,), cluster_queue="training")
     d = dispatch(required(4), [a], NOW, max_runtime=timedelta(hours=6))
-    assert d.chosen is None and d.verdicts[0].reason.startswith("its TrainingPlans:")
+    assert d.chosen is None and d.verdicts[0].reason.startswith("waiting for the next block:")
     assert dispatch(required(4), [a], NOW, max_runtime=timedelta(minutes=10)).chosen == "a"
 
 
+def test_a_sequential_worker_holds_a_gang_while_its_last_one_is_not_ready():
+    sequential = GangPolicy(admission="Sequential")
+    busy = worker("a", [8], policy=sequential, unready=("team-a/earlier",))
+    d = dispatch(required(4), [busy, worker("b", [8])], NOW)
+    assert d.chosen == "b"
+    assert d.verdicts[1].reason == "Sequential admission: waiting for gang team-a/earlier to be Ready"
+    assert dispatch(required(4), [worker("a", [8], policy=sequential)], NOW).chosen == "a"
+
+
 def test_spares_of_the_worker_s_policy_are_kept():
-    spares = worker("a", [4], policy=PlacementPolicy(spares_per_ultraserver=1))
+    spares = worker("a", [4], policy=GangPolicy(placement=PlacementPolicy(spares_per_ultraserver=1)))
     assert dispatch(required(4), [spares], NOW).chosen is None
     assert dispatch(required(3), [spares], NOW).chosen == "a"
 
