@@ -38,8 +38,8 @@ status: venv ## show whether the local cluster runs
 	$(PY) -m gangplugin.localcluster status
 
 # tests/e2e/test_multikueue.py starts three control planes of its own (a MultiKueue manager and
-# two workers: about 3 GiB and 6 minutes on 2 cores): it runs on its own, after the rest, so the
-# session cluster is down by then.
+# two workers: about 3 GiB and 3.5 to 6 minutes on 2 cores): it runs on its own, after the rest,
+# so the session cluster is down by then.
 MULTIKUEUE_E2E := tests/e2e/test_multikueue.py
 
 test: venv build ## every test: lint, unit and e2e (starts the local cluster unless KUBECONFIG is set)

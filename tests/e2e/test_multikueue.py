@@ -188,7 +188,7 @@ def test_a_gang_that_fits_only_in_b_goes_to_b_with_no_quota_ever_reserved_in_a(
     workers = {w["name"]: w for w in e["workers"]}
     assert workers["worker-b"]["chosen"] and workers["worker-b"]["level"] == US
     assert not workers["worker-a"].get("fits") and workers["worker-a"]["reason"].startswith(
-        "does not fit now:"
+        "gang does not fit now:"
     )
     assert e["worker"] == "worker-b"
 
