@@ -15,10 +15,12 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import grpc
+import orjson
 
 from gangplugin.admission.controller import GangAdmission
 from gangplugin.api.proto import gangs_pb2, gangs_pb2_grpc
 from gangplugin.core.admission import gang_id
+from gangplugin.core.dispatch import DispatchRecord
 from gangplugin.core.errors import InputError
 from gangplugin.core.gangs import (
     Evaluation,
@@ -30,7 +32,13 @@ from gangplugin.core.gangs import (
     pod_gang_phase,
     workload_phase,
 )
-from gangplugin.core.names import BIND_MODE_LABEL, GANG_LABEL, GANG_SIZE_ANNOTATION
+from gangplugin.core.names import (
+    BIND_MODE_LABEL,
+    DISPATCH_ANNOTATION,
+    GANG_LABEL,
+    GANG_SIZE_ANNOTATION,
+    MULTIKUEUE_CONTROLLER,
+)
 from gangplugin.core.timeutil import parse_time, to_seconds
 from gangplugin.core.topology import DEFAULT_LEVELS
 from gangplugin.kube import kueue_records as rec
@@ -111,6 +119,19 @@ def _asked_owner(request: Any) -> gangs_pb2.Owner | None:
     _check_field("owner.kind", owner.kind)
     _check_field("owner.name", owner.name)
     return owner
+
+
+def dispatch_of(wl: Mapping[str, Any]) -> tuple[DispatchRecord, str]:
+    """A manager Workload's dispatch record (gangplugin.io/dispatch; empty when it has none or
+    it cannot be read) and the worker it runs in (status.clusterName) or is nominated to."""
+    raw = ((wl.get("metadata") or {}).get("annotations") or {}).get(DISPATCH_ANNOTATION)
+    try:
+        record = DispatchRecord.from_dict(orjson.loads(raw)) if raw else DispatchRecord()
+    except orjson.JSONDecodeError:
+        record = DispatchRecord()
+    status = wl.get("status") or {}
+    nominated = status.get("nominatedClusterNames") or []
+    return record, str(status.get("clusterName") or (nominated[0] if len(nominated) == 1 else ""))
 
 
 def _describe(owner: gangs_pb2.Owner) -> str:
@@ -216,11 +237,24 @@ class GangService(gangs_pb2_grpc.GangServiceServicer):
                 labels.append((node.get("metadata") or {}).get("labels") or {})
         return gang_domain(pinned, labels, levels)
 
+    def _multikueue_checks(self) -> dict[str, str | None]:
+        """The manager's MultiKueue AdmissionChecks (its gangs run in worker clusters)."""
+        return {
+            str(ac["metadata"]["name"]): None
+            for ac in self.adm.view.checks.items()
+            if (ac.get("spec") or {}).get("controllerName") == MULTIKUEUE_CONTROLLER
+        }
+
     def workload_gang(self, wl: JSON, ours: Mapping[str, str | None]) -> gangs_pb2.Gang | None:
-        """The gang of a Workload that passes our check (None for other Workloads)."""
+        """The gang of a Workload that passes our check, or (on a MultiKueue manager) Kueue's
+        MultiKueue check; None for other Workloads."""
         check = self._check_of(wl, ours)
+        dispatched = check is None
         if check is None:
-            return None
+            check = self._check_of(wl, self._multikueue_checks())
+            if check is None:
+                return None
+            ours = {**ours, check: None}
         meta = wl["metadata"]
         ns, gid = meta.get("namespace", ""), gang_id(meta["name"])
         state = rec.check_state(wl, check) or {}
@@ -261,7 +295,8 @@ class GangService(gangs_pb2_grpc.GangServiceServicer):
             message=str(state.get("message") or ""),
             retry_count=int(state.get("retryCount") or 0),
             owner=owner_of(wl),
-            bind_mode=bind_mode or self._bind_mode(ours[check]),
+            # a dispatched gang's bindMode is its worker's (the manager has no nodes)
+            bind_mode="" if dispatched else bind_mode or self._bind_mode(ours[check]),
         )
 
     def pod_gang(self, namespace: str, gang: str, pods: list[JSON] | None = None) -> gangs_pb2.Gang | None:
@@ -343,7 +378,7 @@ class GangService(gangs_pb2_grpc.GangServiceServicer):
             if namespace and meta.get("namespace") != namespace:
                 continue
             owned.add((meta.get("namespace", ""), gang_id(meta["name"])))
-            if ours and (g := self.workload_gang(wl, ours)) is not None:
+            if (g := self.workload_gang(wl, ours)) is not None:
                 out.append(g)
         plain: dict[Key, list[JSON]] = {}
         for pod in self.adm.view.pods.items():
@@ -374,8 +409,14 @@ class GangService(gangs_pb2_grpc.GangServiceServicer):
         return Evaluation(placement.feasible, placement.reason, placement.level, tuple(placement.domains))
 
     def explanation(self, gang: gangs_pb2.Gang, wl: JSON | None) -> gangs_pb2.GangExplanation:
+        dispatched = wl is not None and gang.admission_check in self._multikueue_checks()
         evaluation = None
-        if wl is not None and gang.phase == Phase.PENDING.value and gang.check_state == "Pending":
+        if (
+            wl is not None
+            and not dispatched
+            and gang.phase == Phase.PENDING.value
+            and gang.check_state == "Pending"
+        ):
             evaluation = self.evaluate(wl, gang.admission_check)
         pods = self.adm.view.gang_pods(gang.namespace, gang.gang_id)
         placements = sorted(
@@ -388,6 +429,7 @@ class GangService(gangs_pb2_grpc.GangServiceServicer):
             ),
             key=lambda p: p.name,
         )
+        record, worker = dispatch_of(wl) if dispatched and wl is not None else (None, "")
         domain = (gang.domain_level, gang.domain_value) if gang.domain_level else None
         summary = explain(
             Phase(gang.phase),
@@ -397,14 +439,29 @@ class GangService(gangs_pb2_grpc.GangServiceServicer):
             check_message=gang.message,
             retry_count=gang.retry_count,
             evaluation=evaluation,
+            worker=worker,
+            dispatch=None if record is None else record.summary,
         )
-        out = gangs_pb2.GangExplanation(gang=gang, summary=summary, pods=placements)
+        out = gangs_pb2.GangExplanation(gang=gang, summary=summary, pods=placements, worker=worker)
         if evaluation is not None:
             out.evaluated = True
             out.fits_now = evaluation.fits
             out.level = evaluation.level or ""
             out.domains.extend(evaluation.domains)
             out.reason = evaluation.reason
+        for v in record.verdicts if record is not None else ():
+            out.workers.append(
+                gangs_pb2.WorkerVerdict(
+                    name=v.worker,
+                    fits=v.fits,
+                    chosen=v.chosen,
+                    reason=v.reason,
+                    flavor=v.flavor or "",
+                    level=v.level or "",
+                    domains=list(v.domains),
+                    room=v.room or 0,
+                )
+            )
         return out
 
     # -- RPCs ------------------------------------------------------------------------------------

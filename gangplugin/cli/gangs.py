@@ -244,10 +244,25 @@ def explain_text(e: Any) -> str:
     ]
     if g.admission_check:
         lines.append(f"Check:     {g.admission_check} {g.check_state or '(no state yet)'}")
+    if e.worker:
+        lines.append(f"Worker:    {e.worker}")
     if e.evaluated:
         where = f" in {e.level}={','.join(e.domains)}" if e.level and e.domains else ""
         lines.append(f"Now:       {'fits' + where if e.fits_now else 'does not fit'}: {e.reason}")
     lines += ["", e.summary]
+    if e.workers:
+        rows = [
+            [
+                w.name,
+                "yes" if w.chosen else "no",
+                "yes" if w.fits else "no",
+                f"{w.level}={','.join(w.domains)}" if w.level and w.domains else "-",
+                w.room if w.fits else "-",
+                w.reason,
+            ]
+            for w in e.workers
+        ]
+        lines += ["", table(["WORKER", "CHOSEN", "FITS", "DOMAIN", "ROOM", "WHY"], rows)]
     if e.pods:
         lines += ["", table(["POD", "NODE", "READY"], [[p.name, p.node, p.ready] for p in e.pods])]
     return "\n".join(lines)

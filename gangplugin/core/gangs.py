@@ -103,10 +103,19 @@ def explain(
     check_message: str = "",
     retry_count: int = 0,
     evaluation: Evaluation | None = None,
+    worker: str = "",
+    dispatch: str | None = None,
 ) -> str:
-    """The sentences `gangctl explain` prints, most important first."""
+    """The sentences `gangctl explain` prints, most important first. `dispatch` (on a MultiKueue
+    manager, for a gang that passes Kueue's MultiKueue check, not ours): what gangplugin's
+    dispatcher last said about it; `worker`: the worker cluster it runs in or is nominated to."""
     out: list[str] = []
     where = f" in {domain[0]}={domain[1]}" if domain else ""
+    if dispatch is not None:
+        out += _dispatched(phase, worker, dispatch, check_message)
+        if retry_count:
+            out.append(f"Retried {retry_count} time{'s' if retry_count != 1 else ''} so far.")
+        return "\n".join(out)
     if phase is Phase.QUEUED:
         out.append(
             f"Waiting for quota in ClusterQueue {queue or '(unknown)'}: Kueue has not reserved it yet."
@@ -144,3 +153,29 @@ def explain(
         else:
             out.append(f"Now: it does not fit: {evaluation.reason}")
     return "\n".join(out)
+
+
+def _dispatched(phase: Phase, worker: str, dispatch: str, check_message: str) -> list[str]:
+    """The sentences for a gang on a MultiKueue manager: its pods run in a worker cluster."""
+    out: list[str] = []
+    if phase is Phase.QUEUED:
+        out.append("Waiting for quota on the manager: Kueue has not reserved it yet.")
+    elif phase is Phase.PENDING and worker:
+        out.append(f"Nominated to worker cluster {worker}: its Kueue and gang check decide now.")
+    elif phase is Phase.PENDING:
+        out.append("Quota is reserved on the manager; no worker cluster has room for the whole gang yet.")
+    elif phase in (Phase.ADMITTED, Phase.RUNNING):
+        out.append(f"Admitted in worker cluster {worker or '(unknown)'}: its pods run there.")
+    elif phase is Phase.EVICTED:
+        out.append("Evicted and requeued: the dispatcher chooses a worker again.")
+    elif phase is Phase.DEACTIVATED:
+        out.append("Deactivated: Kueue will not admit it again until spec.active is set to true.")
+    elif phase is Phase.REJECTED:
+        out.append("Rejected by MultiKueue: fix the job and submit it again.")
+    else:
+        out.append("Finished.")
+    if check_message:
+        out.append(f"MultiKueue: {check_message}")
+    if dispatch:
+        out.append(f"Dispatcher: {dispatch}")
+    return out

@@ -77,3 +77,9 @@ PREEMPTED_REASON = "Preempted"
 # The Warning Event (and check message) on a Workload held for an unknown key of ours on a pod
 # template (core.keys).
 UNKNOWN_KEY_REASON = "UnknownKey"
+# MultiKueue (on a manager cluster): the dispatcherName that hands the choice of a worker to
+# gangplugin (Kueue's External dispatcher mode), and what it records on the manager's Workload
+# (core.dispatch.DispatchRecord as JSON).
+DISPATCHER_NAME = f"{GROUP}/dispatcher"
+DISPATCH_ANNOTATION = f"{GROUP}/dispatch"
+MULTIKUEUE_CONTROLLER = "kueue.x-k8s.io/multikueue"

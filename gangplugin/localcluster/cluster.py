@@ -12,7 +12,7 @@ import os
 import shutil
 import signal
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -57,6 +57,10 @@ class LocalCluster:
     - `kueue_version`: GANGPLUGIN_KUEUE_VERSION, else hack/versions.env's.
     - `generic_workload`: GANGPLUGIN_GENERIC_WORKLOAD=1 (off by default).
     - `shape`: the LocalClusterShape of its nodes: GANGPLUGIN_SHAPE, else the sample.
+    - `gangplugin_components`: what `gangplugin serve` runs: GANGPLUGIN_COMPONENTS, else its
+      defaults; `gangplugin_args`: more `serve` flags.
+    - `kueue_config`: settings merged into Kueue's Configuration last (a MultiKueue manager's
+      `multiKueue`; `multikueue.py` starts a manager and its workers).
     """
 
     def __init__(
@@ -69,6 +73,9 @@ class LocalCluster:
         components: Iterable[str] | None = None,
         kueue_version: str | None = None,
         shape: Path | None = None,
+        gangplugin_components: Iterable[str] | None = None,
+        gangplugin_args: Iterable[str] | None = None,
+        kueue_config: Mapping[str, Any] | None = None,
     ) -> None:
         self.state_dir = (
             state_dir or Path(os.environ.get("GANGPLUGIN_STATE", REPO / ".local" / "cluster"))
@@ -88,6 +95,15 @@ class LocalCluster:
         kueue_version = kueue_version or env.get(KUEUE_VERSION_ENV) or recorded.get("kueueVersion")
         kueue_version = kueue_version or versions()["KUEUE_VERSION"]
         shape = shape or Path(env.get(SHAPE_ENV) or recorded.get("shape") or SAMPLE_SHAPE)
+        if gangplugin_components is None and "GANGPLUGIN_COMPONENTS" not in env:
+            gangplugin_components = recorded.get("gangpluginComponents")
+        served = (
+            tuple(gangplugin_components)
+            if gangplugin_components is not None
+            else self._gangplugin_components()
+        )
+        args = tuple(gangplugin_args if gangplugin_args is not None else recorded.get("gangpluginArgs", ()))
+        kueue = dict(kueue_config if kueue_config is not None else recorded.get("kueueConfig", {}))
         self._chosen = choose(components)
         names = tuple(c.name for c in self._chosen)
         self.spec = ClusterSpec(
@@ -98,8 +114,10 @@ class LocalCluster:
             kueue_frameworks=tuple(dict.fromkeys(f for c in self._chosen for f in c.kueue_frameworks)),
             generic_workload=generic_workload,
             shape=shape,
-            gangplugin_components=self._gangplugin_components() if "gangplugin" in names else (),
+            gangplugin_components=served if "gangplugin" in names else (),
             cache=cache_dir(),
+            gangplugin_args=args,
+            kueue_config=kueue,
         )
         self._supervisor = Supervisor(
             self.state_dir,
@@ -110,15 +128,18 @@ class LocalCluster:
                 "kueueVersion": kueue_version,
                 "genericWorkload": generic_workload,
                 "shape": str(shape),
+                "gangpluginComponents": list(served),
+                "gangpluginArgs": list(args),
+                "kueueConfig": kueue,
             },
         )
 
     @staticmethod
     def _gangplugin_components() -> tuple[str, ...]:
-        """What `gangplugin serve` runs: GANGPLUGIN_COMPONENTS, else every registered component."""
-        from gangplugin.server.main import COMPONENTS
+        """What `gangplugin serve` runs: GANGPLUGIN_COMPONENTS, else what it runs by default."""
+        from gangplugin.server.main import DEFAULT_COMPONENTS
 
-        return tuple(_names(os.environ.get("GANGPLUGIN_COMPONENTS", ",".join(COMPONENTS))))
+        return tuple(_names(os.environ.get("GANGPLUGIN_COMPONENTS", ",".join(DEFAULT_COMPONENTS))))
 
     # ---- where things are ----------------------------------------------------------------
 

@@ -153,6 +153,12 @@ _KINDS: dict[tuple[str, str], Resource] = {
     ("v1", "Pod"): Resource("v1", "pods"),
     ("batch/v1", "Job"): Resource("batch/v1", "jobs"),
     ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): CRDS,
+    ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicy"): Resource(
+        "admissionregistration.k8s.io/v1", "mutatingadmissionpolicies", namespaced=False
+    ),
+    ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicyBinding"): Resource(
+        "admissionregistration.k8s.io/v1", "mutatingadmissionpolicybindings", namespaced=False
+    ),
     ("gangplugin.io/v1alpha1", "GangPolicy"): Resource(
         "gangplugin.io/v1alpha1", "gangpolicies", namespaced=False
     ),
@@ -167,6 +173,8 @@ def resource_for(obj: dict[str, Any]) -> Resource:
     if api_version.startswith("kueue.x-k8s.io/"):
         plural = kind.lower() + ("es" if kind.endswith("s") else "s")  # WorkloadPriorityClass
         return Resource(api_version, plural, namespaced=kind in ("LocalQueue", "Workload"))
+    if api_version == "v1":  # namespaced core kinds
+        return Resource("v1", kind.lower() + "s")
     raise ClusterError(f"{kind} ({api_version}) is not a kind the local cluster applies")
 
 

@@ -3,8 +3,10 @@ Every component builds its command line and its objects from this alone."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from gangplugin.localcluster.ports import Ports
 
@@ -34,6 +36,10 @@ class ClusterSpec:
     # What `gangplugin serve --components` runs; empty: no gangplugin process.
     gangplugin_components: tuple[str, ...]
     cache: Path
+    # More `gangplugin serve` flags (a MultiKueue manager's dispatcher timeouts).
+    gangplugin_args: tuple[str, ...] = ()
+    # Settings merged into Kueue's Configuration last (a MultiKueue manager's `multiKueue`).
+    kueue_config: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def bin_dir(self) -> Path:

@@ -21,18 +21,23 @@ T = TypeVar("T")
 class Runtime:
     client: Client
     stop: threading.Event = field(default_factory=threading.Event)
-    _informers: dict[tuple[str, str, Callable[[JSON], Any]], Informer[Any]] = field(default_factory=dict)
+    _informers: dict[tuple[str, str, Callable[[JSON], Any], str | None], Informer[Any]] = field(
+        default_factory=dict
+    )
     _dispatchers: dict[str, Dispatcher] = field(default_factory=dict)
     _shared: dict[str, Any] = field(default_factory=dict)
     # Threads whose death means the process no longer works (liveness fails, the pod restarts).
     _vital: list[threading.Thread] = field(default_factory=list)
     failure: str | None = None  # set by `fail`: serve exits non-zero with it
 
-    def informer(self, resource: Resource, transform: Callable[[JSON], Any] = identity) -> Informer[Any]:
-        """One cache per resource and transform, shared by every component that asks for it."""
-        key = (resource.api_version, resource.plural, transform)
+    def informer(
+        self, resource: Resource, transform: Callable[[JSON], Any] = identity, namespace: str | None = None
+    ) -> Informer[Any]:
+        """One cache per resource, transform and namespace (None: all), shared by every component
+        that asks for it."""
+        key = (resource.api_version, resource.plural, transform, namespace)
         if key not in self._informers:
-            self._informers[key] = Informer(self.client, resource, transform)
+            self._informers[key] = Informer(self.client, resource, transform, namespace=namespace)
         return self._informers[key]
 
     def dispatcher(self, name: str) -> Dispatcher:

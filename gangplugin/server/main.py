@@ -55,7 +55,11 @@ COMPONENTS: dict[str, str] = {
     "plans": "gangplugin.plans.component",
     "api": "gangplugin.api.component",
     "webhook": "gangplugin.webhook.component",
+    "multikueue": "gangplugin.multikueue.component",
 }
+# What `serve` runs unless told: every component but the MultiKueue dispatcher, which only a
+# manager cluster runs (it has no nodes; its gangs run in worker clusters).
+DEFAULT_COMPONENTS = tuple(c for c in COMPONENTS if c != "multikueue")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -73,9 +77,9 @@ def cli() -> None:
 )
 @click.option(
     "--components",
-    default=",".join(COMPONENTS) or "",
+    default=",".join(DEFAULT_COMPONENTS),
     show_default=True,
-    help="Comma-separated components to run.",
+    help=f"Comma-separated components to run, of {', '.join(COMPONENTS)}.",
 )
 @click.option(
     "--health-bind",
@@ -159,6 +163,24 @@ def cli() -> None:
     "--webhook-tls-cert", default=None, help="Webhook serving certificate (PEM); the API server needs it."
 )
 @click.option("--webhook-tls-key", default=None, help="Key of --webhook-tls-cert.")
+@click.option(
+    "--multikueue-namespace",
+    default="kueue-system",
+    show_default=True,
+    help="Kueue's namespace on the manager, where its MultiKueueClusters' kubeconfig Secrets are.",
+)
+@click.option(
+    "--multikueue-answer-timeout",
+    default="2m",
+    show_default=True,
+    help="How long a nominated worker may take to admit or refuse a gang before the next is tried.",
+)
+@click.option(
+    "--multikueue-refusal-ttl",
+    default="5m",
+    show_default=True,
+    help="How long a worker that refused a gang is not asked about it again.",
+)
 def serve(
     kubeconfig: str | None,
     components: str,
@@ -188,6 +210,9 @@ def serve(
     webhook_bind: str,
     webhook_tls_cert: str | None,
     webhook_tls_key: str | None,
+    multikueue_namespace: str,
+    multikueue_answer_timeout: str,
+    multikueue_refusal_ttl: str,
 ) -> None:
     """Run the chosen components in one process until SIGTERM."""
     logs.configure(log_level, log_format)
@@ -265,6 +290,17 @@ def serve(
             configure_api(grpc_bind, grpc_tls_cert, grpc_tls_key, grpc_mtls_bind, grpc_client_ca)
         except ValueError as err:
             raise click.BadParameter(str(err), param_hint="--grpc-mtls-bind") from None
+
+    if "multikueue" in wanted:
+        from gangplugin.multikueue.component import configure as configure_multikueue
+        from gangplugin.multikueue.controller import DispatchSettings
+
+        try:
+            answer = parse_duration(multikueue_answer_timeout, "--multikueue-answer-timeout")
+            ttl = parse_duration(multikueue_refusal_ttl, "--multikueue-refusal-ttl")
+        except InputError as err:
+            raise click.BadParameter(err.problem, param_hint=err.field) from None
+        configure_multikueue(DispatchSettings(multikueue_namespace, answer, ttl))
 
     def _stop(signum: int, _frame: FrameType | None) -> None:
         runtime.stop.set()

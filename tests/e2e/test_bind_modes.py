@@ -18,7 +18,7 @@ import pytest
 from gangplugin.core.names import BIND_MODE_LABEL, PLACEMENT_GATE, REQUIRED_TOPOLOGY_ANNOTATION
 from gangplugin.core.policy import PINNED_BIND_MODES
 from gangplugin.kube.client import EVENTS, JOBS, PODS, WORKLOADS, Client, Resource
-from gangplugin.server.main import COMPONENTS
+from gangplugin.server.main import DEFAULT_COMPONENTS
 from tests.e2e.conftest import E2ECluster, e2e_local_cluster
 from tests.e2e.kube import GB200, condition, gpu_job, job_pods, trainer_pod_spec, unique, wait_for, wait_until
 from tests.e2e.test_admission import (
@@ -317,7 +317,7 @@ def test_ungate_needs_neither_the_extender_nor_a_scheduler_configured_with_it(
     domain, by the ungater component alone."""
     assert cluster.local, "this test restarts gangplugin and kube-scheduler (KUBECONFIG unset)"
     local = e2e_local_cluster()
-    without = ",".join(c for c in COMPONENTS if c != "extender")
+    without = ",".join(c for c in DEFAULT_COMPONENTS if c != "extender")
     local.restart("kube-scheduler", extender=False)
     local.restart("gangplugin", args=(f"--components={without}",))
     try:

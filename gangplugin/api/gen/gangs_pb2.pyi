@@ -322,6 +322,8 @@ class GangExplanation(_message.Message):
     DOMAINS_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
     PODS_FIELD_NUMBER: _builtins.int
+    WORKER_FIELD_NUMBER: _builtins.int
+    WORKERS_FIELD_NUMBER: _builtins.int
     summary: _builtins.str
     """Plain sentences: what the gang waits for, or where it runs."""
     evaluated: _builtins.bool
@@ -331,6 +333,11 @@ class GangExplanation(_message.Message):
     fits_now: _builtins.bool
     level: _builtins.str
     reason: _builtins.str
+    worker: _builtins.str
+    """On a MultiKueue manager (a gang passing Kueue's MultiKueue check): the worker cluster it
+    runs in (status.clusterName) or is nominated to, and gangplugin's dispatcher's last verdict
+    on every worker (the Workload's gangplugin.io/dispatch record): the chosen one first.
+    """
     @_builtins.property
     def gang(self) -> Global___Gang: ...
     @_builtins.property
@@ -339,6 +346,8 @@ class GangExplanation(_message.Message):
     def pods(self) -> _containers.RepeatedCompositeFieldContainer[Global___PodPlacement]:
         """Where its pods are: node name per bound pod."""
 
+    @_builtins.property
+    def workers(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkerVerdict]: ...
     def __init__(
         self,
         *,
@@ -350,14 +359,62 @@ class GangExplanation(_message.Message):
         domains: _abc.Iterable[_builtins.str] | None = ...,
         reason: _builtins.str = ...,
         pods: _abc.Iterable[Global___PodPlacement] | None = ...,
+        worker: _builtins.str = ...,
+        workers: _abc.Iterable[Global___WorkerVerdict] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["gang", b"gang"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["domains", b"domains", "evaluated", b"evaluated", "fits_now", b"fits_now", "gang", b"gang", "level", b"level", "pods", b"pods", "reason", b"reason", "summary", b"summary"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["domains", b"domains", "evaluated", b"evaluated", "fits_now", b"fits_now", "gang", b"gang", "level", b"level", "pods", b"pods", "reason", b"reason", "summary", b"summary", "worker", b"worker", "workers", b"workers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GangExplanation: _TypeAlias = GangExplanation  # noqa: Y015
+
+@_typing.final
+class WorkerVerdict(_message.Message):
+    """Why the MultiKueue dispatcher did or did not choose one worker cluster for a gang."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    FITS_FIELD_NUMBER: _builtins.int
+    CHOSEN_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    FLAVOR_FIELD_NUMBER: _builtins.int
+    LEVEL_FIELD_NUMBER: _builtins.int
+    DOMAINS_FIELD_NUMBER: _builtins.int
+    ROOM_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    fits: _builtins.bool
+    """Whether the whole gang fits there now (quota, plans and placement)."""
+    chosen: _builtins.bool
+    reason: _builtins.str
+    flavor: _builtins.str
+    """Where it fits: the ClusterQueue flavor, the topology level and domains."""
+    level: _builtins.str
+    room: _builtins.int
+    """Pods of the gang's shapes left free in that domain beside it (the fragmentation it leaves)."""
+    @_builtins.property
+    def domains(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        fits: _builtins.bool = ...,
+        chosen: _builtins.bool = ...,
+        reason: _builtins.str = ...,
+        flavor: _builtins.str = ...,
+        level: _builtins.str = ...,
+        domains: _abc.Iterable[_builtins.str] | None = ...,
+        room: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chosen", b"chosen", "domains", b"domains", "fits", b"fits", "flavor", b"flavor", "level", b"level", "name", b"name", "reason", b"reason", "room", b"room"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkerVerdict: _TypeAlias = WorkerVerdict  # noqa: Y015
 
 @_typing.final
 class PodPlacement(_message.Message):

@@ -107,6 +107,7 @@ class Gangplugin(Component):
                 f"--extender-client-ca={spec.extender_clients_dir / 'ca.crt'}",
                 f"--webhook-bind=127.0.0.1:{webhook}",
                 *tls("webhook"),
+                *spec.gangplugin_args,
                 *self.args,
             ),
             health=ready,
@@ -115,10 +116,12 @@ class Gangplugin(Component):
         )
 
     def started(self, spec: ClusterSpec, client: Client, log: Callable[[str], None]) -> None:
-        """The local queues (they need Kueue's webhooks), then deploy/manifests/base's webhook
+        """The local queues (they need Kueue's webhooks; only where the gang check runs: a
+        MultiKueue manager has queues of its own), then deploy/manifests/base's webhook
         configurations (validating and mutating), pointed at replica 1 with the cluster CA:
         registered once gangplugin serves them, and only when its webhook component runs."""
-        manifests.apply_file(client, LOCAL_QUEUES)
+        if "admission" in spec.gangplugin_components:
+            manifests.apply_file(client, LOCAL_QUEUES)
         if "webhook" not in spec.gangplugin_components:
             return
         docs = yaml.safe_load_all((REPO / "deploy" / "manifests" / "base" / "webhook.yaml").read_text())

@@ -66,7 +66,8 @@ def serves(path: str, enabled: list[str]) -> bool:
 
 def configuration(spec: ClusterSpec) -> dict[str, Any]:
     """Kueue's Configuration here: its local settings (its ports, certificates, no leader
-    election, the frameworks of the controllers that run) plus the shipped patch."""
+    election, the frameworks of the controllers that run) plus the shipped patch, plus the
+    cluster's own settings (`ClusterSpec.kueue_config`: a MultiKueue manager's dispatcher)."""
     p = spec.ports
     local = {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
@@ -82,7 +83,7 @@ def configuration(spec: ClusterSpec) -> dict[str, Any]:
         "integrations": {"frameworks": frameworks(spec)},
         "clientConnection": {"qps": 100, "burst": 200},
     }
-    return kueue_config.merge(local, kueue_config.shipped_patch())
+    return kueue_config.merge(kueue_config.merge(local, kueue_config.shipped_patch()), spec.kueue_config)
 
 
 def _metrics_certificate(spec: ClusterSpec) -> None:
@@ -135,6 +136,12 @@ class Kueue(Component):
             pod_selector={"namespaceSelector": OUTSIDE_SYSTEM},
             conversion=True,
         )
+        # Kueue >= v0.19's MutatingAdmissionPolicy: it empties a Workload's nominatedClusterNames
+        # when Kueue records the worker that admitted it or evicts it, which a MultiKueue
+        # dispatcher other than Kueue's own (it owns that field) relies on.
+        policies = manifests_dir(spec) / "admission-policies.yaml"
+        if policies.exists():
+            manifests.apply_file(client, policies)
 
     def process(self, spec: ClusterSpec) -> Process:
         _metrics_certificate(spec)
