@@ -221,7 +221,8 @@ class AdmissionPass:
 
     @staticmethod
     def _backoff(wl: JSON, now: float) -> CandidateVerdict | None:
-        """A gang requeued after a timeout waits out its backoff here: quota held, no nodes."""
+        """A gang requeued after a timeout that has quota before its backoff ends (Kueue keeps
+        it out of the queue until then, `watchdog._back_off`) waits out the rest here."""
         raw = (wl["metadata"].get("annotations") or {}).get(BACKOFF_UNTIL_ANNOTATION)
         try:
             until = rec.epoch(raw, f"metadata.annotations.{BACKOFF_UNTIL_ANNOTATION}") if raw else None
