@@ -153,6 +153,12 @@ _KINDS: dict[tuple[str, str], Resource] = {
     ("v1", "Pod"): Resource("v1", "pods"),
     ("batch/v1", "Job"): Resource("batch/v1", "jobs"),
     ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): CRDS,
+    ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicy"): Resource(
+        "admissionregistration.k8s.io/v1", "mutatingadmissionpolicies", namespaced=False
+    ),
+    ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicyBinding"): Resource(
+        "admissionregistration.k8s.io/v1", "mutatingadmissionpolicybindings", namespaced=False
+    ),
     ("gangplugin.io/v1alpha1", "GangPolicy"): Resource(
         "gangplugin.io/v1alpha1", "gangpolicies", namespaced=False
     ),

@@ -112,9 +112,15 @@ def test_kueue_s_binary_and_manifests_follow_the_chosen_version(tmp_path: Path) 
     (tmp_path / "b").mkdir()
     proc = newer.process("kueue")
     assert proc and Path(proc.argv[0]).name == "kueue-v0.19.2"
+    # JobSet at the version each Kueue is built against.
+    for cluster, key in ((default, "JOBSET_VERSION"), (newer, "JOBSET_NEWEST_VERSION")):
+        proc = cluster.process("jobset")
+        assert proc and Path(proc.argv[0]).name == f"jobset-{versions()[key]}"
     # A restart from another shell starts the version the cluster was started with.
     newer.stop_process("kueue")
     assert LocalCluster(state_dir=tmp_path / "b").spec.kueue_version == "v0.19.2"
+    with pytest.raises(ClusterError, match=r"Kueue v0\.18\.0 is not a version the local cluster runs"):
+        LocalCluster(state_dir=tmp_path / "c", kueue_version="v0.18.0")
 
 
 def test_webhooks_installed_are_kueue_s_own_and_its_enabled_frameworks() -> None:

@@ -24,6 +24,8 @@ from gangplugin.localcluster.spec import ClusterSpec
 from gangplugin.localcluster.supervisor import Process
 
 KUEUE_NAMESPACE = "kueue-system"
+# Beside its CRDs when its version has them (hack/build-upstream.sh copies config/components/map).
+ADMISSION_POLICIES = "admission-policies.yaml"
 # With its own certificate management off, Kueue reads its metrics certificate from this fixed
 # path (cmd/kueue/main.go): one directory for every local cluster on the machine.
 METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
@@ -135,6 +137,11 @@ class Kueue(Component):
             pod_selector={"namespaceSelector": OUTSIDE_SYSTEM},
             conversion=True,
         )
+        # Kueue >= v0.19 ships a MutatingAdmissionPolicy too (it clears a Workload's
+        # nominatedClusterNames when it is evicted or dispatched, for MultiKueue).
+        policies = manifests_dir(spec) / ADMISSION_POLICIES
+        if policies.exists():
+            manifests.apply_file(client, policies)
 
     def process(self, spec: ClusterSpec) -> Process:
         _metrics_certificate(spec)
