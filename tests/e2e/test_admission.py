@@ -106,6 +106,7 @@ def running_gang(client: Client, namespace: str, job: str, pods: int) -> list[di
     return wait_for(ready, 120, f"{pods} Ready pods of {job}")
 
 
+@pytest.mark.compat
 def test_gang_admitted_into_one_ultraserver(cluster: E2ECluster, namespace: str, gang_queue: Any) -> None:
     client = cluster.client
     queue = gang_queue()
@@ -134,6 +135,7 @@ def test_gang_admitted_into_one_ultraserver(cluster: E2ECluster, namespace: str,
 JOBSETS = Resource("jobset.x-k8s.io/v1alpha2", "jobsets")
 
 
+@pytest.mark.compat
 def test_jobset_gang_of_two_podsets_admitted_into_one_ultraserver(
     cluster: E2ECluster, namespace: str, gang_queue: Any
 ) -> None:
@@ -266,6 +268,7 @@ def test_never_ready_gang_is_requeued_with_backoff(
     assert len(evicted) >= 3
 
 
+@pytest.mark.compat
 def test_gang_deactivated_after_backoff_limit(cluster: E2ECluster, namespace: str, gang_queue: Any) -> None:
     client = cluster.client
     queue = gang_queue(
@@ -347,6 +350,7 @@ def _heal_node(client: Client, name: str) -> None:
     wait_for(lambda: is_true(client.get(NODES, name), "Ready"), 60, f"{name} Ready again (kwok)")
 
 
+@pytest.mark.compat
 def test_node_failure_replaced_from_spare(cluster: E2ECluster, namespace: str, gang_queue: Any) -> None:
     client = cluster.client
     queue = gang_queue(nodeFailure="ReplaceFromSpare", sparesPerUltraServer=1, recoveryTimeout="5m")
@@ -460,6 +464,7 @@ def test_two_failed_nodes_with_one_spare_requeue_the_gang_whole_without_deleting
             _heal_node(client, v)
 
 
+@pytest.mark.compat
 def test_node_failure_requeues_after_recovery_timeout(
     cluster: E2ECluster, namespace: str, gang_queue: Any
 ) -> None:
@@ -477,6 +482,7 @@ def test_node_failure_requeues_after_recovery_timeout(
         _heal_node(client, victim)
 
 
+@pytest.mark.compat
 def test_plain_pod_group_is_a_gang(cluster: E2ECluster, namespace: str, gang_queue: Any) -> None:
     client = cluster.client
     queue = gang_queue()

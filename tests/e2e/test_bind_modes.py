@@ -68,6 +68,7 @@ def assert_whole_in_domain(
     return domain
 
 
+@pytest.mark.compat
 @pytest.mark.parametrize("mode", MODES)
 def test_gang_runs_whole_in_its_domain(
     cluster: E2ECluster, namespace: str, gang_queue: Any, mode: str

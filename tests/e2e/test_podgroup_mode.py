@@ -54,6 +54,7 @@ def _scheduled_at(pod: dict[str, Any]) -> float:
     return time.mktime(time.strptime(cond["lastTransitionTime"], "%Y-%m-%dT%H:%M:%SZ"))
 
 
+@pytest.mark.compat
 def test_a_podgroup_gang_runs_whole_in_its_ultraserver_behind_its_podgroup(
     cluster: E2ECluster, namespace: str, gang_queue: Any
 ) -> None:
