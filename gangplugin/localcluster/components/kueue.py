@@ -24,8 +24,6 @@ from gangplugin.localcluster.spec import ClusterSpec
 from gangplugin.localcluster.supervisor import Process
 
 KUEUE_NAMESPACE = "kueue-system"
-# Beside its CRDs when its version has them (hack/build-upstream.sh copies config/components/map).
-ADMISSION_POLICIES = "admission-policies.yaml"
 # With its own certificate management off, Kueue reads its metrics certificate from this fixed
 # path (cmd/kueue/main.go): one directory for every local cluster on the machine.
 METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
@@ -137,9 +135,10 @@ class Kueue(Component):
             pod_selector={"namespaceSelector": OUTSIDE_SYSTEM},
             conversion=True,
         )
-        # Kueue >= v0.19 ships a MutatingAdmissionPolicy too (it clears a Workload's
-        # nominatedClusterNames when it is evicted or dispatched, for MultiKueue).
-        policies = manifests_dir(spec) / ADMISSION_POLICIES
+        # Kueue >= v0.19's MutatingAdmissionPolicy: it empties a Workload's nominatedClusterNames
+        # when Kueue records the worker that admitted it or evicts it, which a MultiKueue
+        # dispatcher other than Kueue's own (it owns that field) relies on.
+        policies = manifests_dir(spec) / "admission-policies.yaml"
         if policies.exists():
             manifests.apply_file(client, policies)
 
