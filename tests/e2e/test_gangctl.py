@@ -61,13 +61,22 @@ class Running:
         )
         self.lines: queues.Queue[str | None] = queues.Queue()
         self.seen: list[str] = []
+        self._err: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()
+        # stderr on a reader of its own: `communicate` would read stdout too, racing `_read`
+        # for the last lines.
+        self._err_reader = threading.Thread(target=self._read_err, daemon=True)
+        self._err_reader.start()
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             self.lines.put(line.rstrip("\n"))
         self.lines.put(None)
+
+    def _read_err(self) -> None:
+        assert self.proc.stderr is not None
+        self._err.append(self.proc.stderr.read())
 
     def until(self, wanted: Any, timeout: float, what: str) -> str:
         """The first line `wanted` holds for, waiting up to `timeout`, or fail with what was seen."""
@@ -81,15 +90,16 @@ class Running:
         raise AssertionError(f"{what}: not within {timeout}s; gangctl printed {self.seen}")
 
     def finish(self, timeout: float) -> tuple[int, str]:
-        _, err = self.proc.communicate(timeout=timeout)
+        self.proc.wait(timeout=timeout)
         while (line := self.lines.get(timeout=timeout)) is not None:
             self.seen.append(line)
-        return self.proc.returncode, err
+        self._err_reader.join(timeout)
+        return self.proc.returncode, "".join(self._err)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
-        self.proc.communicate(timeout=30)
+        self.proc.wait(timeout=30)
 
 
 def test_get_explain_and_wait_on_live_gangs(cluster: E2ECluster, namespace: str, gang_queue: Any) -> None:
