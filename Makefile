@@ -6,10 +6,10 @@ PY := $(VENV)/bin/python
 # pytest's exit 5 (no tests collected) is a failure here, never a pass.
 PYTEST := $(PY) -m pytest
 
-.PHONY: help venv proto manifests build up down status test test-unit test-e2e lint fmt bench image kind-up kind-down clean
+.PHONY: help venv proto manifests build up down status test test-unit test-e2e test-compat lint fmt bench image kind-up kind-down clean
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -37,24 +37,40 @@ down: venv ## stop the local cluster; leaves no process behind
 status: venv ## show whether the local cluster runs
 	$(PY) -m gangplugin.localcluster status
 
-# tests/e2e/test_multikueue.py starts three control planes of its own (a MultiKueue manager and
-# two workers: about 3 GiB and 3.5 to 6 minutes on 2 cores): it runs on its own, after the rest,
-# so the session cluster is down by then.
+# The full e2e suite runs on the newest supported Kueue (tests/e2e/conftest.py); the compatibility
+# set (tests marked `compat`) then runs on the oldest, in a session of its own on its own local
+# cluster, 1,000 ports above the first. Against a cluster KUBECONFIG names there is one Kueue: no
+# second session. tests/e2e/test_multikueue.py starts three control planes of its own (a MultiKueue
+# manager and two workers: about 3 GiB and 3.5 to 6 minutes on 2 cores): it runs on its own, last,
+# so no other cluster is up by then.
 MULTIKUEUE_E2E := tests/e2e/test_multikueue.py
-
-test: venv build ## every test: lint, unit and e2e (starts the local cluster unless KUBECONFIG is set)
-	$(MAKE) lint
-	@$(PYTEST) tests --ignore=$(MULTIKUEUE_E2E); rc=$$?; \
+OLDEST_KUEUE := $(shell sed -n 's/^KUEUE_VERSION=//p' hack/versions.env)
+E2E_PORT_BASE := $(or $(GANGPLUGIN_E2E_PORT_BASE),23000)
+define pytest_run
+	@$(1) $(PYTEST) $(2); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests; that is a failure" >&2; exit 1; fi; \
-	  [ $$rc -eq 0 ] || exit $$rc; \
-	  $(PYTEST) $(MULTIKUEUE_E2E)
+	  exit $$rc
+endef
+
+test: venv build ## every test: lint, unit, e2e, e2e's compat set on the oldest Kueue, MultiKueue (a local cluster unless KUBECONFIG is set)
+	$(MAKE) lint
+	$(call pytest_run,,tests --ignore=$(MULTIKUEUE_E2E))
+ifeq ($(KUBECONFIG),)
+	$(call pytest_run,GANGPLUGIN_KUEUE_VERSION=$(OLDEST_KUEUE) GANGPLUGIN_E2E_PORT_BASE=$(shell echo $$(($(E2E_PORT_BASE) + 1000))),-m compat tests/e2e --ignore=$(MULTIKUEUE_E2E))
+else
+	@echo "make test: KUBECONFIG names the cluster (one Kueue): the compat set ran with the full suite"
+endif
+	$(call pytest_run,,$(MULTIKUEUE_E2E))
 
 test-unit: venv ## unit tests only
 	$(PYTEST) tests/unit
 
-test-e2e: venv build ## e2e tests only
+test-e2e: venv build ## e2e tests only (on the newest Kueue; GANGPLUGIN_KUEUE_VERSION picks another)
 	$(PYTEST) tests/e2e --ignore=$(MULTIKUEUE_E2E)
 	$(PYTEST) $(MULTIKUEUE_E2E)
+
+test-compat: venv build ## e2e's compat set on the oldest supported Kueue
+	GANGPLUGIN_KUEUE_VERSION=$(OLDEST_KUEUE) $(PYTEST) -m compat tests/e2e
 
 lint: venv ## ruff and mypy
 	$(VENV)/bin/ruff check .

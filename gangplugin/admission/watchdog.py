@@ -20,7 +20,7 @@ from gangplugin.core.drain import DrainDecision
 from gangplugin.core.errors import InputError
 from gangplugin.core.names import BACKOFF_UNTIL_ANNOTATION, PLAN_DRAINING_REASON
 from gangplugin.core.placement import Assignment, recover
-from gangplugin.core.policy import GangPolicy, requeue_decision
+from gangplugin.core.policy import GangPolicy, RequeueDecision, requeue_decision
 from gangplugin.core.timeutil import format_time
 from gangplugin.core.watchdog import Verdict, watch
 from gangplugin.kube import kueue_records as rec
@@ -47,7 +47,7 @@ class Watchdog:
         wl = self.view.workloads.get(key)
         if wl is None or not rec.is_true(wl, "Admitted") or rec.is_true(wl, "Finished"):
             metrics.GANG_READY.forget(key)
-            return None
+            return None if wl is None else self._end_backoff(wl)
         ours = self.view.our_checks()
         found = GangPolicies.check_of(wl, ours)
         if found is None or found[1].get("state") != "Ready":
@@ -98,17 +98,47 @@ class Watchdog:
     ) -> None:
         retries = int(state.get("retryCount") or 0)
         d = requeue_decision(policy, retries, verdict.reason, now, timestamp(wl, "creationTimestamp"))
-        # No requeueAfterSeconds: Kueue would wait that long before evicting, the gang keeping its
-        # nodes. It is evicted now; the annotation (written first: a restart between the two
-        # writes redoes both) has the check hold it back for the backoff.
         if d.state == "Retry" and d.requeue_after_seconds:
-            until = format_time(datetime.fromtimestamp(int(now) + d.requeue_after_seconds, UTC))
-            if not self.writer.annotate(wl, {BACKOFF_UNTIL_ANNOTATION: until}):
-                return
-        if self.writer.write_check(wl, check, d.state, d.message, now=now):
+            self._back_off(wl, check, retries, d, verdict, now)
+        elif self.writer.write_check(wl, check, d.state, d.message, now=now):
             reason = "GangRequeued" if d.state == "Retry" else "GangDeactivated"
             self.writer.event(wl, "Warning", reason, d.message)
             metrics.eviction(verdict.phase, d.state)
+
+    def _back_off(
+        self, wl: JSON, check: str, retries: int, d: RequeueDecision, verdict: Verdict, now: float
+    ) -> None:
+        """Requeue a gang with a backoff that holds neither its nodes nor its quota. Not a Retry
+        with requeueAfterSeconds: Kueue (v0.17 to v0.19) waits that long *before* it evicts
+        (`Reconcile` returns while requeueState.requeueAt is ahead, before its check-based
+        eviction), so the gang would keep both for the whole backoff. It is evicted here, as
+        Kueue evicts for its own waitForPodsReady backoff, with requeueAt the backoff's end;
+        `_end_backoff` requeues it then. The annotation goes first (the check holds the gang
+        back with it, should it get quota sooner); both writes are conditional on the copy the
+        decision was made on, and a restart between them redoes both (the gang is admitted)."""
+        assert d.requeue_after_seconds
+        until = format_time(datetime.fromtimestamp(int(now) + d.requeue_after_seconds, UTC))
+        message = f"{d.message}: backoff until {until}"
+        written = self.writer.annotate(wl, {BACKOFF_UNTIL_ANNOTATION: until})
+        if written is None:
+            return
+        if self.writer.evict_for_backoff(written, check, retries, message, until, now):
+            log.info("workload %s/%s: %s", wl["metadata"]["namespace"], wl["metadata"]["name"], message)
+            self.writer.event(wl, "Warning", "GangRequeued", message)
+            metrics.eviction(verdict.phase, d.state)
+
+    def _end_backoff(self, wl: JSON) -> float | None:
+        """A gang evicted for a backoff: requeued once Kueue's requeueAt has passed (Kueue's
+        own clearing cannot drop a field gangplugin set), woken then until it has. Read from
+        the Workload alone, so a restarted controller carries on."""
+        at = rec.requeue_at(wl)
+        if at is None or GangPolicies.check_of(wl, self.view.our_checks()) is None:
+            return None
+        now = self.clock()
+        if now < at:
+            return at - now
+        self.writer.end_backoff(wl)  # refused (changed meanwhile): the newer copy's event runs this again
+        return None
 
     def _pods(self, namespace: str, gang: str, now: float) -> list[JSON]:
         return self.deleted.visible(self.view.gang_pods(namespace, gang), pod_uid, pod_active, now)

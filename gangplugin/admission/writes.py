@@ -22,6 +22,13 @@ from gangplugin.runtime import metrics
 log = logging.getLogger(__name__)
 
 FIELD_MANAGER = "gangplugin-admission"
+# A backoff's eviction and requeue state are applied by a field manager of their own: the check's
+# applies (which own only the check's entry) then never remove the Evicted condition or
+# requeueAt, as preempt.py's evictions have theirs.
+BACKOFF_FIELD_MANAGER = "gangplugin-backoff"
+# Kueue's reason for an eviction by an admission check (its Retry); its workload controller
+# then honours requeueState.requeueAt before requeueing the Workload.
+EVICTED_BY_CHECK_REASON = "AdmissionCheck"
 COMPONENT = "gangplugin-admission"
 
 
@@ -72,18 +79,82 @@ class CheckWriter:
         log.info("workload %s/%s: check %s -> %s: %s", meta["namespace"], meta["name"], check, state, message)
         return True
 
-    def annotate(self, wl: JSON, annotations: dict[str, str]) -> bool:
-        """Merge `annotations` into the Workload's metadata; False (logged) when it failed."""
+    def annotate(self, wl: JSON, annotations: dict[str, str]) -> JSON | None:
+        """Merge `annotations` into the Workload's metadata, conditional on its resourceVersion:
+        the Workload as written, or None when it changed meanwhile or the write failed (logged)."""
         meta = wl["metadata"]
+        patch = {"metadata": {"annotations": annotations, "resourceVersion": meta["resourceVersion"]}}
         try:
-            self.client.patch(
-                WORKLOADS, meta["name"], {"metadata": {"annotations": annotations}}, meta["namespace"]
+            return self.client.patch(WORKLOADS, meta["name"], patch, meta["namespace"])
+        except ApiError as err:
+            if err.status not in (404, 409):
+                log.warning(
+                    "workload %s/%s: annotating %s failed: %s",
+                    meta["namespace"],
+                    meta["name"],
+                    annotations,
+                    err,
+                )
+            return None
+
+    def evict_for_backoff(
+        self, wl: JSON, check: str, retry_count: int, message: str, until: str, now: float
+    ) -> bool:
+        """Evict a timed-out gang for its backoff the way Kueue evicts one for its own
+        waitForPodsReady backoff: `Evicted=True` (reason `AdmissionCheck`, as for a check's
+        Retry), the check back to Pending with the retry counted, and `requeueState.requeueAt`,
+        all in one server-side apply (BACKOFF_FIELD_MANAGER), conditional on the resourceVersion.
+        Kueue then stops the job, releases the quota and keeps the Workload out of the queue
+        until `requeueAt` (a Retry with requeueAfterSeconds would make Kueue wait that long
+        *before* evicting). False when the Workload changed meanwhile or is gone."""
+        at = format_time(datetime.fromtimestamp(int(now), UTC))
+        status: JSON = {
+            "conditions": [
+                {
+                    "type": "Evicted",
+                    "status": "True",
+                    "reason": EVICTED_BY_CHECK_REASON,
+                    "message": message[:32768],
+                    "lastTransitionTime": at,
+                    "observedGeneration": wl["metadata"].get("generation", 0),
+                }
+            ],
+            "admissionChecks": [
+                {
+                    "name": check,
+                    "state": "Pending",
+                    "message": message[:32768],
+                    "lastTransitionTime": at,
+                    "retryCount": retry_count + 1,
+                }
+            ],
+            "requeueState": {"requeueAt": until},
+        }
+        return self.apply_status(wl, status, BACKOFF_FIELD_MANAGER)
+
+    def end_backoff(self, wl: JSON) -> bool:
+        """Drop `requeueState.requeueAt` once it has passed, so that Kueue requeues the gang.
+        Kueue clears it with a server-side apply of its own, which cannot remove a field another
+        field manager set: a merge patch can. Conditional on the resourceVersion (a requeueAt
+        set meanwhile stays); False when the Workload changed meanwhile or is gone."""
+        meta = wl["metadata"]
+        body = {
+            "metadata": {"resourceVersion": meta["resourceVersion"]},
+            "status": {"requeueState": {"requeueAt": None}},
+        }
+        try:
+            self.client.request(
+                "PATCH",
+                WORKLOADS.path(meta["namespace"], meta["name"]) + "/status",
+                body=body,
+                content_type="application/merge-patch+json",
+                params={"fieldManager": BACKOFF_FIELD_MANAGER},
             )
         except ApiError as err:
-            log.warning(
-                "workload %s/%s: annotating %s failed: %s", meta["namespace"], meta["name"], annotations, err
-            )
-            return False
+            if err.status in (404, 409):
+                return False
+            raise
+        log.info("workload %s/%s: backoff over, requeued", meta["namespace"], meta["name"])
         return True
 
     def apply_status(self, wl: JSON, status: JSON, field_manager: str = FIELD_MANAGER) -> bool:

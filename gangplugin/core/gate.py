@@ -8,7 +8,7 @@ decides, with its reason (`Verdict`):
   policy      its GangPolicy is usable, else it waits naming the error
   keys        no pod template carries an unknown key of ours (a misspelt annotation would
               drop what it asks): it waits naming the key and the closest known one
-  backoff     a gang requeued after a timeout waits out its backoff (quota held, no nodes)
+  backoff     a gang requeued after a timeout that has quota before its backoff ends waits out the rest
   sequential  Sequential mode: it waits for the admitted gang of its policy not Ready yet
   drain       the TrainingPlans feeding its quota let it start before their capacity ends
   placement   the whole gang fits now (`core.admission.decide`), off the domains held for

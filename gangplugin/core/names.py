@@ -69,9 +69,10 @@ GRPC_EXTENSION = f"{GROUP}/grpc"
 # the state a restarted controller resumes from); the Evicted condition's reason on a victim,
 # as Kueue's own preemption writes it.
 PREEMPTION_ANNOTATION = f"{GROUP}/preemption"
-# On a Workload the watchdog requeued after a timeout: until when (RFC 3339) the check holds it
-# back. Kueue evicts it at once (the Retry carries no requeueAfterSeconds, which Kueue v0.17
-# would wait out before evicting); a drain or a preemption requeues with no backoff.
+# On a Workload the watchdog requeued after a timeout: until when (RFC 3339) its backoff lasts.
+# The watchdog evicts it at once with Kueue's requeueState.requeueAt at that instant (Kueue keeps
+# it out of the queue until then: no quota, no nodes); the check holds it back too, should it get
+# quota sooner. A drain or a preemption requeues with no backoff.
 BACKOFF_UNTIL_ANNOTATION = f"{GROUP}/backoff-until"
 PREEMPTED_REASON = "Preempted"
 # The Warning Event (and check message) on a Workload held for an unknown key of ours on a pod

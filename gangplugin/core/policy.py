@@ -116,9 +116,9 @@ def backoff_seconds(requeue: Requeue, attempt: int) -> int:
 
 @dataclass(frozen=True, slots=True)
 class RequeueDecision:
-    """What the check becomes when a gang times out: `Retry` (Kueue evicts and requeues it at
-    once; the check admits it again `requeue_after_seconds` later) or `Rejected` (Kueue
-    deactivates the Workload)."""
+    """What the check becomes when a gang times out: `Retry` (the gang is evicted whole at once
+    and waits `requeue_after_seconds` out of the queue, holding neither nodes nor quota) or
+    `Rejected` (Kueue deactivates the Workload)."""
 
     state: str
     requeue_after_seconds: int | None

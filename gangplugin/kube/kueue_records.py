@@ -112,6 +112,16 @@ def epoch(value: object, field: str) -> float:
     return float(to_seconds(parse_time(value, field)))
 
 
+def requeue_at(wl: Mapping[str, Any]) -> float | None:
+    """Kueue's `status.requeueState.requeueAt`: until when Kueue keeps the Workload out of its
+    queue (None: not set, or unreadable, which Kueue's API validation does not let through)."""
+    raw = ((wl.get("status") or {}).get("requeueState") or {}).get("requeueAt")
+    try:
+        return epoch(raw, "status.requeueState.requeueAt") if raw else None
+    except InputError:
+        return None
+
+
 def check_state(wl: Mapping[str, Any], name: str) -> JSON | None:
     for c in (wl.get("status") or {}).get("admissionChecks") or []:
         if c.get("name") == name:

@@ -32,7 +32,7 @@ from gangplugin.localcluster.spec import (
     ClusterSpec,
 )
 from gangplugin.localcluster.supervisor import Process, Supervisor, alive, port_free, read_state
-from gangplugin.localcluster.upstream import REPO, cache_dir, versions
+from gangplugin.localcluster.upstream import REPO, cache_dir, jobset_version, versions
 
 # Optional components to start too, comma-separated (`GANGPLUGIN_WITH=<name> make up`).
 WITH_ENV = "GANGPLUGIN_WITH"
@@ -111,6 +111,7 @@ class LocalCluster:
             ports=self.ports,
             components=names,
             kueue_version=kueue_version,
+            jobset_version=jobset_version(kueue_version),
             kueue_frameworks=tuple(dict.fromkeys(f for c in self._chosen for f in c.kueue_frameworks)),
             generic_workload=generic_workload,
             shape=shape,

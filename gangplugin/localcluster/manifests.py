@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -42,12 +42,14 @@ def apply_crds(
     crds: Iterable[dict[str, Any]],
     what: str,
     conversion_port: int | None = None,
+    converted: Collection[str] = (),
 ) -> None:
-    """Apply `crds` and wait until each is established; with `conversion_port`, CRDs of several
-    versions convert through that controller's webhook."""
+    """Apply `crds` and wait until each is established; with `conversion_port`, the CRDs named in
+    `converted` (their plurals) convert through that controller's webhook; the others keep
+    their own conversion (None: the versions' schemas are the same)."""
     names = []
     for crd in crds:
-        if conversion_port is not None and len(crd["spec"]["versions"]) > 1:
+        if conversion_port is not None and crd["spec"]["names"]["plural"] in converted:
             crd["spec"]["conversion"] = {
                 "strategy": "Webhook",
                 "webhook": {
@@ -121,14 +123,17 @@ def install_upstream(
     *,
     keep: Callable[[str], bool],
     pod_selector: dict[str, Any],
-    conversion: bool = False,
+    converted: Collection[str] = (),
 ) -> None:
     """Upstream controller `what` from its own manifests in `directory` (as hack/build-upstream.sh
-    copies them from its module): its CRDs (the files matching `crd_files`; with `conversion`,
-    converted by its webhook), established, and its webhook configurations (`webhooks.yaml`,
-    named `<what in lower case>-...`) served on 127.0.0.1:`webhook_port`."""
+    copies them from its module): its CRDs (the files matching `crd_files`; those named in
+    `converted`, by plural, converted by its webhook, as its own kustomization patches them),
+    established, and its webhook configurations (`webhooks.yaml`, named `<what in lower
+    case>-...`) served on 127.0.0.1:`webhook_port`."""
     crds = read_crds(directory, crd_files, what)
-    apply_crds(client, spec, crds, what, conversion_port=webhook_port if conversion else None)
+    apply_crds(
+        client, spec, crds, what, conversion_port=webhook_port if converted else None, converted=converted
+    )
     apply_webhooks(
         client,
         spec,

@@ -26,6 +26,8 @@ class ClusterSpec:
     # Names of the components that run, in start order (etcd and kube-apiserver first).
     components: tuple[str, ...]
     kueue_version: str
+    # The JobSet that Kueue version is built against (upstream.jobset_version).
+    jobset_version: str
     # Kueue integrations for the workloads the running controllers run (Kueue's own config adds
     # the shipped patch's).
     kueue_frameworks: tuple[str, ...]

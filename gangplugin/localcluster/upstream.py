@@ -25,6 +25,26 @@ def versions() -> dict[str, str]:
     return out
 
 
+def kueue_versions() -> tuple[str, str]:
+    """The Kueue versions gangplugin supports and tests: the oldest (the local cluster's
+    default) and the newest."""
+    v = versions()
+    return v["KUEUE_VERSION"], v["KUEUE_NEWEST_VERSION"]
+
+
+def jobset_version(kueue_version: str) -> str:
+    """The JobSet a supported Kueue is built against (its go.mod), so that its jobset
+    integration reads the JobSet API that runs."""
+    v = versions()
+    pairs = {v["KUEUE_VERSION"]: v["JOBSET_VERSION"], v["KUEUE_NEWEST_VERSION"]: v["JOBSET_NEWEST_VERSION"]}
+    if kueue_version not in pairs:
+        raise ClusterError(
+            f"Kueue {kueue_version} is not a version the local cluster runs: choose "
+            f"{' or '.join(pairs)} (GANGPLUGIN_KUEUE_VERSION; hack/versions.env pins them)"
+        )
+    return pairs[kueue_version]
+
+
 def cache_dir() -> Path:
     return Path(os.environ.get("GANGPLUGIN_CACHE", Path.home() / ".cache" / "gangplugin"))
 
@@ -37,14 +57,22 @@ def build(binaries: Iterable[Path], log: Callable[[str], None]) -> None:
             f"no Go toolchain on PATH and no cached binaries in {cache_dir() / 'bin'}; "
             "install Go >= 1.26 and run `make up` again"
         )
-    log("building or reusing the pinned upstream binaries (hack/build-upstream.sh)")
-    script = REPO / "hack" / "build-upstream.sh"
-    proc = subprocess.run([str(script)], stdout=subprocess.PIPE, stderr=None, text=True, check=False)
-    if proc.returncode != 0:
-        raise ClusterError(
-            "building the upstream binaries failed (see the messages above); "
-            "fix the cause and run `make up` again"
+    binaries = tuple(binaries)
+    # The `cluster` group first (what `make up` starts by default); `extras` (the newest Kueue and
+    # its JobSet, the job controllers) only when the cluster needs one of them.
+    for group in ("cluster", "extras"):
+        if group == "extras" and all(p.exists() for p in binaries):
+            return
+        log(f"building or reusing the pinned upstream binaries (hack/build-upstream.sh {group})")
+        script = REPO / "hack" / "build-upstream.sh"
+        proc = subprocess.run(
+            [str(script), group], stdout=subprocess.PIPE, stderr=None, text=True, check=False
         )
+        if proc.returncode != 0:
+            raise ClusterError(
+                "building the upstream binaries failed (see the messages above); "
+                "fix the cause and run `make up` again"
+            )
 
 
 def check_binaries(binaries: Iterable[Path]) -> None:

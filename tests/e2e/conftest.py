@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from gangplugin.kube.client import NAMESPACES, Client
-from gangplugin.localcluster.cluster import REPO, ClusterError, LocalCluster, Ports
+from gangplugin.localcluster.cluster import KUEUE_VERSION_ENV, REPO, ClusterError, LocalCluster, Ports
+from gangplugin.localcluster.upstream import kueue_versions
 from tests.e2e.kube import gang_queues
 
 
@@ -37,11 +38,22 @@ def e2e_port_base() -> int:
     return int(os.environ.get("GANGPLUGIN_E2E_PORT_BASE", "23000"))
 
 
+def e2e_kueue_version() -> str:
+    """The Kueue every local cluster of the session runs: GANGPLUGIN_KUEUE_VERSION, else the
+    newest supported, which the full suite runs on (`make test` then runs the tests marked
+    `compat` on the oldest, in a session of its own)."""
+    return os.environ.get(KUEUE_VERSION_ENV) or kueue_versions()[-1]
+
+
 def e2e_local_cluster() -> LocalCluster:
     """A cluster of its own (other ports, other state) so tests never touch the one `make up` runs;
     GANGPLUGIN_E2E_PORT_BASE moves it, e.g. to run two suites side by side."""
     base = e2e_port_base()
-    return LocalCluster(state_dir=REPO / ".local" / f"e2e-cluster-{base}", ports=Ports(base=base))
+    return LocalCluster(
+        state_dir=REPO / ".local" / f"e2e-cluster-{base}",
+        ports=Ports(base=base),
+        kueue_version=e2e_kueue_version(),
+    )
 
 
 @contextlib.contextmanager

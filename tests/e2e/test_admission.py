@@ -106,6 +106,7 @@ def running_gang(client: Client, namespace: str, job: str, pods: int) -> list[di
     return wait_for(ready, 120, f"{pods} Ready pods of {job}")
 
 
+@pytest.mark.compat
 def test_gang_admitted_into_one_ultraserver(cluster: E2ECluster, namespace: str, gang_queue: Any) -> None:
     client = cluster.client
     queue = gang_queue()
@@ -134,6 +135,7 @@ def test_gang_admitted_into_one_ultraserver(cluster: E2ECluster, namespace: str,
 JOBSETS = Resource("jobset.x-k8s.io/v1alpha2", "jobsets")
 
 
+@pytest.mark.compat
 def test_jobset_gang_of_two_podsets_admitted_into_one_ultraserver(
     cluster: E2ECluster, namespace: str, gang_queue: Any
 ) -> None:
@@ -187,11 +189,23 @@ def test_gang_too_big_for_any_ultraserver_waits_with_a_clear_message(
     assert not is_true(wl, "Admitted") and not job_pods(client, namespace, job)
 
 
+def requeued(check: dict[str, Any]) -> bool:
+    """Whether a check entry is the watchdog sending its gang back whole: a Retry (no backoff:
+    Kueue evicts and requeues it), or, for a requeue with a backoff, which the watchdog evicts
+    itself (`watchdog._back_off`), the check back to Pending saying the backoff and its end."""
+    message = str(check.get("message", ""))
+    return check.get("state") == "Retry" or (
+        check.get("state") == "Pending" and "after backoff" in message and "backoff until" in message
+    )
+
+
 def _retries(client: Client, namespace: str, job: str, want: int, timeout: float) -> list[dict[str, Any]]:
-    """The check each time it goes to Retry or Rejected, until `want` of them were seen.
+    """The check each time the watchdog requeued (`requeued`) or rejected the gang, until `want`
+    of them were seen.
 
     Read from a watch, not by polling: Kueue resets the check to Pending as soon as it has
-    evicted (Retry) or deactivated (Rejected) the Workload, so either state lasts only moments."""
+    evicted (Retry) or deactivated (Rejected) the Workload, so either state lasts only moments,
+    and the next admission pass rewrites a backoff's Pending message once it has quota again."""
     seen: list[dict[str, Any]] = []
     last = None
     deadline = time.monotonic() + timeout
@@ -205,7 +219,7 @@ def _retries(client: Client, namespace: str, job: str, want: int, timeout: float
             key = (c.get("state"), c.get("lastTransitionTime"))
             if (
                 any(o.get("name") == job for o in owners)
-                and c.get("state") in ("Retry", "Rejected")
+                and (requeued(c) or c.get("state") == "Rejected")
                 and key != last
             ):
                 seen.append({**c, "_wl": wl})
@@ -232,13 +246,16 @@ def test_never_ready_gang_is_requeued_with_backoff(
     queue = gang_queue(readyTimeout="3s", requeue={"backoffBaseSeconds": 4, "backoffMaxSeconds": 8})
     job = submit(client, namespace, queue, 2, labels={NEVER_READY: "true"})
     seen = _retries(client, namespace, job, 3, 150)
-    assert [c["state"] for c in seen] == ["Retry"] * 3
+    assert all(requeued(c) for c in seen), seen
     backoffs = [4, 8, 8]  # 4 * 2^(n-1), capped at 8
-    for c, backoff in zip(seen, backoffs, strict=True):
+    for n, (c, backoff) in enumerate(zip(seen, backoffs, strict=True), 1):
         assert f"after backoff {backoff}s" in c["message"] and "readyTimeout 3s" in c["message"], c
+        assert c.get("retryCount") == n, c  # each timeout counted once
         # Evicted at once (Kueue would hold the eviction itself for a requeueAfterSeconds).
         assert "requeueAfterSeconds" not in c, c
-    # The check waits out each backoff: the gang is admitted again only that long after Retry.
+        evicted = condition(c["_wl"], "Evicted")
+        assert evicted is not None and evicted["status"] == "True", c["_wl"]["status"]
+    # Each backoff is waited out: the gang is admitted again only that long after its eviction.
     for (prev, nxt), backoff in zip(itertools.pairwise(seen), backoffs, strict=False):
         readmitted = condition(nxt["_wl"], "Admitted")
         assert readmitted is not None
@@ -251,6 +268,7 @@ def test_never_ready_gang_is_requeued_with_backoff(
     assert len(evicted) >= 3
 
 
+@pytest.mark.compat
 def test_gang_deactivated_after_backoff_limit(cluster: E2ECluster, namespace: str, gang_queue: Any) -> None:
     client = cluster.client
     queue = gang_queue(
@@ -258,7 +276,7 @@ def test_gang_deactivated_after_backoff_limit(cluster: E2ECluster, namespace: st
     )
     job = submit(client, namespace, queue, 2, labels={NEVER_READY: "true"})
     seen = _retries(client, namespace, job, 2, 120)
-    assert [c["state"] for c in seen[:2]] == ["Retry", "Rejected"]
+    assert requeued(seen[0]) and seen[1]["state"] == "Rejected", seen
     assert "backoffLimitCount 1" in seen[1]["message"]
     wl = wait_for(
         lambda: (w := workload_of(client, namespace, job)) and w["spec"].get("active") is False and w,
@@ -332,6 +350,7 @@ def _heal_node(client: Client, name: str) -> None:
     wait_for(lambda: is_true(client.get(NODES, name), "Ready"), 60, f"{name} Ready again (kwok)")
 
 
+@pytest.mark.compat
 def test_node_failure_replaced_from_spare(cluster: E2ECluster, namespace: str, gang_queue: Any) -> None:
     client = cluster.client
     queue = gang_queue(nodeFailure="ReplaceFromSpare", sparesPerUltraServer=1, recoveryTimeout="5m")
@@ -435,7 +454,7 @@ def test_two_failed_nodes_with_one_spare_requeue_the_gang_whole_without_deleting
         _fail_node(client, v)
     try:
         (retry,) = _retries(client, namespace, job, 1, 90)
-        assert retry["state"] == "Retry" and "recoveryTimeout 10s" in retry["message"], retry
+        assert requeued(retry) and "recoveryTimeout 10s" in retry["message"], retry
         # Decided at once, for both nodes: no pod was moved to the spare before the requeue.
         reasons = [e["reason"] for e in events_of(client, namespace, wl["metadata"]["name"])]
         assert "NodeReplacementImpossible" in reasons and "NodeReplaced" not in reasons, reasons
@@ -445,6 +464,7 @@ def test_two_failed_nodes_with_one_spare_requeue_the_gang_whole_without_deleting
             _heal_node(client, v)
 
 
+@pytest.mark.compat
 def test_node_failure_requeues_after_recovery_timeout(
     cluster: E2ECluster, namespace: str, gang_queue: Any
 ) -> None:
@@ -457,15 +477,12 @@ def test_node_failure_requeues_after_recovery_timeout(
     _fail_node(client, victim)
     try:
         (retry,) = _retries(client, namespace, job, 1, 90)
-        assert (
-            retry["state"] == "Retry"
-            and "recoveryTimeout 3s" in retry["message"]
-            and victim in retry["message"]
-        )
+        assert requeued(retry) and "recoveryTimeout 3s" in retry["message"] and victim in retry["message"]
     finally:
         _heal_node(client, victim)
 
 
+@pytest.mark.compat
 def test_plain_pod_group_is_a_gang(cluster: E2ECluster, namespace: str, gang_queue: Any) -> None:
     client = cluster.client
     queue = gang_queue()

@@ -29,6 +29,7 @@ from tests.e2e.test_admission import (
     _retries,
     check_of,
     node_us,
+    requeued,
     running_gang,
     submit,
     submit_one_per_zone,
@@ -66,6 +67,7 @@ def assert_whole_in_domain(
     return domain
 
 
+@pytest.mark.compat
 @pytest.mark.parametrize("mode", MODES)
 def test_gang_runs_whole_in_its_domain(
     cluster: E2ECluster, namespace: str, gang_queue: Any, mode: str
@@ -87,7 +89,7 @@ def test_a_gang_that_stays_partly_bound_is_requeued_whole(
     )
     name = submit_one_per_zone(client, namespace, queue, 2)
     (retry,) = _retries(client, namespace, name, 1, 120)
-    assert retry["state"] == "Retry" and "after backoff 10m" in retry["message"], retry
+    assert requeued(retry) and "after backoff 10m" in retry["message"], retry
     # 0/2 with the extender's bind barrier (all or nothing), 1/2 with kube-scheduler alone
     assert "/2 pods bound to nodes" in retry["message"] and "unscheduledTimeout 3s" in retry["message"]
 
@@ -191,7 +193,7 @@ def _requeues(workloads: list[dict[str, Any]]) -> list[str]:
     return [
         f"{c['state']}: {c.get('message')}"
         for wl in workloads
-        if (c := check_of(wl)).get("state") in ("Retry", "Rejected")
+        if requeued(c := check_of(wl)) or c.get("state") == "Rejected"
     ]
 
 

@@ -99,6 +99,7 @@ def events(client: Client, namespace: str, reason: str) -> list[dict[str, Any]]:
     return [e for e in items if e.get("reason") == reason]
 
 
+@pytest.mark.compat
 def test_running_gang_is_requeued_at_the_termination_start(
     cluster: E2ECluster, namespace: str, plan_queue: Callable[..., str]
 ) -> None:

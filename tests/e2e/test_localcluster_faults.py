@@ -14,7 +14,7 @@ import pytest
 
 from gangplugin.kube.client import NODES, Client, Resource
 from gangplugin.localcluster.cluster import ClusterError, LocalCluster, Ports, alive
-from tests.e2e.conftest import e2e_port_base
+from tests.e2e.conftest import e2e_kueue_version, e2e_port_base
 from tests.e2e.kube import wait_for
 
 CLUSTER_QUEUES = Resource("kueue.x-k8s.io/v1beta2", "clusterqueues", namespaced=False)
@@ -28,7 +28,13 @@ def _ports(k: int) -> Ports:
 
 
 def _cluster(tmp_path: Path, k: int, **options: Any) -> LocalCluster:
-    return LocalCluster(state_dir=tmp_path / f"cluster-{k}", ports=_ports(k), log=lambda _: None, **options)
+    return LocalCluster(
+        state_dir=tmp_path / f"cluster-{k}",
+        ports=_ports(k),
+        log=lambda _: None,
+        kueue_version=e2e_kueue_version(),
+        **options,
+    )
 
 
 def test_port_in_use_is_named_and_nothing_starts(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ from tests.e2e.test_admission import (
     check_of,
     events_of,
     node_us,
+    requeued,
     running_gang,
     workload,
 )
@@ -83,7 +84,7 @@ def test_failed_nodes_of_one_ultraserver_replaced_up_to_max_then_requeued(
     try:
         if failed > 2:
             (retry,) = _retries(client, namespace, job, 1, 90)
-            assert retry["state"] == "Retry" and "more than maxReplacedNodes 2" in retry["message"], retry
+            assert requeued(retry) and "more than maxReplacedNodes 2" in retry["message"], retry
             reasons = [e["reason"] for e in events_of(client, namespace, wl["metadata"]["name"])]
             assert "GangRequeued" in reasons and "NodeReplaced" not in reasons, reasons
             return

@@ -66,6 +66,7 @@ def flavor_quota(client: Client, cq: str) -> dict[str, int]:
     return {r["name"]: canonical(r["name"], r["nominalQuota"], r["name"]) for r in flavor["resources"]}
 
 
+@pytest.mark.compat
 def test_quota_follows_a_block_and_admits_a_waiting_gang(
     cluster: E2ECluster, namespace: str, queue: str
 ) -> None:

@@ -19,7 +19,7 @@ from gangplugin.kube.client import Client
 from gangplugin.kube.discovery import serves
 from gangplugin.kube.resources import PODGROUPS
 from gangplugin.localcluster.cluster import REPO, LocalCluster, Ports
-from tests.e2e.conftest import E2ECluster, e2e_port_base, started
+from tests.e2e.conftest import E2ECluster, e2e_kueue_version, e2e_port_base, started
 from tests.e2e.kube import condition, is_true, job_pods, wait_for, wait_until
 from tests.e2e.test_admission import running_gang, submit, submit_one_per_zone, workload
 from tests.e2e.test_bind_modes import assert_whole_in_domain
@@ -33,7 +33,10 @@ def cluster() -> Iterator[E2ECluster]:
     """Overrides the session's cluster for this module (and so `namespace`, `gang_queue`)."""
     base = e2e_port_base() + PORT_OFFSET
     local = LocalCluster(
-        state_dir=REPO / ".local" / f"e2e-generic-workload-{base}", ports=Ports(base), generic_workload=True
+        state_dir=REPO / ".local" / f"e2e-generic-workload-{base}",
+        ports=Ports(base),
+        generic_workload=True,
+        kueue_version=e2e_kueue_version(),
     )
     with started(local) as c:
         if not serves(c.client, PODGROUPS):
@@ -51,6 +54,7 @@ def _scheduled_at(pod: dict[str, Any]) -> float:
     return time.mktime(time.strptime(cond["lastTransitionTime"], "%Y-%m-%dT%H:%M:%SZ"))
 
 
+@pytest.mark.compat
 def test_a_podgroup_gang_runs_whole_in_its_ultraserver_behind_its_podgroup(
     cluster: E2ECluster, namespace: str, gang_queue: Any
 ) -> None:

@@ -205,6 +205,7 @@ def assert_requeued_without_charge(client: Client, namespace: str, job: str) -> 
     assert not ((wl.get("status") or {}).get("requeueState") or {}).get("count"), wl["status"]
 
 
+@pytest.mark.compat
 def test_high_priority_gang_evicts_the_gangs_of_one_ultraserver_only(
     cluster: E2ECluster, namespace: str, gov: Governance
 ) -> None:

@@ -64,6 +64,7 @@ def test_fake_nodes_are_ready_and_labelled_like_hyperpod(cluster: E2ECluster) ->
     wait_for(lambda: all(is_true(n, "Ready") for n in cluster.client.list(NODES)["items"]), 60, "nodes Ready")
 
 
+@pytest.mark.compat
 @pytest.mark.queue(gpu_quota=64, stop_policy="Hold")
 def test_job_is_held_until_kueue_admits_it_then_bound_and_ready(
     cluster: E2ECluster, namespace: str, queue: str

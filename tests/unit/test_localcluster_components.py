@@ -4,14 +4,19 @@ version, and the clusters the next issues need (a control plane with Kueue only,
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import httpx
+import orjson
 import pytest
 import yaml
 
+from gangplugin.kube.client import Client
+from gangplugin.localcluster import manifests
 from gangplugin.localcluster.cluster import LocalCluster, Ports, versions
 from gangplugin.localcluster.components import CONTROL_PLANE, DEFAULT, REGISTRY, choose
 from gangplugin.localcluster.components.gangplugin import Gangplugin
-from gangplugin.localcluster.components.kueue import serves
+from gangplugin.localcluster.components.kueue import CONVERTED, serves
 from gangplugin.localcluster.errors import ClusterError
 
 # Webhook paths of Kueue v0.17.0's config/components/webhook/manifests.yaml (a sample of each form).
@@ -112,9 +117,15 @@ def test_kueue_s_binary_and_manifests_follow_the_chosen_version(tmp_path: Path) 
     (tmp_path / "b").mkdir()
     proc = newer.process("kueue")
     assert proc and Path(proc.argv[0]).name == "kueue-v0.19.2"
+    # JobSet at the version each Kueue is built against.
+    for cluster, key in ((default, "JOBSET_VERSION"), (newer, "JOBSET_NEWEST_VERSION")):
+        proc = cluster.process("jobset")
+        assert proc and Path(proc.argv[0]).name == f"jobset-{versions()[key]}"
     # A restart from another shell starts the version the cluster was started with.
     newer.stop_process("kueue")
     assert LocalCluster(state_dir=tmp_path / "b").spec.kueue_version == "v0.19.2"
+    with pytest.raises(ClusterError, match=r"Kueue v0\.18\.0 is not a version the local cluster runs"):
+        LocalCluster(state_dir=tmp_path / "c", kueue_version="v0.18.0")
 
 
 def test_webhooks_installed_are_kueue_s_own_and_its_enabled_frameworks() -> None:
@@ -135,3 +146,35 @@ def test_webhooks_installed_are_kueue_s_own_and_its_enabled_frameworks() -> None
         "/mutate-leaderworkerset-x-k8s-io-v1-leaderworkerset",
         "/validate-apps-v1-statefulset",
     ]
+
+
+def test_only_the_crds_kueue_converts_go_through_its_conversion_webhook(tmp_path: Path) -> None:
+    """As Kueue's config/components/crd kustomization patches them: Kueue v0.19's webhook refuses
+    the kinds whose versions share one schema (ResourceFlavor, WorkloadPriorityClass, ...)."""
+    applied: list[dict[str, Any]] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        if request.method == "PATCH":
+            applied.append(orjson.loads(request.content))
+        return httpx.Response(
+            200, json={"status": {"conditions": [{"type": "Established", "status": "True"}]}}
+        )
+
+    def crd(plural: str) -> dict[str, Any]:
+        versions = [{"name": "v1beta1"}, {"name": "v1beta2"}]
+        return {
+            "metadata": {"name": f"{plural}.kueue.x-k8s.io"},
+            "spec": {"names": {"plural": plural}, "versions": versions},
+        }
+
+    client = Client("https://api.test", False, transport=httpx.MockTransport(handle))
+    spec = LocalCluster(state_dir=tmp_path).spec
+    spec.pki_dir.mkdir(parents=True)
+    (spec.pki_dir / "ca.crt").write_text("the cluster CA")
+    manifests.apply_crds(
+        client, spec, [crd(p) for p in ("workloads", "resourceflavors")], "Kueue", 9443, converted=CONVERTED
+    )
+    conversion = {c["spec"]["names"]["plural"]: c["spec"].get("conversion") for c in applied}
+    assert conversion["resourceflavors"] is None
+    assert conversion["workloads"]["strategy"] == "Webhook"
+    assert conversion["workloads"]["webhook"]["clientConfig"]["url"].endswith(":9443/convert")

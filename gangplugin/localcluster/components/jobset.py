@@ -1,4 +1,5 @@
-"""The JobSet controller, from JobSet's own CRD and webhook manifests (`<cache>/jobset-<version>/`)."""
+"""The JobSet controller at the version the cluster's Kueue is built against: `<cache>/bin/jobset-<version>`
+with JobSet's own CRD and webhook manifests (`<cache>/jobset-<version>/`)."""
 
 from __future__ import annotations
 
@@ -13,20 +14,22 @@ from gangplugin.localcluster.components.base import Component
 from gangplugin.localcluster.probes import http_ok
 from gangplugin.localcluster.spec import ClusterSpec
 from gangplugin.localcluster.supervisor import Process
-from gangplugin.localcluster.upstream import versions
 
 # Its pod webhooks see only JobSet pods, as JobSet's kustomize patches set them.
 JOBSET_PODS = {"matchExpressions": [{"key": "jobset.sigs.k8s.io/jobset-name", "operator": "Exists"}]}
 
 
 def manifests_dir(spec: ClusterSpec) -> Path:
-    return spec.cache / f"jobset-{versions()['JOBSET_VERSION']}"
+    return spec.cache / f"jobset-{spec.jobset_version}"
 
 
 @dataclass(frozen=True)
 class JobSet(Component):
     name = "jobset"
     kueue_frameworks = ("jobset.x-k8s.io/jobset",)
+
+    def binaries(self, spec: ClusterSpec) -> tuple[Path, ...]:
+        return (spec.bin_dir / f"jobset-{spec.jobset_version}",)
 
     def listens(self, spec: ClusterSpec) -> dict[str, int]:
         p = spec.ports
@@ -67,7 +70,7 @@ class JobSet(Component):
         )
         return Process(
             self.name,
-            (str(spec.bin_dir / "jobset"), f"--config={config}", f"--kubeconfig={spec.kubeconfig}"),
+            (str(self.binaries(spec)[0]), f"--config={config}", f"--kubeconfig={spec.kubeconfig}"),
             env={"KUBECONFIG": str(spec.kubeconfig)},
             health=lambda: http_ok(f"http://127.0.0.1:{p.jobset_health}/readyz"),
             ports=tuple(self.listens(spec).values()),

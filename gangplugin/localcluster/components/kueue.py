@@ -24,6 +24,11 @@ from gangplugin.localcluster.spec import ClusterSpec
 from gangplugin.localcluster.supervisor import Process
 
 KUEUE_NAMESPACE = "kueue-system"
+# The CRDs whose versions Kueue's conversion webhook converts: those its kustomization patches
+# with `webhook_in_<plural>.yaml` (config/components/crd, v0.17.0 and v0.19.2 alike). The others'
+# v1beta1 and v1beta2 are the same schema and convert without it; v0.19's webhook refuses
+# them ("*v1beta2.ResourceFlavor is not convertible to *v1beta1.ResourceFlavor").
+CONVERTED = ("localqueues", "clusterqueues", "cohorts", "workloads", "multikueueclusters")
 # With its own certificate management off, Kueue reads its metrics certificate from this fixed
 # path (cmd/kueue/main.go): one directory for every local cluster on the machine.
 METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
@@ -134,7 +139,7 @@ class Kueue(Component):
             spec.ports.kueue_webhook,
             keep=lambda path: serves(path, enabled),
             pod_selector={"namespaceSelector": OUTSIDE_SYSTEM},
-            conversion=True,
+            converted=CONVERTED,
         )
         # Kueue >= v0.19's MutatingAdmissionPolicy: it empties a Workload's nominatedClusterNames
         # when Kueue records the worker that admitted it or evicts it, which a MultiKueue

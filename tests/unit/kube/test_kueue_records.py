@@ -17,6 +17,7 @@ from gangplugin.kube.kueue_records import (
     plan_or_none,
     policy_name_of_check,
     quota_of,
+    requeue_at,
 )
 
 
@@ -219,3 +220,14 @@ def test_preemption_hold_round_trips_and_a_bad_one_holds_nothing() -> None:
     assert hold_from_k8s(wl) == hold
     assert hold_from_k8s({"metadata": {"annotations": {PREEMPTION_ANNOTATION: "{bad"}}}) is None
     assert hold.live(10.0, 25.0, 300) and not hold.live(11.0, 25.0, 300) and not hold.live(10.0, 400.0, 300)
+
+
+def test_requeue_at_is_kueues_requeue_state_or_none() -> None:
+    def wl(state: dict[str, Any] | None) -> dict[str, Any]:
+        return {"status": {} if state is None else {"requeueState": state}}
+
+    assert requeue_at(wl({"requeueAt": "2026-12-01T10:00:00Z"})) == 1796119200.0
+    assert requeue_at(wl({"count": 2})) is None  # Kueue's own count, no time: nothing to wait for
+    assert requeue_at(wl(None)) is None
+    assert requeue_at({}) is None
+    assert requeue_at(wl({"requeueAt": "soon"})) is None
