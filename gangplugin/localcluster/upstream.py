@@ -29,9 +29,9 @@ def cache_dir() -> Path:
     return Path(os.environ.get("GANGPLUGIN_CACHE", Path.home() / ".cache" / "gangplugin"))
 
 
-def build(binaries: Iterable[Path], log: Callable[[str], None]) -> None:
-    """Build (or reuse) every pinned program with hack/build-upstream.sh; without Go, the cached
-    `binaries` must all be there already."""
+def build(binaries: Iterable[Path], log: Callable[[str], None], groups: Iterable[str] = ()) -> None:
+    """Build (or reuse) the pinned programs of `groups` (hack/build-upstream.sh's; none: its
+    default) with hack/build-upstream.sh; without Go, the cached `binaries` must all be there."""
     if shutil.which("go") is None and not all(p.exists() for p in binaries):
         raise ClusterError(
             f"no Go toolchain on PATH and no cached binaries in {cache_dir() / 'bin'}; "
@@ -39,7 +39,7 @@ def build(binaries: Iterable[Path], log: Callable[[str], None]) -> None:
         )
     log("building or reusing the pinned upstream binaries (hack/build-upstream.sh)")
     script = REPO / "hack" / "build-upstream.sh"
-    proc = subprocess.run([str(script)], stdout=subprocess.PIPE, stderr=None, text=True, check=False)
+    proc = subprocess.run([str(script), *groups], stdout=subprocess.PIPE, stderr=None, text=True, check=False)
     if proc.returncode != 0:
         raise ClusterError(
             "building the upstream binaries failed (see the messages above); "
@@ -50,4 +50,6 @@ def build(binaries: Iterable[Path], log: Callable[[str], None]) -> None:
 def check_binaries(binaries: Iterable[Path]) -> None:
     missing = [str(p) for p in binaries if not os.access(p, os.X_OK)]
     if missing:
-        raise ClusterError(f"missing binaries: {', '.join(missing)}; run hack/build-upstream.sh")
+        raise ClusterError(
+            f"missing binaries: {', '.join(missing)}; run hack/build-upstream.sh cluster extras"
+        )
