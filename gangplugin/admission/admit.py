@@ -256,6 +256,11 @@ class AdmissionPass:
         backoff = self._backoff(wl, now)
         if backoff is not None:
             return backoff
+        if waiting := self.view.podsets_without_pods(wl):
+            return CandidateVerdict(
+                f"waiting for a pod of podset {', '.join(waiting)}: this group's topology "
+                "annotations are read from its pods"
+            )
         blocker = (
             sequential_blocker(workload_key(wl), unready.get(policy_name, [])) if policy.sequential else None
         )
