@@ -40,7 +40,7 @@ from gangplugin.kube.client import CLUSTER_QUEUES, JSON, NODES, PODS, WORKLOADS
 from gangplugin.kube.dispatcher import Dispatcher
 from gangplugin.kube.gangpolicies import GangPolicies
 from gangplugin.kube.informer import Informer, object_key
-from gangplugin.kube.job_records import LEADERWORKERSET, RAYJOB
+from gangplugin.kube.job_records import LEADERWORKERSET, RAYJOB, TRAINJOB
 from gangplugin.kube.resources import (
     ADMISSION_CHECKS,
     GANG_POLICIES,
@@ -57,6 +57,8 @@ POD_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
 ROLE_ANNOTATION = "kueue.x-k8s.io/role-hash"
 # The podset of a RayJob's submitter pod in Kueue's Workload (K8sJobMode).
 RAYJOB_SUBMITTER = "submitter"
+# The replicated Jobs a Trainer runtime runs before its trainer Job (Kueue's podsets of a TrainJob).
+TRAINER_INITIALIZERS = ("dataset-initializer", "model-initializer")
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,17 +109,26 @@ def _of_leader_worker_set(wl: Mapping[str, Any]) -> bool:
 
 
 def _refuse_late_members(wl: Mapping[str, Any]) -> None:
-    """A gang whose controller makes some of its pods only once the others run could never
-    start whole (the ungater and the bind barrier wait for every pod): a RayJob in K8sJobMode,
-    whose submitter pod (Kueue's podset "submitter") KubeRay makes once its Ray cluster is Ready."""
-    owners = wl.get("metadata", {}).get("ownerReferences") or []
+    """A gang whose controller makes some of its pods only once others ran could never start
+    whole (the ungater and the bind barrier wait for every pod): a RayJob in K8sJobMode, whose
+    submitter pod (Kueue's podset "submitter") KubeRay makes once its Ray cluster is Ready, and
+    a TrainJob whose runtime has initializers, whose trainer Job the JobSet starts once they
+    completed (dependsOn)."""
+    owners = {o.get("kind") for o in wl.get("metadata", {}).get("ownerReferences") or []}
     podsets = [ps.get("name") for ps in (wl.get("spec") or {}).get("podSets") or []]
-    if any(o.get("kind") == RAYJOB.kind for o in owners) and RAYJOB_SUBMITTER in podsets:
+    if RAYJOB.kind in owners and RAYJOB_SUBMITTER in podsets:
         raise InputError(
             "RayJob spec.submissionMode",
             "K8sJobMode (the default) cannot start whole: KubeRay creates its submitter pod only once "
             "the Ray cluster runs; use submissionMode: HTTPMode (KubeRay submits the job itself) or "
             "InteractiveMode, or queue a RayCluster",
+        )
+    if TRAINJOB.kind in owners and (initializers := [n for n in podsets if n in TRAINER_INITIALIZERS]):
+        raise InputError(
+            "TrainJob spec.runtimeRef",
+            f"its runtime's {', '.join(map(str, initializers))} must complete before the trainer's "
+            "node pods are created (dependsOn), so the gang cannot start whole; use a runtime "
+            "without initializers (torch-distributed), or initialize in a job of its own first",
         )
 
 
