@@ -49,6 +49,11 @@ class Kind:
     # A pod deleted from a failed node is all its controller makes again; a LeaderWorkerSet
     # (RecreateGroupOnPodRestart) makes its whole group again.
     keeps_peers: bool = True
+    # Kueue's PodsReady comes true in the local cluster. A RayJob's is KubeRay's report that its
+    # cluster is Ready, which KubeRay writes only once it reached the Ray dashboard, and kwok's
+    # pods run no dashboard: the watchdog never sees it running (a RayCluster's pods, the same
+    # pods, show what it does with them).
+    reports_ready: bool = True
 
     def submit(
         self, client: Client, name: str, namespace: str, queue: str, priority: str | None = None
@@ -84,7 +89,14 @@ KINDS = [
         pinned_in_ungate=False,
         keeps_peers=False,
     ),
-    Kind("rayjob", Resource("ray.io/v1", "rayjobs"), lambda: sample("rayjob-gang.yaml"), 8, 7),
+    Kind(
+        "rayjob",
+        Resource("ray.io/v1", "rayjobs"),
+        lambda: sample("rayjob-gang.yaml"),
+        8,
+        7,
+        reports_ready=False,
+    ),
     Kind("raycluster", Resource("ray.io/v1", "rayclusters"), _raycluster, 8, 7),
 ]
 

@@ -6,8 +6,11 @@ One story per kind and mode, on a ClusterQueue whose only flavor is one UltraSer
 nodes, one kept spare): the gang is admitted whole into it; a node under it fails and is
 replaced from the spare, its controller making the pod again; a node fails again under
 `nodeFailure: Requeue` and `recoveryTimeout` requeues the gang whole, its controller's new pods
-placed again; a higher-priority Job that fits only without it preempts it whole, and it runs
-again when the Job is gone. A RayJob in K8sJobMode, which could never start whole, is refused.
+placed again once its backoff ends; a higher-priority Job that fits only without it preempts it
+whole, and it runs again when the Job is gone. A RayJob's story skips the two node failures: the
+watchdog acts on Kueue's PodsReady, which for a RayJob KubeRay never reports here (see
+`Kind.reports_ready`); the RayCluster's story runs the same pods through them. A RayJob in
+K8sJobMode, which could never start whole, is refused.
 """
 
 from __future__ import annotations
@@ -20,8 +23,14 @@ from typing import Any
 import pytest
 
 from gangplugin.core.admission import gang_id
-from gangplugin.core.names import BIND_MODE_LABEL, GANG_LABEL, GANG_SIZE_ANNOTATION
-from gangplugin.kube.client import JOBS, ApiError, Client, Resource
+from gangplugin.core.names import (
+    BACKOFF_UNTIL_ANNOTATION,
+    BIND_MODE_LABEL,
+    GANG_LABEL,
+    GANG_SIZE_ANNOTATION,
+    REQUIRED_TOPOLOGY_ANNOTATION,
+)
+from gangplugin.kube.client import JOBS, PODS, WORKLOADS, ApiError, Client, Resource
 from gangplugin.kube.resources import ADMISSION_CHECKS, GANG_POLICIES, RESOURCE_FLAVORS
 from tests.e2e.conftest import E2ECluster
 from tests.e2e.jobkinds import KINDS, PRIORITY_LABEL, Kind, gang_pods, running, sample
@@ -168,6 +177,133 @@ def _uids(pods: list[dict[str, Any]]) -> dict[str, tuple[str, str]]:
     return {p["metadata"]["uid"]: (p["metadata"]["name"], p["spec"]["nodeName"]) for p in pods}
 
 
+def _pods_ready(client: Client, namespace: str, job: str) -> None:
+    """Until Kueue says the gang is running (PodsReady), which the watchdog reads."""
+    wait_for(
+        lambda: is_true(workload(client, namespace, job), "PodsReady"), 120, f"{job}'s Workload PodsReady"
+    )
+
+
+def _replaced_from_spare(client: Client, namespace: str, job: str, kind: Kind, mode: str) -> None:
+    """A node under the gang fails: the check moves its pod to the spare and the controller
+    makes it again (only it, unless the controller restarts its group); whole again, no requeue."""
+    pods = running(client, namespace, job, kind)
+    wl_name = workload(client, namespace, job)["metadata"]["name"]
+    victim, before = _alone_on_its_node(pods), _uids(pods)
+    _fail_node(client, victim)
+    try:
+        replaced = wait_for(
+            lambda: [e for e in events_of(client, namespace, wl_name) if e["reason"] == "NodeReplaced"],
+            120,
+            f"a NodeReplaced event on {wl_name}",
+        )
+        assert victim in replaced[0]["message"] and "spare" in replaced[0]["message"], replaced
+
+        def whole_again() -> list[dict[str, Any]] | None:
+            now = running(client, namespace, job, kind)
+            return now if victim not in {p["spec"]["nodeName"] for p in now} else None
+
+        again = wait_until(whole_again, 180, lambda: f"the {kind.name} gang whole again off {victim}")
+        assert_whole_in_domain(client, workload(client, namespace, job), again, kind, mode)
+        if kind.keeps_peers:
+            kept = {u: v for u, v in before.items() if v[1] != victim}
+            assert {u: v for u, v in _uids(again).items() if u in kept} == kept, (
+                "a healthy member was touched"
+            )
+        reasons = [e["reason"] for e in events_of(client, namespace, wl_name)]
+        assert "GangRequeued" not in reasons, reasons
+    finally:
+        _heal_node(client, victim)
+    _pods_ready(client, namespace, job)
+
+
+def _requeued_whole_after_recovery_timeout(
+    client: Client, namespace: str, job: str, kind: Kind, mode: str, policy: str
+) -> None:
+    """Under nodeFailure Requeue a failed node requeues the gang whole after recoveryTimeout:
+    none of its pods holds a node while the check holds it back (a long backoff, ended by hand
+    once the policy has a long recoveryTimeout again: Kueue's PodsReady can lag a readmission
+    by moments, which a 3 s recoveryTimeout would take for a loss); then its controller's new
+    pods are placed again."""
+    slow = {"backoffBaseSeconds": 3600, "backoffMaxSeconds": 3600}
+    client.patch(
+        GANG_POLICIES, policy, {"spec": {"nodeFailure": "Requeue", "recoveryTimeout": "3s", "requeue": slow}}
+    )
+    pods = running(client, namespace, job, kind)
+    victim, before = _alone_on_its_node(pods), _uids(pods)
+    _fail_node(client, victim)
+    try:
+        (retry,) = _retries(client, namespace, job, 1, 120)
+        assert retry["state"] == "Retry" and "recoveryTimeout 3s" in retry["message"], retry
+    finally:
+        _heal_node(client, victim)
+    client.patch(
+        GANG_POLICIES, policy, {"spec": {"nodeFailure": "ReplaceFromSpare", "recoveryTimeout": "10m"}}
+    )
+
+    def held_whole() -> dict[str, Any] | None:
+        wl = workload(client, namespace, job)
+        gone = not any(p["spec"].get("nodeName") for p in gang_pods(client, namespace, wl))
+        return wl if gone and "backoff until" in check_of(wl).get("message", "") else None
+
+    wl = wait_until(
+        held_whole,
+        120,
+        lambda: (
+            f"no pod of {job} on a node, its check in backoff: {check_of(workload(client, namespace, job))}"
+        ),
+    )
+    assert not set(_uids([p for p in gang_pods(client, namespace, wl) if p["spec"].get("nodeName")])) & set(
+        before
+    )
+    client.patch(
+        WORKLOADS,
+        wl["metadata"]["name"],
+        {"metadata": {"annotations": {BACKOFF_UNTIL_ANNOTATION: None}}},
+        namespace,
+    )
+
+    def made_again() -> list[dict[str, Any]] | None:
+        now = running(client, namespace, job, kind, 240)
+        return None if set(_uids(now)) & set(before) else now
+
+    again = wait_until(made_again, 240, lambda: f"the {kind.name} gang running again, every pod new")
+    assert_whole_in_domain(client, workload(client, namespace, job), again, kind, mode)
+
+
+def _preempted_whole(client: Client, namespace: str, job: str, kind: Kind, mode: str, q: Queue) -> None:
+    """A higher priority Job that fits in the UltraServer only without the gang preempts it
+    whole; the gang runs again once the Job is gone."""
+    high = unique("high")
+    pods = DOMAIN_NODES - kind.gpu_pods  # one more than fits beside the gang and the spare
+    big = gpu_job(
+        high, namespace, q.queue, pods, 4, metadata={"annotations": {REQUIRED_TOPOLOGY_ANNOTATION: US}}
+    )
+    big["metadata"]["labels"][PRIORITY_LABEL] = q.high
+    client.create(JOBS, big)
+    wl_name = workload(client, namespace, job)["metadata"]["name"]
+    wait_for(
+        lambda: [e for e in events_of(client, namespace, wl_name) if e["reason"] == "Preempted"],
+        120,
+        f"a Preempted event on {wl_name}",
+    )
+
+    def left() -> list[str]:
+        return [p["metadata"]["name"] for p in gang_pods(client, namespace, workload(client, namespace, job))]
+
+    wait_until(lambda: not left(), 120, lambda: f"every pod of the preempted gang gone; left: {left()}")
+    preemptor = wait_for(
+        lambda: (w := workload(client, namespace, high)) and is_true(w, "PodsReady") and w,
+        180,
+        f"the preempting Job {high} running",
+    )
+    assert check_of(preemptor)["state"] == "Ready"
+    assert not is_true(workload(client, namespace, job), "Admitted")
+    client.request("DELETE", JOBS.path(namespace, high), body={"propagationPolicy": "Background"})
+    back = running(client, namespace, job, kind, 240)
+    assert_whole_in_domain(client, workload(client, namespace, job), back, kind, mode)
+
+
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("kind", KINDS, ids=[k.name for k in KINDS])
 def test_gang_admitted_replaced_requeued_and_preempted_whole(
@@ -177,97 +313,37 @@ def test_gang_admitted_replaced_requeued_and_preempted_whole(
     with one_ultraserver_queue(client, namespace, mode) as q:
         job = unique(kind.name[:6])
         kind.submit(client, job, namespace, q.queue, q.low)
-
-        # Admitted whole into the one UltraServer, every pod placed there.
-        pods = running(client, namespace, job, kind)
-        wl = workload(client, namespace, job)
-        assert_whole_in_domain(client, wl, pods, kind, mode)
-        wait_for(lambda: is_true(workload(client, namespace, job), "PodsReady"), 60, "PodsReady")
-
-        # A node under it fails: replaced from the spare, its controller making the pod again.
-        victim = _alone_on_its_node(pods)
-        before = _uids(pods)
-        _fail_node(client, victim)
         try:
-            wl_name = wl["metadata"]["name"]
-            replaced = wait_for(
-                lambda: [e for e in events_of(client, namespace, wl_name) if e["reason"] == "NodeReplaced"],
-                120,
-                f"a NodeReplaced event on {wl_name}",
-            )
-            assert victim in replaced[0]["message"] and "spare" in replaced[0]["message"], replaced
-
-            def whole_again() -> list[dict[str, Any]] | None:
-                now = running(client, namespace, job, kind)
-                return now if victim not in {p["spec"]["nodeName"] for p in now} else None
-
-            again = wait_until(whole_again, 180, lambda: f"the {kind.name} gang whole again off {victim}")
-            assert_whole_in_domain(client, workload(client, namespace, job), again, kind, mode)
-            if kind.keeps_peers:
-                kept = {u: v for u, v in before.items() if v[1] != victim}
-                assert {u: v for u, v in _uids(again).items() if u in kept} == kept, (
-                    "a healthy member was touched"
-                )
-            reasons = [e["reason"] for e in events_of(client, namespace, wl_name)]
-            assert "GangRequeued" not in reasons, reasons
+            pods = running(client, namespace, job, kind)
+            assert_whole_in_domain(client, workload(client, namespace, job), pods, kind, mode)
+            # The watchdog's node replacement and recovery timeout act on a gang Kueue says runs.
+            if kind.reports_ready:
+                _pods_ready(client, namespace, job)
+                _replaced_from_spare(client, namespace, job, kind, mode)
+                _requeued_whole_after_recovery_timeout(client, namespace, job, kind, mode, q.policy)
+            _preempted_whole(client, namespace, job, kind, mode, q)
         finally:
-            _heal_node(client, victim)
+            _gone(client, namespace, kind, job)
 
-        # Failed again, with nodeFailure Requeue: recoveryTimeout requeues it whole, and its
-        # controller's new pods are placed again.
-        client.patch(GANG_POLICIES, q.policy, {"spec": {"nodeFailure": "Requeue", "recoveryTimeout": "3s"}})
-        pods = running(client, namespace, job, kind)
-        victim = _alone_on_its_node(pods)
-        before = _uids(pods)
-        _fail_node(client, victim)
-        try:
-            (retry,) = _retries(client, namespace, job, 1, 120)
-            assert retry["state"] == "Retry" and "recoveryTimeout 3s" in retry["message"], retry
-        finally:
-            _heal_node(client, victim)
 
-        def made_again() -> list[dict[str, Any]] | None:
-            now = running(client, namespace, job, kind, 240)
-            return None if set(_uids(now)) & set(before) else now
+def _gone(client: Client, namespace: str, kind: Kind, job: str) -> None:
+    """The job deleted and none of the namespace's pods on a node any more: the next story
+    starts with the whole UltraServer (KubeRay, say, takes its time over a RayJob's finalizer)."""
+    client.delete(kind.resource, job, namespace)
 
-        again = wait_until(made_again, 240, lambda: f"the {kind.name} gang running again, every pod new")
-        assert_whole_in_domain(client, workload(client, namespace, job), again, kind, mode)
+    def on_nodes() -> list[str]:
+        pods = client.list(PODS, namespace)["items"]
+        return [
+            p["metadata"]["name"]
+            for p in pods
+            if p["spec"].get("nodeName") and p["status"].get("phase") not in ("Succeeded", "Failed")
+        ]
 
-        # A higher priority Job that fits only without it preempts it whole; it runs again after.
-        high = unique("high")
-        big = gpu_job(
-            high,
-            namespace,
-            q.queue,
-            DOMAIN_NODES - kind.gpu_pods,
-            4,
-            metadata={"annotations": {"gangplugin.io/required-topology": US}},
-        )
-        big["metadata"]["labels"][PRIORITY_LABEL] = q.high
-        client.create(JOBS, big)
-        wl_name = workload(client, namespace, job)["metadata"]["name"]
-        wait_for(
-            lambda: [e for e in events_of(client, namespace, wl_name) if e["reason"] == "Preempted"],
-            120,
-            f"a Preempted event on {wl_name}",
-        )
-
-        def left() -> list[str]:
-            return [
-                p["metadata"]["name"] for p in gang_pods(client, namespace, workload(client, namespace, job))
-            ]
-
-        wait_until(lambda: not left(), 120, lambda: f"every pod of the preempted gang gone; left: {left()}")
-        running_high = wait_for(
-            lambda: (w := workload(client, namespace, high)) and is_true(w, "PodsReady") and w,
-            180,
-            f"the preempting Job {high} running",
-        )
-        assert check_of(running_high)["state"] == "Ready"
-        assert not is_true(workload(client, namespace, job), "Admitted")
-        client.request("DELETE", JOBS.path(namespace, high), body={"propagationPolicy": "Background"})
-        back = running(client, namespace, job, kind, 240)
-        assert_whole_in_domain(client, workload(client, namespace, job), back, kind, mode)
+    wait_until(
+        lambda: not on_nodes(),
+        300,
+        lambda: f"{kind.name} {job} deleted, its pods off the nodes: {on_nodes()}",
+    )
 
 
 def test_rayjob_in_k8sjobmode_is_refused_with_the_fix(

@@ -29,7 +29,7 @@ class LeaderWorkerSet(Component):
 
     def listens(self, spec: ClusterSpec) -> dict[str, int]:
         p = spec.ports
-        return {"lws webhook": p.at(948), "lws metrics": p.at(888), "lws health": p.at(889)}
+        return {"lws webhook": p.at(948), "lws health": p.at(889)}
 
     def install(self, spec: ClusterSpec, client: Client) -> None:
         manifests.install_upstream(
@@ -59,7 +59,7 @@ class LeaderWorkerSet(Component):
                         "host": "127.0.0.1",
                         "certDir": str(spec.serving_cert_dir),
                     },
-                    "metrics": {"bindAddress": f"127.0.0.1:{ports['lws metrics']}"},
+                    "metrics": {"bindAddress": "0"},  # off: nothing here reads it
                     "health": {"healthProbeBindAddress": f"127.0.0.1:{health}"},
                 },
                 sort_keys=False,

@@ -42,7 +42,7 @@ class Trainer(Component):
 
     def listens(self, spec: ClusterSpec) -> dict[str, int]:
         p = spec.ports
-        return {"trainer webhook": p.at(947), "trainer metrics": p.at(886), "trainer health": p.at(887)}
+        return {"trainer webhook": p.at(947), "trainer health": p.at(887)}
 
     def install(self, spec: ClusterSpec, client: Client) -> None:
         manifests.install_upstream(
@@ -68,10 +68,7 @@ class Trainer(Component):
                     "leaderElection": {"leaderElect": False},
                     "certManagement": {"enable": False},
                     "webhook": {"port": ports["trainer webhook"], "host": "127.0.0.1"},
-                    "metrics": {
-                        "bindAddress": f"127.0.0.1:{ports['trainer metrics']}",
-                        "secureServing": False,
-                    },
+                    "metrics": {"bindAddress": "0"},  # off: nothing here reads it
                     "health": {"healthProbeBindAddress": f"127.0.0.1:{health}"},
                 },
                 sort_keys=False,

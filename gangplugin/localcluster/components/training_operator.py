@@ -61,7 +61,6 @@ class TrainingOperator(Component):
         p = spec.ports
         return {
             "training-operator webhook": p.at(946),
-            "training-operator metrics": p.at(884),
             "training-operator health": p.at(885),
         }
 
@@ -93,7 +92,7 @@ class TrainingOperator(Component):
                 "--enable-scheme=pytorchjob",
                 "--leader-elect=false",
                 f"--webhook-server-port={ports['training-operator webhook']}",
-                f"--metrics-bind-address=127.0.0.1:{ports['training-operator metrics']}",
+                "--metrics-bind-address=0",  # off: nothing here reads it
                 f"--health-probe-bind-address=127.0.0.1:{health}",
             ),
             env={"KUBECONFIG": str(spec.kubeconfig), "TMPDIR": str(serving_tmpdir(spec, self.name))},
