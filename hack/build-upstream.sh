@@ -176,6 +176,50 @@ go_build() { # dir what version link ldflags binary=package...: build them in on
   for b in "$@"; do publish "${b%%=*}" "$v" "${dir}/out/${b%%=*}" "${link}"; done
 }
 
+# Several upstreams from one module that requires them all: minimal version selection
+# keeps one version of each shared dependency (k8s.io/*, controller-runtime, ...), so
+# those compile once rather than once per program. The pins must be the versions that
+# selection keeps, which is checked.
+build_together() { # set-name ldflags module@version... -- name:version:package[:nolink]...
+  local set="$1" ld="$2" a mods=() bins=() missing=() n v p link
+  shift 2
+  while (($#)) && [[ "$1" != -- ]]; do mods+=("$1"); shift; done
+  shift
+  bins=("$@")
+  for a in "${bins[@]}"; do
+    IFS=: read -r n v p link <<<"${a}"
+    cached "$n" "$v" "${link}" || missing+=("${a}")
+  done
+  ((${#missing[@]})) || return 0
+  need_go "the ${set} set"
+  local mod="${work}/${set}" pkgs=() sel
+  mkdir -p "${mod}"
+  {
+    printf 'module gangplugin.io/build/%s\n\ngo 1.26.0\n\nrequire (\n' "${set}"
+    for a in "${mods[@]}"; do printf '\t%s %s\n' "${a%@*}" "${a##*@}"; done
+    printf ')\n'
+  } >"${mod}/go.mod"
+  for a in "${bins[@]}"; do IFS=: read -r n v p link <<<"${a}"; pkgs+=("$p"); done
+  tools_go "${mod}" "${pkgs[@]}"
+  (cd "${mod}" && step "go mod tidy for the ${set} set" "${mod}/tidy.log" go mod tidy -e)
+  for a in "${mods[@]}"; do
+    sel="$(cd "${mod}" && go list -m -f '{{.Version}}' "${a%@*}")"
+    [[ "${sel}" == "${a##*@}" ]] ||
+      die "the ${set} set needs ${a%@*} ${sel}, but hack/versions.env pins ${a##*@}; pin ${sel} (or build it apart)"
+  done
+  pkgs=()
+  for a in "${missing[@]}"; do IFS=: read -r n v p link <<<"${a}"; pkgs+=("$p"); done
+  building "${missing[*]%%:*} (the ${set} set)"
+  rm -rf "${mod}/out" && mkdir -p "${mod}/out"
+  (cd "${mod}" && step "go build for the ${set} set" "${mod}/build.log" \
+    go build -ldflags "${ld}" -o "${mod}/out/" "${pkgs[@]}")
+  for a in "${missing[@]}"; do
+    IFS=: read -r n v p link <<<"${a}"
+    [[ -e "${mod}/out/$n" ]] || mv "${mod}/out/$(basename "$p")" "${mod}/out/$n"
+    publish "$n" "$v" "${mod}/out/$n" "${link}"
+  done
+}
+
 build_install() { # name version package ldflags [nolink]
   local n="$1" v="$2" pkg="$3" ld="$4" link="${5:-}"
   cached "$n" "$v" "${link}" && return
@@ -199,7 +243,7 @@ manifests() { # name module version crd-dir [webhook-file [[?]other=dest...]]
   local src
   src="$(moddir "$m" "$v")"
   rm -rf "${dst}" && mkdir -p "${dst}"
-  cp "${src}/${crds}"/*.yaml "${dst}/"
+  cp "${src}/${crds}"/*.yaml "${dst}/" && rm -f "${dst}/kustomization.yaml"
   [[ -z "${hooks}" ]] || cp "${src}/${hooks}" "${dst}/webhooks.yaml"
   for item in "$@"; do # ?path=dest: only where this version has it
     path="${item#\?}"; path="${path%%=*}"
@@ -230,28 +274,33 @@ build_cluster() {
 }
 
 build_extras() {
+  # The newest Kueue and the controllers whose integrations it carries, at the versions
+  # its go.mod requires (so Kueue's integrations meet the APIs they were built for), in
+  # one set: they share k8s.io/* v0.36 and controller-runtime v0.24, compiled once.
   # The newest Kueue and its JobSet sit next to the defaults (no symlink): bin/kueue-v0.19.2.
-  build_install kueue "${KUEUE_NEWEST_VERSION}" sigs.k8s.io/kueue/cmd/kueue \
-    "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=${KUEUE_NEWEST_VERSION}" nolink
+  local to=github.com/kubeflow/training-operator tr=github.com/kubeflow/trainer/v2
+  local kr=github.com/ray-project/kuberay/ray-operator
+  build_together controllers "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=${KUEUE_NEWEST_VERSION} -X sigs.k8s.io/lws/pkg/version.GitVersion=${LWS_VERSION}" \
+    "sigs.k8s.io/kueue@${KUEUE_NEWEST_VERSION}" "sigs.k8s.io/jobset@${JOBSET_NEWEST_VERSION}" \
+    "${tr}@${TRAINER_VERSION}" "sigs.k8s.io/lws@${LWS_VERSION}" -- \
+    "kueue:${KUEUE_NEWEST_VERSION}:sigs.k8s.io/kueue/cmd/kueue:nolink" \
+    "jobset:${JOBSET_NEWEST_VERSION}:sigs.k8s.io/jobset:nolink" \
+    "trainer-controller-manager:${TRAINER_VERSION}:${tr}/cmd/trainer-controller-manager" \
+    "lws:${LWS_VERSION}:sigs.k8s.io/lws/cmd"
   manifests kueue sigs.k8s.io/kueue "${KUEUE_NEWEST_VERSION}" config/components/crd/bases \
     config/components/webhook/manifests.yaml "${kueue_policies}"
-  build_required jobset "${JOBSET_NEWEST_VERSION}" sigs.k8s.io/jobset nolink -- jobset=sigs.k8s.io/jobset </dev/null
   manifests jobset sigs.k8s.io/jobset "${JOBSET_NEWEST_VERSION}" config/components/crd/bases \
     config/components/webhook/manifests.yaml
-
-  local to=github.com/kubeflow/training-operator
-  build_install training-operator "${TRAINING_OPERATOR_VERSION}" "${to}/cmd/training-operator.v1" "-s -w"
-  manifests training-operator "${to}" "${TRAINING_OPERATOR_VERSION}" manifests/base/crds \
-    manifests/base/webhook/manifests.yaml
-  local tr=github.com/kubeflow/trainer/v2
-  build_install trainer-controller-manager "${TRAINER_VERSION}" "${tr}/cmd/trainer-controller-manager" "-s -w"
   # runtimes/: the ClusterTrainingRuntimes a TrainJob names (torch-distributed, ...).
   manifests trainer "${tr}" "${TRAINER_VERSION}" manifests/base/crds manifests/base/webhook/manifests.yaml \
     manifests/base/runtimes=runtimes
-  build_required lws "${LWS_VERSION}" sigs.k8s.io/lws -- lws=sigs.k8s.io/lws/cmd </dev/null
   manifests lws sigs.k8s.io/lws "${LWS_VERSION}" config/crd/bases config/webhook/manifests.yaml
-  local kr=github.com/ray-project/kuberay/ray-operator
+  # KubeRay and training-operator do not compile against controller-runtime v0.24 (its
+  # NewWebhookManagedBy takes the object now): each is built with its own go.mod.
+  build_install training-operator "${TRAINING_OPERATOR_VERSION}" "${to}/cmd/training-operator.v1" "-s -w"
   build_install kuberay-operator "${KUBERAY_VERSION}" "${kr}" "-s -w"
+  manifests training-operator "${to}" "${TRAINING_OPERATOR_VERSION}" manifests/base/crds \
+    manifests/base/webhook/manifests.yaml
   manifests kuberay "${kr}" "${KUBERAY_VERSION}" config/crd/bases config/webhook/manifests.yaml
 
   build_install helm "${HELM_VERSION}" helm.sh/helm/v3/cmd/helm \
@@ -312,7 +361,7 @@ for g in "${groups[@]}"; do
   case "$g" in
     cluster) build_cluster ;;
     extras) build_extras ;;
-    peers) build_volcano; build_kai ;;
+    peers) build_kai; build_volcano ;; # KAI first: Volcano does not build yet (hack/versions.env)
     volcano) build_volcano ;;
     kai) build_kai ;;
     *) die "unknown group '$g': use cluster, extras, peers, volcano or kai (none: cluster)" ;;

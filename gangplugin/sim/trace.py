@@ -4,7 +4,9 @@ CSV columns (a header row; other columns are ignored): `arrival_time` (seconds f
 start), `gpu_workers` (pods), `gpu_per_worker` (GPUs per pod), and the run time as `duration`
 (seconds) or `num_iteration` x `iteration_computing_time`. Optional: `job_id` (else the row
 number), `max_runtime` (seconds; default the run time, as a job that declares
-`gangplugin.io/max-runtime` honestly), `required_topology`, `preferred_topology` (node labels).
+`gangplugin.io/max-runtime` honestly), `required_topology`, `preferred_topology` (node labels),
+`priority` (the job's Kueue priority, a whole number; default 0, Kueue's without a
+WorkloadPriorityClass).
 """
 
 from __future__ import annotations
@@ -31,6 +33,21 @@ def _number(row: Mapping[str, str | None], column: str, line: int, *, whole: boo
         raise InputError(f"line {line}: {column}", f"{raw!r} must be a number >= 0")
     if whole and value != int(value):
         raise InputError(f"line {line}: {column}", f"{raw!r} must be a whole number")
+    return value
+
+
+def _priority(row: Mapping[str, str | None], line: int) -> int:
+    raw = (row.get("priority") or "").strip()
+    if not raw:
+        return 0
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InputError(
+            f"line {line}: priority", f"{raw!r} is not a whole number, like 100 or -10"
+        ) from None
+    if not -(2**31) <= value < 2**31:  # a WorkloadPriorityClass value is an int32
+        raise InputError(f"line {line}: priority", f"{raw!r} is outside the int32 range")
     return value
 
 
@@ -73,6 +90,7 @@ def jobs_from_rows(rows: Iterable[Mapping[str, str | None]], columns: Iterable[s
                 max_runtime=_number(row, "max_runtime", line) if max_rt else runtime,
                 required_topology=(row.get("required_topology") or "").strip() or None,
                 preferred_topology=(row.get("preferred_topology") or "").strip() or None,
+                priority=_priority(row, line),
             )
         )
     return jobs

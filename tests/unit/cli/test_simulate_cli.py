@@ -167,3 +167,31 @@ def test_offerings_that_are_not_search_output_exit_2_naming_the_field(tmp_path):
     (tmp_path / "offerings.json").write_text(json.dumps({"offerings": [{"trainingPlanOfferingId": "x"}]}))
     out = gangctl(*files(tmp_path), "--offerings", "offerings.json", cwd=tmp_path)
     assert out.returncode == 2 and "offerings[0].reservedCapacityOfferings" in out.stderr
+
+
+def test_a_cluster_queue_that_preempts_lets_the_high_priority_job_in_at_once(tmp_path):
+    trace = (
+        "job_id,arrival_time,gpu_workers,gpu_per_worker,duration,priority\n"
+        "low,0,8,4,1000,0\nhigh,10,4,4,10,10\n"
+    )
+    args = [*files(tmp_path, trace), "--policy", "gangplugin", "-o", "json"]
+    cq = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ClusterQueue",
+        "metadata": {"name": "training"},
+        "spec": {"preemption": {"withinClusterQueue": "LowerPriority"}},
+    }
+    (tmp_path / "cq.yaml").write_text(yaml.safe_dump(cq))
+    waited = json.loads(gangctl(*args, cwd=tmp_path).stdout)["policies"][0]["waitSeconds"]["max"]
+    out = gangctl(*args, "--cluster-queue", "cq.yaml", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    preempting = json.loads(out.stdout)["policies"][0]["waitSeconds"]["max"]
+    assert waited >= 990 and preempting < waited  # the low job, evicted, now waits instead
+    cq["spec"]["preemption"]["withinClusterQueue"] = "Sometimes"
+    (tmp_path / "cq.yaml").write_text(yaml.safe_dump(cq))
+    bad = gangctl(*args, "--cluster-queue", "cq.yaml", cwd=tmp_path)
+    assert (
+        bad.returncode == 2
+        and "withinClusterQueue 'Sometimes'" in bad.stderr
+        and len(bad.stderr.splitlines()) == 1
+    )
