@@ -192,8 +192,6 @@ class LocalCluster:
         new = [n for n in names if n not in self.components]
         if not new:
             return ()
-        if not self.is_running():
-            raise ClusterError(f"the cluster in {self.state_dir} is not running; `make up` first")
         grown = LocalCluster(
             self.state_dir,
             self.ports,
@@ -203,12 +201,15 @@ class LocalCluster:
             kueue_version=self.spec.kueue_version,
             shape=self.spec.shape,
         )
+        if not self.is_running():
+            raise ClusterError(f"the cluster in {self.state_dir} is not running; `make up` first")
         added = [c for c in grown._chosen if c.name in new]
         binaries = [b for c in added for b in c.binaries(grown.spec)]
         if build:
             upstream.build(binaries, self._log, groups=tuple(dict.fromkeys(c.build_group for c in added)))
         upstream.check_binaries(binaries)
-        grown._check_ports(added)
+        # No check of their ports up front, as `up` makes: on a running cluster a client's
+        # connection may hold one for a moment; the supervisor waits for each to be free.
         self.spec, self._chosen, self._supervisor = grown.spec, grown._chosen, grown._supervisor
         t0 = time.monotonic()
         # The supervisor records what already runs before it starts more.
@@ -216,19 +217,22 @@ class LocalCluster:
         kueue = self._component("kueue")
         client = Client.from_kubeconfig(self.kubeconfig)
         try:
-            for comp in (*added, kueue):
-                comp.install(self.spec, client)
-                self._start(comp)
-                comp.started(self.spec, client, self._log)
+            # As in `up`: every install at once, then each started in the registry's order.
+            with ThreadPoolExecutor(len(added) + 1) as pool:
+                installs = [pool.submit(comp.install, self.spec, client) for comp in (*added, kueue)]
+                for comp, installed in zip((*added, kueue), installs, strict=True):
+                    installed.result()
+                    self._start(comp)
+                    comp.started(self.spec, client, self._log)
         finally:
             client.close()
         self._log(f"added {', '.join(new)} in {time.monotonic() - t0:.1f}s")
         return tuple(new)
 
-    def _check_ports(self, comps: Iterable[Component] | None = None) -> None:
+    def _check_ports(self) -> None:
         busy = [
             f"{name} ({port})"
-            for comp in (self._chosen if comps is None else comps)
+            for comp in self._chosen
             for name, port in comp.listens(self.spec).items()
             if not port_free(port)
         ]

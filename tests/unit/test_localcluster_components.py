@@ -231,3 +231,12 @@ def test_each_job_controller_serves_on_127_0_0_1_from_the_cluster_s_certificate_
     # Their metrics listeners are off: nothing reads them, and a port fewer to collide on.
     assert "--metrics-addr=0" in ray.argv and "--metrics-bind-address=0" in operator.argv
     assert config["metrics"] == {"bindAddress": "0"}
+
+
+def test_adding_components_needs_a_running_cluster_and_is_nothing_for_those_it_runs(tmp_path: Path) -> None:
+    cluster = LocalCluster(state_dir=tmp_path, components=[*DEFAULT, "lws"])
+    assert cluster.add("lws", "kueue", build=False) == ()  # all of them are its components already
+    with pytest.raises(ClusterError, match=r"is not running; `make up` first"):
+        cluster.add("kuberay", build=False)
+    with pytest.raises(ClusterError, match="unknown component ray"):
+        LocalCluster(state_dir=tmp_path).add("ray", build=False)

@@ -36,7 +36,7 @@ class LeaderWorkerSet(Component):
             client,
             spec,
             manifests_dir(spec, self.name, "LWS_VERSION"),
-            "leaderworkerset.x-k8s.io_*.yaml",
+            "*.x-k8s.io_*.yaml",  # LeaderWorkerSet and (v0.9) DisaggregatedSet
             "LWS",
             spec.ports.at(948),
             keep=lambda _path: True,
