@@ -39,7 +39,7 @@ from gangplugin.core.admission import (
 from gangplugin.core.drain import DrainDecision
 from gangplugin.core.errors import InputError
 from gangplugin.core.gate import Backoff, GangFacts, PreemptionState, Verdict, gate, waiting_reason
-from gangplugin.core.names import BACKOFF_UNTIL_ANNOTATION
+from gangplugin.core.names import BACKOFF_UNTIL_ANNOTATION, UNKNOWN_KEY_REASON
 from gangplugin.core.placement import Gang
 from gangplugin.core.policy import GangPolicy
 from gangplugin.core.preemption import Contender
@@ -204,7 +204,16 @@ class AdmissionPass:
                 elif verdict.rejected:
                     writes.append((None, partial(self.writer.reject, wl, check, verdict.message, now)))
                 elif verdict.decision is None or not verdict.decision.ready:
-                    pending = partial(self.writer.write_check, wl, check, "Pending", verdict.message, now=now)
+                    warning = UNKNOWN_KEY_REASON if verdict.step == "keys" else None
+                    pending = partial(
+                        self.writer.write_check,
+                        wl,
+                        check,
+                        "Pending",
+                        verdict.message,
+                        now=now,
+                        warning=warning,
+                    )
                     writes.append((None, pending))
                 else:
                     self._assume(q, wl, check, verdict, unready)

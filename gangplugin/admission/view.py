@@ -24,11 +24,8 @@ from gangplugin.core.admission import (
 )
 from gangplugin.core.drain import DrainDecision, gang_drain
 from gangplugin.core.errors import InputError
-from gangplugin.core.names import (
-    GANG_LABEL,
-    MAX_RUNTIME_ANNOTATION,
-    TOPOLOGY_ANNOTATIONS,
-)
+from gangplugin.core.keys import KUEUE_PODSET_PREFIX
+from gangplugin.core.names import GANG_LABEL, GROUP
 from gangplugin.core.placement import Gang
 from gangplugin.core.plans import TrainingPlan
 from gangplugin.core.policy import GangPolicy
@@ -98,9 +95,10 @@ def pod_active(pod: Mapping[str, Any]) -> bool:
 
 
 def _ours(pod: Mapping[str, Any] | None) -> dict[str, str]:
-    """The annotations of `pod` that say how its gang is placed or drained."""
+    """The annotations of `pod` under our prefix and Kueue's podset prefix: how its gang is
+    placed or drained, and any misspelt key there, which the gate's keys step then names."""
     ann = (pod or {}).get("metadata", {}).get("annotations") or {}
-    return {k: v for k, v in ann.items() if k in TOPOLOGY_ANNOTATIONS or k == MAX_RUNTIME_ANNOTATION}
+    return {k: v for k, v in ann.items() if k.startswith((f"{GROUP}/", KUEUE_PODSET_PREFIX))}
 
 
 def _of_leader_worker_set(wl: Mapping[str, Any]) -> bool:

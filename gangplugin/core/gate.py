@@ -8,6 +8,8 @@ decides, with its reason (`Verdict`):
   policy      its GangPolicy is usable, else it waits naming the error
   pods        a pod group whose placement annotations are read from its pods (a
               LeaderWorkerSet's, under Kueue v0.17) waits for a pod of each podset
+  keys        no pod template carries an unknown key of ours (a misspelt annotation would
+              drop what it asks): it waits naming the key and the closest known one
   backoff     a gang requeued after a timeout waits out its backoff (quota held, no nodes)
   sequential  Sequential mode: it waits for the admitted gang of its policy not Ready yet
   drain       the TrainingPlans feeding its quota let it start before their capacity ends
@@ -225,6 +227,21 @@ def _pods_step(run: _Run, passage: _Passage) -> Verdict | _Passage:
     )
 
 
+def _keys_step(run: _Run, passage: _Passage) -> Verdict | _Passage:
+    """A gang whose pod templates carry a misspelt key of ours waits, rather than run without
+    what the key was meant to ask (a requirement dropped without a word)."""
+    gang = run.facts.gang
+    if isinstance(gang, InputError) or not (found := gang.unknown_keys()):
+        return passage
+    names = [ps.name for ps in gang.podsets]
+    what = "; ".join(f"podset {names[i]}: {key}" for i, key in found)
+    return Verdict(
+        "keys",
+        f"waiting: {what}; fix the job's pod template (a Workload's podsets cannot change: "
+        "delete the job and submit it again)",
+    )
+
+
 def _backoff_step(run: _Run, passage: _Passage) -> Verdict | _Passage:
     b = run.facts.backoff
     if b is None or b.until <= run.facts.now:
@@ -304,6 +321,7 @@ def _preemption_step(run: _Run, passage: _Passage) -> Verdict | _Passage:
 ORDER: tuple[Step, ...] = (
     Step("policy", _policy_step),
     Step("pods", _pods_step),
+    Step("keys", _keys_step),
     Step("backoff", _backoff_step),
     Step("sequential", _sequential_step),
     Step("drain", _drain_step),
@@ -343,10 +361,12 @@ WAITING_REASONS = (
     "Preempting",
     "PolicyUnusable",
     "AwaitingPods",
+    "UnknownKey",
 )
 _STEP_REASONS = {
     "policy": "PolicyUnusable",
     "pods": "AwaitingPods",
+    "keys": "UnknownKey",
     "backoff": "Backoff",
     "sequential": "Sequential",
     "drain": "PlanDrain",

@@ -74,3 +74,6 @@ PREEMPTION_ANNOTATION = f"{GROUP}/preemption"
 # would wait out before evicting); a drain or a preemption requeues with no backoff.
 BACKOFF_UNTIL_ANNOTATION = f"{GROUP}/backoff-until"
 PREEMPTED_REASON = "Preempted"
+# The Warning Event (and check message) on a Workload held for an unknown key of ours on a pod
+# template (core.keys).
+UNKNOWN_KEY_REASON = "UnknownKey"

@@ -13,6 +13,7 @@ from typing import Any
 
 from gangplugin.core.eligibility import OPERATORS, PodConstraints, Requirement, Taint, Toleration
 from gangplugin.core.errors import InputError
+from gangplugin.core.keys import unknown_keys
 from gangplugin.core.names import (
     KUEUE_SLICE_REQUIRED_TOPOLOGY_ANNOTATION,
     KUEUE_SLICE_SIZE_ANNOTATION,
@@ -284,6 +285,7 @@ def podset_from_template(
     tm = _map(template, field)
     meta = _map(tm.get("metadata"), f"{field}.metadata")
     annotations = _str_map(meta.get("annotations"), f"{field}.metadata.annotations")
+    labels = _str_map(meta.get("labels"), f"{field}.metadata.labels")
     spec = _map(tm.get("spec"), f"{field}.spec")
     required = annotations.get(REQUIRED_ANNOTATION) or topology_request.get("required")
     preferred = annotations.get(PREFERRED_ANNOTATION) or topology_request.get("preferred")
@@ -304,6 +306,7 @@ def podset_from_template(
         slice_size=size,
         slice_required_topology=slice_required,
         slice_preferred_topology=slice_preferred,
+        unknown_keys=unknown_keys(annotations) + unknown_keys(labels, "metadata.labels"),
     )
 
 

@@ -2,9 +2,9 @@
 
 Each test makes its own GangPolicy, AdmissionCheck, ResourceFlavor, ClusterQueue (using the check
 through admissionChecksStrategy) and LocalQueue, with short timeouts where the test controls them.
-Pods that must never become Ready carry `gangplugin.io/e2e-never-ready` (kwok's pod-ready stage
+Pods that must never become Ready carry `e2e.gangplugin.io/never-ready` (kwok's pod-ready stage
 skips them, deploy/kwok/stages.yaml); a node is made NotReady by labelling it
-`gangplugin.io/e2e-not-ready` (kwok's node-initialize stage then leaves it alone) and setting its
+`e2e.gangplugin.io/not-ready` (kwok's node-initialize stage then leaves it alone) and setting its
 Ready condition False, which the node lifecycle controller acts on as for a dead kubelet.
 """
 
@@ -37,8 +37,8 @@ from tests.e2e.scrape import wait_decided
 
 US = "topology.k8s.aws/ultraserver-id"
 HOSTNAME = "kubernetes.io/hostname"
-NEVER_READY = "gangplugin.io/e2e-never-ready"
-NOT_READY_NODE = "gangplugin.io/e2e-not-ready"
+NEVER_READY = "e2e.gangplugin.io/never-ready"
+NOT_READY_NODE = "e2e.gangplugin.io/not-ready"
 
 
 def submit(

@@ -33,7 +33,7 @@ from tests.e2e.test_preemption import LOWER, Governance, clear, domain_of, preem
 
 SIZES = (8, 4, 12, 6, 16, 2, 10, 5, 3, 14)  # cycled until they over-subscribe the UltraServers used
 USED = 3  # UltraServers of 18 nodes the test takes (more than one, so where matters)
-LABEL = "gangplugin.io/e2e-simulate"
+LABEL = "e2e.gangplugin.io/simulate"
 
 
 def idle_ultraservers(client: Any) -> dict[str, list[dict[str, Any]]]:

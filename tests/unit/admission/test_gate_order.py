@@ -59,7 +59,7 @@ def caches() -> Caches:
 def placement_first() -> tuple[Step, ...]:
     """The one order with placement moved before the Sequential gate."""
     steps = {s.name: s for s in ORDER}
-    names = ["policy", "backoff", "placement", "sequential", "drain", "preemption"]
+    names = ["policy", "keys", "backoff", "placement", "sequential", "drain", "preemption"]
     return tuple(steps[n] for n in names)
 
 

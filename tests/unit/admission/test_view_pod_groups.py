@@ -126,3 +126,12 @@ def test_a_trainjob_whose_runtime_initializes_first_is_refused_naming_its_runtim
         view.gang(workload("TrainJob", ("dataset-initializer", 1), ("node", 8)))
     assert err.value.field == "TrainJob spec.runtimeRef" and "dataset-initializer" in err.value.problem
     assert [ps.count for ps in view.gang(workload("TrainJob", ("node", 8))).podsets] == [8]
+
+
+def test_a_misspelt_key_on_a_group_s_pods_is_seen_as_on_a_template(view_with: Any) -> None:
+    """Kueue v0.17 leaves the templates' annotations out, so a typo lives on the pods only: it
+    reaches the gang (and the gate's keys step), not only the known keys."""
+    typo = "gangplugin.io/required-toplogy"
+    view = view_with(lws_pod("x-0", "main", 2, **{typo: ULTRASERVER_LABEL}))
+    (ps,) = view.gang(workload("LeaderWorkerSet", ("main", 4))).podsets
+    assert [k.key for k in ps.unknown_keys] == [typo] and ps.required_topology is None

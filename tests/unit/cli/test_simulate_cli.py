@@ -195,3 +195,20 @@ def test_a_cluster_queue_that_preempts_lets_the_high_priority_job_in_at_once(tmp
         and "withinClusterQueue 'Sometimes'" in bad.stderr
         and len(bad.stderr.splitlines()) == 1
     )
+
+
+def test_a_misspelt_shape_field_or_trace_column_exits_2_naming_the_closest(tmp_path):
+    """Issue 24: `instancesPerNetworkLayers` (misspelt) was ignored and changed the answer."""
+    args = files(tmp_path)
+    shape = yaml.safe_load((tmp_path / "shape.yaml").read_text())
+    group = shape["spec"]["groups"][0]
+    group["instancesPerNetworkLayers"] = group.pop("instancesPerNetworkLayer")
+    (tmp_path / "shape.yaml").write_text(yaml.safe_dump(shape))
+    out = gangctl(*args, cwd=tmp_path)
+    (line,) = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and "spec.groups[0].instancesPerNetworkLayers" in line
+    assert "did you mean instancesPerNetworkLayer" in line
+    args = files(tmp_path, TRACE.replace("duration", "duraton", 1))
+    out = gangctl(*args, cwd=tmp_path)
+    (line,) = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and "column duraton" in line and "did you mean duration" in line

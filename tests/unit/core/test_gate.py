@@ -20,6 +20,7 @@ from gangplugin.core.gate import (
     resume,
     waiting_reason,
 )
+from gangplugin.core.keys import UnknownKey
 from gangplugin.core.names import BLOCK_END_ANNOTATION
 from gangplugin.core.placement import Gang
 from gangplugin.core.policy import GangPolicy
@@ -79,6 +80,7 @@ def test_the_order_is_one_sequence_of_named_steps() -> None:
     assert [s.name for s in ORDER] == [
         "policy",
         "pods",
+        "keys",
         "backoff",
         "sequential",
         "drain",
@@ -252,6 +254,20 @@ def test_why_a_gang_waits_is_the_step_that_held_it_back() -> None:
         "NoFit": facts(named(gang(9))),  # more than one UltraServer of 4 nodes holds
         "AwaitingPods": facts(named(gang(1)), awaiting_pods=("worker",)),
     }
+    misspelt = named(
+        Gang((replace(gang(1).podsets[0], unknown_keys=(UnknownKey("gangplugin.io/x", None),)),))
+    )
+    held["UnknownKey"] = facts(misspelt)
     for reason, f in held.items():
         assert waiting_reason(gate(f)) == reason
     assert set(held) | {"Preempting"} == set(WAITING_REASONS)
+
+
+def test_a_misspelt_key_holds_the_gang_naming_it_and_the_closest_known_one() -> None:
+    typo = UnknownKey("gangplugin.io/required-toplogy", "gangplugin.io/required-topology")
+    ps = replace(gang(1).podsets[0], unknown_keys=(typo,))
+    v = gate(facts(named(Gang((ps,)))))
+    assert (v.step, v.rejected, v.decision) == ("keys", False, None)
+    assert "podset main: unknown key gangplugin.io/required-toplogy: did you mean " in v.message
+    assert "gangplugin.io/required-topology?" in v.message
+    assert gate(facts(named(gang(1)))).step == "placement"  # without it: placed
