@@ -252,8 +252,9 @@ class AdmissionPass:
         gov: PreemptionState,
     ) -> Verdict:
         """The one decision for one waiting gang: its facts read from the view as plain values
-        (errors included), through the core's gate (`core.gate`: policy, backoff, Sequential,
-        plan drain, placement off the domains held for other gangs' preemptions, preemption).
+        (errors included), through the core's gate (`core.gate`: policy, a pod group's pods,
+        backoff, Sequential, plan drain, placement off the domains held for other gangs'
+        preemptions, preemption).
         The pass acts on it; explain shows it."""
         key = workload_key(wl)
         policy: GangPolicy | InputError
@@ -290,6 +291,7 @@ class AdmissionPass:
             tuple(unready.get(policy_name, ())),
             drain,
             change,
+            tuple(self.view.podsets_without_pods(wl)),
         )
         return gate(facts, gov)
 

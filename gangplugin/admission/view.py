@@ -24,11 +24,8 @@ from gangplugin.core.admission import (
 )
 from gangplugin.core.drain import DrainDecision, gang_drain
 from gangplugin.core.errors import InputError
-from gangplugin.core.names import (
-    GANG_LABEL,
-    MAX_RUNTIME_ANNOTATION,
-    TOPOLOGY_ANNOTATIONS,
-)
+from gangplugin.core.keys import KUEUE_PODSET_PREFIX
+from gangplugin.core.names import GANG_LABEL, GROUP
 from gangplugin.core.placement import Gang
 from gangplugin.core.plans import TrainingPlan
 from gangplugin.core.policy import GangPolicy
@@ -40,6 +37,7 @@ from gangplugin.kube.client import CLUSTER_QUEUES, JSON, NODES, PODS, WORKLOADS
 from gangplugin.kube.dispatcher import Dispatcher
 from gangplugin.kube.gangpolicies import GangPolicies
 from gangplugin.kube.informer import Informer, object_key
+from gangplugin.kube.job_records import LEADERWORKERSET, RAYJOB, TRAINJOB
 from gangplugin.kube.resources import (
     ADMISSION_CHECKS,
     GANG_POLICIES,
@@ -49,6 +47,15 @@ from gangplugin.kube.resources import (
 )
 
 log = logging.getLogger(__name__)
+
+# Kueue's pod-group integrations label each pod with its group (the Workload's name) and name
+# its podset in an annotation.
+POD_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
+ROLE_ANNOTATION = "kueue.x-k8s.io/role-hash"
+# The podset of a RayJob's submitter pod in Kueue's Workload (K8sJobMode).
+RAYJOB_SUBMITTER = "submitter"
+# The replicated Jobs a Trainer runtime runs before its trainer Job (Kueue's podsets of a TrainJob).
+TRAINER_INITIALIZERS = ("dataset-initializer", "model-initializer")
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +94,42 @@ def pod_active(pod: Mapping[str, Any]) -> bool:
     ).get("deletionTimestamp")
 
 
+def _ours(pod: Mapping[str, Any] | None) -> dict[str, str]:
+    """The annotations of `pod` under our prefix and Kueue's podset prefix: how its gang is
+    placed or drained, and any misspelt key there, which the gate's keys step then names."""
+    ann = (pod or {}).get("metadata", {}).get("annotations") or {}
+    return {k: v for k, v in ann.items() if k.startswith((f"{GROUP}/", KUEUE_PODSET_PREFIX))}
+
+
+def _of_leader_worker_set(wl: Mapping[str, Any]) -> bool:
+    owners = wl.get("metadata", {}).get("ownerReferences") or []
+    return any(o.get("kind") == LEADERWORKERSET.kind for o in owners)
+
+
+def _refuse_late_members(wl: Mapping[str, Any]) -> None:
+    """A gang whose controller makes some of its pods only once others ran could never start
+    whole (the ungater and the bind barrier wait for every pod): a RayJob in K8sJobMode, whose
+    submitter pod (Kueue's podset "submitter") KubeRay makes once its Ray cluster is Ready, and
+    a TrainJob whose runtime has initializers, whose trainer Job the JobSet starts once they
+    completed (dependsOn)."""
+    owners = {o.get("kind") for o in wl.get("metadata", {}).get("ownerReferences") or []}
+    podsets = [ps.get("name") for ps in (wl.get("spec") or {}).get("podSets") or []]
+    if RAYJOB.kind in owners and RAYJOB_SUBMITTER in podsets:
+        raise InputError(
+            "RayJob spec.submissionMode",
+            "K8sJobMode (the default) cannot start whole: KubeRay creates its submitter pod only once "
+            "the Ray cluster runs; use submissionMode: HTTPMode (KubeRay submits the job itself) or "
+            "InteractiveMode, or queue a RayCluster",
+        )
+    if TRAINJOB.kind in owners and (initializers := [n for n in podsets if n in TRAINER_INITIALIZERS]):
+        raise InputError(
+            "TrainJob spec.runtimeRef",
+            f"its runtime's {', '.join(map(str, initializers))} must complete before the trainer's "
+            "node pods are created (dependsOn), so the gang cannot start whole; use a runtime "
+            "without initializers (torch-distributed), or initialize in a job of its own first",
+        )
+
+
 def fingerprint(updates: list[JSON], bound: Counter[str]) -> tuple[Any, ...]:
     """What an admitted gang's promise depends on: its domain per podset and its bound pods."""
     domains = tuple(
@@ -112,6 +155,8 @@ class AdmissionView:
         self.lookup = GangPolicies(self.workloads, self.checks, self.policies, self.topologies)
         # (namespace, gang label) -> pods by name: an index over the pod cache, rebuilt by its relist.
         self._gang_pods: dict[tuple[str, str], dict[str, JSON]] = {}
+        # (namespace, Kueue pod group) -> pods by name: a LeaderWorkerSet group's pods.
+        self._group_pods: dict[tuple[str, str], dict[str, JSON]] = {}
         self._lock = threading.Lock()
         self.pods.add_handler(self.capacity.on_pod, dispatcher)
         self.pods.add_handler(self._index_pod, dispatcher)
@@ -121,18 +166,19 @@ class AdmissionView:
         obj = new or old
         assert obj is not None
         meta = obj.get("metadata", {})
-        gang = (meta.get("labels") or {}).get(GANG_LABEL)
-        if not gang:
-            return
-        idx = (meta.get("namespace", ""), gang)
-        with self._lock:
-            pods = self._gang_pods.setdefault(idx, {})
-            if new is None:
-                pods.pop(meta.get("name", ""), None)
-                if not pods:
-                    del self._gang_pods[idx]
-            else:
-                pods[meta.get("name", "")] = new
+        labels = meta.get("labels") or {}
+        for index, label in ((self._gang_pods, GANG_LABEL), (self._group_pods, POD_GROUP_LABEL)):
+            if not (value := labels.get(label)):
+                continue
+            idx = (meta.get("namespace", ""), value)
+            with self._lock:
+                pods = index.setdefault(idx, {})
+                if new is None:
+                    pods.pop(meta.get("name", ""), None)
+                    if not pods:
+                        del index[idx]
+                else:
+                    pods[meta.get("name", "")] = new
 
     def our_checks(self) -> dict[str, str | None]:
         """AdmissionCheck name -> GangPolicy name (None: defaults) for checks routed to us."""
@@ -156,33 +202,58 @@ class AdmissionView:
     def gang(self, wl: Mapping[str, Any]) -> Gang:
         """The Workload's gang, with the node labels of its assigned flavors and of the domain our
         check already chose (podSetUpdates) in each podset's nodeSelector."""
+        _refuse_late_members(wl)
         flavors = {f["metadata"]["name"]: f for f in self.flavors.items()}
         return workload_gang(self.with_pod_group_annotations(wl), flavors)
 
     def with_pod_group_annotations(self, wl: Mapping[str, Any]) -> Mapping[str, Any]:
-        """Kueue builds a plain pod group's podset templates without the pods' annotations; the
-        topology annotations a user put on the pods are read from the pods (its owners)."""
+        """Kueue builds the podset templates of a plain pod group, and (v0.17) of a
+        LeaderWorkerSet's group, without the pods' annotations; the topology annotations a user
+        put on the pods (or on the LeaderWorkerSet's templates, which its pods carry) are read
+        from the pods: a plain group's owners, a LeaderWorkerSet group's pod of each podset."""
         owners = wl.get("metadata", {}).get("ownerReferences") or []
-        if not owners or any(o.get("kind") != "Pod" for o in owners):
-            return wl
         ns = wl["metadata"].get("namespace", "")
+        raw = (wl.get("spec") or {}).get("podSets") or []
+        if owners and all(o.get("kind") == "Pod" for o in owners):
+            found = (_ours(self.pods.get(f"{ns}/{o.get('name')}")) for o in owners)
+            first = next((extra for extra in found if extra), {})
+            extras = [first for _ in raw]
+        elif _of_leader_worker_set(wl):
+            by_podset = self._group_pods_by_podset(wl)
+            extras = [_ours(by_podset.get(str(ps.get("name")))) for ps in raw]
+        else:
+            return wl
         podsets = []
-        for ps in (wl.get("spec") or {}).get("podSets") or []:
-            extra: dict[str, str] = {}
-            for o in owners:
-                pod = self.pods.get(f"{ns}/{o.get('name')}")
-                ann = (pod or {}).get("metadata", {}).get("annotations") or {}
-                extra = {
-                    k: v for k, v in ann.items() if k in TOPOLOGY_ANNOTATIONS or k == MAX_RUNTIME_ANNOTATION
-                }
-                if extra:
-                    break
+        for ps, extra in zip(raw, extras, strict=True):
             template = dict(ps.get("template") or {})
             meta = dict(template.get("metadata") or {})
             meta["annotations"] = {**extra, **(meta.get("annotations") or {})}
             template["metadata"] = meta
             podsets.append({**ps, "template": template})
         return {**wl, "spec": {**(wl.get("spec") or {}), "podSets": podsets}}
+
+    def _group_pods_by_podset(self, wl: Mapping[str, Any]) -> dict[str, JSON]:
+        """A pod group's pods, one per podset (Kueue names each pod's podset in its role-hash
+        annotation); the group is the Workload's name."""
+        meta = wl.get("metadata", {})
+        with self._lock:
+            pods = list(self._group_pods.get((meta.get("namespace", ""), meta.get("name", "")), {}).values())
+        out: dict[str, JSON] = {}
+        for pod in pods:
+            role = (pod.get("metadata", {}).get("annotations") or {}).get(ROLE_ANNOTATION)
+            if role:
+                out.setdefault(str(role), pod)
+        return out
+
+    def podsets_without_pods(self, wl: Mapping[str, Any]) -> list[str]:
+        """The podsets of a LeaderWorkerSet group's Workload with no pod yet: Kueue makes the
+        Workload before the StatefulSets make the pods, and the group's topology annotations
+        are read from its pods, so it is decided only once each podset has one."""
+        if not _of_leader_worker_set(wl):
+            return []
+        seen = self._group_pods_by_podset(wl)
+        names = [str(ps.get("name")) for ps in (wl.get("spec") or {}).get("podSets") or []]
+        return [n for n in names if n not in seen]
 
     def plans_of(self, wl: Mapping[str, Any]) -> tuple[str, set[str], list[TrainingPlan]]:
         cluster_queue, flavors = rec.quota_of(wl)

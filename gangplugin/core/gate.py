@@ -6,6 +6,8 @@ through `ORDER`, the one sequence of named steps, and the first step that holds 
 decides, with its reason (`Verdict`):
 
   policy      its GangPolicy is usable, else it waits naming the error
+  pods        a pod group whose placement annotations are read from its pods (a
+              LeaderWorkerSet's, under Kueue v0.17) waits for a pod of each podset
   keys        no pod template carries an unknown key of ours (a misspelt annotation would
               drop what it asks): it waits naming the key and the closest known one
   backoff     a gang requeued after a timeout that has quota before its backoff ends waits out the rest
@@ -77,6 +79,9 @@ class GangFacts:
     drain: DrainDecision | InputError | None = None
     #: When those plans' quota next changes (needed only when `drain` refuses the gang).
     next_quota_change: float | None = None
+    #: The podsets none of whose pods exists yet, for a gang whose placement annotations are
+    #: read from its pods (the gang is not read in full until each has one).
+    awaiting_pods: Sequence[str] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +216,17 @@ def _policy_step(run: _Run, passage: _Passage) -> Verdict | _Passage:
     return Verdict("policy", f"waiting: {policy}") if isinstance(policy, InputError) else passage
 
 
+def _pods_step(run: _Run, passage: _Passage) -> Verdict | _Passage:
+    waiting = run.facts.awaiting_pods
+    if not waiting:
+        return passage
+    return Verdict(
+        "pods",
+        f"waiting for a pod of podset {', '.join(waiting)}: "
+        "this group's placement annotations are read from its pods",
+    )
+
+
 def _keys_step(run: _Run, passage: _Passage) -> Verdict | _Passage:
     """A gang whose pod templates carry a misspelt key of ours waits, rather than run without
     what the key was meant to ask (a requirement dropped without a word)."""
@@ -304,6 +320,7 @@ def _preemption_step(run: _Run, passage: _Passage) -> Verdict | _Passage:
 #: The one order of the gate.
 ORDER: tuple[Step, ...] = (
     Step("policy", _policy_step),
+    Step("pods", _pods_step),
     Step("keys", _keys_step),
     Step("backoff", _backoff_step),
     Step("sequential", _sequential_step),
@@ -343,10 +360,12 @@ WAITING_REASONS = (
     "Backoff",
     "Preempting",
     "PolicyUnusable",
+    "AwaitingPods",
     "UnknownKey",
 )
 _STEP_REASONS = {
     "policy": "PolicyUnusable",
+    "pods": "AwaitingPods",
     "keys": "UnknownKey",
     "backoff": "Backoff",
     "sequential": "Sequential",

@@ -194,7 +194,9 @@ class LocalCluster:
             self.down()
         binaries = [b for c in self._chosen for b in c.binaries(self.spec)]
         if build:
-            upstream.build(binaries, self._log)
+            upstream.build(
+                binaries, self._log, groups=tuple(dict.fromkeys(c.build_group for c in self._chosen))
+            )
         upstream.check_binaries(binaries)
         self._check_ports()
         try:
@@ -204,6 +206,50 @@ class LocalCluster:
             self.down(quiet=True)
             raise
         return True
+
+    def add(self, *names: str, build: bool = True) -> tuple[str, ...]:
+        """Start the optional components `names` on this running cluster, as `up` would have
+        with them: their installs and processes, then Kueue installed and started again with
+        their integrations on. Returns the names it started (none when all of them run)."""
+        new = [n for n in names if n not in self.components]
+        if not new:
+            return ()
+        grown = LocalCluster(
+            self.state_dir,
+            self.ports,
+            self._log,
+            generic_workload=self.spec.generic_workload,
+            components=[*self.components[len(CONTROL_PLANE) :], *new],
+            kueue_version=self.spec.kueue_version,
+            shape=self.spec.shape,
+        )
+        if not self.is_running():
+            raise ClusterError(f"the cluster in {self.state_dir} is not running; `make up` first")
+        added = [c for c in grown._chosen if c.name in new]
+        binaries = [b for c in added for b in c.binaries(grown.spec)]
+        if build:
+            upstream.build(binaries, self._log, groups=tuple(dict.fromkeys(c.build_group for c in added)))
+        upstream.check_binaries(binaries)
+        # No check of their ports up front, as `up` makes: on a running cluster a client's
+        # connection may hold one for a moment; the supervisor waits for each to be free.
+        self.spec, self._chosen, self._supervisor = grown.spec, grown._chosen, grown._supervisor
+        t0 = time.monotonic()
+        # The supervisor records what already runs before it starts more.
+        self._supervisor.stop("kueue")
+        kueue = self._component("kueue")
+        client = Client.from_kubeconfig(self.kubeconfig)
+        try:
+            # As in `up`: every install at once, then each started in the registry's order.
+            with ThreadPoolExecutor(len(added) + 1) as pool:
+                installs = [pool.submit(comp.install, self.spec, client) for comp in (*added, kueue)]
+                for comp, installed in zip((*added, kueue), installs, strict=True):
+                    installed.result()
+                    self._start(comp)
+                    comp.started(self.spec, client, self._log)
+        finally:
+            client.close()
+        self._log(f"added {', '.join(new)} in {time.monotonic() - t0:.1f}s")
+        return tuple(new)
 
     def _check_ports(self) -> None:
         busy = [

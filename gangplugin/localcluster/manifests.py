@@ -156,6 +156,7 @@ _KINDS: dict[tuple[str, str], Resource] = {
     ("v1", "Namespace"): NAMESPACES,
     ("v1", "Node"): NODES,
     ("v1", "Pod"): Resource("v1", "pods"),
+    ("v1", "Service"): Resource("v1", "services"),
     ("batch/v1", "Job"): Resource("batch/v1", "jobs"),
     ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): CRDS,
     ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicy"): Resource(

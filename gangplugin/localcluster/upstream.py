@@ -49,19 +49,20 @@ def cache_dir() -> Path:
     return Path(os.environ.get("GANGPLUGIN_CACHE", Path.home() / ".cache" / "gangplugin"))
 
 
-def build(binaries: Iterable[Path], log: Callable[[str], None]) -> None:
-    """Build (or reuse) every pinned program with hack/build-upstream.sh; without Go, the cached
-    `binaries` must all be there already."""
+def build(binaries: Iterable[Path], log: Callable[[str], None], groups: Iterable[str] = ("cluster",)) -> None:
+    """Build (or reuse) the pinned programs of `groups` (hack/build-upstream.sh's) and of any other
+    group a binary of `binaries` is still missing from; without Go, the cached `binaries` must
+    all be there already."""
     if shutil.which("go") is None and not all(p.exists() for p in binaries):
         raise ClusterError(
             f"no Go toolchain on PATH and no cached binaries in {cache_dir() / 'bin'}; "
             "install Go >= 1.26 and run `make up` again"
         )
-    binaries = tuple(binaries)
-    # The `cluster` group first (what `make up` starts by default); `extras` (the newest Kueue and
-    # its JobSet, the job controllers) only when the cluster needs one of them.
-    for group in ("cluster", "extras"):
-        if group == "extras" and all(p.exists() for p in binaries):
+    binaries, groups = tuple(binaries), tuple(groups)
+    # The groups the chosen components name; then `extras` (the newest Kueue and its JobSet, the
+    # job controllers) only when a binary the cluster needs is still missing.
+    for group in dict.fromkeys((*groups, "extras")):
+        if group not in groups and all(p.exists() for p in binaries):
             return
         log(f"building or reusing the pinned upstream binaries (hack/build-upstream.sh {group})")
         script = REPO / "hack" / "build-upstream.sh"
@@ -78,4 +79,6 @@ def build(binaries: Iterable[Path], log: Callable[[str], None]) -> None:
 def check_binaries(binaries: Iterable[Path]) -> None:
     missing = [str(p) for p in binaries if not os.access(p, os.X_OK)]
     if missing:
-        raise ClusterError(f"missing binaries: {', '.join(missing)}; run hack/build-upstream.sh")
+        raise ClusterError(
+            f"missing binaries: {', '.join(missing)}; run hack/build-upstream.sh cluster extras"
+        )

@@ -93,7 +93,7 @@ ADMISSION_PASS_SEEN = Gauge(
 WAITING_GANGS = Gauge(
     "gangplugin_waiting_gangs",
     "Gangs with quota reserved that the gang check holds Pending after the last admission pass, "
-    "by why: NoFit, Sequential, PlanDrain, Backoff, Preempting, PolicyUnusable.",
+    "by why: NoFit, Sequential, PlanDrain, Backoff, Preempting, PolicyUnusable, UnknownKey, AwaitingPods.",
     ["reason"],
 )
 WAITING_OLDEST = Gauge(

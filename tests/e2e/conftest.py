@@ -17,6 +17,7 @@ import pytest
 
 from gangplugin.kube.client import NAMESPACES, Client
 from gangplugin.localcluster.cluster import KUEUE_VERSION_ENV, REPO, ClusterError, LocalCluster, Ports
+from gangplugin.localcluster.manifests import CRDS
 from gangplugin.localcluster.upstream import kueue_versions
 from tests.e2e.kube import gang_queues
 
@@ -83,6 +84,35 @@ def started(local: LocalCluster) -> Iterator[E2ECluster]:
 def cluster() -> Iterator[E2ECluster]:
     with started(e2e_local_cluster()) as c:
         yield c
+
+
+# The job controllers the tests of each kind need (optional components of the local cluster).
+JOB_CONTROLLERS = ("training-operator", "trainer", "lws", "kuberay")
+JOB_CRDS = (
+    "pytorchjobs.kubeflow.org",
+    "trainjobs.trainer.kubeflow.org",
+    "leaderworkersets.leaderworkerset.x-k8s.io",
+    "rayjobs.ray.io",
+)
+
+
+@pytest.fixture(scope="session")
+def job_controllers(cluster: E2ECluster) -> E2ECluster:
+    """The session cluster with the job controllers: started on the local cluster when first
+    asked for (Kueue restarted with their integrations); a given cluster must run them."""
+    if cluster.local:
+        try:
+            e2e_local_cluster().add(*JOB_CONTROLLERS)
+        except ClusterError as err:
+            pytest.fail(f"the job controllers could not be started: {err}", pytrace=False)
+        return cluster
+    missing = [c for c in JOB_CRDS if cluster.client.get_or_none(CRDS, c) is None]
+    if missing:
+        pytest.fail(
+            f"the cluster KUBECONFIG names serves no {', '.join(missing)}: install those controllers",
+            pytrace=False,
+        )
+    return cluster
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ SAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "samples" / "checkpoin
 
 
 def test_block_end_reaches_the_container_through_the_downward_api() -> None:
-    job = yaml.safe_load(SAMPLE.read_text())
+    job = next(d for d in yaml.safe_load_all(SAMPLE.read_text()) if d)
     assert job["kind"] == "Job" and job["spec"]["suspend"] is True
     assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"]
     template = job["spec"]["template"]

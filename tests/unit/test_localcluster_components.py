@@ -12,11 +12,12 @@ import pytest
 import yaml
 
 from gangplugin.kube.client import Client
-from gangplugin.localcluster import manifests
+from gangplugin.localcluster import credentials, manifests
 from gangplugin.localcluster.cluster import LocalCluster, Ports, versions
 from gangplugin.localcluster.components import CONTROL_PLANE, DEFAULT, REGISTRY, choose
 from gangplugin.localcluster.components.gangplugin import Gangplugin
 from gangplugin.localcluster.components.kueue import CONVERTED, serves
+from gangplugin.localcluster.components.kueue import configuration as kueue_configuration
 from gangplugin.localcluster.errors import ClusterError
 
 # Webhook paths of Kueue v0.17.0's config/components/webhook/manifests.yaml (a sample of each form).
@@ -74,10 +75,14 @@ def test_components_start_in_the_registry_s_order_with_the_control_plane_first()
 
 
 def test_an_unknown_component_or_a_missing_requirement_is_named() -> None:
-    with pytest.raises(ClusterError, match=r"unknown component trainer; the local cluster runs .*jobset"):
-        choose(["kueue", "trainer"])
+    with pytest.raises(
+        ClusterError, match=r"unknown component mpi-operator; the local cluster runs .*jobset"
+    ):
+        choose(["kueue", "mpi-operator"])
     with pytest.raises(ClusterError, match="gangplugin needs kueue: choose it too"):
         choose(["gangplugin"])
+    with pytest.raises(ClusterError, match="trainer needs jobset: choose it too"):
+        choose(["kueue", "trainer"])
 
 
 def test_gangplugin_with_adds_to_the_defaults_and_is_checked(
@@ -85,8 +90,10 @@ def test_gangplugin_with_adds_to_the_defaults_and_is_checked(
 ) -> None:
     monkeypatch.setenv("GANGPLUGIN_WITH", "")
     assert LocalCluster(state_dir=tmp_path).components == ("etcd", "kube-apiserver", *DEFAULT)
-    monkeypatch.setenv("GANGPLUGIN_WITH", "kuberay")
-    with pytest.raises(ClusterError, match="unknown component kuberay"):
+    monkeypatch.setenv("GANGPLUGIN_WITH", "kuberay,lws")
+    assert LocalCluster(state_dir=tmp_path).components[-4:] == ("lws", "kuberay", "kueue", "gangplugin")
+    monkeypatch.setenv("GANGPLUGIN_WITH", "ray")
+    with pytest.raises(ClusterError, match="unknown component ray"):
         LocalCluster(state_dir=tmp_path)
 
 
@@ -178,3 +185,100 @@ def test_only_the_crds_kueue_converts_go_through_its_conversion_webhook(tmp_path
     assert conversion["resourceflavors"] is None
     assert conversion["workloads"]["strategy"] == "Webhook"
     assert conversion["workloads"]["webhook"]["clientConfig"]["url"].endswith(":9443/convert")
+
+
+JOB_CONTROLLERS = ("training-operator", "trainer", "lws", "kuberay")
+
+
+def test_the_job_controllers_are_optional_and_turn_on_their_kueue_integrations(tmp_path: Path) -> None:
+    assert not set(JOB_CONTROLLERS) & set(DEFAULT)
+    assert not {"kubeflow.org/pytorchjob", "ray.io/rayjob"} & set(
+        LocalCluster(state_dir=tmp_path).spec.kueue_frameworks
+    )
+    cluster = LocalCluster(state_dir=tmp_path, components=[*DEFAULT, *JOB_CONTROLLERS])
+    # Before Kueue, so that their CRDs are there when it starts.
+    names = list(cluster.components)
+    assert all(names.index(c) < names.index("kueue") for c in JOB_CONTROLLERS)
+    frameworks = kueue_configuration(cluster.spec)["integrations"]["frameworks"]
+    assert frameworks == [
+        "batch/job",
+        "jobset.x-k8s.io/jobset",
+        "kubeflow.org/pytorchjob",
+        "trainer.kubeflow.org/trainjob",
+        "leaderworkerset.x-k8s.io/leaderworkerset",
+        "ray.io/rayjob",
+        "ray.io/raycluster",
+        "pod",
+    ]
+    # Kueue's webhooks for each of their kinds are kept (the LWS's pods go through its pod webhook).
+    kept = [p for p in KUEUE_WEBHOOKS if serves(p, frameworks) and "kueue-x-k8s-io" not in p]
+    assert {
+        "/mutate-kubeflow-org-v1-pytorchjob",
+        "/mutate-leaderworkerset-x-k8s-io-v1-leaderworkerset",
+        "/mutate-ray-io-v1-rayjob",
+        "/validate-trainer-kubeflow-org-v1alpha1-trainjob",
+        "/mutate--v1-pod",
+    } <= set(kept)
+    assert "/mutate-apps-v1-deployment" not in kept
+    # Built by hack/build-upstream.sh extras, as each upstream names its program.
+    binaries = {c.name: c.binaries(cluster.spec)[0].name for c in REGISTRY if c.name in JOB_CONTROLLERS}
+    assert binaries == {
+        "training-operator": "training-operator",
+        "trainer": "trainer-controller-manager",
+        "lws": "lws",
+        "kuberay": "kuberay-operator",
+    }
+    assert {c.build_group for c in REGISTRY if c.name in JOB_CONTROLLERS} == {"extras"}
+
+
+def test_each_job_controller_serves_on_127_0_0_1_from_the_cluster_s_certificate_without_leader_election(
+    tmp_path: Path,
+) -> None:
+    cluster = LocalCluster(state_dir=tmp_path, ports=Ports(28000), components=[*DEFAULT, *JOB_CONTROLLERS])
+    credentials.write(cluster.spec)
+    serving = (tmp_path / "serving-certs" / "tls.crt").read_bytes()
+
+    operator = cluster.process("training-operator")
+    assert operator is not None
+    assert {"--enable-scheme=pytorchjob", "--leader-elect=false", "--webhook-server-port=28946"} <= set(
+        operator.argv
+    )
+    # Its webhook server takes no certificate directory: controller-runtime's default, under TMPDIR.
+    tmp = Path(operator.env["TMPDIR"])
+    assert (tmp / "k8s-webhook-server" / "serving-certs" / "tls.crt").read_bytes() == serving
+    assert str(tmp).startswith(str(tmp_path))
+
+    trainer = cluster.process("trainer")
+    assert trainer is not None
+    config = yaml.safe_load((tmp_path / "trainer-config.yaml").read_text())
+    assert config["certManagement"] == {"enable": False} and config["leaderElection"] == {
+        "leaderElect": False
+    }
+    assert config["webhook"] == {"port": 28947, "host": "127.0.0.1"}
+    trainer_tmp = Path(trainer.env["TMPDIR"])
+    assert (trainer_tmp / "k8s-webhook-server" / "serving-certs" / "tls.crt").read_bytes() == serving
+
+    assert cluster.process("lws") is not None
+    config = yaml.safe_load((tmp_path / "lws-config.yaml").read_text())
+    assert config["internalCertManagement"] == {"enable": False}
+    assert config["webhook"] == {
+        "port": 28948,
+        "host": "127.0.0.1",
+        "certDir": str(tmp_path / "serving-certs"),
+    }
+
+    ray = cluster.process("kuberay")
+    assert ray is not None
+    assert {"--enable-leader-election=false", "--health-probe-bind-address=127.0.0.1:28891"} <= set(ray.argv)
+    # Their metrics listeners are off: nothing reads them, and a port fewer to collide on.
+    assert "--metrics-addr=0" in ray.argv and "--metrics-bind-address=0" in operator.argv
+    assert config["metrics"] == {"bindAddress": "0"}
+
+
+def test_adding_components_needs_a_running_cluster_and_is_nothing_for_those_it_runs(tmp_path: Path) -> None:
+    cluster = LocalCluster(state_dir=tmp_path, components=[*DEFAULT, "lws"])
+    assert cluster.add("lws", "kueue", build=False) == ()  # all of them are its components already
+    with pytest.raises(ClusterError, match=r"is not running; `make up` first"):
+        cluster.add("kuberay", build=False)
+    with pytest.raises(ClusterError, match="unknown component ray"):
+        LocalCluster(state_dir=tmp_path).add("ray", build=False)

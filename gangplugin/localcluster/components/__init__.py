@@ -14,9 +14,13 @@ from gangplugin.localcluster.components.controller_manager import KubeController
 from gangplugin.localcluster.components.etcd import Etcd
 from gangplugin.localcluster.components.gangplugin import Gangplugin
 from gangplugin.localcluster.components.jobset import JobSet
+from gangplugin.localcluster.components.kuberay import KubeRay
 from gangplugin.localcluster.components.kueue import Kueue
 from gangplugin.localcluster.components.kwok import Kwok
+from gangplugin.localcluster.components.lws import LeaderWorkerSet
 from gangplugin.localcluster.components.scheduler import KubeScheduler
+from gangplugin.localcluster.components.trainer import Trainer
+from gangplugin.localcluster.components.training_operator import TrainingOperator
 from gangplugin.localcluster.errors import ClusterError
 
 # Every cluster has these, first.
@@ -28,6 +32,11 @@ REGISTRY: tuple[Component, ...] = (
     KubeScheduler(),
     Kwok(),
     JobSet(),
+    # The job controllers (optional): GANGPLUGIN_WITH=training-operator,trainer,lws,kuberay.
+    TrainingOperator(),
+    Trainer(),
+    LeaderWorkerSet(),
+    KubeRay(),
     Kueue(),
     Gangplugin(),
 )

@@ -26,6 +26,8 @@ class Component:
     requires: ClassVar[tuple[str, ...]] = ()
     # Started only when asked for: LocalCluster(components=...) or GANGPLUGIN_WITH.
     optional: ClassVar[bool] = False
+    # The group of hack/build-upstream.sh that builds its binaries.
+    build_group: ClassVar[str] = "cluster"
     # Kueue integrations for the workloads this controller runs (Kueue turns them on).
     kueue_frameworks: ClassVar[tuple[str, ...]] = ()
 

@@ -1,0 +1,74 @@
+"""The LeaderWorkerSet controller, from LWS's own CRD and webhook manifests
+(`<cache>/lws-<version>/`): its internal certificate management off, its webhooks served from
+the cluster's serving certificate on 127.0.0.1."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import yaml
+
+from gangplugin.kube.client import Client
+from gangplugin.localcluster import manifests
+from gangplugin.localcluster.components.base import Component
+from gangplugin.localcluster.components.operators import manifests_dir
+from gangplugin.localcluster.probes import http_ok
+from gangplugin.localcluster.spec import ClusterSpec
+from gangplugin.localcluster.supervisor import Process
+
+# Its pod webhooks see only LeaderWorkerSet pods, as LWS's kustomize patches set them.
+LWS_PODS = {"matchExpressions": [{"key": "leaderworkerset.sigs.k8s.io/name", "operator": "Exists"}]}
+
+
+@dataclass(frozen=True)
+class LeaderWorkerSet(Component):
+    name = "lws"
+    optional = True
+    build_group = "extras"
+    kueue_frameworks = ("leaderworkerset.x-k8s.io/leaderworkerset",)
+
+    def listens(self, spec: ClusterSpec) -> dict[str, int]:
+        p = spec.ports
+        return {"lws webhook": p.at(948), "lws health": p.at(889)}
+
+    def install(self, spec: ClusterSpec, client: Client) -> None:
+        manifests.install_upstream(
+            client,
+            spec,
+            manifests_dir(spec, self.name, "LWS_VERSION"),
+            "*.x-k8s.io_*.yaml",  # LeaderWorkerSet and (v0.9) DisaggregatedSet
+            "LWS",
+            spec.ports.at(948),
+            keep=lambda _path: True,
+            pod_selector={"objectSelector": LWS_PODS},
+        )
+
+    def process(self, spec: ClusterSpec) -> Process:
+        ports = self.listens(spec)
+        health = ports["lws health"]
+        config = spec.state_dir / "lws-config.yaml"
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "config.lws.x-k8s.io/v1alpha1",
+                    "kind": "Configuration",
+                    "leaderElection": {"leaderElect": False},
+                    "internalCertManagement": {"enable": False},
+                    "webhook": {
+                        "port": ports["lws webhook"],
+                        "host": "127.0.0.1",
+                        "certDir": str(spec.serving_cert_dir),
+                    },
+                    "metrics": {"bindAddress": "0"},  # off: nothing here reads it
+                    "health": {"healthProbeBindAddress": f"127.0.0.1:{health}"},
+                },
+                sort_keys=False,
+            )
+        )
+        return Process(
+            self.name,
+            (str(spec.bin_dir / self.name), f"--config={config}", f"--kubeconfig={spec.kubeconfig}"),
+            env={"KUBECONFIG": str(spec.kubeconfig)},
+            health=lambda: http_ok(f"http://127.0.0.1:{health}/readyz"),
+            ports=tuple(ports.values()),
+        )
