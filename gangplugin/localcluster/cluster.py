@@ -708,9 +708,12 @@ class LocalCluster:
             ),
         )
 
-    def _gangplugin(self, replica: int = 1, extra: tuple[str, ...] = ()) -> Component | None:
+    def _gangplugin(
+        self, replica: int = 1, extra: tuple[str, ...] = (), *, lead: bool = True
+    ) -> Component | None:
         """`gangplugin serve` (the console script, as a user runs it) with every registered
-        component (or GANGPLUGIN_COMPONENTS). Replica 1 is the one `up` starts and waits to lead;
+        component (or GANGPLUGIN_COMPONENTS). Replica 1 is the one `up` starts and waits to lead
+        (`lead=False`: ready as a follower too, when another replica holds the Lease);
         `restart("gangplugin-2")` starts a second one, a follower until the first is gone."""
         p = self.ports
         components = ",".join(self._gangplugin_components())
@@ -722,7 +725,7 @@ class LocalCluster:
         def ready() -> bool:
             r = httpx.get(f"https://127.0.0.1:{health}/readyz", verify=ca, timeout=2.0)
             # Replica 1 must lead (the tests expect working controllers); others may stand by.
-            return r.status_code == 200 and (replica > 1 or "standby" not in r.text)
+            return r.status_code == 200 and (replica > 1 or not lead or "standby" not in r.text)
 
         return Component(
             "gangplugin" if replica == 1 else f"gangplugin-{replica}",
@@ -786,15 +789,18 @@ class LocalCluster:
         kill: signal.Signals = signal.SIGKILL,
         extender: bool = True,
         args: tuple[str, ...] = (),
+        lead: bool = True,
     ) -> None:
-        """Kill one running process ("gangplugin", "gangplugin-<n>", "kube-scheduler" or
-        "kube-apiserver") and start it again (or start it, if it was not running); `extender`
-        chooses kube-scheduler's configuration, `args` are more `gangplugin serve` flags (tests
-        and benchmarks use these)."""
+        """Kill one running process ("gangplugin", "gangplugin-<n>", "kube-scheduler",
+        "kube-apiserver" or "kueue") and start it again (or start it, if it was not running);
+        `extender` chooses kube-scheduler's configuration, `args` are more `gangplugin serve`
+        flags, `lead=False` lets replica 1 come back as a follower (tests and benchmarks use
+        these)."""
         components: dict[str, Callable[[], Component | None]] = {
-            "gangplugin": lambda: self._gangplugin(1, args),
+            "gangplugin": lambda: self._gangplugin(1, args, lead=lead),
             "kube-scheduler": lambda: self._scheduler(extender=extender),
             "kube-apiserver": self._apiserver,
+            "kueue": self._kueue,
         }
         if name.startswith("gangplugin-"):
             components[name] = lambda: self._gangplugin(int(name.removeprefix("gangplugin-")))
