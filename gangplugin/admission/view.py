@@ -196,7 +196,9 @@ class AdmissionView:
         self, wl: Mapping[str, Any], now: float, admitted_at: float | None = None
     ) -> DrainDecision | None:
         """What the TrainingPlans feeding the Workload's quota say about it (None: no plan feeds
-        it); InputError when its max-runtime annotation is unusable."""
+        it); InputError when its max-runtime annotation is unusable, whether or not a plan reads
+        it (bad input is refused where it is written, not once a plan comes to read it)."""
+        runtime = rec.max_runtime(self.with_pod_group_annotations(wl))
         cluster_queue, flavors, plans = self.plans_of(wl)
         if not plans:
             return None
@@ -205,7 +207,7 @@ class AdmissionView:
             cluster_queue,
             flavors,
             datetime.fromtimestamp(now, UTC),
-            rec.max_runtime(self.with_pod_group_annotations(wl)),
+            runtime,
             None if admitted_at is None else datetime.fromtimestamp(admitted_at, UTC),
         )
 
