@@ -27,7 +27,7 @@ from gangplugin.core.timeutil import format_time
 from gangplugin.kube.client import JOBS, NODES, PODS, WORKLOADS, ApiError, Client
 from gangplugin.kube.lease import LEASES
 from gangplugin.kube.resources import GANG_POLICIES, TRAINING_PLANS
-from gangplugin.localcluster.cluster import GANGPLUGIN_NAMESPACE, LocalCluster
+from gangplugin.localcluster.cluster import GANGPLUGIN_NAMESPACE, ClusterError, LocalCluster
 from tests.soak import observer as obs
 from tests.soak.observer import Observer, Violation, Window
 from tests.soak.queues import MODES, PLAN, TEAMS, queue_name
@@ -60,7 +60,10 @@ SCOPES = {
     "bad-policy": obs.NONE,
     "bad-annotation": obs.NONE,
     "bad-plan": obs.NONE,
+    "process-exited": obs.ALL,
 }
+# What the supervisor starts again when it exits (kubelet's part for the pods of a real cluster).
+SUPERVISED = ("gangplugin", "gangplugin-2", "kube-scheduler", "kueue", "kube-apiserver")
 NOT_READY_LABEL = "gangplugin.io/e2e-not-ready"  # kwok leaves such a node alone (deploy/kwok/stages.yaml)
 FAULT_TAINT = "soak.gangplugin.io/fault"
 REPLY_DEADLINE = 120.0  # a controller's answer to bad input (the check's message, a plan's condition)
@@ -113,10 +116,17 @@ class Injector(threading.Thread):
         self._heals: list[tuple[threading.Timer, _Once]] = []
         self._checks: list[threading.Thread] = []
         self._bad = 0
+        # Held while a process is killed and started again: the supervisor keeps its hands off.
+        self._processes = threading.Lock()
+        self.exits: Counter[str] = Counter()
+        self._supervising = threading.Event()
+        self._supervisor = threading.Thread(target=self._supervise, name="soak-supervisor", daemon=True)
 
     # -- the plan -------------------------------------------------------------------------------
 
     def run(self) -> None:
+        self._supervising.set()
+        self._supervisor.start()
         for fault in self.plan:
             if self.stop.wait(max(0.0, self.start_at + fault.at - time.time())):
                 return
@@ -165,18 +175,45 @@ class Injector(threading.Thread):
                     return True
         return False
 
-    def _kill(self, kind: str, name: str, rng: random.Random, wait_leader: bool) -> bool:
-        w = self._window(kind)
-        self.cluster.stop_process(name, signal.SIGKILL)
-        time.sleep(rng.uniform(1, 8))  # dead for a while, as a crashed pod before its restart
-        self.cluster.restart(name, lead=False)
+    def _await_leader(self) -> None:
         deadline = time.monotonic() + 120
-        while wait_leader and not self._leading():
+        while not self._leading():
             if time.monotonic() > deadline:
-                raise RuntimeError("no gangplugin replica leads 120s after the leader was killed")
+                raise RuntimeError("no gangplugin replica leads 120s after a replica was restarted")
             time.sleep(0.5)
-        self._end(w, process=name)
+
+    def _kill(self, kind: str, name: str, rng: random.Random, wait_leader: bool) -> bool:
+        with self._processes:
+            w = self._window(kind)
+            self.cluster.stop_process(name, signal.SIGKILL)
+            time.sleep(rng.uniform(1, 8))  # dead for a while, as a crashed pod before its restart
+            self.cluster.restart(name, lead=False)
+            if wait_leader:
+                self._await_leader()
+            self._end(w, process=name)
         return True
+
+    def _supervise(self) -> None:
+        """kubelet's part: a supervised process that exited is started again, as a pod's
+        container is. `gangplugin serve` exits by design when, leading, it cannot renew its
+        Lease within the renew deadline (kube-apiserver down for longer): it restarts as a
+        follower. Each exit is a window (nothing may be blamed on the time it was down)."""
+        while self._supervising.is_set():
+            with self._processes:
+                running = self.cluster.running_processes()
+                for name in SUPERVISED:
+                    if name in running:
+                        continue
+                    w = self._window("process-exited")
+                    try:
+                        self.cluster.restart(name, lead=False)
+                        if name.startswith("gangplugin"):
+                            self._await_leader()
+                    except (ClusterError, RuntimeError, OSError) as err:
+                        self.log(f"  supervisor: {name} could not be started again: {err}")
+                    self.exits[name] += 1
+                    self._end(w, process=name)
+            time.sleep(1)
 
     def _kill_leader(self, rng: random.Random) -> bool:
         leader = self._leader()
@@ -190,9 +227,10 @@ class Injector(threading.Thread):
         return self._kill("kill-follower", follower, rng, wait_leader=False)
 
     def _restart(self, kind: str, name: str) -> bool:
-        w = self._window(kind)
-        self.cluster.restart(name)
-        self._end(w, process=name)
+        with self._processes:
+            w = self._window(kind)
+            self.cluster.restart(name)
+            self._end(w, process=name)
         return True
 
     def _restart_apiserver(self, rng: random.Random) -> bool:
@@ -530,6 +568,12 @@ class Injector(threading.Thread):
             heal.done.wait(240)
         for t in self._checks:
             t.join(timeout=REPLY_DEADLINE + 60)
+
+    def close(self) -> None:
+        """The end: no more supervision."""
+        self._supervising.clear()
+        if self._supervisor.is_alive():
+            self._supervisor.join(timeout=150)
 
 
 class _Once:

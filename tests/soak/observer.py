@@ -13,15 +13,18 @@ pure state machine (no I/O): `apiwatch` feeds it; unit tests feed it plain dicts
 The checks, each exactly what the product promises (docs/operations.md "The soak" explains them):
 
 - **partly-bound**: from admission until it is first whole, a gang holds nodes for some of its
-  pods only (0 < bound < size) for more than `PARTIAL_LIMIT` seconds. Every bind mode runs here
-  with gangplugin's extender in kube-scheduler, which keeps plain pods off capacity promised to
-  a gang, so none is excused by the bind mode. Measured with the API's own timestamps (the
-  pods' PodScheduled, whole seconds, hence `TIME_RESOLUTION`), minus the time a fault stalled
-  binding for this gang (kube-scheduler or kube-apiserver down, no leader, a node of its domain
-  failed, cordoned or tainted) and kube-scheduler's longest pod backoff after it
-  (`SCHEDULER_BACKOFF`: a pod whose attempt failed during the fault is retried within it).
-  After the gang was whole once, a lost pod is recovery: the watchdog's recoveryTimeout, and
-  the stuck-gang check below.
+  pods only (0 < bound < size) and no more of them get bound for more than `PARTIAL_LIMIT`
+  seconds: it is stuck part-bound, not being bound (a gang released pod by pod binds steadily,
+  as fast as the machine lets it; one whose promised node a plain pod took stops until its
+  requeue). Every bind mode runs here with gangplugin's extender in kube-scheduler, which keeps
+  plain pods off capacity promised to a gang, so none is excused by the bind mode. Measured with
+  the API's own timestamps (the pods' PodScheduled, whole seconds, hence `TIME_RESOLUTION`),
+  minus the time a fault stalled binding for this gang (kube-scheduler or kube-apiserver down,
+  no leader, a node of its domain failed, cordoned or tainted) and kube-scheduler's longest pod
+  backoff after it (`SCHEDULER_BACKOFF`: a pod whose attempt failed during the fault is retried
+  within it). After the gang was whole once, a lost pod is recovery: the watchdog's
+  recoveryTimeout, and the stuck-gang check below. How long each release took, first pod bound
+  to last, is a figure (`summary`), not a check: it follows the machine's load.
 - **overpromised-ultraserver**: when a gang is admitted into an UltraServer, the pods promised
   there (every pod of each gang admitted into it, and the pods already bound on its nodes) need
   more GPUs than its usable nodes (Ready, schedulable, untainted) have. Judged as of the
@@ -54,6 +57,7 @@ The checks, each exactly what the product promises (docs/operations.md "The soak
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import threading
 from collections.abc import Collection, Iterable, Mapping
@@ -377,6 +381,7 @@ class Admission:
     whole_once: bool = False
     partial_start: float | None = None
     partial_pods: tuple[JSON, ...] = ()
+    bind_times: set[float] = field(default_factory=set)  # PodScheduled of members while partial
     last_release: float | None = None
     reported_move: bool = False
     reported_outside: set[str] = field(default_factory=set)
@@ -435,6 +440,7 @@ class Observer:
         self._overcommit_reported: set[str] = set()
         self._promise_checks: list[tuple[float, str, int]] = []
         self._last_tick: float | None = None
+        self.releases: list[float] = []  # seconds from a gang's first pod bound to its last
 
     # -- input ----------------------------------------------------------------------------------
 
@@ -667,15 +673,17 @@ class Observer:
             track.first_running = max((t for t in times if t is not None), default=now)
         if adm.whole_once:
             return
+        times = {t for p in bound if (t := bound_at(p)) is not None}
         if track.size and len(bound) >= track.size:
             adm.whole_once = True
             if adm.partial_start is not None:
                 adm.partial_pods = tuple(pod_brief(p) for p in pods)
-                end = max((t for p in bound if (t := bound_at(p)) is not None), default=now)
-                self._close_partial(track, adm, max(end, adm.partial_start), now)
+                adm.bind_times.update(times)
+                self._close_partial(track, adm, max(max(times, default=now), adm.partial_start), now)
         elif bound:
             if adm.partial_start is None:
-                adm.partial_start = min((t for p in bound if (t := bound_at(p)) is not None), default=now)
+                adm.partial_start = min(times, default=now)
+            adm.bind_times.update(times)
             adm.partial_pods = tuple(pod_brief(p) for p in pods)
         elif adm.partial_start is not None:
             self._close_partial(track, adm, max(adm.last_release or now, adm.partial_start), now)
@@ -697,13 +705,21 @@ class Observer:
         return _union_length(spans), seen
 
     def _close_partial(self, track: GangTrack, adm: Admission, end: float, now: float) -> None:
+        """The partial interval [partial_start, end] is over: its longest stretch with no member
+        bound, less what faults excuse, must stay within PARTIAL_LIMIT."""
         start = adm.partial_start
         adm.partial_start = None
         if start is None:
             return
-        excused, faults = self._excused(track.key, adm, start, end)
-        unexcused = (end - start) - excused
-        if unexcused <= PARTIAL_LIMIT + TIME_RESOLUTION:
+        times = sorted({start, end} | {t for t in adm.bind_times if start <= t <= end})
+        adm.bind_times.clear()
+        self.releases.append(end - start)
+        stall, since, until, faults = 0.0, start, start, []
+        for a, b in itertools.pairwise(times):
+            excused, seen = self._excused(track.key, adm, a, b)
+            if (b - a) - excused > stall:
+                stall, since, until, faults = (b - a) - excused, a, b, seen
+        if stall <= PARTIAL_LIMIT + TIME_RESOLUTION:
             return
         bound = sum(1 for p in adm.partial_pods if p.get("node") and not p.get("deleting"))
         wl = self.workloads.get(track.key)
@@ -720,9 +736,10 @@ class Observer:
                 "partly-bound",
                 now,
                 track.key,
-                f"{track.key} ({mode}, {track.size} pods, admission {adm.number}) partly bound for "
-                f"{unexcused:.0f}s not excused by a fault ({end - start:.0f}s in all, from "
-                f"{_iso(start)}; {bound}/{track.size} bound when last seen partial)",
+                f"{track.key} ({mode}, {track.size} pods, admission {adm.number}) partly bound with no "
+                f"pod bound for {stall:.0f}s not excused by a fault, from {_iso(since)} to {_iso(until)} "
+                f"(partly bound {end - start:.0f}s in all; {bound}/{track.size} bound when last seen "
+                "partial)",
                 (
                     *((workload_brief(wl),) if wl else ()),
                     *adm.partial_pods,
@@ -1034,6 +1051,11 @@ class Observer:
                     "rejected": sum(1 for t in tracks if t.rejected),
                     "neverRan": sum(1 for t in tracks if t.first_running is None and not t.rejected),
                     "evictions": dict(sorted(reasons.items())),
+                },
+                "releaseSeconds": {
+                    "p50": _percentile(self.releases, 50),
+                    "p95": _percentile(self.releases, 95),
+                    "max": round(max(self.releases), 1) if self.releases else None,
                 },
                 "p50RunningSeconds": _percentile(waits, 50),
                 "p95RunningSeconds": _percentile(waits, 95),

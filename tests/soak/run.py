@@ -72,6 +72,7 @@ def run_soak(cluster: LocalCluster, config: SoakConfig, log: Callable[[str], Non
         stream.join(timeout=30)
         injector.stop.set()
     _clean(client, observer, stream, eyes, log)
+    injector.close()
     observer.finish(time.time())
     eyes.close()
     client.close()
@@ -88,7 +89,9 @@ def run_soak(cluster: LocalCluster, config: SoakConfig, log: Callable[[str], Non
         "violations": [v.to_json() for v in observer.violations],
         "p50RunningSeconds": summary["p50RunningSeconds"],
         "p95RunningSeconds": summary["p95RunningSeconds"],
+        "releaseSeconds": summary["releaseSeconds"],
         "rss": summary["rss"],
+        "processExits": dict(sorted(injector.exits.items())),
         "faultLog": injector.records,
         "observerFeed": {f.kind: {"relists": f.relists, "errors": f.errors} for f in eyes.feeds},
         "streamErrors": stream.errors,
@@ -112,7 +115,14 @@ def _drain(
     stream.drain_lifetime = DRAIN_LIFETIME
     deadline = time.time() + budget
     quiet_since: float | None = None
+    said = time.time()
     while time.time() < deadline:
+        if time.time() - said >= 30:
+            said = time.time()
+            log(
+                f"  draining: {len(observer.waiting())} gangs not running, "
+                f"{len(stream.running_gangs())} running"
+            )
         waiting = observer.waiting()
         now = time.time()
         # running gangs make room only while some gang waits; the last ones stay to be judged
@@ -196,12 +206,15 @@ def text_report(report: dict[str, Any]) -> str:
         f"({g['requeues']} requeues), "
         f"{g['rejected']} rejected, {g['neverRan']} never ran; evictions {g['evictions']}; "
         f"{report['plainPods']} plain pods",
-        f"submission -> Running: p50 {report['p50RunningSeconds']} s, p95 {report['p95RunningSeconds']} s",
+        f"submission -> Running: p50 {report['p50RunningSeconds']} s, p95 {report['p95RunningSeconds']} s; "
+        f"first pod bound -> last: {report['releaseSeconds']}",
         "gangplugin serve RSS: "
         + "; ".join(
             f"{name} {f.get('firstMiB')} -> peak {f.get('peakMiB')} MiB over {f.get('seconds')} s"
             for name, f in report["rss"].items()
         ),
+        "processes that exited and were started again: "
+        + (", ".join(f"{k} {v}" for k, v in report["processExits"].items()) or "none"),
         f"violations: {len(report['violations'])}",
     ]
     for v in report["violations"]:
