@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 
 from gangplugin.core.timeutil import format_time
-from gangplugin.kube.client import JOBS, NODES, PODS, WORKLOADS, ApiError, Client
+from gangplugin.kube.client import EVENTS, JOBS, NODES, PODS, WORKLOADS, ApiError, Client
 from gangplugin.kube.lease import LEASES
 from gangplugin.kube.resources import GANG_POLICIES, TRAINING_PLANS
 from gangplugin.localcluster.cluster import GANGPLUGIN_NAMESPACE, ClusterError, LocalCluster
@@ -505,24 +505,50 @@ class Injector(threading.Thread):
         self.client.create(JOBS, manifest)
         self._end(w, input=f"Job {team}/{name} {annotations}")
 
+        def workload() -> dict[str, Any] | None:
+            return next(
+                (
+                    wl
+                    for wl in self.client.list(WORKLOADS, team)["items"]
+                    if any(o.get("name") == name for o in wl["metadata"].get("ownerReferences") or [])
+                ),
+                None,
+            )
+
         def said() -> bool:
-            for wl in self.client.list(WORKLOADS, team)["items"]:
-                if any(o.get("name") == name for o in wl["metadata"].get("ownerReferences") or []):
-                    checks = (wl.get("status") or {}).get("admissionChecks") or []
-                    return any(
-                        field in (c.get("message") or "") and c.get("state") != "Ready" for c in checks
-                    )
-            return False
+            """The check holds it (Pending) or rejected it, naming the field: on the Workload, or,
+            once Kueue has deactivated a rejected one and reset its check, in the check's Event."""
+            wl = workload()
+            if wl is None:
+                return False
+            checks = (wl.get("status") or {}).get("admissionChecks") or []
+            if any(field in (c.get("message") or "") and c.get("state") != "Ready" for c in checks):
+                return True
+            events = self.client.list(
+                EVENTS, team, field_selector=f"involvedObject.name={wl['metadata']['name']}"
+            )["items"]
+            return any(
+                e.get("reason") in ("GangRejected", "GangWaiting") and field in (e.get("message") or "")
+                for e in events
+            )
 
         self._expect(
             f"Job {team}/{name} {annotations}",
             said,
             f"its gang check holding or rejecting it naming {field}",
             cleanup=lambda: self.client.delete(JOBS, name, team),
+            evidence=lambda: [obs.workload_brief(wl)] if (wl := workload()) else [],
         )
         return True
 
-    def _expect(self, what: str, holds: Callable[[], bool], wanted: str, cleanup: Callable[[], Any]) -> None:
+    def _expect(
+        self,
+        what: str,
+        holds: Callable[[], bool],
+        wanted: str,
+        cleanup: Callable[[], Any],
+        evidence: Callable[[], list[dict[str, Any]]] = list,
+    ) -> None:
         """In the background: `holds` within REPLY_DEADLINE (not counting time a component was
         down), else a violation; then clean up."""
 
@@ -544,6 +570,7 @@ class Injector(threading.Thread):
                         time.time(),
                         what,
                         f"{what} was accepted, and {wanted} was not seen within {REPLY_DEADLINE:.0f}s",
+                        tuple(_quietly(evidence)),
                     )
                 )
             finally:
@@ -594,3 +621,10 @@ class _Once:
             self.fn()
         finally:
             self.done.set()
+
+
+def _quietly(evidence: Callable[[], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    try:
+        return evidence()
+    except (ApiError, httpx.HTTPError, OSError):
+        return []
