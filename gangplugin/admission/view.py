@@ -296,7 +296,7 @@ class AdmissionView:
         snap = self.capacity.build(levels)
         for p in self.promises(admitted):
             try:
-                promise(snap, p.gang(), p.namespace, p.policy, p.occupied)
+                promise(snap, p.gang(), p.namespace, p.policy, p.occupied, keep_what_fits=True)
             except InputError as err:
                 log.warning("admitted workload %s: promised capacity not counted: %s", p.key, err)
         return snap
