@@ -60,9 +60,13 @@ def run_soak(cluster: LocalCluster, config: SoakConfig, log: Callable[[str], Non
     stream.start()
     injector.start()
     try:
+        seen = 0
         while (left := t0 + seconds - time.time()) > 0:
             time.sleep(min(30.0, left))
             log(f"  {time.time() - t0:.0f}s: {_progress(observer, stream, injector)}")
+            for v in observer.violations[seen:]:
+                log(f"  VIOLATION [{v.check}] {v.message}")
+            seen = len(observer.violations)
         stream.submitting.clear()
         log("soak: stream stopped; healing every fault")
         injector.heal_all()
