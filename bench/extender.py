@@ -30,8 +30,8 @@ import _cluster
 import orjson
 from _cluster import raw_pod
 
-from gangplugin.extender.cache import ExtenderCache
 from gangplugin.extender.pods import gang_pod_from_k8s
+from gangplugin.extender.reservations import GangReservations
 from gangplugin.extender.server import ExtenderHandlers
 from gangplugin.kube.client import Client
 
@@ -68,7 +68,7 @@ def percentiles(samples: list[float]) -> tuple[float, float]:
 
 def latency(n_nodes: int, runs: int = 300) -> list[tuple[str, float, float]]:
     rnd = random.Random(7)
-    cache = ExtenderCache()
+    cache = GangReservations()
     nodes = [raw_node(i) for i in range(n_nodes)]
     for node in nodes:
         cache.on_node("ADDED", None, node)

@@ -364,7 +364,7 @@ def main() -> None:
     for nodes in args.nodes:
         shape = _cluster.hyperpod_shape(nodes)
         t0 = time.monotonic()
-        cluster = _cluster.start(STATE, shape, "admission,extender,webhook")
+        cluster = _cluster.start(STATE, shape, "admission,extender,ungater,webhook")
         up = time.monotonic() - t0
         client = Client.from_kubeconfig(cluster.kubeconfig)
         try:

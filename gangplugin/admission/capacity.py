@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,7 +26,7 @@ from typing import Any
 from gangplugin.core.admission import charge, crowded, promise, release
 from gangplugin.core.errors import InputError
 from gangplugin.core.placement import Gang, Placement, PlacementPolicy
-from gangplugin.core.topology import Snapshot, build_snapshot
+from gangplugin.core.topology import BoundPod, Node, Snapshot, build_snapshot
 from gangplugin.kube.client import JSON
 from gangplugin.kube.records import bound_pod_from_k8s, node_from_k8s
 from gangplugin.runtime.memory import freeze_long_lived
@@ -74,8 +74,12 @@ class _View:
 
 
 class CapacityView:
-    def __init__(self, nodes: Callable[[], Iterable[JSON]], pods: Callable[[], Iterable[JSON]]) -> None:
-        self._nodes, self._pods = nodes, pods
+    def __init__(self) -> None:
+        # Nodes and bound pods as the handlers have seen them, in the dispatcher's order: a view
+        # built from the informers' stores (ahead of the dispatcher) would have older queued
+        # events applied on top of newer state.
+        self._nodes: dict[str, Node] = {}
+        self._bound: dict[tuple[str, str], BoundPod] = {}
         self._views: dict[tuple[str, ...], _View] = {}
         self._lock = threading.Lock()
         self.assumed: dict[str, Assumed] = {}  # Workload key -> its admission in flight
@@ -84,25 +88,24 @@ class CapacityView:
 
     def on_node(self, _kind: str, old: JSON | None, new: JSON | None) -> None:
         with self._lock:
-            if not self._views:
-                return
             if new is None:
                 assert old is not None
+                name = old["metadata"]["name"]
+                self._nodes.pop(name, None)
                 for v in self._views.values():
-                    v.snapshot.remove_node(old["metadata"]["name"])
+                    v.snapshot.remove_node(name)
                 return
             try:
                 node = node_from_k8s(new)
             except InputError as err:
                 log.warning("node %s ignored: %s", new.get("metadata", {}).get("name"), err)
                 return
+            self._nodes[node.name] = node
             for v in self._views.values():
                 v.snapshot.upsert_node(node)
 
     def on_pod(self, _kind: str, old: JSON | None, new: JSON | None) -> None:
         with self._lock:
-            if not self._views:
-                return
             obj = new if new is not None else old
             assert obj is not None
             meta = obj.get("metadata", {})
@@ -110,9 +113,14 @@ class CapacityView:
                 pod = bound_pod_from_k8s(new) if new is not None else None
             except InputError:
                 pod = None
+            key = (str(meta.get("namespace", "default")), str(meta.get("name", "")))
+            if pod is None:
+                self._bound.pop(key, None)
+            else:
+                self._bound[key] = pod
             for v in self._views.values():
                 if pod is None:
-                    v.snapshot.unbind(str(meta.get("namespace", "default")), str(meta.get("name", "")))
+                    v.snapshot.unbind(*key)
                 else:
                     v.snapshot.bind(pod)
 
@@ -182,19 +190,5 @@ class CapacityView:
         self.assumed.pop(key, None)
 
     def build(self, levels: tuple[str, ...]) -> Snapshot:
-        """Nodes and bound pods as the watch caches hold them now (no promises)."""
-        nodes = []
-        for obj in self._nodes():
-            try:
-                nodes.append(node_from_k8s(obj))
-            except InputError as err:
-                log.warning("node %s ignored: %s", obj.get("metadata", {}).get("name"), err)
-        pods = []
-        for obj in self._pods():
-            try:
-                pod = bound_pod_from_k8s(obj)
-            except InputError:
-                continue
-            if pod is not None:
-                pods.append(pod)
-        return build_snapshot(nodes, pods, levels)
+        """Nodes and bound pods as the handlers have seen them (no promises)."""
+        return build_snapshot(self._nodes.values(), self._bound.values(), levels)

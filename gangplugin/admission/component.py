@@ -13,7 +13,9 @@ _controllers: dict[int, GangAdmission] = {}
 
 
 def setup(runtime: Runtime) -> None:
-    _controllers[id(runtime)] = GangAdmission(runtime.client, runtime.informer)
+    _controllers[id(runtime)] = GangAdmission(
+        runtime.client, runtime.informer, runtime.dispatcher("admission")
+    )
 
 
 def start(runtime: Runtime) -> None:

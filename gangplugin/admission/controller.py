@@ -34,8 +34,10 @@ from gangplugin.admission.writes import CheckWriter
 from gangplugin.core.names import GANG_LABEL
 from gangplugin.kube import kueue_records as rec
 from gangplugin.kube.client import JSON, Client
+from gangplugin.kube.dispatcher import Dispatcher
 from gangplugin.kube.informer import Informer
 from gangplugin.kube.workqueue import WorkQueue
+from gangplugin.runtime import metrics
 
 log = logging.getLogger(__name__)
 
@@ -49,23 +51,27 @@ class GangAdmission:
         self,
         client: Client,
         informer: Callable[..., Informer[Any]],
+        dispatcher: Dispatcher,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.view = view = AdmissionView(informer)
+        # The view's handlers and these run on one dispatcher, the view's first: a pass enqueued
+        # for an event sees the capacity that event changed.
+        self.view = view = AdmissionView(informer, dispatcher)
         writer = CheckWriter(client, clock)
         self.admission = AdmissionPass(view, writer, client, clock)
         self.watchdog = Watchdog(view, writer, clock)
         self.status = ConfigStatus(view, writer)
         self.queue = WorkQueue()
-        view.workloads.add_handler(self._on_workload)
-        view.pods.add_handler(self._on_pod)
-        view.nodes.add_handler(self._on_node)
-        view.checks.add_handler(lambda _t, _o, n: self._on_config("check", n))
-        view.policies.add_handler(lambda _t, _o, n: self._on_config("policy", n))
-        view.topologies.add_handler(lambda _t, _o, _n: self.queue.add(PASS))
-        view.flavors.add_handler(lambda _t, _o, _n: self.queue.add(PASS))
-        view.cluster_queues.add_handler(lambda _t, _o, _n: self.queue.add(PASS))  # preemption rules
-        view.plans.add_handler(lambda _t, _o, _n: self._recheck_admitted())
+        view.workloads.add_handler(self._on_workload, dispatcher)
+        view.pods.add_handler(self._on_pod, dispatcher)
+        view.nodes.add_handler(self._on_node, dispatcher)
+        view.checks.add_handler(lambda _t, _o, n: self._on_config("check", n), dispatcher)
+        view.policies.add_handler(lambda _t, _o, n: self._on_config("policy", n), dispatcher)
+        view.topologies.add_handler(lambda _t, _o, _n: self.queue.add(PASS), dispatcher)
+        view.flavors.add_handler(lambda _t, _o, _n: self.queue.add(PASS), dispatcher)
+        # preemption rules
+        view.cluster_queues.add_handler(lambda _t, _o, _n: self.queue.add(PASS), dispatcher)
+        view.plans.add_handler(lambda _t, _o, _n: self._recheck_admitted(), dispatcher)
 
     # -- event handlers: only enqueue ----------------------------------------------------------
 
@@ -113,7 +119,10 @@ class GangAdmission:
 
     def reconcile(self, key: str) -> float | None:
         if key == PASS:
-            return self.admission.run()
+            seen = metrics.newest_resource_version(self.view.workloads.items())
+            wake = self.admission.run()
+            metrics.ADMISSION_PASS_SEEN.set(seen)
+            return wake
         kind, _, rest = key.partition("/")
         if kind == "wl":
             return self.watchdog.run(rest)

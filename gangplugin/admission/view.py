@@ -21,7 +21,6 @@ from gangplugin.core.admission import (
     gang_id,
     promise,
     remaining,
-    with_selector,
 )
 from gangplugin.core.drain import DrainDecision, gang_drain
 from gangplugin.core.errors import InputError
@@ -36,10 +35,11 @@ from gangplugin.core.policy import GangPolicy
 from gangplugin.core.topology import Snapshot
 from gangplugin.core.watchdog import GangObservation
 from gangplugin.kube import kueue_records as rec
+from gangplugin.kube.admitted import in_domain, workload_gang
 from gangplugin.kube.client import CLUSTER_QUEUES, JSON, NODES, PODS, WORKLOADS
+from gangplugin.kube.dispatcher import Dispatcher
 from gangplugin.kube.gangpolicies import GangPolicies
 from gangplugin.kube.informer import Informer, object_key
-from gangplugin.kube.records import gang_from_k8s
 from gangplugin.kube.resources import (
     ADMISSION_CHECKS,
     GANG_POLICIES,
@@ -96,7 +96,8 @@ def fingerprint(updates: list[JSON], bound: Counter[str]) -> tuple[Any, ...]:
 
 
 class AdmissionView:
-    def __init__(self, informer: Callable[..., Informer[Any]]) -> None:
+    def __init__(self, informer: Callable[..., Informer[Any]], dispatcher: Dispatcher) -> None:
+        self.dispatcher = dispatcher  # where its handlers run, and those of whoever reads its index
         self.workloads = informer(WORKLOADS)
         self.checks = informer(ADMISSION_CHECKS)
         self.policies = informer(GANG_POLICIES)
@@ -106,15 +107,15 @@ class AdmissionView:
         self.topologies = informer(TOPOLOGIES)
         self.plans = informer(TRAINING_PLANS, rec.plan_or_none)
         self.cluster_queues = informer(CLUSTER_QUEUES)  # preemption rules, borrowing
-        self.capacity = CapacityView(self.nodes.items, self.pods.items)
+        self.capacity = CapacityView()
         self._parsed: dict[str | None, tuple[str | None, GangPolicy]] = {}
         self.lookup = GangPolicies(self.workloads, self.checks, self.policies, self.topologies)
         # (namespace, gang label) -> pods by name: an index over the pod cache, rebuilt by its relist.
         self._gang_pods: dict[tuple[str, str], dict[str, JSON]] = {}
         self._lock = threading.Lock()
-        self.pods.add_handler(self.capacity.on_pod)
-        self.pods.add_handler(self._index_pod)
-        self.nodes.add_handler(self.capacity.on_node)
+        self.pods.add_handler(self.capacity.on_pod, dispatcher)
+        self.pods.add_handler(self._index_pod, dispatcher)
+        self.nodes.add_handler(self.capacity.on_node, dispatcher)
 
     def _index_pod(self, kind: str, old: JSON | None, new: JSON | None) -> None:
         obj = new or old
@@ -155,12 +156,8 @@ class AdmissionView:
     def gang(self, wl: Mapping[str, Any]) -> Gang:
         """The Workload's gang, with the node labels of its assigned flavors and of the domain our
         check already chose (podSetUpdates) in each podset's nodeSelector."""
-        gang = gang_from_k8s(self.with_pod_group_annotations(wl))
-        gang = Gang(gang.podsets, gang_id(wl["metadata"]["name"]))
         flavors = {f["metadata"]["name"]: f for f in self.flavors.items()}
-        for ps_name, labels in rec.flavor_selector(wl, flavors).items():
-            gang = with_selector(gang, labels, [ps_name])
-        return gang
+        return workload_gang(self.with_pod_group_annotations(wl), flavors)
 
     def with_pod_group_annotations(self, wl: Mapping[str, Any]) -> Mapping[str, Any]:
         """Kueue builds a plain pod group's podset templates without the pods' annotations; the
@@ -302,7 +299,4 @@ class AdmissionView:
         return snap
 
     def unbound_gang(self, wl: JSON, updates: list[JSON], bound: Counter[str]) -> Gang:
-        gang = self.gang(wl)
-        for upd in updates:
-            gang = with_selector(gang, upd.get("nodeSelector") or {}, [str(upd.get("name"))])
-        return remaining(gang, bound)
+        return remaining(in_domain(self.gang(wl), updates), bound)

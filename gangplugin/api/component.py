@@ -83,7 +83,7 @@ def _plan_service(runtime: Runtime, server: grpc.Server) -> None:
 def _gang_service(runtime: Runtime, server: grpc.Server) -> None:
     # A read-only view of the admission controller's caches and decisions: its handlers keep the
     # gang-pod index; its work queue is drained without acting (the admission component acts).
-    view = GangAdmission(runtime.client, runtime.informer)
+    view = GangAdmission(runtime.client, runtime.informer, runtime.dispatcher("api"))
     start_workers(view.queue, lambda _key: None, "gang-view")
     service = GangService(
         view, runtime.informer(LOCAL_QUEUES), runtime.informer(CLUSTER_QUEUES), runtime.stop

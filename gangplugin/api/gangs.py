@@ -30,7 +30,7 @@ from gangplugin.core.gangs import (
     pod_gang_phase,
     workload_phase,
 )
-from gangplugin.core.names import GANG_LABEL, GANG_SIZE_ANNOTATION
+from gangplugin.core.names import BIND_MODE_LABEL, GANG_LABEL, GANG_SIZE_ANNOTATION
 from gangplugin.core.timeutil import parse_time, to_seconds
 from gangplugin.core.topology import DEFAULT_LEVELS
 from gangplugin.kube import kueue_records as rec
@@ -79,6 +79,44 @@ def _check_field(field: str, value: str) -> None:
         raise InputError(field, "is longer than 253 characters")
 
 
+def owner_of(wl: Mapping[str, Any]) -> gangs_pb2.Owner | None:
+    """The job that owns a Workload: its controller ownerReference (Kueue sets the job as one)."""
+    for ref in (wl.get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(ref, Mapping) and ref.get("controller") is True:
+            group = str(ref.get("apiVersion") or "").rpartition("/")[0]
+            return gangs_pb2.Owner(
+                group=group, kind=str(ref.get("kind") or ""), name=str(ref.get("name") or "")
+            )
+    return None
+
+
+def owned_by(wl: Mapping[str, Any], owner: gangs_pb2.Owner) -> bool:
+    """Whether `owner` (kind in any case, group only when given) owns the Workload."""
+    found = owner_of(wl)
+    return (
+        found is not None
+        and found.name == owner.name
+        and found.kind.lower() == owner.kind.lower()
+        and (not owner.group or found.group == owner.group)
+    )
+
+
+def _asked_owner(request: Any) -> gangs_pb2.Owner | None:
+    """The owner a request names (None: it asks by name). InputError for a half-given one."""
+    if not request.HasField("owner"):
+        return None
+    owner: gangs_pb2.Owner = request.owner
+    if request.name:
+        raise InputError("name", "give either name or owner, not both")
+    _check_field("owner.kind", owner.kind)
+    _check_field("owner.name", owner.name)
+    return owner
+
+
+def _describe(owner: gangs_pb2.Owner) -> str:
+    return f"{owner.kind}{'.' + owner.group if owner.group else ''} {owner.name!r}"
+
+
 class GangService(gangs_pb2_grpc.GangServiceServicer):
     def __init__(
         self,
@@ -93,8 +131,10 @@ class GangService(gangs_pb2_grpc.GangServiceServicer):
         self._lock = threading.Lock()
         self._watchers: list[queue.SimpleQueue[Key]] = []
         self._by_gang_id: dict[Key, str] = {}  # (ns, gang label) -> Workload name (hashed ids)
-        admission.view.workloads.add_handler(self._on_workload)
-        admission.view.pods.add_handler(self._on_pod)
+        # After the view's handlers, on its dispatcher: a published gang reads an index that
+        # already holds the change.
+        admission.view.workloads.add_handler(self._on_workload, admission.view.dispatcher)
+        admission.view.pods.add_handler(self._on_pod, admission.view.dispatcher)
 
     # -- watch plumbing: handlers only publish keys ---------------------------------------------
 
@@ -152,6 +192,13 @@ class GangService(gangs_pb2_grpc.GangServiceServicer):
         lq = self.local_queues.get(f"{wl['metadata'].get('namespace', '')}/{lq_name}") if lq_name else None
         return str(((lq or {}).get("spec") or {}).get("clusterQueue") or "")
 
+    def _bind_mode(self, policy_name: str | None) -> str:
+        """The bindMode of the check's GangPolicy ("" when it cannot be read: the check says why)."""
+        try:
+            return self.adm.view.policy(policy_name).bind_mode
+        except InputError:
+            return ""
+
     def _levels(self, policy_name: str | None) -> tuple[str, ...]:
         try:
             return self.adm.view.levels(self.adm.view.policy(policy_name))
@@ -195,8 +242,10 @@ class GangService(gangs_pb2_grpc.GangServiceServicer):
             counts,
         )
         pinned: dict[str, str] = {}
+        bind_mode = ""
         for upd in state.get("podSetUpdates") or []:
             pinned.update(upd.get("nodeSelector") or {})
+            bind_mode = bind_mode or str((upd.get("labels") or {}).get(BIND_MODE_LABEL) or "")
         domain = self._domain(pinned, pods, self._levels(ours[check]))
         return self._message(
             wl,
@@ -211,6 +260,8 @@ class GangService(gangs_pb2_grpc.GangServiceServicer):
             check_state=str(state.get("state") or ""),
             message=str(state.get("message") or ""),
             retry_count=int(state.get("retryCount") or 0),
+            owner=owner_of(wl),
+            bind_mode=bind_mode or self._bind_mode(ours[check]),
         )
 
     def pod_gang(self, namespace: str, gang: str, pods: list[JSON] | None = None) -> gangs_pb2.Gang | None:
@@ -228,6 +279,7 @@ class GangService(gangs_pb2_grpc.GangServiceServicer):
             phase=pod_gang_phase(counts),
             pods=counts,
             domain=self._domain({}, active, DEFAULT_LEVELS),
+            bind_mode="Extender",  # pod gangs outside Kueue always go through the extender
         )
 
     def _message(
@@ -271,6 +323,16 @@ class GangService(gangs_pb2_grpc.GangServiceServicer):
             owned = (namespace, name) in self._by_gang_id
         pod_gang = None if owned else self.pod_gang(namespace, name)
         return None if pod_gang is None else (pod_gang, None)
+
+    def owned(self, namespace: str, owner: gangs_pb2.Owner) -> list[tuple[gangs_pb2.Gang, JSON]]:
+        """The gangs of the Workloads `owner` owns in the namespace, by Workload name."""
+        ours = self.adm.view.our_checks()
+        out = []
+        for wl in self.adm.view.workloads.items():
+            mine = wl["metadata"].get("namespace") == namespace and owned_by(wl, owner)
+            if mine and (g := self.workload_gang(wl, ours)) is not None:
+                out.append((g, wl))
+        return sorted(out, key=lambda found: found[0].name)
 
     def gangs(self, namespace: str = "") -> list[gangs_pb2.Gang]:
         ours = self.adm.view.our_checks()
@@ -350,9 +412,13 @@ class GangService(gangs_pb2_grpc.GangServiceServicer):
     def _get(self, request: Any, context: grpc.ServicerContext) -> tuple[gangs_pb2.Gang, JSON | None]:
         try:
             _check_field("namespace", request.namespace)
-            _check_field("name", request.name)
+            owner = _asked_owner(request)
+            if owner is None:
+                _check_field("name", request.name)
         except InputError as err:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+        if owner is not None:
+            return self._get_owned(request.namespace, owner, context)
         found = self.find(request.namespace, request.name)
         if found is None:
             context.abort(
@@ -362,6 +428,24 @@ class GangService(gangs_pb2_grpc.GangServiceServicer):
             )
         assert found is not None
         return found
+
+    def _get_owned(
+        self, namespace: str, owner: gangs_pb2.Owner, context: grpc.ServicerContext
+    ) -> tuple[gangs_pb2.Gang, JSON]:
+        found = self.owned(namespace, owner)
+        if not found:
+            context.abort(
+                grpc.StatusCode.NOT_FOUND,
+                f"owner: {_describe(owner)} owns no gang in namespace {namespace!r} (no Workload of it yet, "
+                "or its ClusterQueue does not use the gangplugin.io/gang check)",
+            )
+        if len(found) > 1:
+            names = ", ".join(g.name for g, _ in found)
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"owner: {_describe(owner)} owns {len(found)} gangs ({names}); ask for one by its name",
+            )
+        return found[0]
 
     def GetGang(self, request: gangs_pb2.GetGangRequest, context: grpc.ServicerContext) -> gangs_pb2.Gang:
         return self._get(request, context)[0]
@@ -382,6 +466,12 @@ class GangService(gangs_pb2_grpc.GangServiceServicer):
     ) -> Iterator[gangs_pb2.GangEvent]:
         if request.name and not request.namespace:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "namespace: is required when name is given")
+        try:
+            owner = _asked_owner(request)
+        except InputError as err:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+        if owner is not None and not request.namespace:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "namespace: is required when owner is given")
         events: queue.SimpleQueue[Key] = queue.SimpleQueue()
         with self._lock:
             if len(self._watchers) >= MAX_WATCHES:
@@ -401,10 +491,15 @@ class GangService(gangs_pb2_grpc.GangServiceServicer):
         context: grpc.ServicerContext,
         events: queue.SimpleQueue[Key],
     ) -> Iterator[gangs_pb2.GangEvent]:
+        owner = request.owner if request.HasField("owner") else None
+
         def wanted(key: Key) -> bool:
-            return (not request.namespace or key[0] == request.namespace) and (
-                not request.name or key[1] == request.name
-            )
+            if request.namespace and key[0] != request.namespace:
+                return False
+            if owner is not None:  # a gone Workload is still told about (DELETED) once sent
+                wl = self.adm.view.workloads.get(f"{key[0]}/{key[1]}")
+                return key in sent or (wl is not None and owned_by(wl, owner))
+            return not request.name or key[1] == request.name
 
         def same(a: gangs_pb2.Gang, b: gangs_pb2.Gang) -> bool:
             return a.SerializeToString(deterministic=True) == b.SerializeToString(deterministic=True)
@@ -416,7 +511,9 @@ class GangService(gangs_pb2_grpc.GangServiceServicer):
             return copy
 
         sent: dict[Key, gangs_pb2.Gang] = {}
-        if request.name:
+        if owner is not None:
+            initial = [g for g, _ in self.owned(request.namespace, owner)]
+        elif request.name:
             found = self.find(request.namespace, request.name)
             initial = [] if found is None else [found[0]]
         else:

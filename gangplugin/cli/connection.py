@@ -5,7 +5,7 @@ into one line that says what to do.
 Each setting comes from a flag, else the environment, else the current kubeconfig context
 (--kubeconfig/KUBECONFIG, several files merged as kubectl merges them; --context):
   --server     GANGCTL_SERVER     host:port; else the `gangplugin.io/grpc` extension of the
-                                  context's cluster (`make up` writes it; README: Credentials)
+                                  context's cluster (`make up` writes it; docs/api-and-cli.md)
   --ca-file    GANGCTL_CA_FILE    CA of the server's certificate; else the extension's
                                   certificate-authority(-data); else the system CAs
   --plaintext  GANGCTL_PLAINTEXT  the server runs without TLS (never on an untrusted network)
@@ -30,7 +30,7 @@ import grpc
 
 from gangplugin.core.errors import InputError
 from gangplugin.core.names import GRPC_EXTENSION
-from gangplugin.kube.config import ClusterConfig, ConfigError, load_config
+from gangplugin.kube.config import ClusterConfig, ConfigError, MalformedKubeconfig, load_config
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -57,6 +57,8 @@ class Connection:
         the flags must then say everything)."""
         try:
             ext = self.cluster.extensions.get(GRPC_EXTENSION)
+        except MalformedKubeconfig:
+            raise  # a kubeconfig that is there but broken is told, never skipped
         except ConfigError:
             return {}
         return ext if isinstance(ext, dict) else {}
@@ -65,6 +67,8 @@ class Connection:
         """The current kubeconfig context's namespace, else "default" (as kubectl does)."""
         try:
             return self.cluster.namespace
+        except MalformedKubeconfig:
+            raise
         except ConfigError:
             return "default"
 
@@ -97,7 +101,8 @@ class Connection:
         if not address:
             raise ConfigError(
                 f"no gangplugin gRPC address: pass --server or GANGCTL_SERVER, or add the "
-                f"{GRPC_EXTENSION} extension to your kubeconfig's cluster (README: Credentials)"
+                f"{GRPC_EXTENSION} extension to your kubeconfig's cluster "
+                "(docs/api-and-cli.md, 'Where the server is')"
             )
         return str(address)
 
@@ -184,7 +189,7 @@ class Connection:
                 f"gangplugin's gRPC API is not reachable at {where}. In a cluster, forward the "
                 "Service's port first (kubectl -n gangplugin-system port-forward svc/gangplugin "
                 "8090:8090) and point --server, GANGCTL_SERVER or the kubeconfig's "
-                f"{GRPC_EXTENSION} extension at it (README: Credentials)."
+                f"{GRPC_EXTENSION} extension at it (docs/api-and-cli.md, 'Where the server is')."
             )
         if code == grpc.StatusCode.UNAUTHENTICATED:
             return (

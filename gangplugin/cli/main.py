@@ -8,7 +8,7 @@ import click
 
 from gangplugin import __version__
 from gangplugin.core.errors import InputError
-from gangplugin.kube.config import ConfigError
+from gangplugin.kube.config import ConfigError, MalformedKubeconfig
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -30,23 +30,26 @@ def _register() -> None:
         importlib.import_module(f"gangplugin.cli.{name}")
 
 
-_SUBCOMMAND_MODULES: tuple[str, ...] = ("place", "plans", "gangs", "simulate")
+_SUBCOMMAND_MODULES: tuple[str, ...] = ("place", "plans", "gangs", "wait", "simulate")
 
 
 def main() -> None:
     _register()
     try:
         cli.main(standalone_mode=False)
-    except InputError as err:
+    except (InputError, MalformedKubeconfig) as err:  # bad input: one line naming the field
         click.echo(f"error: {err}", err=True)
         sys.exit(2)
-    except ConfigError as err:  # the kubeconfig, its exec plugin or the gRPC extension
+    except ConfigError as err:  # the kubeconfig's exec plugin, an absent file, the gRPC extension
         click.echo(f"error: {err}", err=True)
         sys.exit(1)
     except click.exceptions.Abort:
         sys.exit(130)
-    except click.ClickException as err:
-        err.show()
+    except click.exceptions.NoArgsIsHelpError as err:  # a command group alone: its help
+        click.echo(err.format_message(), err=True)
+        sys.exit(2)
+    except click.ClickException as err:  # a flag click checks (a missing one, not a number): one line too
+        click.echo(f"error: {err.format_message()}", err=True)
         sys.exit(2 if err.exit_code in (1, 2) else err.exit_code)
     except click.exceptions.Exit as err:
         sys.exit(err.exit_code)

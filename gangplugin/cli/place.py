@@ -2,46 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
-import orjson
-import yaml
 
+from gangplugin.cli.files import in_file, load, one_object, read
 from gangplugin.cli.main import cli
+from gangplugin.cli.output import JSON, TABLE, YAML, emit, output_option
 from gangplugin.core.errors import InputError
 from gangplugin.core.placement import Placement, PlacementPolicy, place
+from gangplugin.core.table import table
 from gangplugin.core.topology import DEFAULT_LEVELS, build_snapshot
-from gangplugin.kube import records
-
-_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+from gangplugin.kube import job_records, records
 
 
-def _load(path: str) -> Any:
-    """One YAML (or JSON) document from a file; InputError naming the file if it is not one."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return yaml.load(fh, Loader=_Loader)  # a safe loader (libyaml when present)
-    except OSError as err:
-        raise InputError(path, f"cannot read: {err.strerror or err}") from err
-    except (yaml.YAMLError, UnicodeDecodeError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise InputError(path, f"not a YAML document ({first})") from err
-
-
-def _in_file(path: str, err: InputError) -> InputError:
-    return InputError(f"{path}: {err.field}", err.problem)
-
-
-def _read(path: str, parse: Any) -> Any:
-    doc = _load(path)
-    try:
-        return parse(doc)
-    except InputError as err:
-        raise _in_file(path, err) from err
-
-
-def _table(result: Placement) -> str:
+def _text(result: Placement) -> str:
     lines = [
         f"feasible: {'yes' if result.feasible else 'no'}",
         f"level:    {result.level or '-'}",
@@ -49,26 +22,34 @@ def _table(result: Placement) -> str:
         f"reason:   {result.reason}",
     ]
     if result.assignments:
-        width = max(6, *(len(a.pod_set) for a in result.assignments))
-        lines.append("")
-        lines.append(f"{'PODSET':<{width}}  {'INDEX':>5}  NODE")
-        lines += [f"{a.pod_set:<{width}}  {a.index:>5}  {a.node}" for a in result.assignments]
+        rows = [[a.pod_set, a.index, a.node] for a in result.assignments]
+        lines += ["", table(["PODSET", "INDEX", "NODE"], rows)]
     return "\n".join(lines)
 
 
 @cli.command("place")
 @click.option("--nodes", "nodes_path", required=True, help="`kubectl get nodes -o yaml` output.")
 @click.option("--pods", "pods_path", help="`kubectl get pods -A -o yaml` output (pods already bound).")
-@click.option("--workload", "workload_path", required=True, help="A Kueue Workload or a batch/v1 Job.")
+@click.option(
+    "--workload",
+    "workload_path",
+    required=True,
+    help="A Kueue Workload, or a job of a kind Kueue integrates: Job, JobSet, PyTorchJob, TrainJob, "
+    "LeaderWorkerSet (one group), RayJob, RayCluster.",
+)
+@click.option(
+    "--runtime",
+    "runtime_path",
+    help="With a TrainJob: the ClusterTrainingRuntime or TrainingRuntime its runtimeRef names.",
+)
 @click.option("--policy", "policy_path", help="A GangPolicy (sparesPerUltraServer, topologyName).")
 @click.option("--topology", "topology_path", help="A Kueue Topology giving the level order.")
-@click.option(
-    "-o", "--output", type=click.Choice(["table", "json", "yaml"]), default="table", show_default=True
-)
+@output_option(TABLE, JSON, YAML)
 def place_command(
     nodes_path: str,
     pods_path: str | None,
     workload_path: str,
+    runtime_path: str | None,
     policy_path: str | None,
     topology_path: str | None,
     output: str,
@@ -81,32 +62,41 @@ def place_command(
     gangplugin.io/slice-size: N with gangplugin.io/slice-required-topology: <node
     label> puts each consecutive N pods in one domain of that level.
 
+    The podsets of a job are the ones Kueue makes its Workload of (names, counts, pod
+    templates and their annotations); a TrainJob's come from its runtime (--runtime).
+
     \b
     Example, from a live cluster:
       kubectl get nodes -o yaml > nodes.yaml
       kubectl get pods -A -o yaml > pods.yaml
       kubectl get workload -n team-a job-train-1a2b3 -o yaml > wl.yaml
       gangctl place --nodes nodes.yaml --pods pods.yaml --workload wl.yaml -o json
+    Before submitting it:
+      gangctl place --nodes nodes.yaml --workload pytorchjob.yaml
+      gangctl place --nodes nodes.yaml --workload trainjob.yaml \\
+        --runtime <(kubectl get clustertrainingruntime torch-distributed -o yaml)
 
     Exits 0 when the question is answered (feasible or not), 2 for bad input.
     """
-    nodes = _read(nodes_path, records.nodes_from_k8s)
-    pods = _read(pods_path, records.bound_pods_from_k8s) if pods_path else []
-    workload = _load(workload_path)
-    try:
-        gang = records.gang_from_k8s(workload)
-    except InputError as err:
-        raise _in_file(workload_path, err) from err
+    nodes = read(nodes_path, "--nodes", records.nodes_from_k8s)
+    pods = read(pods_path, "--pods", records.bound_pods_from_k8s) if pods_path else []
+    runtime = read(runtime_path, "--runtime", one_object) if runtime_path else None
+    job = job_records.gang_of(
+        read(workload_path, "--workload", one_object),
+        where=f"{workload_path}: ",
+        runtime=runtime,
+        runtime_where=f"{runtime_path}: ",
+    )
     policy, topology_name = PlacementPolicy(), None
     if policy_path:
-        policy, topology_name = _read(policy_path, records.policy_from_k8s)
+        policy, topology_name = read(policy_path, "--policy", records.policy_from_k8s)
     levels: tuple[str, ...] = DEFAULT_LEVELS
     if topology_path:
-        doc = _load(topology_path)
+        doc = load(topology_path, "--topology")
         try:
             levels = records.levels_from_topology(doc)
         except InputError as err:
-            raise _in_file(topology_path, err) from err
+            raise in_file(topology_path, err) from err
         name = records.topology_name(doc)
         if topology_name and name and topology_name != name:
             raise InputError(
@@ -116,19 +106,9 @@ def place_command(
     try:
         snapshot = build_snapshot(nodes, pods, levels)
     except InputError as err:
-        raise _in_file(nodes_path, err) from err
+        raise in_file(nodes_path, err) from err
     try:
-        result = place(snapshot, gang, policy)
+        result = place(snapshot, job.gang, policy)
     except InputError as err:
-        field = err.field
-        if field.startswith("podSets["):
-            field = "spec." + field
-            if isinstance(workload, dict) and workload.get("kind") == "Job":
-                field = "spec.template" + field.split(".template", 1)[1]
-        raise InputError(f"{workload_path}: {field}", err.problem) from err
-    if output == "json":
-        click.echo(orjson.dumps(result.to_dict(), option=orjson.OPT_INDENT_2).decode())
-    elif output == "yaml":
-        click.echo(yaml.safe_dump(result.to_dict(), sort_keys=False), nl=False)
-    else:
-        click.echo(_table(result))
+        raise InputError(job.field(err.field), err.problem) from err
+    emit(result.to_dict(), output, lambda: _text(result))

@@ -1,29 +1,28 @@
-"""`gangctl plans search` and `gangctl plans status`: offline, over YAML files.
-
-The commands read the clock only for a default "now"; everything else is the pure core.
-"""
+"""`gangctl plans`: `search` and `status` offline over YAML files (they read the clock only for a
+default "now"; everything else is the pure core), and `search`, `create`, `describe`, `list`
+online over a running gangplugin's PlanService."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Sequence
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-import yaml
 
 from gangplugin.cli.connection import Connection, connection_options
+from gangplugin.cli.files import one_object, read
 from gangplugin.cli.main import cli
+from gangplugin.cli.output import JSON, NAME, TABLE, YAML, emit, message_doc, output_option
 from gangplugin.core.errors import InputError
 from gangplugin.core.offerings import OfferingRequest, TrainingPlanOffering, search_offerings
 from gangplugin.core.plans import PlanState, plan_state
+from gangplugin.core.table import table
 from gangplugin.core.timeutil import format_time, parse_time
-from gangplugin.kube.plan_records import inventory_from_manifest, training_plan_from_manifest
+from gangplugin.kube.plan_records import inventory_from_manifest, plan_state_doc, training_plan_from_manifest
 from gangplugin.kube.plan_records import target_resource as target_resource_of
-
-OUTPUTS = ("table", "json", "yaml")
 
 # The core names request fields as SageMaker does; the user typed flags.
 _FLAG_OF = {
@@ -36,43 +35,13 @@ _FLAG_OF = {
     "endTimeBefore": "--end-before",
 }
 
+_T = TypeVar("_T")
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
-def _output_option(f: _F) -> _F:
-    # Free text, checked by us, so a bad value is one line naming the flag like every other error.
-    return click.option("-o", "--output", default="table", help="table (default), json or yaml")(f)
-
-
-def _server_option(f: _F) -> _F:
-    # The connection flags every online command shares (cli/connection.py), as `conn`.
-    return connection_options(f)
-
-
-def _check_output(output: str) -> str:
-    if output not in OUTPUTS:
-        raise InputError("--output", f"{output!r} is not one of {', '.join(OUTPUTS)}")
-    return output
-
-
-def _load_yaml(path: str | None, flag: str) -> object:
-    if not path:
-        raise InputError(flag, "is required (a YAML file)")
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as err:
-        raise InputError(flag, f"cannot read {path}: {err.strerror or err}") from None
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise InputError(flag, f"{path} is not YAML: {str(err).splitlines()[0]}") from None
-    # `kubectl get ... -o yaml` wraps objects in a List; one object is what we need.
-    if isinstance(doc, dict) and doc.get("kind") == "List":
-        items = doc.get("items") or []
-        if len(items) != 1:
-            raise InputError(flag, f"{path} holds a List of {len(items)} objects; give one")
-        return items[0]
-    return doc
+def _read_one(path: str | None, flag: str, parse: Callable[[Any], _T]) -> _T:
+    """One object of the file `flag` names (a List of one is unwrapped), parsed."""
+    return read(path, flag, lambda doc: parse(one_object(doc)))
 
 
 def _int_flag(value: str | None, flag: str, *, required: bool = True) -> int | None:
@@ -92,23 +61,49 @@ def _time_flag(value: str | None, flag: str) -> datetime:
     return parse_time(value, flag)
 
 
-def _emit(doc: dict[str, Any], output: str, table: Callable[[], str]) -> None:
-    if output == "json":
-        click.echo(json.dumps(doc, indent=2))
-    elif output == "yaml":
-        click.echo(yaml.safe_dump(doc, sort_keys=False), nl=False)
-    else:
-        click.echo(table())
-
-
 def _hm(seconds: int) -> tuple[int, int]:
     return seconds // 3600, seconds % 3600 // 60
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    cells = [list(header), *[["-" if v is None else str(v) for v in row] for row in rows]]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells)
+@dataclass(frozen=True, slots=True)
+class SearchFlags:
+    """The capacity a search asks for, as typed (checked where it is used)."""
+
+    instance_type: str | None
+    instance_count: str | None
+    ultra_server_type: str | None
+    ultra_server_count: str | None
+    duration_hours: str | None
+    start_after: str | None
+    end_before: str | None
+    target_resource: str | None
+
+
+_SEARCH_FLAGS: tuple[tuple[str, str | None], ...] = (
+    ("--instance-type", None),
+    ("--instance-count", None),
+    ("--ultra-server-type", None),
+    ("--ultra-server-count", None),
+    ("--duration-hours", "total hours wanted (rounded up to whole days)"),
+    ("--start-after", "RFC 3339; no block starts before this"),
+    ("--end-before", "RFC 3339; no block ends after this"),
+    ("--target-resource", "training-job or hyperpod-cluster"),
+)
+
+
+def search_options(f: _F) -> _F:
+    """The search flags `search` and `create` share, passed to the command as `asked`."""
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        names = [flag[2:].replace("-", "_") for flag, _ in _SEARCH_FLAGS]
+        asked = SearchFlags(**{n: kwargs.pop(n) for n in names})
+        return f(*args, asked=asked, **kwargs)
+
+    out: Any = wrapper
+    for flag, help_text in reversed(_SEARCH_FLAGS):
+        out = click.option(flag, help=help_text)(out)
+    return out  # type: ignore[no-any-return]
 
 
 @cli.group("plans")
@@ -168,114 +163,62 @@ def _search_table(doc: dict[str, Any]) -> str:
                 ]
             )
     header = ["OFFERING", "BLOCK", "INSTANCE TYPE", "INSTANCES", "ZONE", "START", "END", "DURATION"]
-    return _table(header, rows)
+    return table(header, rows)
 
 
 @plans.command("search")
 @click.option("--inventory", help="CapacityInventory YAML file")
-@click.option("--instance-type")
-@click.option("--instance-count")
-@click.option("--ultra-server-type")
-@click.option("--ultra-server-count")
-@click.option("--duration-hours", help="total hours wanted (rounded up to whole days)")
-@click.option("--start-after", help="RFC 3339; no block starts before this")
-@click.option("--end-before", help="RFC 3339; no block ends after this")
-@click.option("--target-resource", help="training-job or hyperpod-cluster")
+@search_options
 @click.option("--now", help="RFC 3339; default: the current time")
-@_server_option
-@_output_option
-def search(
-    inventory: str | None,
-    instance_type: str | None,
-    instance_count: str | None,
-    ultra_server_type: str | None,
-    ultra_server_count: str | None,
-    duration_hours: str | None,
-    start_after: str | None,
-    end_before: str | None,
-    target_resource: str | None,
-    now: str | None,
-    conn: Connection,
-    output: str,
-) -> None:
+@connection_options
+@output_option(TABLE, JSON, YAML)
+def search(inventory: str | None, asked: SearchFlags, now: str | None, conn: Connection, output: str) -> None:
     """Find up to three offerings (one block, else two) for the capacity asked for: over an
     --inventory file (offline), or over a cluster's capacity through --server without one."""
-    output = _check_output(output)
     if inventory is None and conn.server:
-        request = _search_message(
-            instance_type,
-            instance_count,
-            ultra_server_type,
-            ultra_server_count,
-            duration_hours,
-            start_after,
-            end_before,
-            target_resource,
-            now,
-        )
+        request = _search_message(asked, now, "--now")
         reply = _call(conn, "SearchTrainingPlanOfferings", request)
         online = {
             "offerings": [_offering_from_message(o) for o in reply.training_plan_offerings],
             "searchTime": reply.search_time,
         }
-        _emit(online, output, lambda: _search_table(online) + f"\nsearchTime {reply.search_time}")
+        emit(online, output, lambda: _search_table(online) + f"\nsearchTime {reply.search_time}")
         return
-    if instance_type is not None and ultra_server_type is not None:
+    if asked.instance_type is not None and asked.ultra_server_type is not None:
         raise InputError(
             "--ultra-server-type", "give either --instance-type or --ultra-server-type, not both"
         )
-    if instance_type is None and ultra_server_type is None:
+    if asked.instance_type is None and asked.ultra_server_type is None:
         raise InputError("--instance-type", "is required (or --ultra-server-type with --ultra-server-count)")
-    target = target_resource_of(target_resource, "--target-resource")
-    ultra = ultra_server_type is not None
-    if ultra and instance_count is not None:
+    target = target_resource_of(asked.target_resource, "--target-resource")
+    ultra = asked.ultra_server_type is not None
+    if ultra and asked.instance_count is not None:
         raise InputError("--instance-count", "goes with --instance-type; use --ultra-server-count")
-    if not ultra and ultra_server_count is not None:
+    if not ultra and asked.ultra_server_count is not None:
         raise InputError("--ultra-server-count", "goes with --ultra-server-type; use --instance-count")
-    hours = _int_flag(duration_hours, "--duration-hours")
+    hours = _int_flag(asked.duration_hours, "--duration-hours")
     assert hours is not None
     request = OfferingRequest(
         target_resource=target,
         duration_hours=hours,
-        start_after=_time_flag(start_after, "--start-after"),
-        end_before=_time_flag(end_before, "--end-before"),
+        start_after=_time_flag(asked.start_after, "--start-after"),
+        end_before=_time_flag(asked.end_before, "--end-before"),
         now=parse_time(now, "--now") if now is not None else datetime.now(UTC),
-        instance_type=instance_type,
-        instance_count=None if ultra else _int_flag(instance_count, "--instance-count"),
-        ultra_server_type=ultra_server_type,
-        ultra_server_count=_int_flag(ultra_server_count, "--ultra-server-count") if ultra else None,
+        instance_type=asked.instance_type,
+        instance_count=None if ultra else _int_flag(asked.instance_count, "--instance-count"),
+        ultra_server_type=asked.ultra_server_type,
+        ultra_server_count=_int_flag(asked.ultra_server_count, "--ultra-server-count") if ultra else None,
     )
-    inv = inventory_from_manifest(_load_yaml(inventory, "--inventory"))
+    inv = _read_one(inventory, "--inventory", inventory_from_manifest)
     try:
         found = search_offerings(inv, request)
     except InputError as err:
         raise InputError(_FLAG_OF.get(err.field, err.field), err.problem) from None
     doc = {"offerings": [offering_doc(o) for o in found]}
-    _emit(doc, output, lambda: _search_table(doc))
+    emit(doc, output, lambda: _search_table(doc))
 
 
 # --- status ---
-
-
-def state_doc(state: PlanState) -> dict[str, Any]:
-    return {
-        "status": state.status.value,
-        "blocks": [
-            {
-                "index": b.index,
-                "status": b.status.value,
-                "startTime": format_time(b.start),
-                "endTime": format_time(b.end),
-                "terminationStartsAt": (
-                    None if b.termination_starts_at is None else format_time(b.termination_starts_at)
-                ),
-            }
-            for b in state.blocks
-        ],
-        "currentBlock": state.current_block,
-        "activeInstanceCount": state.active_instance_count,
-        "nextTransition": None if state.next_transition is None else format_time(state.next_transition),
-    }
 
 
 def _status_table(state: PlanState, doc: dict[str, Any]) -> str:
@@ -286,72 +229,57 @@ def _status_table(state: PlanState, doc: dict[str, Any]) -> str:
         f"{doc['nextTransition'] or '-'}"
     )
     rows = [
-        [b["index"], b["status"], b["startTime"], b["endTime"], b["terminationStartsAt"], s.reason]
-        for b, s in zip(doc["blocks"], state.blocks, strict=True)
+        [b["index"], b["status"], b["startTime"], b["endTime"], b["terminationStartsAt"], b.get("reason")]
+        for b in doc["blocks"]
     ]
-    return head + "\n" + _table(["BLOCK", "STATUS", "START", "END", "TERMINATION STARTS", "REASON"], rows)
+    return head + "\n" + table(["BLOCK", "STATUS", "START", "END", "TERMINATION STARTS", "REASON"], rows)
 
 
 @plans.command("status")
 @click.option("--plan", "plan_path", help="TrainingPlan YAML file")
 @click.option("--at", help="RFC 3339 instant to evaluate the plan at")
-@_output_option
+@output_option(TABLE, JSON, YAML)
 def status(plan_path: str | None, at: str | None, output: str) -> None:
     """Show a plan's status, its blocks, capacity and next transition at an instant."""
-    output = _check_output(output)
     instant = _time_flag(at, "--at")
-    plan = training_plan_from_manifest(_load_yaml(plan_path, "--plan"))
+    plan = _read_one(plan_path, "--plan", training_plan_from_manifest)
     state = plan_state(plan, instant)
-    doc = state_doc(state)
-    _emit(doc, output, lambda: _status_table(state, doc))
+    doc = plan_state_doc(state)
+    emit(doc, output, lambda: _status_table(state, doc))
 
 
 # --- online: the PlanService of a running gangplugin ---
 
 
 def _call(conn: Connection, method: str, request: Any) -> Any:
-    """One PlanService call; bad input exits 2 naming the field, other failures exit 1."""
+    """One PlanService call; bad input exits 2 naming the flag, other failures exit 1."""
     from gangplugin.api.proto import plans_pb2_grpc
 
-    return conn.call(plans_pb2_grpc.PlanServiceStub, method, request)
+    try:
+        return conn.call(plans_pb2_grpc.PlanServiceStub, method, request)
+    except InputError as err:  # the server names request fields as SageMaker does
+        raise InputError(_FLAG_OF.get(err.field, err.field), err.problem) from None
 
 
-def _message_doc(message: Any) -> dict[str, Any]:
-    from google.protobuf.json_format import MessageToDict
-
-    doc: dict[str, Any] = MessageToDict(message, always_print_fields_with_no_presence=True)
-    return doc
-
-
-def _search_message(
-    instance_type: str | None,
-    instance_count: str | None,
-    ultra_server_type: str | None,
-    ultra_server_count: str | None,
-    duration_hours: str | None,
-    start_after: str | None,
-    end_before: str | None,
-    target_resource: str | None,
-    now: str | None,
-) -> Any:
+def _search_message(asked: SearchFlags, search_time: str | None, time_flag: str) -> Any:
     from gangplugin.api.proto import plans_pb2
 
     return plans_pb2.SearchTrainingPlanOfferingsRequest(
-        instance_type=instance_type or "",
-        instance_count=_int_flag(instance_count, "--instance-count", required=False) or 0,
-        ultra_server_type=ultra_server_type or "",
-        ultra_server_count=_int_flag(ultra_server_count, "--ultra-server-count", required=False) or 0,
-        duration_hours=_int_flag(duration_hours, "--duration-hours") or 0,
-        start_time_after=format_time(_time_flag(start_after, "--start-after")),
-        end_time_before=format_time(_time_flag(end_before, "--end-before")),
-        target_resources=[target_resource_of(target_resource, "--target-resource").value],
-        search_time=format_time(parse_time(now, "--now")) if now else "",
+        instance_type=asked.instance_type or "",
+        instance_count=_int_flag(asked.instance_count, "--instance-count", required=False) or 0,
+        ultra_server_type=asked.ultra_server_type or "",
+        ultra_server_count=_int_flag(asked.ultra_server_count, "--ultra-server-count", required=False) or 0,
+        duration_hours=_int_flag(asked.duration_hours, "--duration-hours") or 0,
+        start_time_after=format_time(_time_flag(asked.start_after, "--start-after")),
+        end_time_before=format_time(_time_flag(asked.end_before, "--end-before")),
+        target_resources=[target_resource_of(asked.target_resource, "--target-resource").value],
+        search_time=format_time(parse_time(search_time, time_flag)) if search_time else "",
     )
 
 
 def _offering_from_message(message: Any) -> dict[str, Any]:
     """The offline JSON shape of an offering (UltraServer fields only on UltraServer blocks)."""
-    doc = _message_doc(message)
+    doc = message_doc(message)
     for block in doc["reservedCapacityOfferings"]:
         if not block.get("ultraServerType"):
             block.pop("ultraServerType", None)
@@ -374,7 +302,7 @@ def _plan_rows(plans_: list[dict[str, Any]]) -> str:
         for p in plans_
     ]
     header = ["NAME", "STATUS", "CLUSTER QUEUE", "FLAVOR", "ACTIVE", "START", "END", "NEXT"]
-    return _table(header, rows)
+    return table(header, rows)
 
 
 @plans.command("create")
@@ -384,16 +312,9 @@ def _plan_rows(plans_: list[dict[str, Any]]) -> str:
 @click.option("--flavor", help="its ResourceFlavor that gets the quota")
 @click.option("--resources-per-instance", help="e.g. nvidia.com/gpu=8,cpu=192,memory=1900Gi")
 @click.option("--spare-instances-per-ultra-server", help="instances kept free per UltraServer (default 1)")
-@click.option("--instance-type")
-@click.option("--instance-count")
-@click.option("--ultra-server-type")
-@click.option("--ultra-server-count")
-@click.option("--duration-hours")
-@click.option("--start-after")
-@click.option("--end-before")
-@click.option("--target-resource")
+@search_options
 @click.option("--search-time", help="the searchTime the search printed")
-@_server_option
+@connection_options
 def create(
     name: str,
     offering_id: str | None,
@@ -401,14 +322,7 @@ def create(
     flavor: str | None,
     resources_per_instance: str | None,
     spare_instances_per_ultra_server: str | None,
-    instance_type: str | None,
-    instance_count: str | None,
-    ultra_server_type: str | None,
-    ultra_server_count: str | None,
-    duration_hours: str | None,
-    start_after: str | None,
-    end_before: str | None,
-    target_resource: str | None,
+    asked: SearchFlags,
     search_time: str | None,
     conn: Connection,
 ) -> None:
@@ -420,8 +334,12 @@ def create(
         raise InputError("--offering-id", "is required")
     if not search_time:
         raise InputError("--search-time", "is required (the searchTime `plans search --server` printed)")
+    if not resources_per_instance:
+        raise InputError(
+            "--resources-per-instance", "is required, e.g. nvidia.com/gpu=8,cpu=192,memory=1900Gi"
+        )
     resources: dict[str, str] = {}
-    for part in (resources_per_instance or "").split(","):
+    for part in resources_per_instance.split(","):
         key, sep, value = part.partition("=")
         if not sep or not key.strip() or not value.strip():
             raise InputError(
@@ -429,20 +347,12 @@ def create(
             )
         resources[key.strip()] = value.strip()
     spares = _int_flag(spare_instances_per_ultra_server, "--spare-instances-per-ultra-server", required=False)
+    if spares is not None and spares < 0:
+        raise InputError("--spare-instances-per-ultra-server", f"{spares} is not a count >= 0")
     request = plans_pb2.CreateTrainingPlanRequest(
         training_plan_name=name,
         training_plan_offering_id=offering_id,
-        search=_search_message(
-            instance_type,
-            instance_count,
-            ultra_server_type,
-            ultra_server_count,
-            duration_hours,
-            start_after,
-            end_before,
-            target_resource,
-            search_time,
-        ),
+        search=_search_message(asked, search_time, "--search-time"),
         cluster_queue=cluster_queue or "",
         flavor=flavor or "",
         resources_per_instance=resources,
@@ -454,19 +364,18 @@ def create(
 
 @plans.command("describe")
 @click.argument("name")
-@_server_option
-@_output_option
+@connection_options
+@output_option(TABLE, JSON, YAML)
 def describe(name: str, conn: Connection, output: str) -> None:
     """A plan as the server sees it now: status, blocks, active instances, next transition."""
     from gangplugin.api.proto import plans_pb2
 
-    output = _check_output(output)
     reply = _call(
         conn, "DescribeTrainingPlan", plans_pb2.DescribeTrainingPlanRequest(training_plan_name=name)
     )
-    doc = _message_doc(reply)
+    doc = message_doc(reply)
 
-    def table() -> str:
+    def text() -> str:
         blocks = [
             [
                 i,
@@ -492,23 +401,26 @@ def describe(name: str, conn: Connection, output: str) -> None:
             "END",
             "TERMINATION STARTS",
         ]
-        return head + note + "\n\n" + _table(header, blocks)
+        return head + note + "\n\n" + table(header, blocks)
 
-    _emit(doc, output, table)
+    emit(doc, output, text)
 
 
 @plans.command("list")
 @click.option("--status", "status_", help="only plans in this status (Pending, Scheduled, Active, ...)")
-@_server_option
-@_output_option
+@connection_options
+@output_option(TABLE, JSON, YAML, NAME)
 def list_plans(status_: str | None, conn: Connection, output: str) -> None:
-    """Every TrainingPlan with its status now."""
+    """Every TrainingPlan with its status now (`-o name`: trainingplan/<name>, one a line)."""
     from gangplugin.api.proto import plans_pb2
 
-    output = _check_output(output)
     reply = _call(conn, "ListTrainingPlans", plans_pb2.ListTrainingPlansRequest(status=status_ or ""))
-    doc = _message_doc(reply)
+    doc = message_doc(reply)
     doc.setdefault("trainingPlans", [])
-    _emit(
-        doc, output, lambda: _plan_rows(doc["trainingPlans"]) if doc["trainingPlans"] else "no training plans"
-    )
+
+    def text() -> str:
+        if output == NAME:
+            return "\n".join(f"trainingplan/{p['trainingPlanName']}" for p in doc["trainingPlans"])
+        return _plan_rows(doc["trainingPlans"]) if doc["trainingPlans"] else "no training plans"
+
+    emit(doc, output, text)

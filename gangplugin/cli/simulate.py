@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import copy
+import importlib.util
+import math
+import os
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -13,9 +16,9 @@ from typing import Any
 
 import click
 
+from gangplugin.cli.files import load, read
 from gangplugin.cli.main import cli
-from gangplugin.cli.place import _load, _read
-from gangplugin.cli.plans import _check_output, _emit, _output_option
+from gangplugin.cli.output import JSON, TABLE, YAML, emit, output_option
 from gangplugin.core.durations import parse_duration
 from gangplugin.core.errors import InputError
 from gangplugin.core.names import API_VERSION
@@ -141,7 +144,7 @@ def _jobs(trace: str | None, synthetic_count: int | None, seed: int) -> list[Job
 @click.option("--plot", "plot_dir", help="Write utilization.png, wait-cdf.png and queue.png here.")
 @click.option("--sweep", help="ultraservers=A..B: replay once per UltraServer count.")
 @click.option("--max-p95-wait", help="With --sweep: the p95 wait to stay under, e.g. 1h.")
-@_output_option
+@output_option(TABLE, JSON, YAML)
 def simulate_command(
     cluster_path: str,
     trace_path: str | None,
@@ -184,21 +187,32 @@ def simulate_command(
 
     Exits 0 when the replay ran, 2 for bad input (one line names the field or column).
     """
-    output = _check_output(output)
     for name in policies:
         if name not in POLICIES:
             raise InputError("--policy", f"{name!r} is not one of {', '.join(POLICIES)}")
+    # Everything the flags can get wrong is refused before the first replay, not after it.
+    if required_max_pods < 0:
+        raise InputError("--required-max-pods", f"{required_max_pods} is not a pod count >= 0 (0: none)")
+    for flag, value in (("--plot", plot_dir), ("--offerings", offerings_path)):
+        if value is not None and sweep is not None:
+            raise InputError(flag, "does not go with --sweep (one replay per UltraServer count)")
+    if plot_dir is not None:
+        if offerings_path is not None:
+            raise InputError("--plot", "does not go with --offerings (one replay per offering)")
+        _check_plot_dir(plot_dir)
     chosen = tuple(dict.fromkeys(policies))
     if chosen and "gangplugin" not in chosen:
         chosen = ("gangplugin", *chosen)  # the contract: ours is always there
-    shape = _load(cluster_path)
-    gang_policy = _read(gang_policy_path, gang_policy_from_k8s) if gang_policy_path else GangPolicy()
-    plans: list[TrainingPlan] = [_read(p, training_plan_from_manifest) for p in plan_paths]
+    shape = load(cluster_path, "--cluster")
+    gang_policy = (
+        read(gang_policy_path, "--gang-policy", gang_policy_from_k8s) if gang_policy_path else GangPolicy()
+    )
+    plans: list[TrainingPlan] = [read(p, "--plan", training_plan_from_manifest) for p in plan_paths]
     if len({p.cluster_queue for p in plans}) > 1:
         raise InputError("--plan", "the plans feed different ClusterQueues; the replay has one queue")
     levels = DEFAULT_LEVELS
     if topology_path:
-        levels = _read(topology_path, records.levels_from_topology)
+        levels = read(topology_path, "--topology", records.levels_from_topology)
     if start is not None:
         origin = parse_time(start, "--start")
     elif plans:
@@ -219,8 +233,8 @@ def simulate_command(
         jobs = [_with_topology(j, preferred_topology, required_max_pods) for j in jobs]
     elif required_max_pods:
         raise InputError("--required-max-pods", "needs a --preferred-topology level")
-    if not arrival_scale > 0:
-        raise InputError("--arrival-scale", "must be more than 0")
+    if not 0 < arrival_scale < math.inf:
+        raise InputError("--arrival-scale", f"{arrival_scale} is not a number above 0 (0.5: twice the load)")
     if arrival_scale != 1.0:
         jobs = [replace(j, arrival=j.arrival * arrival_scale) for j in jobs]
     settings = Settings(gang_policy, tuple(plans), origin, startup_s, levels)
@@ -233,7 +247,7 @@ def simulate_command(
         for count in range(int(m.group(1)), int(m.group(2)) + 1):
             nodes = _cluster(shape, cluster_path, count)
             points.append((count, _replays(nodes, jobs, chosen, settings)))
-        _emit(report.sweep_doc(points, limit), output, lambda: report.sweep_table(points, limit))
+        emit(report.sweep_doc(points, limit), output, lambda: report.sweep_table(points, limit))
         return
     if max_p95_wait is not None:
         raise InputError("--max-p95-wait", "goes with --sweep")
@@ -242,21 +256,32 @@ def simulate_command(
             raise InputError("--offerings", "replaces --plan: each offering is replayed as the plan")
         nodes = _cluster(shape, cluster_path, None)
         results = []
-        for oid, plan in _offering_plans(_load(offerings_path), offerings_path, nodes):
+        for oid, plan in _offering_plans(load(offerings_path, "--offerings"), offerings_path, nodes):
             first = min(b.start for b in plan.blocks)
             at = settings if start is not None else replace(settings, start=first)
             with _progress(oid) as tick:
                 results.append((oid, replay(nodes, jobs, "gangplugin", replace(at, plans=(plan,)), tick)))
-        _emit(report.offerings_doc(results), output, lambda: report.offerings_table(results))
+        emit(report.offerings_doc(results), output, lambda: report.offerings_table(results))
         return
     replays = _replays(_cluster(shape, cluster_path, None), jobs, chosen, settings)
     if plot_dir:
-        try:
-            for path in report.plot(replays, plot_dir):
-                click.echo(f"wrote {path}", err=True)
-        except RuntimeError as err:
-            raise InputError("--plot", str(err)) from err
-    _emit(report.summary_doc(len(jobs), replays), output, lambda: report.summary_table(len(jobs), replays))
+        for path in report.plot(replays, plot_dir):
+            click.echo(f"wrote {path}", err=True)
+    emit(report.summary_doc(len(jobs), replays), output, lambda: report.summary_table(len(jobs), replays))
+
+
+def _check_plot_dir(path: str) -> None:
+    """The --plot directory can take the PNGs (created if missing), and matplotlib is there."""
+    if importlib.util.find_spec("matplotlib") is None:
+        raise InputError("--plot", "needs matplotlib: pip install 'gangplugin[sim]'")
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise InputError("--plot", f"{path} is a file; give a directory for the PNGs")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as err:
+        raise InputError("--plot", f"cannot create {path}: {err.strerror or err}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise InputError("--plot", f"cannot write into {path}")
 
 
 def _offering_plans(doc: Any, path: str, nodes: list[Node]) -> list[tuple[str, TrainingPlan]]:

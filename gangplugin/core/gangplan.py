@@ -63,6 +63,7 @@ class GangPod:
     preferred_topology: str | None = None
     slices: SliceAsk = (None, None, None)
     index: int | None = None  # the pod's index in its podset (an Indexed Job's completion index)
+    pod_set: str | None = None  # the Kueue podset it belongs to (its kueue.x-k8s.io/podset label)
     finished: bool = False  # Succeeded or Failed: holds no node and is no longer a member
     deleting: bool = False  # being deleted: still holds its node until it is gone, but a member no more
     # bindMode Ungate: `gated` while the pod waits behind gangplugin's scheduling gate; `pinned`,

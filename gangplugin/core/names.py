@@ -27,6 +27,10 @@ SLICE_SIZE_ANNOTATION = f"{GROUP}/slice-size"
 SLICE_REQUIRED_TOPOLOGY_ANNOTATION = f"{GROUP}/slice-required-topology"
 SLICE_PREFERRED_TOPOLOGY_ANNOTATION = f"{GROUP}/slice-preferred-topology"
 KUEUE_SLICE_SIZE_ANNOTATION = "kueue.x-k8s.io/podset-slice-size"
+# Kueue's own topology request on a job's pod template (Kueue copies it to the Workload's
+# podset topologyRequest, which the gang check reads as it reads ours).
+KUEUE_REQUIRED_TOPOLOGY_ANNOTATION = "kueue.x-k8s.io/podset-required-topology"
+KUEUE_PREFERRED_TOPOLOGY_ANNOTATION = "kueue.x-k8s.io/podset-preferred-topology"
 KUEUE_SLICE_REQUIRED_TOPOLOGY_ANNOTATION = "kueue.x-k8s.io/podset-slice-required-topology"
 #: Every pod annotation that says where a gang's pods go.
 TOPOLOGY_ANNOTATIONS = (

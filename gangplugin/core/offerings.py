@@ -29,6 +29,7 @@ Interpretation of the request (following SageMaker's SearchTrainingPlanOfferings
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 from bisect import bisect_left, bisect_right
@@ -149,6 +150,34 @@ def validate_request(req: OfferingRequest) -> int:
             f"{format_time(req.end_before)} is not after startTimeAfter {format_time(req.start_after)}",
         )
     return -(-req.duration_hours // 24)
+
+
+def check_known(inv: CapacityInventory, req: OfferingRequest) -> None:
+    """A type the inventory does not have is a typo, not a question with no answer: refuse it,
+    naming the closest type there is."""
+    if req.ultra_server_type is not None:
+        known = sorted({p.ultra_server_type for p in inv.pools if p.ultra_server_type})
+        if req.ultra_server_type not in known:
+            raise InputError("ultraServerType", _unknown(req.ultra_server_type, known))
+        return
+    assert req.instance_type is not None
+    known = sorted({p.instance_type for p in inv.pools if p.ultra_server_type is None})
+    if req.instance_type in known:
+        return
+    in_ultra = {p.instance_type: p.ultra_server_type for p in inv.pools if p.ultra_server_type}
+    if req.instance_type in in_ultra:
+        raise InputError(
+            "instanceType",
+            f"{req.instance_type} comes only in whole UltraServers here: "
+            f"ask for ultraServerType {in_ultra[req.instance_type]}",
+        )
+    raise InputError("instanceType", _unknown(req.instance_type, sorted({*known, *in_ultra})))
+
+
+def _unknown(asked: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(asked, known, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]}?" if close else f"it has {', '.join(known) or 'none'}"
+    return f"{asked!r} is not in the inventory; {hint}"
 
 
 # --- free capacity of one pool over time ---
@@ -289,6 +318,7 @@ def _reservations_of(pool: CapacityPool, inv: CapacityInventory) -> list[Capacit
 def search_offerings(inv: CapacityInventory, req: OfferingRequest) -> tuple[TrainingPlanOffering, ...]:
     """Up to three offerings for `req` over `inv`, best first (empty when nothing fits)."""
     days = validate_request(req)
+    check_known(inv, req)
     need = req.ultra_server_count if req.ultra_server_type is not None else req.instance_count
     assert need is not None  # validate_request checked it
     now = to_seconds(req.now)

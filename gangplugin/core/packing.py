@@ -1,6 +1,6 @@
 """How many pods fit on a node, and the exact joint packing of several pod shapes on a few nodes.
 
-The placement engine fills podsets greedily (`placement._Planner`); on a small domain where
+The placement engine fills podsets greedily (`placement.planner.Planner`); on a small domain where
 every fill order fails, `pack` searches all ways of sharing each node between the shapes, so
 a feasible packing is never missed there. It is a depth-first search over the nodes (in tree
 order) choosing how many pods of each podset go on the node, with two prunings: the capacity

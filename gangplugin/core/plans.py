@@ -6,7 +6,7 @@ A plan is a list of reserved capacity blocks. Statuses, per block and for the pl
 - ``Active``: ``startTime <= t < endTime``; the block's instances are the queue's capacity.
 - ``Expired``: ``t >= endTime``.
 - ``Pending``: capacity not yet confirmed. Offline there is no purchase step, so a block is
-  Pending only when ``status.reservedCapacity[i].status`` says so; if it is still Pending when
+  Pending only when ``status.blocks[i].status`` says so; if it is still Pending when
   its start time comes, the capacity never arrived and the block is ``Failed``.
 - ``Failed``: marked Failed in status, or the block breaks a plan rule (see `block_problem`).
   A Failed block never gives capacity and never changes status again.

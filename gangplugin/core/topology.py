@@ -7,9 +7,9 @@ qualifies as "the one domain" a gang asked for. Under the deepest level hang the
 
 `Snapshot` is built once from nodes and the pods bound to them (`build_snapshot`) and then
 kept current with `bind`, `unbind`, `upsert_node` and `remove_node`, each costing O(levels)
-for the free-capacity sums, not a rebuild. Node ids are stable ints; every list a placement
-reads (a domain's children, its nodes) is sorted by name, so results never depend on the
-order the input came in.
+per kept pod shape for the fit counts (`fit_counts`), not a rebuild. Node ids are stable ints;
+every list a placement reads (a domain's children, its nodes) is sorted by name, so results
+never depend on the order the input came in.
 """
 
 from __future__ import annotations
@@ -132,7 +132,6 @@ class Snapshot:
         self.by_level: list[list[int]] = [[] for _ in self.levels]
         self._pods: dict[tuple[str, str], tuple[int, Mapping[str, int]]] = {}
         self._pods_on: list[set[tuple[str, str]]] = []
-        self._domain_free: list[dict[str, int]] | None = None
         self._spares: dict[int, frozenset[int]] = {}
         # Answers read off the snapshot as it is now (e.g. why a gang's nodes refuse it), for
         # callers asking the same question again before anything changes: an admission pass
@@ -173,9 +172,6 @@ class Snapshot:
         except ValueError:
             return None
 
-    def domain_of(self, node_id: int, level: int) -> Domain:
-        return self.domains[self.path[node_id][level]]
-
     def subtree_nodes(self, domain_id: int) -> list[int]:
         """Node ids under a domain, in tree order (by domain value, then node name)."""
         out: list[int] = []
@@ -185,16 +181,6 @@ class Snapshot:
             out.extend(d.nodes)
             stack.extend(reversed(d.children))
         return out
-
-    def domain_free(self, domain_id: int) -> Mapping[str, int]:
-        """Free capacity summed over the usable nodes under a domain (computed once, then kept)."""
-        if self._domain_free is None:
-            sums: list[dict[str, int]] = [{} for _ in self.domains]
-            for i, node in enumerate(self.nodes):
-                if node is not None and self.usable[i]:
-                    self._add_free(sums, i, self.free[i], 1)
-            self._domain_free = sums
-        return self._domain_free[domain_id]
 
     def idle(self, node_id: int) -> bool:
         """Usable and without any active pod: a whole node a fresh gang or a spare can take."""
@@ -286,14 +272,6 @@ class Snapshot:
 
     # -- updating --------------------------------------------------------------------------
 
-    def _add_free(
-        self, sums: list[dict[str, int]], node_id: int, amounts: Mapping[str, int], sign: int
-    ) -> None:
-        for d in (0, *self.path[node_id]):
-            s = sums[d]
-            for r, q in amounts.items():
-                s[r] = s.get(r, 0) + sign * q
-
     def _domain_for(self, key: tuple[str | None, ...]) -> int:
         d = self.domain_ids.get(key)
         if d is not None:
@@ -311,8 +289,6 @@ class Snapshot:
         else:
             values = [_sort_key(self.domains[c].value) for c in siblings]
             siblings.insert(bisect.bisect_right(values, value), d)
-        if self._domain_free is not None:
-            self._domain_free.append({})
         return d
 
     def _attach(self, node_id: int, node: Node) -> None:
@@ -326,12 +302,8 @@ class Snapshot:
         else:
             names = [self._name(n) for n in leaf]
             leaf.insert(bisect.bisect_right(names, node.name), node_id)
-        if self._domain_free is not None and self.usable[node_id]:
-            self._add_free(self._domain_free, node_id, self.free[node_id], 1)
 
     def _detach(self, node_id: int) -> None:
-        if self._domain_free is not None and self.usable[node_id]:
-            self._add_free(self._domain_free, node_id, self.free[node_id], -1)
         self.domains[self.path[node_id][-1]].nodes.remove(node_id)
 
     def _name(self, node_id: int) -> str:
@@ -432,8 +404,6 @@ class Snapshot:
             delta[PODS] = delta.get(PODS, 0) - sign
         for r, q in delta.items():
             free[r] = free.get(r, 0) + q
-        if self._domain_free is not None and self.usable[node_id]:
-            self._add_free(self._domain_free, node_id, delta, 1)
         if self._fits:
             self._refit(node_id)
 

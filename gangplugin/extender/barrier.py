@@ -5,7 +5,7 @@ concurrently (asyncio futures, no thread per waiter). When the last member arriv
 already bound count too: a gang completed after a restart; the waiters also look again every
 second, for a member bound without waiting here), every waiting member is bound
 through the Binding API at once, in parallel, so a crash can only fall in the few milliseconds
-between those calls; the cache then sees a partial gang and completes it or abandons it
+between those calls; the reservations then see a partial gang and completes it or abandons it
 (`core.gangplan.plan_gang`). If the gang is not complete within the timeout (shorter than the
 scheduler's httpTimeout), every waiter gets an error, none is bound, the plan is dropped, and
 the scheduler retries them.
@@ -29,8 +29,9 @@ import aiohttp
 import orjson
 
 from gangplugin.core.gangplan import GangKey, GangPod, PodKey, barrier_open
-from gangplugin.extender.cache import ExtenderCache
+from gangplugin.extender.reservations import GangReservations
 from gangplugin.kube.client import ApiError, Client, api_error
+from gangplugin.runtime import metrics
 
 log = logging.getLogger(__name__)
 
@@ -98,9 +99,9 @@ class Barrier:
     """Lives on one event loop; `bind` is awaited by the HTTP handler of each bind call."""
 
     def __init__(
-        self, cache: ExtenderCache, binder: BindFn, timeout: float, refused: RefusedFn | None = None
+        self, reservations: GangReservations, binder: BindFn, timeout: float, refused: RefusedFn | None = None
     ) -> None:
-        self.cache = cache
+        self.reservations = reservations
         self.binder = binder
         self.timeout = timeout
         self.refused = refused  # told of every bind refused for the pod's own sake (an Event)
@@ -109,13 +110,13 @@ class Barrier:
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> str:
         """Bind the pod (after its whole gang arrives); '' on success, else the error to return."""
         key = (namespace, name)
-        with self.cache.lock:
-            pod = self.cache.pods.get(key)
+        with self.reservations.lock:
+            pod = self.reservations.pods.get(key)
         if pod is None:
             return f"pod {namespace}/{name} is unknown to the extender (not in its pod cache yet); retry"
         if pod.error is not None:
             return f"pod {namespace}/{name}: {pod.error}"
-        refusal = self.cache.bind_refusal(pod, uid, node)
+        refusal = self.reservations.bind_refusal(pod, uid, node)
         if refusal is not None:
             log.warning("%s", refusal)
             if self.refused is not None:
@@ -123,8 +124,8 @@ class Barrier:
             return refusal
         gkey = pod.gang_key
         # A pinned member (bindMode Ungate, PodGroup) needs no barrier: the ungater placed its
-        # whole gang. One the cache still has gated is pinned too: kube-scheduler binds it only
-        # once its gate is gone, and the bind can come before the cache has the pin (the ungater
+        # whole gang. One the reservations still have gated is pinned too: kube-scheduler binds it only
+        # once its gate is gone, and the bind can come before the reservations have the pin (the ungater
         # feeds it when its patch returns). Held at the barrier, a lone waiter whose peers were
         # bound straight away waited out the barrier's timeout.
         if gkey is None or pod.size is None or pod.pinned is not None or pod.gated:
@@ -145,17 +146,18 @@ class Barrier:
             previous.future.set_result("superseded by a newer bind call for the same pod")
         future: asyncio.Future[str] = loop.create_future()
         gang.waiters[key] = _Waiter(uid, node, future)
-        if barrier_open(gang.size, self.cache.bound_members(gkey), gang.waiters):
+        metrics.barrier_waiting(*gkey, len(gang.waiters))
+        if barrier_open(gang.size, self.reservations.bound_members(gkey), gang.waiters):
             self._open(gkey, gang)
         return await future
 
     def _recheck(self, gkey: GangKey, gang: _Gang) -> None:
-        """Open the barrier once the members not waiting here are bound: a member the cache did
-        not know as one when its bind came (its gang label or gate not seen yet) was bound
-        directly, and no further bind call would come to open it."""
+        """Open the barrier once the members not waiting here are bound: a member the
+        reservations did not know as one when its bind came (its gang label or gate not seen
+        yet) was bound directly, and no further bind call would come to open it."""
         if self.gangs.get(gkey) is not gang:
             return
-        if barrier_open(gang.size, self.cache.bound_members(gkey), gang.waiters):
+        if barrier_open(gang.size, self.reservations.bound_members(gkey), gang.waiters):
             self._open(gkey, gang)
         else:
             asyncio.get_running_loop().call_later(RECHECK_SECONDS, self._recheck, gkey, gang)
@@ -164,9 +166,10 @@ class Barrier:
         if self.gangs.get(gkey) is not gang:
             return
         del self.gangs[gkey]
-        with self.cache.lock:
-            bound = len(self.cache.bound_members(gkey))
-            self.cache.drop(gkey)
+        metrics.barrier_waiting(*gkey, 0)
+        with self.reservations.lock:
+            bound = len(self.reservations.bound_members(gkey))
+            self.reservations.drop(gkey)
         msg = (
             f"gang {gkey[1]}: only {len(gang.waiters) + bound} of {gang.size} pods had a node within "
             f"{self.timeout:g}s; none of the waiting pods was bound, the scheduler retries them"
@@ -178,6 +181,7 @@ class Barrier:
 
     def _open(self, gkey: GangKey, gang: _Gang) -> None:
         del self.gangs[gkey]
+        metrics.barrier_waiting(*gkey, 0)
         if gang.timer is not None:
             gang.timer.cancel()
         asyncio.get_running_loop().create_task(self._bind_all(gkey, gang))

@@ -21,6 +21,7 @@ from gangplugin.core.names import (
 )
 from gangplugin.core.policy import PINNED_BIND_MODES
 from gangplugin.core.topology import FINISHED_PHASES, HOSTNAME_LABEL
+from gangplugin.kube.kueue_records import PODSET_LABEL
 from gangplugin.kube.records import constraints_from_pod_spec, pod_requests, slice_size, slice_topology
 
 # An Indexed Job's pod index (JobSet's Jobs are Indexed Jobs too).
@@ -100,6 +101,7 @@ def gang_pod_from_k8s(obj: Mapping[str, Any]) -> GangPod:
             preferred_topology=str(annotations.get(PREFERRED_TOPOLOGY_ANNOTATION) or "") or None,
             slices=(slice_size(annotations, "metadata.annotations"), *slice_topology(annotations)),
             index=_index(annotations),
+            pod_set=str(labels[PODSET_LABEL]) if gang and labels.get(PODSET_LABEL) else None,
             finished=finished,
             deleting=bool(meta.get("deletionTimestamp")),
             gated=gated,

@@ -17,8 +17,8 @@ from typing import Any
 from gangplugin.core.errors import InputError
 from gangplugin.core.gangplan import GangPlan, GangPod
 from gangplugin.extender.barrier import Barrier
-from gangplugin.extender.cache import ExtenderCache
 from gangplugin.extender.pods import gang_pod_from_k8s
+from gangplugin.extender.reservations import GangReservations
 from gangplugin.runtime.asgi import App, BadRequest, Receive, Send, read_json, respond_json
 from gangplugin.runtime.metrics import EXTENDER_LATENCY
 
@@ -56,14 +56,14 @@ def parse_args(body: Mapping[str, Any]) -> tuple[GangPod, list[str]]:
 class ExtenderHandlers:
     """The verbs as plain functions over parsed bodies (the benchmark drives these directly)."""
 
-    def __init__(self, cache: ExtenderCache, abandon: AbandonFn | None = None) -> None:
-        self.cache = cache
+    def __init__(self, reservations: GangReservations, abandon: AbandonFn | None = None) -> None:
+        self.reservations = reservations
         self.abandon = abandon
 
     def filter(self, body: Mapping[str, Any], now: float) -> dict[str, Any]:
         pod, names = parse_args(body)
         try:
-            verdict, plan = self.cache.filter(pod, names, now)
+            verdict, plan = self.reservations.filter(pod, names, now)
         except InputError as err:
             return {"NodeNames": None, "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": str(err)}
         if plan is not None and plan.abandon and self.abandon is not None:
@@ -80,7 +80,7 @@ class ExtenderHandlers:
         if pod.error is not None:
             return [{"Host": n, "Score": 0} for n in names]
         try:
-            scored = self.cache.prioritize(pod, names)
+            scored = self.reservations.prioritize(pod, names)
         except InputError:
             scored = [(n, 0) for n in names]
         return [{"Host": n, "Score": s} for n, s in scored]

@@ -3,8 +3,9 @@
 The pod webhook creates every pod of an Ungate gang (label `gangplugin.io/bind-mode: Ungate`,
 stamped by the gang check through podSetUpdates) behind the `gangplugin.io/placement`
 scheduling gate, so kube-scheduler ignores it. Once every pod of the gang exists, the ungater
-plans the whole gang with the extender's `ExtenderCache.pins` (the same `plan_gang` the
-extender's filter runs, inside the domain the check admitted it to) and, per pod, in one patch,
+plans the whole gang with `GangReservations.pins` (the reservations it shares with the
+extender; the same `plan_gang` the extender's filter runs, inside the domain the check
+admitted it to) and, per pod, in one patch,
 adds a `kubernetes.io/hostname` nodeSelector for its planned node and removes the gate (a gated
 pod's nodeSelector may be narrowed: KEP-3838). kube-scheduler then binds each pod to its node
 with no extender call, as Kueue's topology ungater does (pkg/controller/tas/topology_ungater.go).
@@ -21,8 +22,10 @@ schedulingGroup or stopped serving PodGroups (the feature gate off), the gang is
 Ungate, with a warning logged and a Warning Event on its Workload: never left gated for good.
 
 All of it lives in the API: a pinned pod's node is its nodeSelector, so a restarted ungater
-counts pinned pods as placed and plans only the gated rest, next to them. A gang that stays
-partly bound (a plain pod took a pinned node first) is requeued whole by the gang check's
+counts pinned pods as placed and plans only the gated rest, next to them. Until the pins, the
+reservations hold the capacity the gang check promised the gang from its admission on, so the
+extender's filter keeps plain pods off it; a gang that stays partly bound anyway (a kube-scheduler
+without the extender bound a plain pod onto a pinned node) is requeued whole by the gang check's
 `unscheduledTimeout`, never left half-bound for good.
 
 A pin is final, so a pod pinned to a node that goes NotReady, is cordoned, tainted against it
@@ -45,8 +48,8 @@ from gangplugin.core.gangplan import GangKey, GangPod
 from gangplugin.core.names import GANG_LABEL, PLACEMENT_GATE
 from gangplugin.core.policy import POD_GROUP_BIND_MODE
 from gangplugin.core.topology import HOSTNAME_LABEL
-from gangplugin.extender.cache import ExtenderCache
 from gangplugin.extender.pods import gang_pod_from_k8s
+from gangplugin.extender.reservations import GangReservations
 from gangplugin.kube.client import JSON, PODS, WORKLOADS, ApiError, Client
 from gangplugin.kube.events import record_event
 from gangplugin.kube.expectations import DeletionExpectations
@@ -114,12 +117,12 @@ class Ungater:
     def __init__(
         self,
         client: Client,
-        cache: ExtenderCache,
+        reservations: GangReservations,
         clock: Callable[[], float] = time.time,
         workers: int = 8,
     ) -> None:
         self.client = client
-        self.cache = cache
+        self.reservations = reservations
         self.clock = clock
         self.queue = WorkQueue(base_delay=0.5, max_delay=30.0)
         # Pods of one gang are patched in parallel: a 1,024-pod gang is released in a few round trips.
@@ -129,8 +132,8 @@ class Ungater:
         self.deleted = DeletionExpectations()  # stranded pods deleted, until the watch shows it
 
     def on_pod(self, kind: str, old: GangPod | None, new: GangPod | None) -> None:
-        """Registered after the cache's handler: a gated pod's gang is looked at again, and so
-        is a gang whose pod was just pinned (its node may have failed meanwhile)."""
+        """Runs after the reservations' handler, on their dispatcher: a gated pod's gang is looked
+        at again, and so is a gang whose pod was just pinned (its node may have failed meanwhile)."""
         if new is None or new.gang is None:
             return
         pinned_now = new.pinned is not None and new.node is None and (old is None or old.pinned != new.pinned)
@@ -138,23 +141,23 @@ class Ungater:
             self.queue.add(f"{new.namespace}/{new.gang}")
 
     def on_node(self, kind: str, old: JSON | None, new: JSON | None) -> None:
-        """Registered after the cache's handler: gangs with pods pinned to the node and not bound
-        yet are looked at again (the node may no longer take them)."""
+        """Runs after the reservations' handler, on their dispatcher: gangs with pods pinned to the
+        node and not bound yet are looked at again (the node may no longer take them)."""
         obj = new or old
         if obj is not None:
-            for namespace, gang in self.cache.pinned_to(str(obj["metadata"]["name"])):
+            for namespace, gang in self.reservations.pinned_to(str(obj["metadata"]["name"])):
                 self.queue.add(f"{namespace}/{gang}")
 
     def reconcile(self, key: str) -> float | None:
         gkey = gang_key_of(key)
-        stranded = self.cache.stranded(gkey)
+        stranded = self.reservations.stranded(gkey)
         if stranded:
             now = self.clock()
             # a stranded pod is active by definition: one deleted here is hidden until it leaves
             for pod, why in self.deleted.visible(stranded, lambda s: s[0].uid, lambda _: True, now):
                 self._replace(key, pod, why, now)
         try:
-            pins, why = self.cache.pins(gkey, self.clock())
+            pins, why = self.reservations.pins(gkey, self.clock())
         except InputError as err:
             self._wait(key, f"its pods cannot be used: {err}")
             return None  # a change to the pods enqueues it again
@@ -170,8 +173,8 @@ class Ungater:
         except ApiError as err:
             held = f"its PodGroup cannot be read or written: {err}"
         if held:
-            with self.cache.lock:
-                self.cache.drop(gkey)  # planned again once its PodGroup can be there
+            with self.reservations.lock:
+                self.reservations.drop(gkey)  # planned again once its PodGroup can be there
             self._wait(key, held)
             return RETRY_SECONDS
         self._waiting.pop(key, None)
@@ -179,8 +182,8 @@ class Ungater:
         failed = [r for r in results if r]
         if failed:
             # Plan again from what the API says now; the pods pinned meanwhile hold their nodes.
-            with self.cache.lock:
-                self.cache.drop(gkey)
+            with self.reservations.lock:
+                self.reservations.drop(gkey)
             raise RuntimeError(f"gang {key}: {len(failed)} of {len(pins)} pins failed: {failed[0]}")
         nodes = sorted({node for _, node in pins})
         log.info(
@@ -281,13 +284,13 @@ class Ungater:
         except ApiError as err:
             return f"pinning {pod.namespace}/{pod.name} to {node}: {err}"
         UNGATED_PODS.inc()
-        # The cache takes the pin at once, so the next look at the gang does not pin it again;
+        # The reservations take the pin at once, so the next look at the gang does not pin it again;
         # unless the watch was faster: the pod it has now (bound, or deleted) is newer than
         # this answer, which must neither unbind it nor bring it back.
-        with self.cache.lock:
-            old = self.cache.pods.get(pod.key)
+        with self.reservations.lock:
+            old = self.reservations.pods.get(pod.key)
             if old is not None and old.uid == pod.uid and old.gated:
-                self.cache.on_pod("MODIFIED", old, gang_pod_from_k8s(raw))
+                self.reservations.on_pod("MODIFIED", old, gang_pod_from_k8s(raw))
         return ""
 
     def _wait(self, key: str, why: str) -> None:

@@ -30,9 +30,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import yaml
 from kubernetes.config.config_exception import ConfigException
 from kubernetes.config.exec_provider import ExecProvider
 from kubernetes.config.kube_config import ConfigNode, KubeConfigMerger
+
+from gangplugin.kube.yamldoc import syntax_error
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +48,11 @@ EXPIRY_MARGIN = 10.0
 
 class ConfigError(Exception):
     """The kubeconfig or in-cluster setup cannot be used: one line that says which and why."""
+
+
+class MalformedKubeconfig(ConfigError):
+    """A kubeconfig file that is not YAML, told as `file:line:column: problem` (bad input: the
+    user's to fix, so gangctl exits 2 for it)."""
 
 
 class Credentials:
@@ -174,6 +182,9 @@ def join_host_port(host: str, port: str | int) -> str:
 def kubeconfig_config(paths: str, context: str | None = None) -> ClusterConfig:
     try:
         merger = KubeConfigMerger(paths)  # type: ignore[no-untyped-call]
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        raise MalformedKubeconfig(str(syntax_error(err, mark.name if mark else paths))) from None
     except (OSError, ConfigException, ValueError) as err:
         raise ConfigError(f"kubeconfig {paths}: {err}") from None
     if merger.config is None:

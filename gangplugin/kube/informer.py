@@ -2,17 +2,19 @@
 
 This is the machinery; controllers only supply handlers and reconcile functions
 (the kopf split). Objects are stored raw, or as whatever `transform` makes of them,
-so hot paths can keep slim records instead of whole objects.
+so hot paths can keep slim records instead of whole objects. The watch thread only decodes,
+updates the store and hands each change to the dispatchers of the handlers registered for it
+(`kube.dispatcher`): a slow handler delays its own component, never this cache nor another's.
 
 The loop is client-go's reflector: a list (from the API server's watch cache at the last
 resourceVersion seen, or, after 410 Gone, a paginated quorum list), then a watch with bookmarks
 and a jittered `timeoutSeconds`, re-watched from the last resourceVersion when the server ends
 it. Any failure (an error status, 410, 429, 5xx, a refused or dead connection, an undecodable
-line, a bug in a transform) backs off with jitter (longer when the server sends Retry-After),
-then lists again. A watch silent for longer than the bookmark interval is replaced by a new one
-from the same resourceVersion: on a dead connection the new request fails (and that failure
-backs off and lists again); on a live one it costs one request. client-go gets the same from
-HTTP/2 pings, which httpx does not send.
+line, a bug in a transform, a watch that ends at once with no event) backs off with jitter
+(longer when the server sends Retry-After), then lists again. A watch silent for longer than
+the bookmark interval is replaced by a new one from the same resourceVersion: on a dead
+connection the new request fails (and that failure backs off and lists again); on a live one it
+costs one request. client-go gets the same from HTTP/2 pings, which httpx does not send.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any, Generic, TypeVar
 import httpx
 
 from gangplugin.kube.client import JSON, ApiError, Client, Resource, status_error
+from gangplugin.kube.dispatcher import Dispatcher
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +46,13 @@ WATCH_TIMEOUT = 300.0
 #: a minute, not the 330 s a read timeout past the watch timeout would take.
 READ_TIMEOUT = 70.0
 PAGE_SIZE = 500
+#: client-go's "very short watch": one that ends sooner than this with no event at all is a
+#: failure (a proxy or a server closing every watch at once), backed off, not made again at once.
+SHORT_WATCH = 1.0
+
+
+class ShortWatch(Exception):
+    """The server ended a watch at once, without an event."""
 
 
 class Backoff:
@@ -104,16 +114,20 @@ class Informer(Generic[T]):
         self._selector = label_selector
         self._store: dict[str, T] = {}
         self._lock = threading.RLock()
-        self._handlers: list[Handler[T]] = []
+        # dispatcher -> its handlers, in registration order (dispatchers in first-registration order)
+        self._routes: dict[Dispatcher, tuple[Handler[T], ...]] = {}
         self._synced = threading.Event()
+        self._handled: list[threading.Event] = []  # each dispatcher past the first list's events
         self._stop = threading.Event()
         self._backoff = backoff or Backoff()
         self._thread = threading.Thread(
             target=self._run, name=name or f"informer-{resource.plural}", daemon=True
         )
 
-    def add_handler(self, handler: Handler[T]) -> None:
-        self._handlers.append(handler)
+    def add_handler(self, handler: Handler[T], dispatcher: Dispatcher) -> None:
+        """Run `handler` on `dispatcher` for every change, after the handlers registered there
+        before it. Register before `start`: a handler added later misses the first list."""
+        self._routes[dispatcher] = (*self._routes.get(dispatcher, ()), handler)
 
     def start(self) -> threading.Thread:
         """Start the watch thread; returned so the caller can watch it live."""
@@ -124,7 +138,14 @@ class Informer(Generic[T]):
         self._stop.set()
 
     def wait_synced(self, timeout: float | None = None) -> bool:
-        return self._synced.wait(timeout)
+        """Wait until the store holds the first list and every handler has handled it (so what
+        handlers build from it, a component's own cache, is there too); False on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+
+        def left() -> float | None:
+            return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+        return self._synced.wait(left()) and all(done.wait(left()) for done in self._handled)
 
     def get(self, key: str) -> T | None:
         with self._lock:
@@ -135,11 +156,8 @@ class Informer(Generic[T]):
             return list(self._store.values())
 
     def _emit(self, kind: str, old: T | None, new: T | None) -> None:
-        for handler in self._handlers:
-            try:
-                handler(kind, old, new)
-            except Exception:  # a handler's bug must not stop the cache
-                log.exception("informer %s: handler failed on %s", self._resource.plural, kind)
+        for dispatcher, handlers in self._routes.items():
+            dispatcher.deliver(handlers, kind, old, new)
 
     def _relist(self, resource_version: str | None) -> str:
         # As client-go's reflector: a limit would send a list at a given resourceVersion to etcd
@@ -162,7 +180,9 @@ class Informer(Generic[T]):
         for key, prev in old.items():
             if key not in fresh:
                 self._emit("DELETED", prev, None)
-        self._synced.set()
+        if not self._synced.is_set():
+            self._handled = [d.mark() for d in self._routes]
+            self._synced.set()
         return str(listing["metadata"].get("resourceVersion", ""))
 
     def _run(self) -> None:
@@ -176,7 +196,7 @@ class Informer(Generic[T]):
                     # server said our resourceVersion is gone: then from etcd, in pages.
                     rv = self._relist(None if quorum else rv or "0")
                     relist = quorum = False
-                watching = True
+                watching, began, events = True, time.monotonic(), 0
                 for event in self._client.watch(
                     self._resource,
                     self._namespace,
@@ -187,7 +207,10 @@ class Informer(Generic[T]):
                 ):
                     if self._stop.is_set():
                         return
+                    events += 1
                     rv = self._apply(event, rv)
+                if not events and time.monotonic() - began < SHORT_WATCH:
+                    raise ShortWatch(f"the watch from resourceVersion {rv} ended at once, without an event")
                 # The server ended the watch at its timeout: watch on from rv, no list.
             except httpx.ReadTimeout as err:
                 if not watching:  # a list that does not answer: a failure like any other (relist holds)
@@ -228,7 +251,8 @@ class Informer(Generic[T]):
         if kind == "DELETED":
             with self._lock:
                 prev = self._store.pop(key, None)
-            self._emit("DELETED", prev, None)
+            if prev is not None:  # as client-go: the deletion of an object never seen tells nobody
+                self._emit("DELETED", prev, None)
         else:
             value = self._transform(obj)
             with self._lock:

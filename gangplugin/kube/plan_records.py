@@ -1,4 +1,5 @@
-"""TrainingPlan and CapacityInventory manifests (parsed YAML/JSON dicts) -> core values.
+"""TrainingPlan and CapacityInventory manifests (parsed YAML/JSON dicts) -> core values, and a
+plan's state back to JSON (`plan_state_doc`).
 
 Structural problems (a missing or mistyped field, a time that does not parse, an end not after
 its start, an unknown targetResource) raise `InputError` naming the field path, e.g.
@@ -15,9 +16,16 @@ from typing import Any
 from gangplugin.core.durations import parse_duration
 from gangplugin.core.errors import InputError
 from gangplugin.core.offerings import CapacityInventory, CapacityPool, CapacityReservation
-from gangplugin.core.plans import ULTRA_SERVER_TYPES, CapacityBlock, Status, TargetResource, TrainingPlan
+from gangplugin.core.plans import (
+    ULTRA_SERVER_TYPES,
+    CapacityBlock,
+    PlanState,
+    Status,
+    TargetResource,
+    TrainingPlan,
+)
 from gangplugin.core.resources import parse_resources
-from gangplugin.core.timeutil import parse_time
+from gangplugin.core.timeutil import format_time, parse_time
 from gangplugin.kube.client import JSON
 
 API_VERSION = "gangplugin.io/v1alpha1"
@@ -136,22 +144,21 @@ def training_plan_from_manifest(doc: object) -> TrainingPlan:
 
 
 def _status_marks(doc: object) -> dict[int, Status]:
+    """Block statuses a file's `status.blocks` already carries (a block marked Failed stays so)."""
     status = _mapping(doc, "(document)").get("status")
     if not status:
         return {}
-    entries = _list(_mapping(status, "status").get("reservedCapacity"), "status.reservedCapacity")
+    entries = _list(_mapping(status, "status").get("blocks"), "status.blocks")
     marks: dict[int, Status] = {}
     for i, entry in enumerate(entries):
-        text = _mapping(entry, f"status.reservedCapacity[{i}]").get("status")
+        text = _mapping(entry, f"status.blocks[{i}]").get("status")
         if text is None:
             continue
         try:
             marks[i] = Status(text)
         except ValueError:
             allowed = ", ".join(s.value for s in Status)
-            raise InputError(
-                f"status.reservedCapacity[{i}].status", f"{text!r} is not one of {allowed}"
-            ) from None
+            raise InputError(f"status.blocks[{i}].status", f"{text!r} is not one of {allowed}") from None
     return marks
 
 
@@ -239,3 +246,31 @@ def parse_plan(obj: JSON) -> TrainingPlan:
     is not read back (offline files may mark blocks Pending/Failed there; in a cluster the
     capacity is confirmed when the plan is created)."""
     return training_plan_from_manifest({k: v for k, v in obj.items() if k != "status"})
+
+
+def plan_state_doc(state: PlanState) -> JSON:
+    """A plan's state at an instant, the one JSON form of it: what `gangctl plans status -o json`
+    prints (its documented contract) and what the plans controller writes as the TrainingPlan's
+    `status` (with observedGeneration and conditions beside it). A block's `reason` says why it is
+    Failed, when it is."""
+
+    def time_or_none(t: datetime | None) -> str | None:
+        return None if t is None else format_time(t)
+
+    return {
+        "status": state.status.value,
+        "blocks": [
+            {
+                "index": b.index,
+                "status": b.status.value,
+                "startTime": format_time(b.start),
+                "endTime": format_time(b.end),
+                "terminationStartsAt": time_or_none(b.termination_starts_at),
+                **({"reason": b.reason} if b.reason else {}),
+            }
+            for b in state.blocks
+        ],
+        "currentBlock": state.current_block,
+        "activeInstanceCount": state.active_instance_count,
+        "nextTransition": time_or_none(state.next_transition),
+    }

@@ -308,8 +308,8 @@ def podset_from_template(
 
 
 def gang_from_k8s(obj: object, field: str = "") -> Gang:
-    """The gang of a Kueue Workload (v1beta1/v1beta2, `spec.podSets`) or a batch/v1 Job
-    (`spec.parallelism` pods, default 1, in one podset named "main")."""
+    """The gang of a Kueue Workload (v1beta1/v1beta2, `spec.podSets`). The jobs Kueue makes
+    Workloads of are read by `job_records`."""
     top = _map(obj, field or "document")
     p = f"{field}." if field else ""
     kind, api = top.get("kind"), top.get("apiVersion")
@@ -340,15 +340,7 @@ def gang_from_k8s(obj: object, field: str = "") -> Gang:
                 )
             )
         return Gang(tuple(podsets), name)
-    if kind == "Job":
-        if api != "batch/v1":
-            raise InputError(f"{p}apiVersion", f"{api!r} is not batch/v1")
-        count = spec.get("parallelism", 1)
-        podset = podset_from_template(
-            "main", count, spec.get("template"), f"{p}spec.template", f"{p}spec.parallelism"
-        )
-        return Gang((podset,), name)
-    raise InputError(f"{p}kind", f"{kind!r} is not a Kueue Workload or a batch/v1 Job")
+    raise InputError(f"{p}kind", f"{kind!r} is not a Kueue Workload")
 
 
 # -- Kueue Topology and GangPolicy --------------------------------------------------------------------

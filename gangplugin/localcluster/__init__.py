@@ -1,2 +1,3 @@
-"""The local cluster: real etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
-Kueue and kwok, built from pinned sources and run as plain processes (DESIGN.md §5)."""
+"""The local cluster: real etcd, kube-apiserver, kube-controller-manager, kube-scheduler, Kueue,
+JobSet, kwok and gangplugin, built from pinned sources and run as plain processes, one module per
+component (docs/development.md, "The local cluster")."""

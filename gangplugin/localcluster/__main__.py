@@ -14,8 +14,9 @@ from gangplugin.localcluster.cluster import REPO, ClusterError, LocalCluster
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def cli() -> None:
-    """Run the local cluster: etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
-    Kueue and kwok as local processes, with fake HyperPod-shaped nodes."""
+    """Run the local cluster: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok,
+    JobSet, Kueue and gangplugin as local processes, with fake HyperPod-shaped nodes
+    (GANGPLUGIN_WITH=<names> starts optional components too; docs/development.md)."""
 
 
 @cli.command()

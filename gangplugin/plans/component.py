@@ -17,7 +17,10 @@ _controllers: dict[int, PlanController] = {}
 
 def setup(runtime: Runtime) -> None:
     controller = PlanController(
-        runtime.client, runtime.informer(TRAINING_PLANS), runtime.informer(CLUSTER_QUEUES)
+        runtime.client,
+        runtime.informer(TRAINING_PLANS),
+        runtime.informer(CLUSTER_QUEUES),
+        runtime.dispatcher("plans"),
     )
     _controllers[id(runtime)] = controller
 

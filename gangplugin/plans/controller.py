@@ -15,13 +15,14 @@ from typing import Any
 
 from gangplugin.core import names
 from gangplugin.core.errors import InputError
-from gangplugin.core.plans import PlanState, TrainingPlan, plan_state
+from gangplugin.core.plans import TrainingPlan, plan_state
 from gangplugin.core.quota import next_quota_change, queue_quota, quota_update
 from gangplugin.core.timeutil import format_time
 from gangplugin.kube.client import CLUSTER_QUEUES, JSON, Client
+from gangplugin.kube.dispatcher import Dispatcher
 from gangplugin.kube.events import record_event
 from gangplugin.kube.informer import Informer
-from gangplugin.kube.plan_records import parse_plan
+from gangplugin.kube.plan_records import parse_plan, plan_state_doc
 from gangplugin.kube.resources import TRAINING_PLANS
 from gangplugin.kube.workqueue import WorkQueue
 from gangplugin.plans.clusterqueue import flavors, managed_quotas, nominal_quotas, quota_patch
@@ -52,39 +53,19 @@ def _condition(status: str, reason: str, message: str, generation: int, previous
     }
 
 
-def status_doc(state: PlanState) -> JSON:
-    return {
-        "phase": state.status.value,
-        "currentBlock": state.current_block,
-        "activeInstanceCount": state.active_instance_count,
-        "nextTransition": None if state.next_transition is None else format_time(state.next_transition),
-        "reservedCapacity": [
-            {
-                "status": b.status.value,
-                "startTime": format_time(b.start),
-                "endTime": format_time(b.end),
-                "terminationStartsAt": (
-                    None if b.termination_starts_at is None else format_time(b.termination_starts_at)
-                ),
-                **({"reason": b.reason} if b.reason else {}),
-            }
-            for b in state.blocks
-        ],
-    }
-
-
 class PlanController:
     def __init__(
         self,
         client: Client,
         plans: Informer[JSON],
         queues: Informer[JSON],
+        dispatcher: Dispatcher,
         clock: Clock = lambda: datetime.now(UTC),
     ) -> None:
         self.client, self.plans, self.queues, self.clock = client, plans, queues, clock
         self.queue = WorkQueue()
-        plans.add_handler(self._on_plan)
-        queues.add_handler(self._on_queue)
+        plans.add_handler(self._on_plan, dispatcher)
+        queues.add_handler(self._on_queue, dispatcher)
 
     # --- events -> keys ---
 
@@ -125,15 +106,15 @@ class PlanController:
         try:
             plan = parse_plan(obj)
         except InputError as err:
-            status: JSON = {"phase": "Failed", "currentBlock": None, "activeInstanceCount": 0}
-            status["nextTransition"] = None
+            status: JSON = {"status": "Failed", "blocks": [], "currentBlock": None}
+            status |= {"activeInstanceCount": 0, "nextTransition": None}
             cond = _condition("False", "InvalidSpec", str(err), generation, previous)
             self._write_status(obj, status, cond, previous)
             return None
         state = plan_state(plan, now)
         reason, message = self._acceptance(plan)
         cond = _condition("True" if reason == ACCEPTED else "False", reason, message, generation, previous)
-        self._write_status(obj, status_doc(state), cond, previous)
+        self._write_status(obj, plan_state_doc(state), cond, previous)
         return _seconds_until(state.next_transition, now)
 
     def _acceptance(self, plan: TrainingPlan) -> tuple[str, str]:
@@ -204,6 +185,6 @@ def _without_times(status: JSON) -> Any:
     conds = [
         {k: v for k, v in c.items() if k != "lastTransitionTime"} for c in status.get("conditions") or []
     ]
-    blocks = [{k: v for k, v in b.items() if v is not None} for b in status.get("reservedCapacity") or []]
+    blocks = [{k: v for k, v in b.items() if v is not None} for b in status.get("blocks") or []]
     out = {k: v for k, v in status.items() if v is not None}
-    return {**out, "conditions": conds, "reservedCapacity": blocks}
+    return {**out, "conditions": conds, "blocks": blocks}

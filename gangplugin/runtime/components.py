@@ -1,15 +1,20 @@
-"""What every component gets: an API client, shared watch caches, and a way to stop; and what
-`serve` knows of its own liveness (the threads that must stay alive, a fatal failure)."""
+"""What every component gets: an API client, shared watch caches, the dispatchers their
+handlers run on, objects components share, and a way to stop; and what `serve` knows of its
+own liveness (the threads that must stay alive, a fatal failure)."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from gangplugin.kube.client import JSON, Client, Resource
+from gangplugin.kube.dispatcher import Dispatcher
 from gangplugin.kube.informer import Informer, identity
+from gangplugin.runtime.metrics import DISPATCH_BACKLOG
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -17,6 +22,8 @@ class Runtime:
     client: Client
     stop: threading.Event = field(default_factory=threading.Event)
     _informers: dict[tuple[str, str, Callable[[JSON], Any]], Informer[Any]] = field(default_factory=dict)
+    _dispatchers: dict[str, Dispatcher] = field(default_factory=dict)
+    _shared: dict[str, Any] = field(default_factory=dict)
     # Threads whose death means the process no longer works (liveness fails, the pod restarts).
     _vital: list[threading.Thread] = field(default_factory=list)
     failure: str | None = None  # set by `fail`: serve exits non-zero with it
@@ -28,9 +35,27 @@ class Runtime:
             self._informers[key] = Informer(self.client, resource, transform)
         return self._informers[key]
 
+    def dispatcher(self, name: str) -> Dispatcher:
+        """The dispatcher of that name, shared by every handler registered on it: one thread,
+        handlers in registration order (give a component its own, unless its handlers must run
+        in order with another's)."""
+        if name not in self._dispatchers:
+            self._dispatchers[name] = dispatcher = Dispatcher(name)
+            DISPATCH_BACKLOG.labels(name).set_function(dispatcher.backlog)
+        return self._dispatchers[name]
+
+    def shared(self, name: str, make: Callable[[], T]) -> T:
+        """The one object of that name the components of this process share (made on first ask):
+        how two components use one thing without importing each other's modules."""
+        if name not in self._shared:
+            self._shared[name] = make()
+        value: T = self._shared[name]
+        return value
+
     def start_informers(self) -> None:
-        # Only the watch threads themselves: a thread that happened to start meanwhile (a health
-        # probe's request) is not vital, and its end must not fail liveness.
+        # Only the dispatch and watch threads themselves: a thread that happened to start
+        # meanwhile (a health probe's request) is not vital, and its end must not fail liveness.
+        self._vital += [d.start() for d in self._dispatchers.values()]
         self._vital += [inf.start() for inf in self._informers.values()]
 
     def informers(self) -> list[Informer[Any]]:

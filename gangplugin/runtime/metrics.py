@@ -7,8 +7,10 @@ followers, so summing over replicas never counts a gang twice.
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
@@ -53,6 +55,12 @@ EVICTIONS = Counter(
     "Gangs the readiness watchdog evicted, by why (the phase they were stuck in) and what followed.",
     ["reason", "action"],
 )
+DISPATCH_BACKLOG = Gauge(
+    "gangplugin_dispatch_backlog",
+    "Watch events waiting for a component's handlers (by dispatcher): one that keeps growing "
+    "means its handlers are slower than the events they are given.",
+    ["dispatcher"],
+)
 EXTENDER_LATENCY = Histogram(
     "gangplugin_extender_request_duration_seconds",
     "Time to answer a kube-scheduler extender call, by verb (bind includes the gang barrier wait).",
@@ -69,11 +77,38 @@ PLAN_QUOTA = Gauge(
     "nominalQuota that TrainingPlans give a ClusterQueue flavor now, per resource.",
     ["cluster_queue", "flavor", "resource"],
 )
+BARRIER_WAITING = Gauge(
+    "gangplugin_extender_barrier_waiting_pods",
+    "Members of a gang waiting at the extender's bind barrier for the rest of it; a gang's series "
+    "is removed when it leaves the barrier (bound or timed out), so only waiting gangs have one.",
+    ["namespace", "gang"],
+)
+ADMISSION_PASS_SEEN = Gauge(
+    "gangplugin_admission_pass_seen_resource_version",
+    "The newest Workload resourceVersion in the cache when the last completed admission pass "
+    "began: every Workload write up to it has been decided on (and the decisions written).",
+)
 LEADER = Gauge(
     "gangplugin_leader",
     "1 while this replica holds the leader Lease (and runs the controllers), else 0.",
     ["lease"],
 )
+
+
+def barrier_waiting(namespace: str, gang: str, pods: int) -> None:
+    """How many members of a gang wait at the bind barrier now; 0 removes the gang's series."""
+    if pods:
+        BARRIER_WAITING.labels(namespace, gang).set(pods)
+    else:
+        with contextlib.suppress(KeyError):  # never set: the gang's first bind opened the barrier
+            BARRIER_WAITING.remove(namespace, gang)
+
+
+def newest_resource_version(objs: Iterable[Mapping[str, Any]]) -> int:
+    """The highest resourceVersion among API objects (etcd revisions: decimal integers); 0 if none."""
+    versions = (str((o.get("metadata") or {}).get("resourceVersion", "")) for o in objs)
+    return max((int(v) for v in versions if v.isdigit()), default=0)
+
 
 # The watchdog's phase when a gang ran out of time -> the eviction reason exported.
 _EVICTION_REASONS = {

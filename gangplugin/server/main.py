@@ -51,6 +51,7 @@ def _default_identity() -> str:
 COMPONENTS: dict[str, str] = {
     "admission": "gangplugin.admission.component",
     "extender": "gangplugin.extender.component",
+    "ungater": "gangplugin.extender.ungater_component",
     "plans": "gangplugin.plans.component",
     "api": "gangplugin.api.component",
     "webhook": "gangplugin.webhook.component",
@@ -141,9 +142,16 @@ def cli() -> None:
     default=60.0,
     show_default=True,
     help="Seconds a gang may take to reach bind whole (cover the scheduler's pass over its backlog); "
-    "keep below the scheduler's httpTimeout.",
+    "keep below the scheduler's httpTimeout. The extender's and the ungater's plans expire after "
+    "twice this.",
 )
-@click.option("--extender-spares-per-ultraserver", default=0, show_default=True, type=click.IntRange(0))
+@click.option(
+    "--extender-spares-per-ultraserver",
+    default=0,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Spare nodes per UltraServer for gangs no GangPolicy governs (extender and ungater).",
+)
 @click.option(
     "--webhook-bind", default="0.0.0.0:9443", show_default=True, help="Admission webhook's address."
 )
@@ -228,6 +236,11 @@ def serve(
     server = Server(runtime, modules, election)
     tls = tls_context(health_tls_cert, health_tls_key)
     health = serve_health(health_bind, runtime.live, server.readiness, tls)
+    if {"extender", "ungater"} & set(wanted):
+        from gangplugin.extender.shared import ReservationSettings
+        from gangplugin.extender.shared import configure as configure_reservations
+
+        configure_reservations(ReservationSettings(extender_spares_per_ultraserver, extender_barrier_timeout))
     if "extender" in wanted:
         from gangplugin.extender.component import ExtenderSettings, configure
 
@@ -238,7 +251,6 @@ def serve(
                 tls_key=extender_tls_key,
                 client_ca=extender_client_ca,
                 barrier_timeout=extender_barrier_timeout,
-                spares_per_ultraserver=extender_spares_per_ultraserver,
             )
         )
     if "webhook" in wanted:

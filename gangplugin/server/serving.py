@@ -1,6 +1,8 @@
 """How `gangplugin serve` runs its components: caches first (on every replica), then the
 components that may run anywhere, then — once this replica holds the leader Lease — those that
-declare `needs_leader = True` (the controllers, and the extender whose gang plans live in memory).
+declare `needs_leader = True` (the controllers, and the extender and ungater whose gang plans
+live in memory). Caches are synced once their first lists are held and handled by every
+component's handlers (`Informer.wait_synced`).
 
 A leader that cannot renew within the renew deadline exits non-zero at once (controller-runtime
 does the same): it restarts clean as a follower instead of acting on a lease it may have lost.

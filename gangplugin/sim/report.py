@@ -1,5 +1,5 @@
-"""What `gangctl simulate` prints and draws from the replays: the summary document (the contract
-of DESIGN.md section 4), its table, the capacity sweep's answer, and PNG plots."""
+"""What `gangctl simulate` prints and draws from the replays: the summary document (the `-o json`
+contract docs/simulate.md states), its table, the capacity sweep's answer, and PNG plots."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gangplugin.core.simulate import Replay, percentile
+from gangplugin.core.table import table
 
 
 def waits(replay: Replay) -> list[float]:
@@ -16,7 +17,7 @@ def waits(replay: Replay) -> list[float]:
 
 
 def policy_doc(replay: Replay) -> dict[str, Any]:
-    """One policy's summary: exactly the keys DESIGN.md section 4 fixes."""
+    """One policy's summary: exactly the keys of the documented `-o json` contract."""
     w = waits(replay)
     return {
         "policy": replay.policy,
@@ -40,12 +41,6 @@ def _hours(seconds: float) -> str:
     if seconds < 3600:
         return f"{seconds / 60:.0f}m"
     return f"{seconds / 3600:.1f}h"
-
-
-def _grid(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    cells = [list(map(str, header)), *[[str(c) for c in r] for r in rows]]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells)
 
 
 def reason_kind(reason: str) -> str:
@@ -84,7 +79,7 @@ def summary_table(jobs: int, replays: Sequence[Replay]) -> str:
         "DRAINED",
         "MAKESPAN",
     ]
-    out = [f"{jobs} jobs, {replays[0].total_gpus if replays else 0} GPUs", _grid(header, rows)]
+    out = [f"{jobs} jobs, {replays[0].total_gpus if replays else 0} GPUs", table(header, rows)]
     for r in replays:
         kinds = Counter(reason_kind(o.never_ran) for o in r.outcomes if o.never_ran is not None)
         if kinds:
@@ -132,7 +127,7 @@ def sweep_table(points: Sequence[tuple[int, Sequence[Replay]]], max_p95: float |
                     d["neverRan"],
                 ]
             )
-    out = [_grid(["ULTRASERVERS", "POLICY", "GPU UTIL", "WAIT P95", "NEVER RAN"], rows)]
+    out = [table(["ULTRASERVERS", "POLICY", "GPU UTIL", "WAIT P95", "NEVER RAN"], rows)]
     if max_p95 is not None:
         for policy, smallest in sweep_answer(points, max_p95).items():
             verdict = f"{smallest} UltraServers" if smallest is not None else "no count in the sweep"
@@ -142,10 +137,8 @@ def sweep_table(points: Sequence[tuple[int, Sequence[Replay]]], max_p95: float |
 
 def plot(replays: Sequence[Replay], directory: str) -> list[str]:
     """Write utilization.png, wait-cdf.png and queue.png (one line per policy) into `directory`."""
-    try:
-        import matplotlib
-    except ImportError as err:
-        raise RuntimeError("--plot needs matplotlib: pip install 'gangplugin[sim]'") from err
+    import matplotlib  # the `sim` extra; gangctl checks for it before replaying
+
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
 
@@ -220,4 +213,4 @@ def offerings_table(results: Sequence[tuple[str, Replay]]) -> str:
         if best is not None
         else "no offering runs every job of the trace"
     )
-    return _grid(["OFFERING", "WAIT P95", "NEVER RAN", "RESERVED, IDLE"], rows) + "\n" + verdict
+    return table(["OFFERING", "WAIT P95", "NEVER RAN", "RESERVED, IDLE"], rows) + "\n" + verdict

@@ -22,16 +22,28 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:6]}"
 
 
-def wait_for(check: Callable[[], T | None], timeout: float, what: str, interval: float = 0.3) -> T:
-    """Poll until `check` returns something truthy; fail with `what` and the last value otherwise."""
+def wait_until(
+    condition: Callable[[], T | None],
+    timeout: float,
+    describe_state: Callable[[], str],
+    interval: float = 0.3,
+) -> T:
+    """Poll `condition` until it returns something truthy and return that; past `timeout`, fail
+    with `describe_state()` (what was awaited and what is seen now) and the condition's last answer.
+    The timeout only bounds a wait for something that must happen: no verdict rests on it."""
     deadline = time.monotonic() + timeout
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = check()
+    while True:
+        last = condition()
         if last:
             return last
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:g}s: {describe_state()} (last answer: {last!r})")
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+def wait_for(check: Callable[[], T | None], timeout: float, what: str, interval: float = 0.3) -> T:
+    """`wait_until` for a check whose last answer is all there is to show."""
+    return wait_until(check, timeout, lambda: f"waiting for {what}", interval)
 
 
 def condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:

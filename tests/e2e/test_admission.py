@@ -33,6 +33,7 @@ from tests.e2e.kube import (
     wait_for,
     workload_of,
 )
+from tests.e2e.scrape import wait_decided
 
 US = "topology.k8s.aws/ultraserver-id"
 HOSTNAME = "kubernetes.io/hostname"
@@ -179,8 +180,10 @@ def test_gang_too_big_for_any_ultraserver_waits_with_a_clear_message(
 
     check = wait_for(pending_with_reason, 60, "the check Pending with the reason")
     assert US in check["message"], check["message"]
-    time.sleep(3)  # still waiting: never admitted in part
+    # A pass decided on the Workload as it is now, and left it waiting: never admitted in part.
+    wait_decided(e2e_local_cluster(), workload(client, namespace, job))
     wl = workload(client, namespace, job)
+    assert check_of(wl)["state"] == "Pending", check_of(wl)
     assert not is_true(wl, "Admitted") and not job_pods(client, namespace, job)
 
 
@@ -293,7 +296,7 @@ def test_sequential_admits_the_next_gang_only_after_the_first_is_ready(
 
     check = wait_for(waiting, 60, "the second gang held by the sequential gate")
     assert workload(client, namespace, first)["metadata"]["name"] in check["message"]
-    time.sleep(3)
+    wait_decided(e2e_local_cluster(), workload(client, namespace, second))  # and held it again
     assert not is_true(workload(client, namespace, second), "Admitted")
     _make_ready(client, namespace, first)
     wait_for(lambda: is_true(workload(client, namespace, first), "PodsReady"), 60, "first gang Ready")
@@ -388,13 +391,14 @@ def test_node_failure_in_a_full_ultraserver_is_replaced_by_its_spare(
     cluster: E2ECluster, namespace: str, gang_queue: Any
 ) -> None:
     client = cluster.client
-    queue = gang_queue(nodeFailure="ReplaceFromSpare", sparesPerUltraServer=1, recoveryTimeout="60s")
+    # Long enough that no busy machine runs it out: that the gang was never requeued (no
+    # GangRequeued below) is what shows it was whole again within recoveryTimeout.
+    queue = gang_queue(nodeFailure="ReplaceFromSpare", sparesPerUltraServer=1, recoveryTimeout="10m")
     job, wl, before = _seventeen_in_one_ultraserver(client, namespace, queue)
     domain = check_of(wl)["podSetUpdates"][0]["nodeSelector"][US]
     in_domain = sorted(n for n, us in node_us(client).items() if us == domain)
     (spare,) = sorted(set(in_domain) - {node for _, node in before.values()})
     victim = sorted(node for _, node in before.values())[0]
-    failed_at = time.monotonic()
     _fail_node(client, victim)
     try:
 
@@ -405,8 +409,7 @@ def test_node_failure_in_a_full_ultraserver_is_replaced_by_its_spare(
             ok = len(items) == 17 and all(is_true(p, "Ready") for p in items)
             return items if ok and victim not in {p["spec"]["nodeName"] for p in items} else None
 
-        again = wait_for(whole_again, 60, "the gang whole again within recoveryTimeout")
-        assert time.monotonic() - failed_at < 60
+        again = wait_for(whole_again, 300, "the gang whole again off the failed node")
         healthy = {n: v for n, v in before.items() if v[1] != victim}
         now = {p["metadata"]["name"]: (p["metadata"]["uid"], p["spec"]["nodeName"]) for p in again}
         assert all(now.get(name) == v for name, v in healthy.items()), "a healthy member was touched"
@@ -504,7 +507,8 @@ def test_controller_killed_during_admission_and_restarted(
     # Nothing changes after a second restart: every decision is read back from the API.
     before = {job: check_of(workload(client, namespace, job)) for job in jobs}
     e2e_local_cluster().restart("gangplugin")
-    time.sleep(3)
+    # The restarted controller's first pass over every Workload as it was has completed.
+    wait_decided(e2e_local_cluster(), *(workload(client, namespace, job) for job in jobs))
     after = {job: check_of(workload(client, namespace, job)) for job in jobs}
     assert before == after
 

@@ -12,9 +12,10 @@ import time
 from collections import Counter
 from typing import Any
 
-from gangplugin.kube.client import JOBS, NODES, PODS, Client
+from gangplugin.kube.client import JOBS, NODES, PODS, WORKLOADS, Client
 from tests.e2e.conftest import E2ECluster, e2e_local_cluster
-from tests.e2e.kube import GB200, is_true, job_pods, wait_for, workload_of
+from tests.e2e.kube import GB200, is_true, job_pods, wait_for
+from tests.e2e.scrape import pass_seen, resource_version
 from tests.e2e.test_admission import (
     US,
     check_of,
@@ -33,32 +34,70 @@ def usable_nodes(client: Client) -> Counter[str]:
     return out
 
 
-def promised(client: Client, namespace: str, jobs: list[str]) -> dict[str, str]:
+def _job_of(wl: dict[str, Any]) -> str:
+    return next((o.get("name", "") for o in wl["metadata"].get("ownerReferences", [])), "")
+
+
+def promised(workloads: dict[str, dict[str, Any]]) -> dict[str, str]:
     """Job -> the UltraServer our check admitted it into (admitted jobs only)."""
     out = {}
-    for job in jobs:
-        wl = workload_of(client, namespace, job)
-        check = check_of(wl or {})
+    for wl in workloads.values():
+        check = check_of(wl)
         if check.get("state") == "Ready":
-            out[job] = check["podSetUpdates"][0]["nodeSelector"][US]
+            out[_job_of(wl)] = check["podSetUpdates"][0]["nodeSelector"][US]
     return out
 
 
-def assert_never_overbooked(
-    client: Client, namespace: str, jobs: list[str], seconds: float
-) -> dict[str, str]:
-    """Watch the admissions for `seconds`; at every look no UltraServer is promised more pods
-    than it has usable nodes. Returns the final job -> domain."""
+def assert_never_overbooked(client: Client, namespace: str, jobs: list[str]) -> dict[str, str]:
+    """Every write to the burst's Workloads, read from a watch, until the burst is decided (each
+    has its quota and a completed pass of the check saw its last write); after each write no
+    UltraServer is promised more pods than it has usable nodes. Returns the job -> domain."""
     capacity = usable_nodes(client)
-    deadline = time.monotonic() + seconds
-    while True:
-        domains = promised(client, namespace, jobs)
-        per_us = Counter(domains.values())
+    local = e2e_local_cluster()
+    ours = set(jobs)
+
+    def burst_of(items: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        return {wl["metadata"]["name"]: wl for wl in items if _job_of(wl) in ours}
+
+    def check(workloads: dict[str, dict[str, Any]]) -> dict[str, str]:
+        per_us = Counter(promised(workloads).values())
         over = {us: n * GANG for us, n in per_us.items() if n * GANG > capacity[us]}
         assert not over, f"UltraServers promised more pods than they hold: {over} (capacity {dict(capacity)})"
-        if time.monotonic() > deadline:
-            return domains
-        time.sleep(0.5)
+        return promised(workloads)
+
+    def decided(workloads: dict[str, dict[str, Any]]) -> bool:
+        """Every job has quota and a check state, the pass saw the newest of them, and nothing
+        newer was written (a fresh list: the watch may be behind)."""
+        fresh = burst_of(client.list(WORKLOADS, namespace)["items"])
+        versions = {n: wl["metadata"]["resourceVersion"] for n, wl in fresh.items()}
+        return (
+            {_job_of(wl) for wl in fresh.values()} == ours
+            and all(is_true(wl, "QuotaReserved") and check_of(wl).get("state") for wl in fresh.values())
+            and versions == {n: wl["metadata"]["resourceVersion"] for n, wl in workloads.items()}
+            and pass_seen(local) >= max(resource_version(wl) for wl in fresh.values())
+        )
+
+    listing = client.list(WORKLOADS, namespace)
+    rv, workloads = listing["metadata"]["resourceVersion"], burst_of(listing["items"])
+    check(workloads)
+    deadline = time.monotonic() + 300
+    while not decided(workloads):
+        states = {_job_of(wl): check_of(wl).get("state") for wl in workloads.values()}
+        assert time.monotonic() < deadline, (
+            f"the burst not decided in 300s: {states}, pass at {pass_seen(local)}"
+        )
+        for event in client.watch(WORKLOADS, namespace, resource_version=rv, timeout_seconds=2):
+            obj = event["object"]
+            assert event["type"] != "ERROR", obj
+            rv = obj["metadata"]["resourceVersion"]
+            if event["type"] == "BOOKMARK" or _job_of(obj) not in ours:
+                continue
+            if event["type"] == "DELETED":
+                workloads.pop(obj["metadata"]["name"], None)
+            else:
+                workloads[obj["metadata"]["name"]] = obj
+            check(workloads)
+    return check(workloads)
 
 
 def assert_admitted_gangs_run_whole(client: Client, namespace: str, domains: dict[str, str]) -> None:
@@ -97,7 +136,7 @@ def test_bursts_never_overbook_an_ultraserver(
     queue = gang_queue(gpu_quota=20 * GANG * 4)
     for round_ in range(3):
         jobs = burst(client, namespace, queue, 12 + 4 * round_)
-        domains = assert_never_overbooked(client, namespace, jobs, 20)
+        domains = assert_never_overbooked(client, namespace, jobs)
         assert domains, "no gang of the burst was admitted"
         assert_admitted_gangs_run_whole(client, namespace, domains)
         clear(client, namespace, jobs)
@@ -115,7 +154,7 @@ def test_burst_with_a_restart_in_the_middle_never_overbooks(
         jobs = burst(client, namespace, queue, 8)
         e2e_local_cluster().restart("gangplugin")  # SIGKILL while the burst is being admitted
         jobs += burst(client, namespace, queue, 8)
-        domains = assert_never_overbooked(client, namespace, jobs, 25)
+        domains = assert_never_overbooked(client, namespace, jobs)
         assert domains, "no gang of the burst was admitted"
         assert_admitted_gangs_run_whole(client, namespace, domains)
         clear(client, namespace, jobs)

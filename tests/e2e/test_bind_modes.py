@@ -9,16 +9,19 @@ leave it half-bound for good; a restart of gangplugin in the middle of a release
 
 from __future__ import annotations
 
+import socket
+import threading
 import time
 from typing import Any
 
 import pytest
 
-from gangplugin.core.names import BIND_MODE_LABEL, PLACEMENT_GATE
+from gangplugin.core.names import BIND_MODE_LABEL, PLACEMENT_GATE, REQUIRED_TOPOLOGY_ANNOTATION
 from gangplugin.core.policy import PINNED_BIND_MODES
-from gangplugin.kube.client import EVENTS, JOBS, PODS, Client
+from gangplugin.kube.client import EVENTS, JOBS, PODS, WORKLOADS, Client, Resource
+from gangplugin.server.main import COMPONENTS
 from tests.e2e.conftest import E2ECluster, e2e_local_cluster
-from tests.e2e.kube import GB200, gpu_job, job_pods, trainer_pod_spec, unique, wait_for
+from tests.e2e.kube import GB200, condition, gpu_job, job_pods, trainer_pod_spec, unique, wait_for
 from tests.e2e.test_admission import (
     HOSTNAME,
     US,
@@ -34,6 +37,7 @@ from tests.e2e.test_admission import (
 )
 
 MODES = ["Ungate", "Extender"]
+SERVICE_ACCOUNTS = Resource("v1", "serviceaccounts")
 
 
 def _holds_node(pod: dict[str, Any]) -> bool:
@@ -109,19 +113,20 @@ def test_a_gang_that_stays_partly_bound_is_requeued_whole(
     assert client.get(JOBS, name, namespace)["spec"]["suspend"] is True
 
 
-def _plain_pods(client: Client, namespace: str, count: int) -> list[str]:
-    """4-GPU pods with no gang, for any GB200 node, all created at once."""
+def _plain_pods(client: Client, namespace: str, count: int, domain: str | None = None) -> list[str]:
+    """4-GPU pods with no gang, for any GB200 node (or only those of UltraServer `domain`), all
+    created at once."""
     names = []
     for _ in range(count):
         name = unique("plain")
         spec = trainer_pod_spec(4)
-        spec["nodeSelector"] = {"node.kubernetes.io/instance-type": GB200}
+        spec["nodeSelector"] = {"node.kubernetes.io/instance-type": GB200, **({US: domain} if domain else {})}
         client.create(
             PODS,
             {
                 "apiVersion": "v1",
                 "kind": "Pod",
-                "metadata": {"name": name, "namespace": namespace},
+                "metadata": {"name": name, "namespace": namespace, "labels": {PLAIN: "true"}},
                 "spec": spec,
             },
         )
@@ -129,34 +134,190 @@ def _plain_pods(client: Client, namespace: str, count: int) -> list[str]:
     return names
 
 
+PLAIN = "e2e.gangplugin.io/plain"
+
+
+class Watched:
+    """Every version of the objects of one resource in a namespace since it was made, read from
+    a watch: states that last only moments (a check's Retry, a pod's Unschedulable) included."""
+
+    def __init__(self, client: Client, resource: Resource, namespace: str) -> None:
+        listing = client.list(resource, namespace)
+        self.versions: list[dict[str, Any]] = list(listing["items"])
+        self._rv = str(listing["metadata"]["resourceVersion"])
+        self._client, self._resource, self._namespace = client, resource, namespace
+        self._stop = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                for ev in self._client.watch(
+                    self._resource, self._namespace, resource_version=self._rv, timeout_seconds=30
+                ):
+                    if ev["type"] == "ERROR":
+                        raise RuntimeError(f"the watch of {self._resource.plural} failed: {ev['object']}")
+                    self._rv = ev["object"]["metadata"].get("resourceVersion", self._rv)
+                    if ev["type"] != "BOOKMARK":
+                        self.versions.append(ev["object"])
+                    if self._stop.is_set():
+                        return
+        except Exception as err:  # after `stop`, the client closing under an idle watch
+            if not self._stop.is_set():
+                self._error = err
+
+    def stop(self) -> list[dict[str, Any]]:
+        """What was seen; fails when the watch broke before (something may have been missed)."""
+        self._stop.set()
+        assert self._error is None, f"the watch of {self._resource.plural} broke: {self._error!r}"
+        return list(self.versions)
+
+
+def _unschedulable(pod: dict[str, Any]) -> str | None:
+    """kube-scheduler's message when it found no node for the pod (not merely gated)."""
+    c = condition(pod, "PodScheduled")
+    if c is None or c.get("reason") != "Unschedulable":
+        return None
+    return str(c.get("message") or "Unschedulable")
+
+
+def _job_of(pod: dict[str, Any]) -> str | None:
+    return (pod["metadata"].get("labels") or {}).get("batch.kubernetes.io/job-name")
+
+
+def _requeues(workloads: list[dict[str, Any]]) -> list[str]:
+    return [
+        f"{c['state']}: {c.get('message')}"
+        for wl in workloads
+        if (c := check_of(wl)).get("state") in ("Retry", "Rejected")
+    ]
+
+
+def _failed_pins(pods: list[dict[str, Any]], job: str) -> list[str]:
+    """Members of `job` kube-scheduler could not bind once pinned: each left the gang partly bound."""
+    return sorted(
+        {f"{p['metadata']['name']}: {why}" for p in pods if _job_of(p) == job and (why := _unschedulable(p))}
+    )
+
+
+def _whole_free_nodes(client: Client, domain: str) -> list[str]:
+    """The nodes of UltraServer `domain` that no pod holds a GPU of (every GB200 node has 4)."""
+    held = {
+        p["spec"]["nodeName"]
+        for p in client.list(PODS)["items"]
+        if p["spec"].get("nodeName") and p["status"].get("phase") not in ("Succeeded", "Failed")
+    }
+    return sorted(n for n, us in node_us(client).items() if us == domain and n not in held)
+
+
+def _admitted_domain(client: Client, namespace: str, job: str) -> str:
+    """The UltraServer the gang check admitted `job` to, as soon as it is admitted."""
+
+    def domain() -> str | None:
+        updates = check_of(workload(client, namespace, job)).get("podSetUpdates") or []
+        return next((u["nodeSelector"][US] for u in updates if US in (u.get("nodeSelector") or {})), None)
+
+    return wait_for(domain, 60, f"the admission of {job}", interval=0.02)
+
+
+def _decided(client: Client, namespace: str, names: list[str]) -> list[dict[str, Any]]:
+    """The pods named, once kube-scheduler has either bound each or found it no node."""
+
+    def all_decided() -> list[dict[str, Any]] | None:
+        pods = [p for p in client.list(PODS, namespace)["items"] if p["metadata"]["name"] in names]
+        done = [p for p in pods if p["spec"].get("nodeName") or _unschedulable(p)]
+        return pods if len(done) == len(names) else None
+
+    return wait_for(all_decided, 60, f"kube-scheduler to decide {len(names)} plain pods")
+
+
 @pytest.mark.parametrize("mode", MODES)
-def test_plain_gpu_pods_racing_a_gang_never_leave_it_half_bound_for_good(
+def test_plain_gpu_pods_racing_a_gang_never_take_its_capacity(
     cluster: E2ECluster, namespace: str, gang_queue: Any, mode: str
 ) -> None:
+    """30 plain GPU pods created the moment a 16-pod gang is admitted: the extender keeps them
+    off the capacity promised to the gang, so it runs whole in its domain, is never requeued and
+    (Ungate) no pinned member is ever left without its node."""
     client = cluster.client
-    timeout = 10.0
-    queue = gang_queue(bindMode=mode, unscheduledTimeout=f"{timeout:g}s", requeue={"backoffBaseSeconds": 1})
+    queue = gang_queue(bindMode=mode, unscheduledTimeout="10s", requeue={"backoffBaseSeconds": 600})
     size = 16
+    workloads, pods = Watched(client, WORKLOADS, namespace), Watched(client, PODS, namespace)
     job = submit(client, namespace, queue, size)
-    plain = _plain_pods(client, namespace, 30)  # racing for the GB200 nodes while the gang is placed
-    partial_since: float | None = None
-    longest = 0.0
-    deadline = time.monotonic() + 45
-    while time.monotonic() < deadline:
-        bound = sum(1 for p in job_pods(client, namespace, job) if _holds_node(p))
-        now = time.monotonic()
-        if 0 < bound < size:
-            partial_since = partial_since or now
-            longest = max(longest, now - partial_since)
-        else:
-            partial_since = None
-        time.sleep(0.5)
-    # The watchdog requeues a partly bound gang whole after unscheduledTimeout (plus its scan).
-    assert longest < timeout + 10, f"the gang stayed partly bound for {longest:.0f}s"
-    for name in plain:
-        client.delete(PODS, name, namespace)
-    pods = running_gang(client, namespace, job, size)
-    assert_whole_in_domain(client, namespace, job, mode, pods)
+    _admitted_domain(client, namespace, job)
+    _plain_pods(client, namespace, 30)  # racing for the GB200 nodes while the gang is placed
+    running = running_gang(client, namespace, job, size)
+    assert not _requeues(workloads.stop())
+    if mode in PINNED_BIND_MODES:
+        assert not _failed_pins(pods.stop(), job)
+    else:
+        pods.stop()
+    assert_whole_in_domain(client, namespace, job, mode, running)
+
+
+def test_plain_pods_made_as_an_ungate_gang_is_admitted_are_kept_off_its_promised_capacity(
+    cluster: E2ECluster, namespace: str, gang_queue: Any
+) -> None:
+    """Issue 21's race, made certain: plain 4-GPU pods pinned to the UltraServer an 8-pod Ungate
+    gang was just admitted to, created the moment it is admitted, and decided by kube-scheduler
+    before the pins: the gang's pods cannot be created (their ServiceAccount does not exist yet)
+    until every plain pod is bound or found no node. There are 4 more plain pods than the
+    domain has free nodes beside the gang's 8: the extender keeps them off what the gang was
+    promised, and the gang is then pinned and bound whole there, first time. (Before, nothing
+    held that capacity between the admission and the pins: the plain pods all bound, and the
+    gang no longer fitted, or was left partly bound when its plan raced their bindings.)"""
+    client = cluster.client
+    wait_for(
+        lambda: not any(p["metadata"].get("deletionTimestamp") for p in client.list(PODS)["items"]),
+        120,
+        "a quiet cluster: no pod of an earlier test still being deleted",
+    )
+    queue = gang_queue(bindMode="Ungate", requeue={"backoffBaseSeconds": 600})
+    size, extra, account = 8, 4, unique("held")
+    workloads, pods = Watched(client, WORKLOADS, namespace), Watched(client, PODS, namespace)
+    name = unique("job")
+    job = gpu_job(
+        name, namespace, queue, size, 4, metadata={"annotations": {REQUIRED_TOPOLOGY_ANNOTATION: US}}
+    )
+    job["spec"]["template"]["spec"].update(serviceAccountName=account, automountServiceAccountToken=False)
+    client.create(JOBS, job)
+    domain = _admitted_domain(client, namespace, name)
+    free = _whole_free_nodes(client, domain)
+    plain = _plain_pods(client, namespace, len(free) - size + extra, domain)
+    decided = _decided(client, namespace, plain)
+    refused = [p["metadata"]["name"] for p in decided if not p["spec"].get("nodeName")]
+    assert len(refused) >= extra, f"plain pods took the gang's promised nodes: refused only {refused}"
+    left = _whole_free_nodes(client, domain)
+    assert len(left) >= size, f"{domain} keeps {left} for the gang, {size} promised"
+    assert not job_pods(client, namespace, name), "the gang's pods were to be held back until now"
+    client.create(SERVICE_ACCOUNTS, {"metadata": {"name": account, "namespace": namespace}})
+    running = running_gang(client, namespace, name, size)
+    assert not _requeues(workloads.stop())
+    assert not _failed_pins(pods.stop(), name)
+    assert_whole_in_domain(client, namespace, name, "Ungate", running)
+
+
+def test_ungate_needs_neither_the_extender_nor_a_scheduler_configured_with_it(
+    cluster: E2ECluster, namespace: str, gang_queue: Any
+) -> None:
+    """gangplugin without the extender component (nothing listens on its port) and
+    kube-scheduler without the extender: an Ungate gang is still pinned and bound whole in its
+    domain, by the ungater component alone."""
+    assert cluster.local, "this test restarts gangplugin and kube-scheduler (KUBECONFIG unset)"
+    local = e2e_local_cluster()
+    without = ",".join(c for c in COMPONENTS if c != "extender")
+    local.restart("kube-scheduler", extender=False)
+    local.restart("gangplugin", args=(f"--components={without}",))
+    try:
+        with pytest.raises(ConnectionRefusedError):  # nothing listens where the extender would
+            socket.create_connection(("127.0.0.1", local.ports.gangplugin_extender), timeout=5).close()
+        client = cluster.client
+        job = submit(client, namespace, gang_queue(bindMode="Ungate"), 8)
+        assert_whole_in_domain(client, namespace, job, "Ungate", running_gang(client, namespace, job, 8))
+    finally:
+        local.restart("gangplugin")
+        local.restart("kube-scheduler")
 
 
 def test_gangplugin_killed_while_releasing_an_ungate_gang_completes_it(

@@ -6,13 +6,13 @@ Each test keeps to its own UltraServer (or none), so tests do not compete for no
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from gangplugin.core.names import GANG_LABEL, GANG_SIZE_ANNOTATION, REQUIRED_TOPOLOGY_ANNOTATION
 from gangplugin.kube.client import EVENTS, NODES, PODS, Client
 from tests.e2e.conftest import E2ECluster, e2e_local_cluster
-from tests.e2e.kube import unique, wait_for
+from tests.e2e.kube import unique, wait_for, wait_until
+from tests.e2e.scrape import barrier_waiting
 
 US_LABEL = "topology.k8s.aws/ultraserver-id"
 
@@ -77,14 +77,35 @@ def scheduling_messages(client: Client, namespace: str) -> list[str]:
     ]
 
 
-def hold_never_partial(client: Client, namespace: str, gangs: dict[str, int], seconds: float) -> None:
-    """For `seconds`, every gang is bound whole or not at all at each look."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        for gang, size in gangs.items():
-            n = len(bound(client, namespace, gang))
-            assert n in (0, size), f"gang {gang} is partially bound: {n} of {size}"
-        time.sleep(0.5)
+def refused_members(client: Client, namespace: str, gang: str) -> set[str]:
+    """Members of `gang` the scheduler tried and could not place (a FailedScheduling Event each)."""
+    return {
+        e["involvedObject"]["name"]
+        for e in client.list(EVENTS, namespace)["items"]
+        if e.get("reason") == "FailedScheduling" and e["involvedObject"]["name"].startswith(f"{gang}-")
+    }
+
+
+def wait_all_refused(client: Client, namespace: str, gang: str, size: int) -> None:
+    """Until every member of `gang` has been tried and refused, and none waits at the bind
+    barrier: each had its chance, so a gang still unbound now was kept whole by choice."""
+    local = e2e_local_cluster()
+
+    def settled() -> bool:
+        return (
+            len(refused_members(client, namespace, gang)) == size
+            and barrier_waiting(local, namespace, gang) == 0
+        )
+
+    wait_until(
+        settled,
+        120,
+        lambda: (
+            f"every member of {gang} refused: {sorted(refused_members(client, namespace, gang))} "
+            f"refused, {barrier_waiting(local, namespace, gang)} at the barrier, "
+            f"bound {bound(client, namespace, gang)}"
+        ),
+    )
 
 
 def test_sixteen_pod_gang_lands_whole_in_one_ultraserver(cluster: E2ECluster, namespace: str) -> None:
@@ -112,7 +133,7 @@ def test_twenty_pod_gang_does_not_fit_an_ultraserver_and_says_why(
         "FailedScheduling events from the extender",
     )
     assert US_LABEL in messages[0] and "room for 18" in messages[0], messages[0]
-    hold_never_partial(client, namespace, {gang: 20}, 5)
+    wait_all_refused(client, namespace, gang, 20)
     assert bound(client, namespace, gang) == {}
 
 
@@ -132,8 +153,9 @@ def test_two_gangs_over_capacity_one_runs_whole_the_other_waits_whole(
         return counts == [0, 10]
 
     wait_for(one_whole, 120, "one gang bound whole")
-    hold_never_partial(client, namespace, {a: 10, b: 10}, 10)
     waiting = a if not bound(client, namespace, a) else b
+    wait_all_refused(client, namespace, waiting, 10)
+    assert one_whole()
     assert any(waiting in m or "cannot be placed whole" in m for m in scheduling_messages(client, namespace))
 
 
@@ -143,11 +165,22 @@ def test_extender_killed_while_gang_waits_at_the_barrier(cluster: E2ECluster, na
     gang = unique("gk")
     only_us3 = {US_LABEL: "gb200-us-3"}
     create_gang(client, namespace, gang, 12, range(11), node_selector=only_us3)
+    local = e2e_local_cluster()
+
+    def at_barrier() -> bool:
+        return barrier_waiting(local, namespace, gang) == 11
+
+    def state() -> str:
+        waiting, done = barrier_waiting(local, namespace, gang), bound(client, namespace, gang)
+        return f"11 of 12 members of {gang} at the barrier: {waiting} there, bound {done}"
+
     # 11 of 12 members reach the bind barrier and wait there; then the extender dies.
-    time.sleep(4)
+    wait_until(at_barrier, 120, state)
     assert bound(client, namespace, gang) == {}
-    e2e_local_cluster().restart("gangplugin")
-    hold_never_partial(client, namespace, {gang: 12}, 3)
+    local.restart("gangplugin")
+    # kube-scheduler retries the 11 at the new extender, whose barrier holds them again: none bound.
+    wait_until(at_barrier, 120, state)
+    assert bound(client, namespace, gang) == {}
     create_gang(client, namespace, gang, 12, range(11, 12), node_selector=only_us3)
     nodes = wait_for(
         lambda: (b := bound(client, namespace, gang)) and len(b) == 12 and b, 120, "the gang bound whole"

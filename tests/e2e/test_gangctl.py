@@ -1,37 +1,95 @@
 """`gangctl get gangs`, `gangctl explain` and `gangctl wait` on live gangs, as a user runs them:
-the console script, settings from the environment, TLS and a ServiceAccount token."""
+the console script, settings from the environment, TLS and a ServiceAccount token; a gang asked
+for by the job that owns it (KIND/NAME), typed before Kueue has made its Workload."""
 
 from __future__ import annotations
 
 import json
 import os
+import queue as queues
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from gangplugin.kube.client import JOBS
+from gangplugin.kube.client import JOBS, Resource
 from tests.e2e import grpcauth
 from tests.e2e.conftest import E2ECluster
 from tests.e2e.kube import gpu_job, unique, wait_for, workload_of
 
 GANGCTL = str(Path(sys.executable).parent / "gangctl")
 US = "topology.k8s.aws/ultraserver-id"
+REPO = Path(__file__).resolve().parents[2]
+JOBSETS = Resource("jobset.x-k8s.io/v1alpha2", "jobsets")
+VIEWER = [{"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["get", "list", "watch"]}]
 
 
-def gangctl(cluster: E2ECluster, token: str, *args: str, timeout: float = 240) -> tuple[int, str, str]:
-    env = {
+def _env(cluster: E2ECluster, token: str) -> dict[str, str]:
+    return {
         **os.environ,
         "GANGCTL_SERVER": grpcauth.address(),
         "GANGCTL_CA_FILE": str(grpcauth.ca_file(cluster)),
         "GANGCTL_TOKEN": token,
     }
+
+
+def gangctl(cluster: E2ECluster, token: str, *args: str, timeout: float = 240) -> tuple[int, str, str]:
     done = subprocess.run(
-        [GANGCTL, *args], env=env, capture_output=True, text=True, timeout=timeout, check=False
+        [GANGCTL, *args],
+        env=_env(cluster, token),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
     )
     return done.returncode, done.stdout, done.stderr
+
+
+class Running:
+    """A gangctl started in the background; its stdout line by line as it prints them."""
+
+    def __init__(self, cluster: E2ECluster, token: str, *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [GANGCTL, *args],
+            env=_env(cluster, token),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.lines: queues.Queue[str | None] = queues.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put(None)
+
+    def until(self, wanted: Any, timeout: float, what: str) -> str:
+        """The first line `wanted` holds for, waiting up to `timeout`, or fail with what was seen."""
+        try:
+            while (line := self.lines.get(timeout=timeout)) is not None:
+                self.seen.append(line)
+                if wanted(line):
+                    return line
+        except queues.Empty:
+            pass
+        raise AssertionError(f"{what}: not within {timeout}s; gangctl printed {self.seen}")
+
+    def finish(self, timeout: float) -> tuple[int, str]:
+        _, err = self.proc.communicate(timeout=timeout)
+        while (line := self.lines.get(timeout=timeout)) is not None:
+            self.seen.append(line)
+        return self.proc.returncode, err
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.communicate(timeout=30)
 
 
 def test_get_explain_and_wait_on_live_gangs(cluster: E2ECluster, namespace: str, gang_queue: Any) -> None:
@@ -202,3 +260,66 @@ def test_an_exec_plugin_user_in_a_merged_kubeconfig(
     )
     assert code == 1 and err.startswith("error: UNAVAILABLE"), err
     assert ".cc:" not in err and len(err.strip().splitlines()) <= 3, err
+
+
+def test_a_job_by_kind_and_name_typed_before_its_workload_exists(
+    cluster: E2ECluster, namespace: str, gang_queue: Any
+) -> None:
+    """README's tour: `kubectl apply -f train.yaml && gangctl wait job/train-1`. The wait starts
+    before the Job is created; it follows the Workload Kueue makes of it to Ready. The same
+    Job is then shown and explained by its KIND/NAME, and a JobSet (the real JobSet controller's)
+    by its plural.group form."""
+    client = cluster.client
+    queue = gang_queue()
+    grpcauth.grant(client, namespace, "viewer", VIEWER)
+    token = grpcauth.service_account_token(client, namespace, "viewer")
+    job = unique("train")
+    waiting = Running(
+        cluster, token, "wait", f"job/{job}", "-n", namespace, "--for", "ready", "--timeout", "3m"
+    )
+    watching = Running(
+        cluster, token, "get", "gangs", f"jobs.batch/{job}", "-n", namespace, "-w", "-o", "wide"
+    )
+    try:
+        first = waiting.until(lambda line: line.startswith("waiting"), 60, "wait's first line")
+        assert first == f"waiting for the gang of job/{job} in namespace {namespace} to be ready (timeout 3m)"
+        pinned = {"metadata": {"annotations": {"gangplugin.io/required-topology": US}}}
+        client.create(JOBS, gpu_job(job, namespace, queue, pods=4, gpus=4, **pinned), namespace)
+        code, err = waiting.finish(240)
+        wl = wait_for(lambda: workload_of(client, namespace, job), 60, "the Workload")["metadata"]["name"]
+        assert code == 0, (err, waiting.seen)
+        assert waiting.seen[-1] == f"gang {namespace}/{wl} is ready: 4/4 pods Ready"
+        # -w printed the gang as it went, a row per change, the last one Running.
+        running = watching.until(lambda line: " Running " in line, 60, "the watch's Running row")
+        assert running.startswith(wl) and running.rstrip().endswith(f"job/{job}")
+    finally:
+        waiting.stop()
+        watching.stop()
+
+    code, out, err = gangctl(cluster, token, "get", "gangs", f"job/{job}", "-n", namespace, "-o", "wide")
+    assert code == 0, err
+    head, row = out.splitlines()
+    assert "BIND MODE" in head and "OWNER" in head
+    assert row.split()[:5] == [wl, queue, "4/4", row.split()[3], "Running"] and row.rstrip().endswith(
+        f"job/{job}"
+    )
+    code, out, err = gangctl(cluster, token, "explain", f"job/{job}", "-n", namespace)
+    assert code == 0 and f"Gang:      {namespace}/{wl}" in out and f"Owner:     job/{job}" in out, err
+
+    name = unique("js")
+    jobset = yaml.safe_load((REPO / "deploy" / "samples" / "jobset-gang.yaml").read_text())
+    jobset["metadata"].update(name=name, namespace=namespace, labels={"kueue.x-k8s.io/queue-name": queue})
+    client.create(JOBSETS, jobset)
+    code, out, err = gangctl(
+        cluster, token, "wait", f"jobset/{name}", "-n", namespace, "--timeout", "3m", "-o", "name"
+    )
+    wl = workload_of(client, namespace, name)
+    assert code == 0 and wl is not None and out == f"gang/{namespace}/{wl['metadata']['name']}\n", err
+    code, out, err = gangctl(
+        cluster, token, "get", "gangs", f"jobsets.jobset.x-k8s.io/{name}", "-n", namespace, "-o", "json"
+    )
+    (gang,) = json.loads(out)["gangs"]
+    assert (
+        gang["owner"] == {"group": "jobset.x-k8s.io", "kind": "JobSet", "name": name}
+        and gang["podsTotal"] == 5
+    )

@@ -14,8 +14,7 @@
 from __future__ import annotations
 
 import contextlib
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -72,35 +71,38 @@ def test_every_object_passes_a_server_side_dry_run(cluster: E2ECluster, installe
 @pytest.fixture
 def serving_as_service_accounts(
     cluster: E2ECluster, installed_rbac: Any, tmp_path: Path
-) -> Iterator[tuple[Path, Path]]:
+) -> Iterator[Callable[[], tuple[Path, Path]]]:
     """gangplugin and the gangplugin-scheduler running as the base's ServiceAccounts; yields
-    their logs. The local cluster's own gangplugin is stopped meanwhile and restarted after."""
-    with base_install.local_gangplugin_stopped(cluster) as local:
+    `stopped()`, which stops both (so every request they made has been answered and logged) and
+    returns their logs. The local cluster's own gangplugin is stopped meanwhile and restarted after."""
+    with base_install.local_gangplugin_stopped(cluster) as local, contextlib.ExitStack() as running:
         gp_config = base_install.token_kubeconfig(cluster, "gangplugin", tmp_path / "gangplugin.kubeconfig")
-        comp = local._gangplugin()
+        comp = local.process("gangplugin")
         assert comp is not None
         argv = [a if not a.startswith("--kubeconfig=") else f"--kubeconfig={gp_config}" for a in comp.argv]
         gp_log = tmp_path / "gangplugin.log"
         proc = start(argv, gp_log)
-        try:
+        running.callback(stop, proc)
 
-            def ready() -> bool:
-                with contextlib.suppress(httpx.HTTPError, OSError):
-                    return proc.poll() is None and comp.health()
-                return False
+        def ready() -> bool:
+            with contextlib.suppress(httpx.HTTPError, OSError):
+                return proc.poll() is None and comp.health()
+            return False
 
-            wait_for(ready, 120, f"gangplugin ready ({gp_log})")
-            with base_install.gangplugin_scheduler(cluster, local, tmp_path) as sched_log:
-                yield gp_log, sched_log
-        finally:
-            stop(proc)
+        wait_for(ready, 120, f"gangplugin ready ({gp_log})")
+        sched_log = running.enter_context(base_install.gangplugin_scheduler(cluster, local, tmp_path))
+
+        def stopped() -> tuple[Path, Path]:
+            running.close()  # the scheduler, then gangplugin; a second close does nothing
+            return gp_log, sched_log
+
+        yield stopped
 
 
 def test_least_privilege_runs_a_gang_end_to_end(
-    cluster: E2ECluster, namespace: str, serving_as_service_accounts: tuple[Path, Path]
+    cluster: E2ECluster, namespace: str, serving_as_service_accounts: Callable[[], tuple[Path, Path]]
 ) -> None:
     client: Client = cluster.client
-    gp_log, sched_log = serving_as_service_accounts
     made: list[tuple[Resource, str]] = []
     try:
         with gang_queues(client, namespace) as make_queue:
@@ -141,7 +143,7 @@ def test_least_privilege_runs_a_gang_end_to_end(
             made.append((TRAINING_PLANS, plan_queue))
             wait_for(
                 lambda: (
-                    (client.get(TRAINING_PLANS, plan_queue).get("status") or {}).get("phase") == "Scheduled"
+                    (client.get(TRAINING_PLANS, plan_queue).get("status") or {}).get("status") == "Scheduled"
                 ),
                 60,
                 "the TrainingPlan's status",
@@ -158,6 +160,6 @@ def test_least_privilege_runs_a_gang_end_to_end(
         for res, obj_name in reversed(made):
             with contextlib.suppress(ApiError):
                 client.delete(res, obj_name)
-    time.sleep(1)  # let the last writes' answers reach the logs
+    gp_log, sched_log = serving_as_service_accounts()  # stopped: their last requests are logged
     assert refused(gp_log) == [], f"gangplugin was refused by the API server ({gp_log})"
     assert refused(sched_log) == [], f"the gangplugin-scheduler was refused by the API server ({sched_log})"

@@ -18,7 +18,7 @@ from gangplugin.core.timeutil import format_time, parse_time
 from gangplugin.kube.client import CLUSTER_QUEUES, EVENTS, JOBS, ApiError, Client
 from gangplugin.kube.resources import TRAINING_PLANS
 from tests.e2e.conftest import E2ECluster
-from tests.e2e.kube import gpu_job, is_true, queue_objects, unique, wait_for, workload_of
+from tests.e2e.kube import condition, gpu_job, is_true, queue_objects, unique, wait_for, workload_of
 
 
 def plan_manifest(name: str, cq: str, start: datetime, end: datetime, **spec: Any) -> dict[str, Any]:
@@ -76,9 +76,9 @@ def test_quota_follows_a_block_and_admits_a_waiting_gang(
     client.create(TRAINING_PLANS, plan_manifest(plan, queue, start, end))
     try:
         status = wait_for(lambda: client.get(TRAINING_PLANS, plan).get("status"), 30, "the plan's status")
-        assert status["phase"] == "Scheduled"
+        assert status["status"] == "Scheduled"
         assert status["nextTransition"] == format_time(start)
-        assert status["reservedCapacity"][0]["terminationStartsAt"] == format_time(end - timedelta(seconds=5))
+        assert status["blocks"][0]["terminationStartsAt"] == format_time(end - timedelta(seconds=5))
         assert is_true({"status": status}, "Accepted")
         # Before the block: the managed GPU quota is 0, the others are untouched.
         assert flavor_quota(client, queue) == {
@@ -88,9 +88,6 @@ def test_quota_follows_a_block_and_admits_a_waiting_gang(
         }
 
         client.create(JOBS, gpu_job("gang", namespace, queue, pods=2, gpus=8))
-        wl = wait_for(lambda: workload_of(client, namespace, "gang"), 30, "the gang's Workload")
-        assert not is_true(wl, "QuotaReserved")
-
         raised = wait_for(
             lambda: datetime.now(UTC) if flavor_quota(client, queue)["nvidia.com/gpu"] == 16 else None,
             60,
@@ -103,7 +100,10 @@ def test_quota_follows_a_block_and_admits_a_waiting_gang(
             "the waiting gang to be admitted once the block is Active",
         )
         assert admitted
-        assert client.get(TRAINING_PLANS, plan)["status"]["phase"] == "Active"
+        # Not before: however long Kueue took to look, it reserved no quota ahead of the block.
+        reserved = condition(workload_of(client, namespace, "gang") or {}, "QuotaReserved") or {}
+        assert parse_time(reserved["lastTransitionTime"], "QuotaReserved") >= start, reserved
+        assert client.get(TRAINING_PLANS, plan)["status"]["status"] == "Active"
 
         wait_for(
             lambda: flavor_quota(client, queue)["nvidia.com/gpu"] == 0,
@@ -112,7 +112,9 @@ def test_quota_follows_a_block_and_admits_a_waiting_gang(
         )
         assert datetime.now(UTC) >= end
         done = wait_for(
-            lambda: (s := client.get(TRAINING_PLANS, plan).get("status", {})).get("phase") == "Expired" and s,
+            lambda: (
+                (s := client.get(TRAINING_PLANS, plan).get("status", {})).get("status") == "Expired" and s
+            ),
             30,
             "the plan to expire",
         )

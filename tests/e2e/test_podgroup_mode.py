@@ -20,7 +20,7 @@ from gangplugin.kube.discovery import serves
 from gangplugin.kube.resources import PODGROUPS
 from gangplugin.localcluster.cluster import REPO, LocalCluster, Ports
 from tests.e2e.conftest import E2ECluster, e2e_port_base, started
-from tests.e2e.kube import condition, is_true, job_pods, wait_for
+from tests.e2e.kube import condition, is_true, job_pods, wait_for, wait_until
 from tests.e2e.test_admission import running_gang, submit, submit_one_per_zone, workload
 from tests.e2e.test_bind_modes import assert_whole_in_domain
 
@@ -86,15 +86,22 @@ def test_a_podgroup_gang_that_cannot_all_be_bound_binds_none(
     gang = workload(client, namespace, job)["metadata"]["name"]
     wait_for(lambda: client.get_or_none(PODGROUPS, gang, namespace), 60, f"PodGroup {gang}")
 
-    # Released from the gate, the gang is tried whole by kube-scheduler, which says why not.
-    def refused() -> bool | None:
-        messages = [
-            (condition(p, "PodScheduled") or {}).get("message", "") for p in job_pods(client, namespace, job)
-        ]
-        return any("minCount (2) cannot be satisfied" in m for m in messages) or None
+    # Released from the gate, the gang is tried whole by kube-scheduler, which says why not: on
+    # one member that the group's minCount cannot be met, on the other that no node is left for
+    # it. Both were tried (PodScheduled False), and neither was bound.
+    def messages() -> dict[str, str]:
+        return {
+            p["metadata"]["name"]: (condition(p, "PodScheduled") or {}).get("message", "")
+            for p in job_pods(client, namespace, job)
+        }
 
-    wait_for(refused, 60, f"kube-scheduler refusing the pod group of {job} whole")
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        assert _bound(client, namespace, job) == 0
-        time.sleep(0.5)
+    def refused() -> bool:
+        found = messages()
+        return (
+            len(found) == 2
+            and all(found.values())
+            and any("minCount (2) cannot be satisfied" in m for m in found.values())
+        )
+
+    wait_until(refused, 60, lambda: f"kube-scheduler refusing both pods of {job}: {messages()}")
+    assert _bound(client, namespace, job) == 0

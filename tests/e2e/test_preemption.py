@@ -23,6 +23,7 @@ from gangplugin.kube.client import JOBS, PODS, WORKLOADS, ApiError, Client, Reso
 from gangplugin.kube.resources import ADMISSION_CHECKS, GANG_POLICIES, RESOURCE_FLAVORS
 from tests.e2e.conftest import E2ECluster, e2e_local_cluster
 from tests.e2e.kube import GB200, gpu_job, is_true, job_pods, unique, wait_for, workload_of
+from tests.e2e.scrape import wait_decided
 from tests.e2e.test_admission import US, check_of, events_of, running_gang, workload
 
 PRIORITY_CLASSES = Resource("kueue.x-k8s.io/v1beta2", "workloadpriorityclasses", namespaced=False)
@@ -254,7 +255,8 @@ def test_gang_that_needs_equal_priority_preempted_waits_and_says_so(
 
     msg = wait_for(waiting, 60, "the equal-priority gang's check message")
     assert "8 protected by withinClusterQueue: LowerPriority, priority 500 >= 500" in msg, msg
-    time.sleep(3)
+    # A pass decided on the gang as it is now (and would have written any preemption by then).
+    wait_decided(e2e_local_cluster(), workload(client, namespace, big))
     assert not preempted(client, namespace, list(lows))
     assert check_of(workload(client, namespace, big))["state"] == "Pending"
 

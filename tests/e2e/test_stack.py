@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import pytest
 
 from gangplugin.kube.client import JOBS, NODES, PODS, WORKLOADS, Client, Resource
-from gangplugin.localcluster.cluster import _versions
+from gangplugin.localcluster.cluster import versions as _versions
 from tests.e2e.conftest import E2ECluster
 from tests.e2e.kube import (
     condition,
@@ -72,9 +71,15 @@ def test_job_is_held_until_kueue_admits_it_then_bound_and_ready(
     client = cluster.client
     job = unique("gang")
     client.create(JOBS, gpu_job(job, namespace, queue, pods=4, gpus=4))
-    # Kueue makes a Workload for it but the held ClusterQueue does not admit: the Job stays suspended.
-    wait_for(lambda: workload_of(client, namespace, job), 30, "Kueue to create the Workload")
-    time.sleep(2)
+
+    # Kueue makes a Workload for it and says why the held ClusterQueue does not admit it: the
+    # Job stays suspended.
+    def held() -> dict[str, object] | None:
+        wl = workload_of(client, namespace, job)
+        c = wl and condition(wl, "QuotaReserved")
+        return c if c and c["status"] == "False" and "inactive" in c.get("message", "") else None
+
+    wait_for(held, 30, "Kueue to write that the held ClusterQueue is inactive")
     assert _suspended(client, namespace, job)
     assert job_pods(client, namespace, job) == []
     assert not is_true(workload_of(client, namespace, job) or {}, "Admitted")
@@ -97,8 +102,14 @@ def test_job_is_held_until_kueue_admits_it_then_bound_and_ready(
         node = client.get(NODES, str(name))
         assert node["metadata"]["labels"]["node.kubernetes.io/instance-type"] == GB200
         assert node["metadata"]["annotations"]["kwok.x-k8s.io/node"] == "fake"
-    # Like a training job, the pods keep running.
-    time.sleep(2)
+    # Like a training job, the pods keep running: the Job controller, having counted them Ready,
+    # counts none finished (kwok's stages have no pod-complete, deploy/kwok/stages.yaml).
+    status = wait_for(
+        lambda: (st := client.get(JOBS, job, namespace).get("status") or {}).get("ready") == 4 and st,
+        60,
+        "the Job controller to count 4 Ready pods",
+    )
+    assert not status.get("succeeded") and not status.get("failed"), status
     assert all(p["status"]["phase"] == "Running" for p in job_pods(client, namespace, job))
 
 
@@ -117,9 +128,9 @@ def test_job_over_quota_stays_suspended(cluster: E2ECluster, namespace: str, que
         c = wl and condition(wl, "QuotaReserved")
         return c if c and c["status"] == "False" and "quota" in c.get("message", "").lower() else None
 
+    # Kueue's decision, written on the Workload, is the evidence it had its chance.
     reason = wait_for(pending_for_quota, 30, "the second Workload to wait for quota")
     assert "nvidia.com/gpu" in str(reason["message"])
-    time.sleep(2)
     assert _suspended(client, namespace, second)
     assert job_pods(client, namespace, second) == []
     assert not _suspended(client, namespace, first)

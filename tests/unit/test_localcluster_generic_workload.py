@@ -15,8 +15,8 @@ GATE, API = GENERIC_WORKLOAD_GATE, GENERIC_WORKLOAD_API
 
 def _flags(cluster: LocalCluster) -> dict[str, set[str]]:
     cluster.state_dir.mkdir(parents=True, exist_ok=True)  # kube-scheduler's config is written there
-    comps = [cluster._apiserver(), cluster._controller_manager(), cluster._scheduler()]
-    return {c.name: {a for a in c.argv if a in (GATE, API)} for c in comps}
+    procs = [cluster.process(n) for n in ("kube-apiserver", "kube-controller-manager", "kube-scheduler")]
+    return {p.name: {a for a in p.argv if a in (GATE, API)} for p in procs if p}
 
 
 def test_off_by_default_and_on_for_all_three_when_asked(
@@ -37,7 +37,8 @@ def test_off_by_default_and_on_for_all_three_when_asked(
 
 def test_a_restart_from_another_shell_keeps_the_gate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("GANGPLUGIN_GENERIC_WORKLOAD", raising=False)
-    LocalCluster(state_dir=tmp_path, generic_workload=True)._write_state()
+    started = LocalCluster(state_dir=tmp_path, generic_workload=True)
+    started.stop_process("kube-scheduler")  # records the options, as every start and stop does
     assert LocalCluster(state_dir=tmp_path).generic_workload
     monkeypatch.setenv("GANGPLUGIN_GENERIC_WORKLOAD", "0")  # the environment, said, wins
     assert not LocalCluster(state_dir=tmp_path).generic_workload

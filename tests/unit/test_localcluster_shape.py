@@ -51,8 +51,10 @@ def test_node_leases_last_longer_on_a_large_shape(tmp_path, monkeypatch) -> None
 
     def flags() -> tuple[str, str]:
         cluster = LocalCluster(state_dir=tmp_path)
-        kwok = next(a for a in cluster._kwok().argv if a.startswith("--node-lease-duration-seconds="))
-        kcm = next(a for a in cluster._controller_manager().argv if a.startswith("--node-monitor-grace"))
+        kwok_proc, kcm_proc = cluster.process("kwok"), cluster.process("kube-controller-manager")
+        assert kwok_proc and kcm_proc
+        kwok = next(a for a in kwok_proc.argv if a.startswith("--node-lease-duration-seconds="))
+        kcm = next(a for a in kcm_proc.argv if a.startswith("--node-monitor-grace"))
         return kwok, kcm
 
     monkeypatch.delenv("GANGPLUGIN_SHAPE", raising=False)

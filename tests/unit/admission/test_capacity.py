@@ -40,6 +40,14 @@ def gang(name: str, count: int, us: str) -> Gang:
     return with_selector(Gang((ps,), name), {ULTRASERVER_LABEL: us})
 
 
+def view_of(nodes: list[dict[str, Any]]) -> CapacityView:
+    """A view whose handlers have seen `nodes` added (as the admission dispatcher delivers them)."""
+    view = CapacityView()
+    for n in nodes:
+        view.on_node("ADDED", None, n)
+    return view
+
+
 def free_gpus(view: CapacityView, promises: list[Promise]) -> int:
     with view.locked():
         snap = view.snapshot(LEVELS, promises)
@@ -48,7 +56,7 @@ def free_gpus(view: CapacityView, promises: list[Promise]) -> int:
 
 def test_events_keep_the_snapshot_current() -> None:
     nodes = [node(f"n{i}", "us-1") for i in range(3)]
-    view = CapacityView(lambda: nodes, lambda: [])
+    view = view_of(nodes)
     assert free_gpus(view, []) == 12
     view.on_pod("ADDED", None, pod("p1", "n0"))
     assert free_gpus(view, []) == 8
@@ -66,7 +74,7 @@ def test_events_keep_the_snapshot_current() -> None:
 
 def test_promises_are_charged_once_and_redone_only_when_changed() -> None:
     nodes = [node(f"a{i}", "us-1") for i in range(2)] + [node(f"b{i}", "us-2") for i in range(2)]
-    view = CapacityView(lambda: nodes, lambda: [])
+    view = view_of(nodes)
     calls: list[str] = []
 
     def make(name: str, count: int) -> Any:
@@ -99,7 +107,7 @@ def assumed(name: str, count: int, us: str, view: CapacityView, levels: tuple[st
 
 def test_an_admission_not_yet_in_the_cache_stays_charged_in_every_level_order() -> None:
     nodes = [node(f"a{i}", "us-1") for i in range(3)]
-    view = CapacityView(lambda: nodes, lambda: [])
+    view = view_of(nodes)
     a = assumed("g1", 2, "us-1", view)
     with view.locked():
         view.assume("ns/g1", a)
@@ -116,7 +124,7 @@ def test_an_admission_not_yet_in_the_cache_stays_charged_in_every_level_order() 
 
 def test_an_assumed_admission_becomes_a_promise_without_being_charged_twice() -> None:
     nodes = [node(f"a{i}", "us-1") for i in range(3)]
-    view = CapacityView(lambda: nodes, lambda: [])
+    view = view_of(nodes)
     a = assumed("g1", 2, "us-1", view)
     with view.locked():
         view.assume("ns/g1", a)
@@ -130,8 +138,7 @@ def test_a_promise_where_another_gangs_pods_bound_is_placed_again() -> None:
     pods onto the nodes B's promise sat on. B's promise moves to the nodes A's promise held:
     us-1 stays full, and no third gang can be promised into it."""
     nodes = [node(f"a{i}", "us-1") for i in range(4)] + [node(f"b{i}", "us-2") for i in range(2)]
-    pods: list[dict[str, Any]] = []
-    view = CapacityView(lambda: nodes, lambda: pods)
+    view = view_of(nodes)
 
     def promise_of(name: str, bound: int) -> Promise:
         def unbound() -> Gang:  # what is left to promise once `bound` pods are bound

@@ -1,7 +1,8 @@
 """A GangService and PlanService over watch caches fed plain objects, served on loopback.
 
 The caches are real `Informer`s that are never started: objects go in through the same code
-path a watch event takes (`_apply`). No API server is called; the client points nowhere.
+path a watch event takes (`_apply`), and each change waits until the handlers' dispatcher has
+handled it. No API server is called; the client points nowhere.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from gangplugin.api.proto import gangs_pb2_grpc, plans_pb2_grpc
 from gangplugin.core.names import GANG_LABEL, GANG_SIZE_ANNOTATION
 from gangplugin.kube import kueue_records as rec
 from gangplugin.kube.client import CLUSTER_QUEUES, LOCAL_QUEUES, NODES, PODS, WORKLOADS, Client, Resource
+from gangplugin.kube.dispatcher import Dispatcher
 from gangplugin.kube.informer import Informer, identity
 from gangplugin.kube.resources import ADMISSION_CHECKS, TRAINING_PLANS
 
@@ -32,6 +34,8 @@ class Caches:
     def __init__(self) -> None:
         self.client = Client("https://127.0.0.1:9", False)  # never reached: nothing is started
         self._informers: dict[tuple[str, str], Informer[Any]] = {}
+        self.dispatcher = Dispatcher("api-test")
+        self.dispatcher.start()
 
     def informer(self, resource: Resource, transform: Callable[[Any], Any] = identity) -> Informer[Any]:
         key = (resource.api_version, resource.plural)
@@ -41,15 +45,18 @@ class Caches:
 
     def put(self, resource: Resource, obj: dict[str, Any]) -> None:
         self.informer(resource)._apply({"type": "MODIFIED", "object": obj}, None)
+        assert self.dispatcher.caught_up(10)
 
     def replay(self) -> None:
         """Tell handlers registered after the objects went in about them (as a relist does)."""
         for inf in self._informers.values():
             for obj in inf.items():
                 inf._emit("ADDED", None, obj)
+        assert self.dispatcher.caught_up(10)
 
     def delete(self, resource: Resource, obj: dict[str, Any]) -> None:
         self.informer(resource)._apply({"type": "DELETED", "object": obj}, None)
+        assert self.dispatcher.caught_up(10)
 
 
 def gpu_node(name: str, us: str) -> dict[str, Any]:
@@ -125,6 +132,15 @@ def workload(
     return wl
 
 
+def owned(
+    wl: dict[str, Any], kind: str = "Job", name: str = "train", api: str = "batch/v1"
+) -> dict[str, Any]:
+    """The Workload as Kueue makes it for a job: the job is its controller ownerReference."""
+    ref = {"apiVersion": api, "kind": kind, "name": name, "uid": f"uid-{name}", "controller": True}
+    wl["metadata"]["ownerReferences"] = [ref]
+    return wl
+
+
 def pod(
     name: str, gang: str, *, node: str | None = None, ready: bool = False, size: int | None = None
 ) -> dict[str, Any]:
@@ -171,8 +187,15 @@ def standard(caches: Caches) -> None:
 @contextmanager
 def serving(caches: Caches, stop: threading.Event | None = None) -> Iterator[grpc.Channel]:
     """Both services (no auth) on a loopback port; yields a channel to them."""
+    with served(caches, stop) as address, grpc.insecure_channel(address) as channel:
+        yield channel
+
+
+@contextmanager
+def served(caches: Caches, stop: threading.Event | None = None) -> Iterator[str]:
+    """Both services (no auth) on a loopback port; yields its address (for gangctl --server)."""
     stop = stop or threading.Event()
-    view = GangAdmission(caches.client, caches.informer, clock=lambda: NOW)
+    view = GangAdmission(caches.client, caches.informer, caches.dispatcher, clock=lambda: NOW)
     gangs = GangService(
         view, caches.informer(LOCAL_QUEUES), caches.informer(CLUSTER_QUEUES), stop, clock=lambda: NOW + 90
     )
@@ -184,11 +207,10 @@ def serving(caches: Caches, stop: threading.Event | None = None) -> Iterator[grp
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     try:
-        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-            yield channel
+        yield f"127.0.0.1:{port}"
     finally:
         stop.set()
         server.stop(0)
 
 
-__all__ = ["NOW", "PODS", "WORKLOADS", "Caches", "pod", "serving", "standard", "workload"]
+__all__ = ["NOW", "PODS", "WORKLOADS", "Caches", "owned", "pod", "served", "serving", "standard", "workload"]

@@ -10,7 +10,7 @@ import pytest
 
 from gangplugin.api.proto import gangs_pb2, gangs_pb2_grpc
 from gangplugin.kube.client import PODS, WORKLOADS
-from tests.unit.api.cluster import Caches, pod, serving, standard, workload
+from tests.unit.api.cluster import Caches, owned, pod, serving, standard, workload
 
 US = "topology.k8s.aws/ultraserver-id"
 
@@ -167,3 +167,89 @@ def test_watch_ends_when_the_server_stops(caches: Caches) -> None:
         assert {next(call).gang.name for _ in range(5)} == {"big", "fits", "pg", "queued", "run"}
         stop.set()
         assert list(call) == []  # the stream closes cleanly within a second
+
+
+def test_gangs_carry_their_owner_and_bind_mode(caches: Caches) -> None:
+    caches.put(WORKLOADS, owned(workload("job-train-1a2b3", 2)))
+    with serving(caches) as channel:
+        reply = stub(channel).ListGangs(gangs_pb2.ListGangsRequest(namespace="team-a"), timeout=10)
+    by_name = {g.name: g for g in reply.gangs}
+    job = by_name["job-train-1a2b3"]
+    assert (job.owner.group, job.owner.kind, job.owner.name) == ("batch", "Job", "train")
+    assert job.bind_mode == "Ungate"  # the check's GangPolicy defaults
+    assert not by_name["run"].HasField("owner")
+    assert by_name["pg"].bind_mode == "Extender"
+
+
+def test_get_and_explain_by_the_job_that_owns_the_gang(caches: Caches) -> None:
+    caches.put(WORKLOADS, owned(workload("job-train-1a2b3", 2)))
+    caches.put(WORKLOADS, owned(workload("jobset-x-9f8e7", 2), "JobSet", "x", "jobset.x-k8s.io/v1alpha2"))
+    with serving(caches) as channel:
+        s = stub(channel)
+        job = gangs_pb2.Owner(kind="job", name="train")  # the kind in any case, the group optional
+        assert s.GetGang(gangs_pb2.GetGangRequest(namespace="team-a", owner=job), timeout=10).name == (
+            "job-train-1a2b3"
+        )
+        jobset = gangs_pb2.Owner(group="jobset.x-k8s.io", kind="JobSet", name="x")
+        e = s.ExplainGang(gangs_pb2.ExplainGangRequest(namespace="team-a", owner=jobset), timeout=10)
+        assert e.gang.name == "jobset-x-9f8e7" and e.evaluated
+        other_group = gangs_pb2.Owner(group="kubeflow.org", kind="JobSet", name="x")
+        with pytest.raises(grpc.RpcError) as err:
+            s.GetGang(gangs_pb2.GetGangRequest(namespace="team-a", owner=other_group), timeout=10)
+        assert err.value.code() == grpc.StatusCode.NOT_FOUND
+        assert "owner: JobSet.kubeflow.org 'x' owns no gang in namespace 'team-a'" in (
+            err.value.details() or ""
+        )
+
+
+@pytest.mark.parametrize(
+    ("request_", "text"),
+    [
+        (
+            gangs_pb2.GetGangRequest(
+                namespace="team-a", name="run", owner=gangs_pb2.Owner(kind="Job", name="t")
+            ),
+            "name: give either",
+        ),
+        (
+            gangs_pb2.GetGangRequest(namespace="team-a", owner=gangs_pb2.Owner(name="t")),
+            "owner.kind: is required",
+        ),
+        (
+            gangs_pb2.GetGangRequest(namespace="team-a", owner=gangs_pb2.Owner(kind="Job")),
+            "owner.name: is required",
+        ),
+    ],
+)
+def test_bad_owner_requests(caches: Caches, request_: gangs_pb2.GetGangRequest, text: str) -> None:
+    with serving(caches) as channel, pytest.raises(grpc.RpcError) as err:
+        stub(channel).GetGang(request_, timeout=10)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and text in (err.value.details() or "")
+
+
+def test_a_job_owning_several_gangs_is_asked_for_by_name(caches: Caches) -> None:
+    lws = ("LeaderWorkerSet", "vllm", "leaderworkerset.x-k8s.io/v1")
+    caches.put(WORKLOADS, owned(workload("vllm-0-aaaaa", 2), *lws))
+    caches.put(WORKLOADS, owned(workload("vllm-1-bbbbb", 2), *lws))
+    request_ = gangs_pb2.GetGangRequest(
+        namespace="team-a", owner=gangs_pb2.Owner(kind="LeaderWorkerSet", name="vllm")
+    )
+    with serving(caches) as channel, pytest.raises(grpc.RpcError) as err:
+        stub(channel).GetGang(request_, timeout=10)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "owns 2 gangs (vllm-0-aaaaa, vllm-1-bbbbb)" in (err.value.details() or "")
+
+
+def test_watch_by_owner_waits_for_the_workload_to_appear(caches: Caches) -> None:
+    with serving(caches) as channel:
+        call = stub(channel).WatchGangs(
+            gangs_pb2.WatchGangsRequest(namespace="team-a", owner=gangs_pb2.Owner(kind="Job", name="train")),
+            timeout=20,
+        )
+        caches.put(WORKLOADS, workload("unrelated", 2))  # not sent: another owner
+        caches.put(WORKLOADS, owned(workload("job-train-1a2b3", 2)))
+        first = next(call)
+        assert (first.type, first.gang.name, first.gang.owner.name) == ("ADDED", "job-train-1a2b3", "train")
+        caches.delete(WORKLOADS, owned(workload("job-train-1a2b3", 2)))
+        assert next(call).type == "DELETED"
+        call.cancel()

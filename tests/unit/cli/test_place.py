@@ -152,7 +152,8 @@ def test_files_that_are_not_yaml_or_bad_quantities(tmp_path):
     bad = tmp_path / "nodes.yaml"
     bad.write_text("items: [\n  - {")
     out = gangctl("--nodes", str(bad), "--workload", str(FIXTURES / "job_4.yaml"))
-    assert out.returncode == 2 and "nodes.yaml" in out.stderr and "not a YAML document" in out.stderr
+    # file:line:column of the syntax error, what an editor jumps to
+    assert out.returncode == 2 and f"error: {bad}:2:3: did not find expected node content" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
     nodes = _copy_with(
         tmp_path, "gb200_nodes.yaml", lambda d: d["items"][3]["status"]["allocatable"].update(memory="1Gb")
@@ -213,3 +214,60 @@ def test_slice_size_not_dividing_the_count_names_the_field(tmp_path):
     assert out.returncode == 2
     assert "spec.podSets[0].template.metadata.annotations.gangplugin.io/slice-size" in out.stderr
     assert "10 does not divide the podset's 36 pods" in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("workload", "extra", "podsets"),
+    [
+        ("../../../deploy/samples/jobset-gang.yaml", [], {"leader": 1, "workers": 4}),
+        ("jobs/pytorchjob.yaml", [], {"master": 1, "worker": 7}),
+        (
+            "jobs/trainjob.yaml",
+            ["--runtime", "jobs/clustertrainingruntime.yaml"],
+            {"dataset-initializer": 1, "node": 16},
+        ),
+        ("jobs/leaderworkerset.yaml", [], {"leader": 1, "worker": 3}),
+        ("jobs/rayjob.yaml", [], {"head": 1, "gpu-workers": 4, "submitter": 1}),
+        ("jobs/raycluster.yaml", [], {"head": 1, "workers": 3}),
+    ],
+)
+def test_every_kind_kueue_integrates(workload, extra, podsets):
+    out = gangctl("--nodes", "gb200_nodes.yaml", "--workload", workload, *extra, "-o", "json")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["feasible"] and result["level"] == "topology.k8s.aws/ultraserver-id"
+    counts = {}
+    for a in result["assignments"]:
+        counts[a["podSet"]] = counts.get(a["podSet"], 0) + 1
+    assert counts == podsets
+
+
+def test_trainjob_without_runtime_and_runtime_without_trainjob_exit_2():
+    out = gangctl("--nodes", "gb200_nodes.yaml", "--workload", "jobs/trainjob.yaml")
+    assert out.returncode == 2 and out.stderr.startswith(
+        "error: --runtime: a TrainJob's pods come from its runtime"
+    )
+    assert len(out.stderr.splitlines()) == 1
+    out = gangctl(
+        "--nodes",
+        "gb200_nodes.yaml",
+        "--workload",
+        "job_4.yaml",
+        "--runtime",
+        "jobs/clustertrainingruntime.yaml",
+    )
+    assert out.returncode == 2 and out.stderr == "error: --runtime: goes with a TrainJob, not a Job\n"
+
+
+def test_a_placement_error_names_the_field_in_the_job_file(tmp_path):
+    job = yaml.safe_load((FIXTURES / "jobs/pytorchjob.yaml").read_text())
+    annotations = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"]["annotations"]
+    annotations.update(
+        {"gangplugin.io/slice-size": "2", "gangplugin.io/slice-required-topology": "kubernetes.io/hostname"}
+    )
+    path = tmp_path / "pt.yaml"
+    path.write_text(yaml.safe_dump(job))
+    out = gangctl("--nodes", "gb200_nodes.yaml", "--workload", str(path))
+    assert out.returncode == 2, out.stdout
+    field = "spec.pytorchReplicaSpecs.Worker.template.metadata.annotations.gangplugin.io/slice-size"
+    assert f"error: {path}: {field}" in out.stderr

@@ -1,17 +1,20 @@
-"""`gangctl plans search` / `gangctl plans status`: output contracts and exit statuses."""
+"""`gangctl plans`: the offline output contracts and exit statuses, and the online commands over a
+PlanService on loopback."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from gangplugin.cli import main as main_module
+from gangplugin.kube.resources import TRAINING_PLANS
+from tests.unit.api.cluster import Caches, served, standard
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "plans"
 INVENTORY = str(FIXTURES / "inventory.yaml")
@@ -19,20 +22,6 @@ NOW = "2026-11-20T10:07:00Z"
 
 BLOCK_KEYS = ["instanceType", "instanceCount", "availabilityZone", "startTime", "endTime"]
 BLOCK_KEYS += ["durationHours", "durationMinutes"]
-
-
-def run(
-    args: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> tuple[int, str, str]:
-    """Run gangctl's real entry point in-process: exit status, stdout, stderr."""
-    monkeypatch.setattr(sys, "argv", ["gangctl", *args])
-    try:
-        main_module.main()
-        code = 0
-    except SystemExit as stop:
-        code = stop.code if isinstance(stop.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def search_args(*extra: str, **flags: str) -> list[str]:
@@ -55,8 +44,9 @@ def search_args(*extra: str, **flags: str) -> list[str]:
 
 
 @pytest.fixture
-def gangctl(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Any:
-    return lambda args: run(args, capsys, monkeypatch)
+def gangctl(gangctl: Any) -> Any:
+    """The conftest's runner, taking the arguments as one list."""
+    return lambda args: gangctl(*args)
 
 
 # --- search ---
@@ -244,7 +234,10 @@ def test_not_yaml_and_wrong_kind(gangctl: Any, tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("spec: [unclosed\n")
     code, _, err = gangctl(search_args(inventory=str(bad)))
-    assert code == 2 and "--inventory:" in err and "is not YAML" in err
+    assert (
+        code == 2
+        and err == f"error: {bad}:2:1: did not find expected ',' or ']' (while parsing a flow sequence)\n"
+    )
     code, _, err = gangctl(search_args(inventory=str(FIXTURES / "plan.yaml")))
     assert code == 2 and "kind: 'TrainingPlan' is not CapacityInventory" in err
 
@@ -383,9 +376,9 @@ def test_bad_plan_names_the_field(
 
 def test_bad_status_mark_and_at(gangctl: Any, tmp_path: Path) -> None:
     doc = _plan()
-    doc["status"] = {"reservedCapacity": [{"status": "Broken"}]}
+    doc["status"] = {"blocks": [{"status": "Broken"}]}
     code, _, err = gangctl(["plans", "status", "--plan", _write(tmp_path, "p.yaml", doc), "--at", NOW])
-    assert code == 2 and "status.reservedCapacity[0].status: 'Broken' is not one of" in err
+    assert code == 2 and "status.blocks[0].status: 'Broken' is not one of" in err
     code, _, err = gangctl(["plans", "status", "--plan", str(FIXTURES / "plan.yaml")])
     assert code == 2 and "--at: is required" in err
 
@@ -401,3 +394,40 @@ def test_installed_entry_point() -> None:
     )
     assert done.returncode == 2
     assert done.stderr.strip() == "error: --instance-count: 5 is not one of 1, 2, 4, 8, 16, 32, 64"
+
+
+# --- online, over a PlanService on loopback ---
+
+
+def test_online_search_and_list(gangctl: Any) -> None:
+    caches = Caches()
+    standard(caches)  # two UltraServers of 4 GPU nodes
+    caches.put(TRAINING_PLANS, yaml.safe_load((FIXTURES / "plan.yaml").read_text()))
+    day = datetime.now(UTC) + timedelta(days=2)
+    window = [
+        "--start-after",
+        day.strftime("%Y-%m-%dT11:30:00Z"),
+        "--end-before",
+        (day + timedelta(days=10)).strftime("%Y-%m-%dT11:30:00Z"),
+        "--duration-hours",
+        "24",
+        "--target-resource",
+        "training-job",
+    ]
+    with served(caches) as address:
+        server = ["--server", address, "--plaintext", "--token", "t"]
+        asked = ["--ultra-server-type", "ml.p6e-gb200.36xlarge-x4", "--ultra-server-count", "1"]
+        code, out, err = gangctl(["plans", "search", *asked, *window, *server, "-o", "json"])
+        assert code == 0, err
+        doc = json.loads(out)
+        assert list(doc) == ["offerings", "searchTime"] and doc["offerings"]
+        assert doc["offerings"][0]["reservedCapacityOfferings"][0]["ultraServerCount"] == 1
+        typo = ["--instance-type", "ml.p6e-gb200.36xlarg", "--instance-count", "1"]
+        code, out, err = gangctl(["plans", "search", *typo, *window, *server])
+        assert (code, out) == (2, "")  # the server's field, told as the flag
+        assert err == (
+            "error: --instance-type: 'ml.p6e-gb200.36xlarg' is not in the inventory; "
+            "did you mean ml.p6e-gb200.36xlarge?\n"
+        )
+        code, out, err = gangctl(["plans", "list", *server, "-o", "name"])
+        assert (code, out) == (0, "trainingplan/llm-pretrain\n"), err

@@ -137,8 +137,9 @@ def test_ultra_servers_whole_units() -> None:
     assert (b.ultra_server_type, b.ultra_server_count, b.instance_count) == (GB, 2, 36)
     assert b.instance_type == "ml.p6e-gb200.36xlarge"
     assert b.start == t("2026-12-02T11:30:00Z")  # only 1 UltraServer free on Dec 1
-    # An instance request never takes instances out of an UltraServer pool.
-    assert search_offerings(inv, req(instance_type="ml.p6e-gb200.36xlarge", count=1)) == ()
+    # An instance request never takes instances out of an UltraServer pool: it is told to ask for one.
+    with pytest.raises(InputError, match="comes only in whole UltraServers here: ask for ultraServerType"):
+        search_offerings(inv, req(instance_type="ml.p6e-gb200.36xlarge", count=1))
     with pytest.raises(InputError) as err:
         search_offerings(
             inv, req(instance_type=None, instance_count=None, ultra_server_type=GB, ultra_server_count=0)
@@ -148,8 +149,24 @@ def test_ultra_servers_whole_units() -> None:
 
 def test_nothing_fits_is_an_empty_answer() -> None:
     assert search_offerings(CapacityInventory((A,)), req(count=32)) == ()
-    assert search_offerings(CapacityInventory(()), req()) == ()
     assert search_offerings(CapacityInventory((A,)), req(before="2026-12-02T11:30:00Z")) == ()
+
+
+def test_a_type_the_inventory_lacks_is_refused_naming_the_closest() -> None:
+    with pytest.raises(InputError) as err:
+        search_offerings(CapacityInventory((A,)), req(instance_type="ml.p5.48xlarg"))
+    assert (err.value.field, err.value.problem) == (
+        "instanceType",
+        "'ml.p5.48xlarg' is not in the inventory; did you mean ml.p5.48xlarge?",
+    )
+    with pytest.raises(InputError, match=r"'ml\.p5\.48xlarge' is not in the inventory; it has none"):
+        search_offerings(CapacityInventory(()), req())
+    ask = req(
+        instance_type=None, instance_count=None, ultra_server_type="ml.u-p6e-gb200x7", ultra_server_count=1
+    )
+    with pytest.raises(InputError) as err:
+        search_offerings(CapacityInventory((A,)), ask)
+    assert err.value.field == "ultraServerType" and "it has none" in err.value.problem
 
 
 def test_at_most_three_ranked_and_deterministic() -> None:

@@ -132,15 +132,6 @@ def test_workload_v1beta1_topology_request_and_affinity():
     )
 
 
-def test_job_gang():
-    gang = records.gang_from_k8s(load("job_4.yaml"))
-    (ps,) = gang.podsets
-    assert ps.name == "main" and ps.count == 4 and ps.requests == {"nvidia.com/gpu": 4}
-    job = load("job_4.yaml")
-    del job["spec"]["parallelism"]
-    assert records.gang_from_k8s(job).podsets[0].count == 1
-
-
 @pytest.mark.parametrize(
     ("mutate", "field"),
     [

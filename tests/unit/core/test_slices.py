@@ -69,6 +69,45 @@ def test_slices_packed_into_the_fewest_fullest_ultraservers():
     assert r.feasible and set(us_of(snap, r)) == {"us-2"}
 
 
+BLOCK, RACK = "cloud.com/topology-block", "cloud.com/topology-rack"
+
+
+@pytest.mark.parametrize(
+    ("cpus", "count", "want"),
+    [
+        # "select domains with tight fit": x3 stays whole, x1 and x5 are filled exactly
+        ({"x3": 3, "x5": 2, "x1": 2}, 4, {"x1": 2, "x5": 2}),
+        # "prioritize more free slice capacity first and then tight fit"
+        ({"x3": 6, "x5": 5, "x1": 4, "x6": 2}, 12, {"x1": 4, "x3": 6, "x6": 2}),
+        # "optimize last domain"
+        ({"x3": 4, "x5": 3, "x1": 2}, 6, {"x1": 2, "x3": 4}),
+        ({"x3": 3, "x5": 3, "x1": 3}, 6, {"x1": 2, "x3": 2, "x5": 2}),
+    ],
+)
+def test_each_slice_takes_the_hosts_that_leave_the_least_room_as_kueue_best_fit_does(cpus, count, want):
+    """Kueue's TestFindTopologyAssignments (pkg/cache/scheduler/tas_cache_test.go), "block required
+    for podset; host required for slices" with 1-cpu pods in slices of 2 per host, BestFit."""
+    nodes = [
+        Node(
+            f"b1-r1-{host}", {BLOCK: "b1", RACK: "r1", HOSTNAME_LABEL: host}, {"cpu": cpu * 1000, "pods": 10}
+        )
+        for host, cpu in cpus.items()
+    ]
+    snap = build_snapshot(nodes, [], (BLOCK, RACK, HOSTNAME_LABEL))
+    podset = PodSet(
+        "main",
+        count,
+        {"cpu": 1000},
+        required_topology=BLOCK,
+        slice_size=2,
+        slice_required_topology=HOSTNAME_LABEL,
+    )
+    r = place(snap, Gang((podset,)))
+    assert r.feasible and r.level == BLOCK and r.domains == ("b1",)
+    hosts = [snap.node(a.node).labels[HOSTNAME_LABEL] for a in r.assignments]
+    assert {h: hosts.count(h) for h in hosts} == want
+
+
 def test_slices_without_a_gang_level_go_anywhere_each_slice_whole():
     snap = build_snapshot(cluster({"nn-a": {"us-1": 12, "us-2": 12}, "nn-b": {"us-3": 12}}), [], LEVELS)
     r = place(snap, sliced(30, 10))

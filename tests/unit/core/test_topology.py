@@ -16,6 +16,15 @@ from gangplugin.core.topology import (
 from .clusters import GPU, LEVELS, node, ultraservers
 
 
+def domain_of(snap: Snapshot, node_name: str, level: int):
+    return snap.domains[snap.path[snap.node_ids[node_name]][level]]
+
+
+def domain_free(snap: Snapshot, domain_id: int, resource: str) -> int:
+    """Free capacity summed over the usable nodes under a domain."""
+    return sum(snap.free[i].get(resource, 0) for i in snap.subtree_nodes(domain_id) if snap.usable[i])
+
+
 def test_tree_by_levels_sorted_by_name():
     nodes = ultraservers(2, 3)
     snap = build_snapshot(reversed(nodes), [], LEVELS)
@@ -25,34 +34,34 @@ def test_tree_by_levels_sorted_by_name():
     us1 = snap.domains[zone.children[0]]
     assert [snap.domains[c].value for c in us1.children] == ["us1-n00", "us1-n01", "us1-n02"]
     assert [snap.nodes[n].name for n in snap.subtree_nodes(us1.id)] == ["us1-n00", "us1-n01", "us1-n02"]
-    assert snap.domain_of(snap.node_ids["us1-n01"], 1).value == "us-1"
+    assert domain_of(snap, "us1-n01", 1).value == "us-1"
     assert snap.level_index(ULTRASERVER_LABEL) == 1 and snap.level_index("nope") is None
 
 
 def test_free_capacity_aggregates_and_updates():
     snap = build_snapshot(ultraservers(2, 2), [], LEVELS)
     us1 = snap.domain_ids[("z1", "us-1")]
-    assert snap.domain_free(us1)[GPU] == 8
-    assert snap.domain_free(0)[GPU] == 16
+    assert domain_free(snap, us1, GPU) == 8
+    assert domain_free(snap, 0, GPU) == 16
     snap.bind(BoundPod("ns", "p", "us1-n00", {GPU: 3, "cpu": 500}))
-    assert snap.domain_free(us1)[GPU] == 5
-    assert snap.domain_free(us1)["pods"] == 219
+    assert domain_free(snap, us1, GPU) == 5
+    assert domain_free(snap, us1, "pods") == 219
     assert snap.free[snap.node_ids["us1-n00"]][GPU] == 1
     snap.unbind("ns", "p")
-    assert snap.domain_free(us1)[GPU] == 8
+    assert domain_free(snap, us1, GPU) == 8
     # node changes: NotReady drops it from the sums, a new node in a new UltraServer appears
     snap.upsert_node(node("us1-n00", "us-1", ready=False))
-    assert snap.domain_free(us1)[GPU] == 4
+    assert domain_free(snap, us1, GPU) == 4
     snap.upsert_node(node("us3-n00", "us-3"))
     us3 = snap.domain_ids[("z1", "us-3")]
-    assert snap.domain_free(us3)[GPU] == 4
+    assert domain_free(snap, us3, GPU) == 4
     assert [snap.domains[c].value for c in snap.domains[snap.root.children[0]].children] == [
         "us-1",
         "us-2",
         "us-3",
     ]
     snap.remove_node("us3-n00")
-    assert snap.domain_free(us3).get(GPU, 0) == 0
+    assert domain_free(snap, us3, GPU) == 0
     assert snap.node("us3-n00") is None
 
 
@@ -90,8 +99,8 @@ def test_spares_are_highest_idle_names_per_ultraserver():
 
 def test_missing_labels_make_unlabeled_domains():
     snap = build_snapshot([node("a", us=None), node("b")], [], LEVELS)
-    assert snap.domain_of(snap.node_ids["a"], 1).value is None
-    assert snap.domain_of(snap.node_ids["b"], 1).value == "us-1"
+    assert domain_of(snap, "a", 1).value is None
+    assert domain_of(snap, "b", 1).value == "us-1"
 
 
 def test_bad_levels_and_duplicates():

@@ -9,8 +9,8 @@ import pytest
 
 from gangplugin.core.errors import InputError
 from gangplugin.core.names import ADMISSION_CHECK_CONTROLLER, REQUIRED_TOPOLOGY_ANNOTATION
-from gangplugin.extender.cache import ExtenderCache
 from gangplugin.extender.pods import gang_pod_from_k8s
+from gangplugin.extender.reservations import GangReservations
 from gangplugin.kube.client import JSON
 from gangplugin.kube.gangpolicies import GangPolicies
 from tests.unit.extender.test_server import NODES, node, pod
@@ -63,12 +63,12 @@ def policies(spares: int = 0, topology: str | None = None, check: str = "gang") 
     return GangPolicies(Objects(workload), Objects(ac), Objects(policy), Objects(topo))
 
 
-def cache_with(source: GangPolicies | None) -> ExtenderCache:
+def cache_with(source: GangPolicies | None) -> GangReservations:
     def policy_of(namespace: str, gang: str) -> Any:
         found = source.of_gang(namespace, gang) if source is not None else None
         return None if found is None else (found[0].placement, found[1])
 
-    cache = ExtenderCache(policy_of=policy_of)
+    cache = GangReservations(policy_of=policy_of)
     for i, n in enumerate(NODES):  # racks r0 (n0, n1) and r1 (n2, n3), one UltraServer
         raw = node(n, "us-1")
         raw["metadata"]["labels"][RACK] = f"r{i // 2}"

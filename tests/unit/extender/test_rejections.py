@@ -4,13 +4,13 @@ gang be planned onto it again and again."""
 
 from __future__ import annotations
 
-from gangplugin.extender.cache import ExtenderCache
 from gangplugin.extender.pods import gang_pod_from_k8s
+from gangplugin.extender.reservations import GangReservations
 from tests.unit.extender.test_server import node, pod
 
 
-def cache_of(*nodes: tuple[str, str]) -> ExtenderCache:
-    cache = ExtenderCache(reject_ttl=30.0)
+def cache_of(*nodes: tuple[str, str]) -> GangReservations:
+    cache = GangReservations(reject_ttl=30.0)
     for name, us in nodes:
         cache.on_node("ADDED", None, node(name, us))
     return cache

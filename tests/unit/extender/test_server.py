@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from unittest.mock import ANY
@@ -20,8 +21,8 @@ import pytest
 from gangplugin.core.gangplan import GangPod
 from gangplugin.core.names import GANG_LABEL, GANG_SIZE_ANNOTATION
 from gangplugin.extender.barrier import Barrier
-from gangplugin.extender.cache import ExtenderCache
 from gangplugin.extender.pods import gang_pod_from_k8s
+from gangplugin.extender.reservations import GangReservations
 from gangplugin.extender.server import ExtenderHandlers, make_app
 from gangplugin.localcluster.pki import CertificateAuthority
 from gangplugin.runtime.asgi import serve
@@ -61,19 +62,27 @@ def pod(name: str, gang: str | None = None, size: Any = None, node_name: str | N
 NODES = [f"n{i}" for i in range(4)]
 
 
-def make_cache() -> ExtenderCache:
-    cache = ExtenderCache()
+def make_cache() -> GangReservations:
+    cache = GangReservations()
     for n in NODES:
         cache.on_node("ADDED", None, node(n, "us-1"))
     return cache
 
 
 class Recorder:
-    """Bindings (in place of the API server) and refusals (in place of their Events)."""
+    """Bindings (in place of the API server) and refusals (in place of their Events); `barrier`
+    is the one the app serves, for tests to see who waits there."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, str, str]] = []
         self.refusals: list[tuple[str, str]] = []  # (pod name, why)
+        self.barrier: Barrier | None = None
+
+    def waiting(self, gang: str) -> set[str]:
+        """The members of `gang` (namespace ns) waiting at the barrier now."""
+        assert self.barrier is not None
+        held = self.barrier.gangs.get(("ns", gang))
+        return set() if held is None else {name for _, name in held.waiters}
 
     async def __call__(self, namespace: str, name: str, uid: str, node: str) -> None:
         self.calls.append((namespace, name, uid, node))
@@ -88,10 +97,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run(coro_fn, cache: ExtenderCache, timeout: float = 2.0):  # type: ignore[no-untyped-def]
+def run(coro_fn, cache: GangReservations, timeout: float = 2.0):  # type: ignore[no-untyped-def]
     async def main():  # type: ignore[no-untyped-def]
         rec = Recorder()
-        barrier = Barrier(cache, rec, timeout, rec.refused)
+        barrier = rec.barrier = Barrier(cache, rec, timeout, rec.refused)
         app = make_app(ExtenderHandlers(cache), barrier)
         port = free_port()
         server = await serve(app, "127.0.0.1", port, None)
@@ -102,6 +111,16 @@ def run(coro_fn, cache: ExtenderCache, timeout: float = 2.0):  # type: ignore[no
             server.cancel()
 
     return asyncio.run(main())
+
+
+async def until(check: Callable[[], Any], what: str, timeout: float = 5.0) -> Any:
+    """Wait on the event loop until `check` holds, or fail saying what was awaited and seen."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not (value := check()):
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what} (last: {value!r})")
+        await asyncio.sleep(0.01)
+    return value
 
 
 async def post(client: httpx.AsyncClient, path: str, body: Any) -> tuple[int, Any]:
@@ -166,7 +185,7 @@ def test_gang_is_bound_only_when_every_member_has_a_node():
             )
             for i, t in enumerate(targets[:2])
         ]
-        await asyncio.sleep(0.3)
+        await until(lambda: rec.waiting("g") == {"m0", "m1"}, "m0 and m1 waiting at the barrier")
         assert rec.calls == [] and not any(b.done() for b in binds)  # two of three: nobody bound
         last = await post(
             client, "/bind", {"PodName": "m2", "PodNamespace": "ns", "PodUID": "uid-m2", "Node": targets[2]}

@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from gangplugin.core.names import BIND_MODE_LABEL, PLACEMENT_GATE
-from gangplugin.extender.cache import ExtenderCache
 from gangplugin.extender.pods import gang_pod_from_k8s
+from gangplugin.extender.reservations import GangReservations
 from gangplugin.extender.ungater import pin_patch
 from tests.unit.extender.test_server import node, pod
 
@@ -27,15 +27,15 @@ def ungate_pod(name: str, gang: str, size: int, pinned: str | None = None, **kw:
     return obj
 
 
-def cache_of(us_sizes: dict[str, int]) -> ExtenderCache:
-    cache = ExtenderCache()
+def cache_of(us_sizes: dict[str, int]) -> GangReservations:
+    cache = GangReservations()
     for us, count in us_sizes.items():
         for i in range(count):
             cache.on_node("ADDED", None, node(f"{us}-{i}", us))
     return cache
 
 
-def add(cache: ExtenderCache, *objs: dict[str, Any]) -> None:
+def add(cache: GangReservations, *objs: dict[str, Any]) -> None:
     for obj in objs:
         cache.on_pod("ADDED", None, gang_pod_from_k8s(obj))
 
@@ -162,7 +162,7 @@ def test_a_pod_recreated_in_a_sliced_gang_joins_the_slice_its_pinned_peers_start
 def test_pins_and_bindings_seen_before_their_node_are_charged_when_it_arrives() -> None:
     # After a restart the pod watch may list before the node watch: a pin on a node the cache
     # does not know yet must still hold that node once it is known.
-    cache = ExtenderCache()
+    cache = GangReservations()
     add(cache, ungate_pod("p0", "g", 2, pinned="us-1-0"), pod("b", node_name="us-1-1"))
     for i in range(3):
         cache.on_node("ADDED", None, node(f"us-1-{i}", "us-1"))

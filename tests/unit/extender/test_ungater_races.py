@@ -12,12 +12,12 @@ from unittest.mock import ANY
 
 import httpx
 
-from gangplugin.extender.cache import ExtenderCache
 from gangplugin.extender.pods import gang_pod_from_k8s
+from gangplugin.extender.reservations import GangReservations
 from gangplugin.extender.ungater import Ungater
 from gangplugin.kube.client import Client
 from tests.unit.extender.test_podgroup_mode import Api
-from tests.unit.extender.test_server import NODES, make_cache, pod, post, run
+from tests.unit.extender.test_server import NODES, make_cache, pod, post, run, until
 from tests.unit.extender.test_ungate import HOST, add, cache_of, ungate_pod
 
 
@@ -51,7 +51,7 @@ class WatchFirst(Api):
     """The API server, with the watch delivering `then` (the pod bound, or deleted) to the cache
     before the pin patch's answer reaches the ungater."""
 
-    def __init__(self, pods: list[dict[str, Any]], cache: ExtenderCache, then: str) -> None:
+    def __init__(self, pods: list[dict[str, Any]], cache: GangReservations, then: str) -> None:
         super().__init__(pods)
         self.cache, self.then = cache, then
 
@@ -67,7 +67,7 @@ class WatchFirst(Api):
         return answer
 
 
-def pin_with_the_watch_first(then: str) -> ExtenderCache:
+def pin_with_the_watch_first(then: str) -> GangReservations:
     cache = cache_of({"us-1": 2})
     pods = [ungate_pod("p0", "g", 1)]
     add(cache, *pods)
@@ -109,7 +109,7 @@ def test_waiters_are_bound_once_a_member_that_did_not_wait_at_the_barrier_is_bou
         target = planned["NodeNames"][0]
         body = {"PodName": "p0", "PodNamespace": "ns", "PodUID": "uid-p0", "Node": target}
         waiting = asyncio.create_task(post(client, "/bind", body))
-        await asyncio.sleep(0.2)
+        await until(lambda: rec.waiting("g") == {"p0"}, "p0 waiting at the barrier")
         other = next(n for n in NODES if n != target)
         bound = {**members[1], "spec": {**members[1]["spec"], "nodeName": other}}
         cache.on_pod("MODIFIED", cache.pods[("ns", "p1")], gang_pod_from_k8s(bound))

@@ -40,7 +40,7 @@ class FakeApi:
     def __init__(self) -> None:
         self.pods: dict[str, dict[str, Any]] = {}
         self.rv = 1
-        self.lists: list[Step] = []  # answers for the next lists (else the pods)
+        self.lists: list[Step | None] = []  # answers for the next lists (None, or none left: the pods)
         self.watches: list[list[Step] | httpx.Response | BaseException] = []
         self.requests: list[httpx.Request] = []
         self.times: dict[int, float] = {}  # id(request) -> when it arrived (monotonic)
@@ -67,12 +67,12 @@ class FakeApi:
             if isinstance(step, BaseException):
                 raise step
             return httpx.Response(200, content=self._stream(step))
-        if self.lists:
-            answer = self.lists.pop(0)
-            if isinstance(answer, BaseException):
-                raise answer
-            if isinstance(answer, httpx.Response):
-                return answer
+        answer = self.lists.pop(0) if self.lists else None
+        if isinstance(answer, BaseException):
+            raise answer
+        if isinstance(answer, httpx.Response):
+            return answer
+        if answer is not None:
             return httpx.Response(200, content=answer)
         body = {"metadata": {"resourceVersion": str(self.rv)}, "items": list(self.pods.values())}
         return httpx.Response(200, content=orjson.dumps(body))

@@ -12,9 +12,8 @@ from gangplugin.core.errors import InputError
 from gangplugin.core.names import PLAN_QUOTA_ANNOTATION
 from gangplugin.core.plans import plan_state
 from gangplugin.core.timeutil import parse_time
-from gangplugin.kube.plan_records import parse_plan
+from gangplugin.kube.plan_records import parse_plan, plan_state_doc
 from gangplugin.plans.clusterqueue import flavors, managed_quotas, nominal_quotas, quota_patch
-from gangplugin.plans.controller import status_doc
 
 
 def cq(annotation: str | None = None) -> dict[str, Any]:
@@ -94,7 +93,7 @@ def manifest(**spec: Any) -> dict[str, Any]:
         "kind": "TrainingPlan",
         "metadata": {"name": "p"},
         "spec": base,
-        "status": {"reservedCapacity": [{"status": "Failed"}]},
+        "status": {"blocks": [{"status": "Failed"}]},
     }
 
 
@@ -106,9 +105,9 @@ def test_parse_plan_ignores_its_own_status_and_reads_overrides() -> None:
     assert relaxed.termination_lead == timedelta(seconds=20)
     assert relaxed.resources_per_instance == {"nvidia.com/gpu": 8, "cpu": 192_000, "memory": 1900 << 30}
     state = plan_state(relaxed, parse_time("2026-12-01T11:30:30Z", "t"))
-    doc = status_doc(state)
-    assert doc["phase"] == "Active" and doc["activeInstanceCount"] == 4
-    assert doc["reservedCapacity"][0]["terminationStartsAt"] == "2026-12-01T11:30:40Z"
+    doc = plan_state_doc(state)
+    assert doc["status"] == "Active" and doc["activeInstanceCount"] == 4
+    assert doc["blocks"][0]["terminationStartsAt"] == "2026-12-01T11:30:40Z"
     assert doc["nextTransition"] == "2026-12-01T11:31:00Z"
 
 

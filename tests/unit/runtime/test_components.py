@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from gangplugin.kube.client import NODES, PODS
+from gangplugin.kube.informer import wait_all_synced
 from gangplugin.runtime.components import Runtime
 from tests.unit.kube.fakeapi import FakeApi, wait_until
 
@@ -42,3 +43,24 @@ def test_a_thread_started_alongside_the_informers_ending_does_not_fail_liveness(
     assert wait_until(lambda: not runtime.live()[0], 10)
     assert runtime.live() == (False, "threads stopped: informer-nodes")
     pods.stop()
+
+
+def test_dispatchers_and_shared_objects_are_one_per_name_and_their_threads_are_vital(api: FakeApi) -> None:
+    runtime = Runtime(api.client())
+    assert runtime.dispatcher("a") is runtime.dispatcher("a") is not runtime.dispatcher("b")
+    made: list[object] = []
+    first = runtime.shared("thing", lambda: made.append(object()) or made[-1])
+    assert runtime.shared("thing", lambda: made.append(object()) or made[-1]) is first and len(made) == 1
+    seen: list[str] = []
+    api.set({"metadata": {"name": "p", "namespace": "ns", "resourceVersion": "2"}})
+    runtime.informer(PODS).add_handler(
+        lambda _k, _o, new: seen.append(new["metadata"]["name"]), runtime.dispatcher("a")
+    )
+    runtime.start_informers()
+    assert wait_all_synced(runtime.informers(), 5) and seen == ["p"]  # synced: handled, too
+    assert runtime.live() == (True, "ok")
+    runtime.dispatcher("b").stop()
+    assert wait_until(lambda: not runtime.live()[0], 10)
+    assert runtime.live() == (False, "threads stopped: dispatch-b")
+    runtime.dispatcher("a").stop()
+    runtime.informer(PODS).stop()

@@ -82,3 +82,32 @@ def test_evictions_are_labelled_by_phase_and_outcome() -> None:
     metrics.eviction("Recovering", "Rejected")
     assert value("PodsNotReady", "Requeued") == before[0] + 1
     assert value("RecoveryTimeout", "Deactivated") == before[1] + 1
+
+
+def _barrier_series() -> dict[tuple[str, str], float]:
+    return {
+        (s.labels["namespace"], s.labels["gang"]): s.value
+        for m in metrics.BARRIER_WAITING.collect()
+        for s in m.samples
+    }
+
+
+def test_a_gang_has_a_barrier_series_only_while_it_waits() -> None:
+    metrics.barrier_waiting("ns", "g", 3)
+    metrics.barrier_waiting("ns", "g", 11)
+    assert _barrier_series()[("ns", "g")] == 11
+    metrics.barrier_waiting("ns", "g", 0)
+    metrics.barrier_waiting("ns", "never-waited", 0)  # opened at its first bind: no series to remove
+    assert ("ns", "g") not in _barrier_series() and ("ns", "never-waited") not in _barrier_series()
+
+
+def test_newest_resource_version_reads_etcd_revisions_and_skips_others() -> None:
+    objs = [
+        {"metadata": {"resourceVersion": "907"}},
+        {"metadata": {"resourceVersion": "1204"}},
+        {"metadata": {"resourceVersion": "not-a-revision"}},
+        {"metadata": {}},
+        {},
+    ]
+    assert metrics.newest_resource_version(objs) == 1204
+    assert metrics.newest_resource_version([]) == 0

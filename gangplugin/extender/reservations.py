@@ -1,5 +1,10 @@
-"""What the extender knows: nodes and pods from watch events, kept as an incrementally updated
-core `Snapshot`, plus the plans of gangs in flight and the capacity those plans reserve.
+"""The gang reservations the extender and the ungater share: nodes and pods from watch events,
+kept as an incrementally updated core `Snapshot`, the plans of gangs in flight and the capacity
+those plans reserve, and the capacity the gang check promised to admitted gangs (`promises`).
+
+Both components plan with this one object (`GangReservations.filter` for kube-scheduler's calls,
+`GangReservations.pins` for the ungater), so a gang planned by one is never given the nodes the
+other reserved. One replica holds it (the leader), built from the API after a restart.
 
 Reservations are charged to the snapshot as placeholder pods (one per plan slot), so every
 later plan and filter sees them without a second bookkeeping of free capacity. A slot's
@@ -20,6 +25,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
 
+from gangplugin.core.admission import gang_id
 from gangplugin.core.errors import InputError
 from gangplugin.core.gangplan import (
     FilterVerdict,
@@ -40,6 +46,7 @@ from gangplugin.core.gangplan import (
 )
 from gangplugin.core.placement import PlacementPolicy
 from gangplugin.core.topology import BoundPod, Snapshot, build_snapshot
+from gangplugin.extender.promises import AdmittedGang, Promises
 from gangplugin.kube.client import JSON
 from gangplugin.kube.records import node_from_k8s
 
@@ -51,10 +58,15 @@ _PLACEHOLDER_PREFIX = "\0reserved:"
 # (namespace, gang) -> the gang's placement policy and topology levels, or None for the defaults;
 # raises InputError when the gang's GangPolicy or Topology cannot be used.
 PolicyOf = Callable[[str, str], tuple[PlacementPolicy, tuple[str, ...]] | None]
+# A Workload -> what the gang check promised its gang, or None (not admitted by our check now).
+AdmittedOf = Callable[[JSON], AdmittedGang | None]
+# Kueue's name for the podset of a pod that carries none (a Job's only podset).
+DEFAULT_POD_SET = "main"
 
 
-class ExtenderCache:
-    """Thread-safe: watch handlers write, extender calls read and plan, all under one lock.
+class GangReservations:
+    """Thread-safe: watch handlers write, extender calls and the ungater read and plan, all under
+    one lock.
 
     One snapshot per set of topology levels in use (the defaults, plus those of GangPolicies'
     Topologies, built on first use); every watch event and reservation updates all of them."""
@@ -65,11 +77,14 @@ class ExtenderCache:
         plan_ttl: float = 40.0,
         policy_of: PolicyOf | None = None,
         reject_ttl: float = 60.0,
+        admitted_of: AdmittedOf | None = None,
     ) -> None:
         self.policy = policy or PlacementPolicy()
         self.plan_ttl = plan_ttl
         self.reject_ttl = reject_ttl
         self.policy_of = policy_of
+        self.admitted_of = admitted_of
+        self.promises = Promises()
         self.lock = threading.RLock()
         self.snapshot = Snapshot()  # the default levels: plain pods and gangs without a policy
         self.snapshots: dict[tuple[str, ...], Snapshot] = {self.snapshot.levels: self.snapshot}
@@ -108,6 +123,7 @@ class ExtenderCache:
         if snap is None:
             nodes = [n for n in self.snapshot.nodes if n is not None]
             snap = self.snapshots[levels] = build_snapshot(nodes, self.bound.values(), levels)
+            self.promises.charge_into(snap)
         return snap
 
     def _settings_of(self, gkey: GangKey) -> tuple[PlacementPolicy, Snapshot, bool]:
@@ -126,6 +142,7 @@ class ExtenderCache:
                 if old is not None:
                     name = str(old["metadata"]["name"])
                     self._forget_rejections(name)
+                    self.promises.moved |= self.promises.touching(name)
                     for snap in self.snapshots.values():
                         snap.remove_node(name)
                 return
@@ -136,6 +153,7 @@ class ExtenderCache:
                 return
             if self.snapshot.node(node.name) != node:  # not a mere heartbeat
                 self._forget_rejections(node.name)
+                self.promises.moved |= self.promises.touching(node.name)
             for snap in self.snapshots.values():
                 snap.upsert_node(node)
             for key in self.early.pop(node.name, ()):
@@ -164,6 +182,7 @@ class ExtenderCache:
             held = old.node if old is not None and not old.finished else None
             if held is not None and (new is None or new.node != held or new.finished):
                 self._forget_rejections(held)  # the pod frees its node
+                self.promises.moved |= self.promises.short()
             if new is None:
                 if old is not None:
                     self._forget(old)
@@ -174,14 +193,35 @@ class ExtenderCache:
             gkey = new.gang_key
             if gkey is not None:
                 self.gangs.setdefault(gkey, set()).add(new.key)
+                if gkey in self.promises.admitted:
+                    self.promises.stale.add(gkey)  # what it holds itself may have changed
             # A pinned pod (bindMode Ungate) holds its node from the pin on: no other plan
             # may take it while kube-scheduler has yet to bind it there.
             if new.placed is not None and not new.finished:
                 self._bind(BoundPod(new.namespace, new.name, new.placed, new.requests))
                 if gkey is not None:
                     self._release_claim(gkey, new.key)
+                if old is None or old.placed != new.placed:
+                    self.promises.moved |= self.promises.crowded_on(new.placed, self.snapshot)
             else:
                 self._unbind(new.namespace, new.name)
+
+    def on_workload(self, kind: str, old: JSON | None, new: JSON | None) -> None:
+        """What the gang check promised the Workload's gang, from the moment it is admitted."""
+        obj = new or old
+        if obj is None or self.admitted_of is None:
+            return
+        meta = obj["metadata"]
+        gkey = (str(meta.get("namespace", "")), gang_id(str(meta["name"])))
+        admitted = self.admitted_of(new) if new is not None else None
+        with self.lock:
+            if admitted == self.promises.admitted.get(gkey):
+                return  # a status update that changes nothing promised
+            if admitted is None:
+                del self.promises.admitted[gkey]
+            else:
+                self.promises.admitted[gkey] = admitted
+            self.promises.stale.add(gkey)
 
     def _forget(self, pod: GangPod) -> None:
         self.pods.pop(pod.key, None)
@@ -189,6 +229,8 @@ class ExtenderCache:
         gkey = pod.gang_key
         if gkey is None:
             return
+        if gkey in self.promises.admitted:
+            self.promises.stale.add(gkey)
         self._release_claim(gkey, pod.key)
         members = self.gangs.get(gkey)
         if members is not None:
@@ -234,6 +276,37 @@ class ExtenderCache:
             )
             self.rejected.setdefault(pod.shape, {}).update(dict.fromkeys(nodes, now + self.reject_ttl))
 
+    # -- promises --------------------------------------------------------------------------
+
+    def _settle(self) -> None:
+        """Charge again the promises events made stale (see `promises`); call under the lock
+        before reading capacity. A gang whose own plan is in flight holds its nodes by it."""
+        promises = self.promises
+        stale, moved = promises.stale | promises.moved, promises.moved
+        promises.stale, promises.moved = set(), set()
+        for gkey in stale:
+            if gkey in self.plans:
+                promises.release(gkey, self.snapshots.values())
+                continue
+            members = [m for m in self.members(gkey) if not m.finished and not m.deleting]
+            placed = [m for m in members if m.placed is not None]
+            promises.charge(
+                gkey,
+                self.snapshots.values(),
+                self.snapshot,
+                Counter(m.pod_set or DEFAULT_POD_SET for m in placed),
+                tuple(sorted({m.placed for m in placed if m.placed is not None})),
+                again=gkey in moved,
+            )
+
+    def _plan(self, gkey: GangKey, plan: GangPlan) -> None:
+        """A plan made for `gkey` on snapshots without its promise: reserved if it is feasible
+        (then it holds the gang's nodes), else the promise comes back."""
+        if plan.feasible:
+            self._reserve(plan)
+        else:
+            self.promises.stale.add(gkey)
+
     # -- reservations ----------------------------------------------------------------------
 
     def _placeholder(self, gkey: GangKey, slot: int) -> tuple[str, str]:
@@ -271,11 +344,14 @@ class ExtenderCache:
             self.drop(gkey)
 
     def drop(self, gkey: GangKey) -> None:
-        """Forget a gang's plan and give back everything it still reserves."""
+        """Forget a gang's plan and give back everything it still reserves (what the gang check
+        promised its pods that hold no node is promised again)."""
         for slot in self.reserved.pop(gkey, set()):
             self._unreserve(gkey, slot)
         self.plans.pop(gkey, None)
         self.claims.pop(gkey, None)
+        if gkey in self.promises.admitted:
+            self.promises.stale.add(gkey)
 
     def _sweep(self, now: float) -> None:
         for gkey in [g for g, p in self.plans.items() if p.expires_at <= now]:
@@ -303,10 +379,12 @@ class ExtenderCache:
             return filter_pinned_pod(pod.pinned, node_names), None
         gkey = pod.gang_key
         with self.lock:
-            if gkey is None:
-                held = self.reserved_on.keys() | self.pinned_on.keys()
-                return filter_single_pod(self.snapshot, pod, node_names, held), None
             self._sweep(now)
+            self._settle()
+            if gkey is None:
+                # Capacity reserved for gangs being bound, pinned, or promised to admitted ones.
+                held = self.reserved_on.keys() | self.pinned_on.keys() | set(self.promises.nodes())
+                return filter_single_pod(self.snapshot, pod, node_names, held), None
             made = None
             # A plan the scheduler refused is made again at once, without the refused nodes:
             # the second plan cannot pick them, so each round makes progress.
@@ -315,6 +393,7 @@ class ExtenderCache:
                 if plan is None:
                     members = [m for m in self.members(gkey) if m.key != pod.key]
                     policy, snap, checked = self._settings_of(gkey)
+                    self.promises.release(gkey, self.snapshots.values())  # its plan replaces it
                     plan = plan_gang(
                         snap,
                         pod,
@@ -325,8 +404,7 @@ class ExtenderCache:
                         keep_bound=checked,
                     )
                     made = plan
-                    if plan.feasible:
-                        self._reserve(plan)
+                    self._plan(gkey, plan)
                 elif plan.size != pod.size:
                     raise InputError(
                         f"pod {pod.namespace}/{pod.name}: metadata.annotations.gangplugin.io/gang-size",
@@ -363,15 +441,17 @@ class ExtenderCache:
                 # be whole; its pods come together (one Job's), the watchdog times out the rest.
                 return [], f"{len(members)} of the gang's {size} pods exist; waiting for the rest"
             self._sweep(now)
+            self._settle()
             plan = self.plans.get(gkey)
             if plan is None:
                 policy, snap, checked = self._settings_of(gkey)
+                self.promises.release(gkey, self.snapshots.values())  # its plan replaces it
                 plan = plan_gang(
                     snap, gated[0], members, policy, expires_at=now + self.plan_ttl, keep_bound=checked
                 )
+                self._plan(gkey, plan)
                 if not plan.feasible:
                     return [], plan.reason
-                self._reserve(plan)
             claims = self.claims[gkey]
             out = []
             for m in gated:
@@ -415,4 +495,5 @@ class ExtenderCache:
 
     def prioritize(self, pod: GangPod, node_names: Sequence[str]) -> list[tuple[str, int]]:
         with self.lock:
+            self._settle()
             return scores(self.snapshot, pod, node_names, self.planned_node(pod))

@@ -1,0 +1,130 @@
+"""Capacity the gang check promised to admitted gangs, held in the gang reservations from the
+moment of admission until the gang's own pods hold it.
+
+The check admits a gang into its domain (check Ready with podSetUpdates) before any of its pods
+exists. Until the gang is planned (the ungater's pins; the filter's plan in bindMode Extender)
+nothing else in the reservations holds that capacity, and a plain pod kube-scheduler found room
+for could take it, leaving the gang short in its domain. So the pods of each admitted gang that
+hold no node yet are charged to every snapshot exactly as the check counts them
+(`core.admission.promise`: synthetic pods placed in the gang's domain). The filter then keeps
+plain pods off that capacity (`filter_single_pod`), and other gangs' plans leave it alone. A
+gang's promise gives way to its own plan (whose placeholders, then pins and bound pods, hold the
+nodes) and comes back for what the plan did not place when that plan is dropped.
+
+Promises are redone lazily: an event only marks the gangs it touches (`stale`: redone if what
+they stand for changed, the admission or the gang's placed pods; `moved`: redone anyway, the
+capacity under them changed), and the next call that reads capacity redoes them. A burst of
+events (the first list of 5,000 nodes, the pods of a 1,024-pod gang created one by one) costs
+one placement per admitted gang, not one per event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from gangplugin.core.admission import crowded, promise, promised_pods, release, remaining
+from gangplugin.core.gangplan import GangKey
+from gangplugin.core.placement import Gang, PlacementPolicy
+from gangplugin.core.topology import Snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class AdmittedGang:
+    """What the gang check promised: every pod of the gang, in its domain (the podSetUpdates'
+    nodeSelector), named by its gang id, placed by its GangPolicy."""
+
+    gang: Gang
+    policy: PlacementPolicy
+
+
+@dataclass(frozen=True, slots=True)
+class _Charged:
+    admitted: AdmittedGang
+    placed: tuple[tuple[str, int], ...]  # the gang's pods that held a node, per podset
+    rest: Gang  # the pods that held no node when it was charged
+    occupied: tuple[str, ...]  # the nodes its placed pods hold (their UltraServers' spares are its)
+    nodes: frozenset[str]  # where the promise sits in the default snapshot
+    whole: bool  # every pod of `rest` fitted
+
+    def key(self) -> tuple[AdmittedGang | None, tuple[tuple[str, int], ...], tuple[str, ...]]:
+        """What it stands for: the admission, and the gang's pods that held a node, and where."""
+        return self.admitted, self.placed, self.occupied
+
+
+class Promises:
+    """Not thread-safe: the gang reservations call it under their lock."""
+
+    def __init__(self) -> None:
+        self.admitted: dict[GangKey, AdmittedGang] = {}
+        self.stale: set[GangKey] = set()  # to be looked at again before capacity is read
+        self.moved: set[GangKey] = set()  # to be placed again before capacity is read
+        self._charged: dict[GangKey, _Charged] = {}
+        self._on: dict[str, set[GangKey]] = {}  # node -> gangs promised capacity on it
+
+    def nodes(self) -> Iterable[str]:
+        """The nodes promised capacity sits on (in the default snapshot)."""
+        return self._on.keys()
+
+    def short(self) -> set[GangKey]:
+        """The gangs whose promise did not fit whole (capacity coming free may give them room)."""
+        return {g for g, c in self._charged.items() if not c.whole}
+
+    def touching(self, node: str) -> set[GangKey]:
+        """The gangs whose promise a change of `node` may move: those promised capacity on it,
+        and those whose promise did not fit whole."""
+        return self._on.get(node, set()) | self.short()
+
+    def crowded_on(self, node: str, snapshot: Snapshot) -> set[GangKey]:
+        """Gangs promised capacity on `node` that real pods now crowd out (see `crowded`)."""
+        return {g for g in self._on.get(node, ()) if crowded(snapshot, self._charged[g].rest, g[0])}
+
+    def charge(
+        self,
+        gkey: GangKey,
+        snapshots: Iterable[Snapshot],
+        default: Snapshot,
+        placed: Mapping[str, int],
+        occupied: tuple[str, ...],
+        again: bool = False,
+    ) -> None:
+        """Promise what the gang was admitted with less its `placed` pods (per podset), in place
+        of whatever was promised it before; nothing for a gang no longer admitted. Unless
+        `again`, a promise that already stands for exactly that is kept as it is."""
+        snapshots = list(snapshots)
+        admitted = self.admitted.get(gkey)
+        counts = tuple(sorted(placed.items()))
+        held = self._charged.get(gkey)
+        if not again and held is not None and held.key() == (admitted, counts, occupied):
+            return
+        self.release(gkey, snapshots)
+        if admitted is None:
+            return
+        rest = remaining(admitted.gang, placed)
+        if not rest.podsets:
+            return
+        want = sum(ps.count for ps in rest.podsets)
+        whole = all([promise(s, rest, gkey[0], admitted.policy, occupied) == want for s in snapshots])
+        ids = (default.node_of(gkey[0], name) for name in promised_pods(rest))
+        nodes = frozenset(n.name for i in ids if i is not None and (n := default.nodes[i]) is not None)
+        self._charged[gkey] = _Charged(admitted, counts, rest, occupied, nodes, whole)
+        for node in nodes:
+            self._on.setdefault(node, set()).add(gkey)
+
+    def charge_into(self, snapshot: Snapshot) -> None:
+        """Charge every promise held now to a snapshot made since (another topology order)."""
+        for gkey, held in self._charged.items():
+            promise(snapshot, held.rest, gkey[0], held.admitted.policy, held.occupied)
+
+    def release(self, gkey: GangKey, snapshots: Iterable[Snapshot]) -> None:
+        """Give back what was promised the gang (its plan holds the capacity now, or it is gone)."""
+        held = self._charged.pop(gkey, None)
+        if held is None:
+            return
+        for snapshot in snapshots:
+            release(snapshot, held.admitted.gang, gkey[0])
+        for node in held.nodes:
+            gangs = self._on[node]
+            gangs.discard(gkey)
+            if not gangs:
+                del self._on[node]

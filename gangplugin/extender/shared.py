@@ -1,0 +1,124 @@
+"""The one `GangReservations` the extender and ungater components of a process share.
+
+Each component's `setup` asks the runtime for it (`Runtime.shared`); whichever asks first makes
+it and registers its watch handlers (nodes, pods and, where Kueue is served, Workloads) on the
+`gang-reservations` dispatcher. The ungater registers its own handlers on that dispatcher after
+them, so they read reservations that already hold the event. Neither component imports the
+other; both run on the leader, in one process, or the plans of one could overlap the other's.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from gangplugin.core.errors import InputError
+from gangplugin.core.placement import PlacementPolicy
+from gangplugin.extender.pods import gang_pod_from_k8s
+from gangplugin.extender.promises import AdmittedGang
+from gangplugin.extender.reservations import AdmittedOf, GangReservations, PolicyOf
+from gangplugin.kube.admitted import holds_capacity, in_domain, workload_gang
+from gangplugin.kube.client import JSON, NODES, PODS, WORKLOADS
+from gangplugin.kube.discovery import served
+from gangplugin.kube.dispatcher import Dispatcher
+from gangplugin.kube.gangpolicies import Cache, GangPolicies
+from gangplugin.kube.informer import identity
+from gangplugin.kube.resources import ADMISSION_CHECKS, GANG_POLICIES, RESOURCE_FLAVORS, TOPOLOGIES
+from gangplugin.runtime.components import Runtime
+
+log = logging.getLogger(__name__)
+
+NAME = "gang-reservations"
+
+
+@dataclass(frozen=True, slots=True)
+class ReservationSettings:
+    """From `serve`'s --extender-spares-per-ultraserver and --extender-barrier-timeout."""
+
+    spares_per_ultraserver: int = 0  # for gangs no GangPolicy governs (plain pod gangs)
+    # A plan lives twice this long unless its pods bind; a node kube-scheduler refused is left
+    # out of that pod shape's plans this long.
+    barrier_timeout: float = 60.0
+
+
+_settings = ReservationSettings()
+
+
+def configure(settings: ReservationSettings) -> None:
+    """Called by `gangplugin serve` before the components' `setup`."""
+    global _settings
+    _settings = settings
+
+
+def dispatcher(runtime: Runtime) -> Dispatcher:
+    """Where the reservations' handlers run, and those that must run after them."""
+    return runtime.dispatcher(NAME)
+
+
+def gang_reservations(runtime: Runtime) -> GangReservations:
+    return runtime.shared(NAME, lambda: _make(runtime))
+
+
+def _make(runtime: Runtime) -> GangReservations:
+    settings = _settings
+    policies = _gang_policies(runtime)
+    reservations = GangReservations(
+        PlacementPolicy(settings.spares_per_ultraserver),
+        plan_ttl=2 * settings.barrier_timeout,
+        policy_of=None if policies is None else policy_of(policies),
+        reject_ttl=settings.barrier_timeout,
+        admitted_of=None if policies is None else admitted_of(policies, runtime.informer(RESOURCE_FLAVORS)),
+    )
+    on = dispatcher(runtime)
+    runtime.informer(NODES, identity).add_handler(reservations.on_node, on)
+    runtime.informer(PODS, gang_pod_from_k8s).add_handler(reservations.on_pod, on)
+    if policies is not None:
+        runtime.informer(WORKLOADS).add_handler(reservations.on_workload, on)
+    return reservations
+
+
+def _gang_policies(runtime: Runtime) -> GangPolicies | None:
+    """Gangs admitted through Kueue are placed by their GangPolicy (spares, Topology levels) and
+    promised capacity from their admission; without Kueue's and gangplugin's APIs every gang gets
+    the serve options' defaults, and nothing is promised."""
+    wanted = (WORKLOADS.api_version, GANG_POLICIES.api_version)
+    if not all(served(runtime.client, gv) for gv in wanted):
+        log.info("Kueue or GangPolicy API not served: every gang is placed with the default policy")
+        return None
+    return GangPolicies(
+        runtime.informer(WORKLOADS),
+        runtime.informer(ADMISSION_CHECKS),
+        runtime.informer(GANG_POLICIES),
+        runtime.informer(TOPOLOGIES),
+    )
+
+
+def policy_of(policies: GangPolicies) -> PolicyOf:
+    """A gang's placement policy and topology levels, from its Workload's GangPolicy."""
+
+    def of(namespace: str, gang: str) -> tuple[PlacementPolicy, tuple[str, ...]] | None:
+        found = policies.of_gang(namespace, gang)
+        return None if found is None else (found[0].placement, found[1])
+
+    return of
+
+
+def admitted_of(policies: GangPolicies, flavors: Cache) -> AdmittedOf:
+    """What the gang check promised a Workload's gang: its pods in the domain of the check's
+    podSetUpdates, while the check is Ready and Kueue reserves its quota."""
+
+    def of(wl: JSON) -> AdmittedGang | None:
+        ours = policies.our_checks()
+        found = policies.check_of(wl, ours)
+        if found is None or not holds_capacity(wl, found[1]):
+            return None
+        check, state = found
+        try:
+            policy = policies.policy(ours[check])
+            gang = workload_gang(wl, {f["metadata"]["name"]: f for f in flavors.items()})
+        except InputError as err:  # the gang check reports it; nothing can be promised
+            log.warning("admitted workload %s: promised capacity not held: %s", wl["metadata"]["name"], err)
+            return None
+        return AdmittedGang(in_domain(gang, state.get("podSetUpdates") or []), policy.placement)
+
+    return of

@@ -1,0 +1,53 @@
+"""The components a local cluster can run, one module each, and the registry that orders them.
+
+Adding one (a training operator, another scheduler) is a module with a `Component` subclass and
+its line in `REGISTRY`; `optional = True` starts it only when asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from gangplugin.localcluster.components.apiserver import KubeApiserver
+from gangplugin.localcluster.components.base import Component
+from gangplugin.localcluster.components.controller_manager import KubeControllerManager
+from gangplugin.localcluster.components.etcd import Etcd
+from gangplugin.localcluster.components.gangplugin import Gangplugin
+from gangplugin.localcluster.components.jobset import JobSet
+from gangplugin.localcluster.components.kueue import Kueue
+from gangplugin.localcluster.components.kwok import Kwok
+from gangplugin.localcluster.components.scheduler import KubeScheduler
+from gangplugin.localcluster.errors import ClusterError
+
+# Every cluster has these, first.
+CONTROL_PLANE: tuple[Component, ...] = (Etcd(), KubeApiserver())
+# The rest, in start order. A controller whose workloads Kueue manages comes before Kueue: its
+# CRDs are then there when Kueue starts, which sets the integration up at once.
+REGISTRY: tuple[Component, ...] = (
+    KubeControllerManager(),
+    KubeScheduler(),
+    Kwok(),
+    JobSet(),
+    Kueue(),
+    Gangplugin(),
+)
+DEFAULT = tuple(c.name for c in REGISTRY if not c.optional)
+
+
+def choose(names: Iterable[str]) -> tuple[Component, ...]:
+    """The control plane and the components `names`, in start order; an unknown name, or a
+    component without one it requires, is an error that says so."""
+    wanted = set(names) - {c.name for c in CONTROL_PLANE}
+    known = {c.name for c in REGISTRY}
+    if unknown := sorted(wanted - known):
+        raise ClusterError(
+            f"unknown component {', '.join(unknown)}; the local cluster runs {', '.join(sorted(known))}"
+        )
+    chosen = tuple(c for c in REGISTRY if c.name in wanted)
+    for comp in chosen:
+        if missing := [r for r in comp.requires if r not in wanted]:
+            raise ClusterError(f"{comp.name} needs {', '.join(missing)}: choose it too")
+    return CONTROL_PLANE + chosen
+
+
+__all__ = ["CONTROL_PLANE", "DEFAULT", "REGISTRY", "Component", "choose"]

@@ -1,0 +1,64 @@
+"""What a component of the local cluster is: a program, its ports, and what it needs in the API."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+from gangplugin.kube.client import Client
+from gangplugin.localcluster.spec import ClusterSpec
+from gangplugin.localcluster.supervisor import Process
+
+
+@dataclass(frozen=True)
+class Component:
+    """One program of the local cluster. Once kube-apiserver serves, `up` runs the `install` of
+    every chosen component at once; then, in the registry's order, for each, it waits for its
+    install, starts its `process`, waits for its health and calls `started`. etcd and
+    kube-apiserver come first and get no `install` or `started` (no API yet). Fields of a
+    subclass are options of one start (kube-scheduler's extender, a gangplugin replica):
+    `LocalCluster.restart` sets them."""
+
+    name: ClassVar[str]
+    # Components that must run too for this one to work.
+    requires: ClassVar[tuple[str, ...]] = ()
+    # Started only when asked for: LocalCluster(components=...) or GANGPLUGIN_WITH.
+    optional: ClassVar[bool] = False
+    # Kueue integrations for the workloads this controller runs (Kueue turns them on).
+    kueue_frameworks: ClassVar[tuple[str, ...]] = ()
+
+    def binaries(self, spec: ClusterSpec) -> tuple[Path, ...]:
+        """The programs it runs, checked before `up` starts anything."""
+        return (spec.bin_dir / self.name,)
+
+    def listens(self, spec: ClusterSpec) -> dict[str, int]:
+        """Its ports by name, checked free before `up` starts anything."""
+        return {}
+
+    def install(self, spec: ClusterSpec, client: Client) -> None:
+        """Objects it needs before it starts (CRDs, webhook configurations, namespaces), written
+        while other components install and start: nothing here may need another controller."""
+
+    def process(self, spec: ClusterSpec) -> Process | None:
+        """Its command line and health check (None: nothing to run); may write its config files."""
+        raise NotImplementedError(f"{type(self).__name__} runs no process")
+
+    def started(self, spec: ClusterSpec, client: Client, log: Callable[[str], None]) -> None:
+        """What follows once it is healthy: waiting for its webhooks, objects that need the
+        components before it running (the local queues need Kueue's webhooks)."""
+
+
+def kube_serving_flags(spec: ClusterSpec, port: int, cert_dir: str) -> tuple[str, ...]:
+    """kube-controller-manager's and kube-scheduler's own HTTPS endpoint (/healthz, /metrics) on
+    127.0.0.1:`port`, with a self-signed certificate in `<state>/<cert_dir>`; callers are
+    authenticated and authorized through the API server."""
+    return (
+        f"--authentication-kubeconfig={spec.kubeconfig}",
+        f"--authorization-kubeconfig={spec.kubeconfig}",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={port}",
+        f"--cert-dir={spec.state_dir / cert_dir}",
+        "--profiling=false",
+    )

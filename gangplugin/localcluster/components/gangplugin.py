@@ -1,0 +1,137 @@
+"""`gangplugin serve` (the console script, as a user runs it), its CRDs, the local queues that use
+its check (deploy/local/queues.yaml), and its webhooks registered once it serves them."""
+
+from __future__ import annotations
+
+import ssl
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import yaml
+
+from gangplugin.kube.client import Client
+from gangplugin.localcluster import manifests
+from gangplugin.localcluster.components.base import Component
+from gangplugin.localcluster.spec import ClusterSpec
+from gangplugin.localcluster.supervisor import Process
+from gangplugin.localcluster.upstream import REPO
+
+# Where `gangplugin serve` keeps its leader Lease (as in deploy/manifests).
+GANGPLUGIN_NAMESPACE = "gangplugin-system"
+# Its own name: the e2e manifests test dry-runs the base's objects beside it.
+WEBHOOK_CONFIGURATION = "gangplugin-local"
+LOCAL_QUEUES = REPO / "deploy" / "local" / "queues.yaml"
+
+
+@dataclass(frozen=True)
+class Gangplugin(Component):
+    """Replica 1 is the one `up` starts and waits to lead (`lead=False`: ready as a follower
+    too, when another replica holds the Lease); `restart("gangplugin-2")` starts a second one, a
+    follower until the first is gone. `args` are more `serve` flags."""
+
+    name = "gangplugin"
+    requires = ("kueue",)
+    replica: int = 1
+    args: tuple[str, ...] = ()
+    lead: bool = True
+
+    def binaries(self, spec: ClusterSpec) -> tuple[Path, ...]:
+        return ()  # this package's own console script, beside the running Python
+
+    def listens(self, spec: ClusterSpec) -> dict[str, int]:
+        p = spec.ports
+        health, grpc, webhook = p.gangplugin_replica(self.replica)
+        return {
+            "gangplugin health": health,
+            "gangplugin extender": p.gangplugin_extender,
+            "gangplugin webhook": webhook,
+            "gangplugin grpc": grpc,
+            **({"gangplugin grpc mtls": p.gangplugin_grpc_mtls} if self.replica == 1 else {}),
+        }
+
+    def install(self, spec: ClusterSpec, client: Client) -> None:
+        crds = manifests.read_crds(REPO / "deploy" / "crds", "*.yaml", "gangplugin")
+        manifests.apply_crds(client, spec, crds, "gangplugin")
+        manifests.ensure_namespace(client, GANGPLUGIN_NAMESPACE)
+        # A cluster that died with gangplugin's webhooks registered keeps them in etcd; with
+        # gangplugin not serving yet they would refuse the local GangPolicy.
+        manifests.delete_webhooks(client, WEBHOOK_CONFIGURATION)
+
+    def process(self, spec: ClusterSpec) -> Process | None:
+        if not spec.gangplugin_components:
+            return None
+        p, pki, replica, lead = spec.ports, spec.pki_dir, self.replica, self.lead
+        health, grpc, webhook = p.gangplugin_replica(replica)
+        ca = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+
+        def ready() -> bool:
+            try:
+                r = httpx.get(f"https://127.0.0.1:{health}/readyz", verify=ca, timeout=2.0)
+            except httpx.HTTPError:
+                return False
+            # Replica 1 must lead (the tests expect working controllers); others may stand by.
+            return r.status_code == 200 and (replica > 1 or not lead or "standby" not in r.text)
+
+        def tls(listener: str) -> tuple[str, str]:
+            return (
+                f"--{listener}-tls-cert={pki / 'webhook.crt'}",
+                f"--{listener}-tls-key={pki / 'webhook.key'}",
+            )
+
+        return Process(
+            self.name if replica == 1 else f"{self.name}-{replica}",
+            (
+                str(Path(sys.executable).parent / "gangplugin"),
+                "serve",
+                f"--kubeconfig={spec.kubeconfig}",
+                f"--components={','.join(spec.gangplugin_components)}",
+                f"--health-bind=127.0.0.1:{health}",
+                *tls("health"),
+                "--log-format=text",
+                f"--leader-election-namespace={GANGPLUGIN_NAMESPACE}",
+                # Stable per replica: a restarted replica renews its own lease at once.
+                f"--leader-election-identity=local-gangplugin-{replica}",
+                f"--grpc-bind=127.0.0.1:{grpc}",
+                *tls("grpc"),
+                *(
+                    (
+                        f"--grpc-mtls-bind=127.0.0.1:{p.gangplugin_grpc_mtls}",
+                        f"--grpc-client-ca={pki / 'ca.crt'}",
+                    )
+                    if replica == 1
+                    else ()
+                ),
+                f"--extender-bind=127.0.0.1:{p.gangplugin_extender}",
+                *tls("extender"),
+                f"--extender-client-ca={spec.extender_clients_dir / 'ca.crt'}",
+                f"--webhook-bind=127.0.0.1:{webhook}",
+                *tls("webhook"),
+                *self.args,
+            ),
+            health=ready,
+            # Not the extender's port: only the leader binds it, and another replica may lead.
+            ports=tuple(port for name, port in self.listens(spec).items() if name != "gangplugin extender"),
+        )
+
+    def started(self, spec: ClusterSpec, client: Client, log: Callable[[str], None]) -> None:
+        """The local queues (they need Kueue's webhooks), then deploy/manifests/base's webhook
+        configurations (validating and mutating), pointed at replica 1 with the cluster CA:
+        registered once gangplugin serves them, and only when its webhook component runs."""
+        manifests.apply_file(client, LOCAL_QUEUES)
+        if "webhook" not in spec.gangplugin_components:
+            return
+        docs = yaml.safe_load_all((REPO / "deploy" / "manifests" / "base" / "webhook.yaml").read_text())
+        for config in (d for d in docs if d and d["kind"] in manifests.WEBHOOK_KINDS):
+            config["metadata"].pop("annotations", None)  # cert-manager's CA injection: not here
+            config["metadata"]["name"] = WEBHOOK_CONFIGURATION
+            for hook in config["webhooks"]:
+                path = hook["clientConfig"]["service"]["path"]
+                hook["clientConfig"] = manifests.webhook_client_config(
+                    spec, path, spec.ports.gangplugin_webhook
+                )
+            client.apply(
+                manifests.WEBHOOK_KINDS[config["kind"]], config, field_manager=manifests.FIELD_MANAGER
+            )

@@ -1,0 +1,179 @@
+"""Objects the local cluster writes into its API server: CRDs, webhook configurations pointed at
+127.0.0.1 (upstream controllers are installed from their own manifests, served here by a local
+process rather than a Service), namespaces, and YAML files of objects."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gangplugin.kube.client import NODES, ApiError, Client, Resource
+from gangplugin.localcluster.errors import ClusterError
+from gangplugin.localcluster.probes import wait
+from gangplugin.localcluster.spec import ClusterSpec
+
+FIELD_MANAGER = "gangplugin-localcluster"
+
+CRDS = Resource("apiextensions.k8s.io/v1", "customresourcedefinitions", namespaced=False)
+NAMESPACES = Resource("v1", "namespaces", namespaced=False)
+MUTATING = Resource("admissionregistration.k8s.io/v1", "mutatingwebhookconfigurations", namespaced=False)
+VALIDATING = Resource("admissionregistration.k8s.io/v1", "validatingwebhookconfigurations", namespaced=False)
+WEBHOOK_KINDS = {"MutatingWebhookConfiguration": MUTATING, "ValidatingWebhookConfiguration": VALIDATING}
+
+
+def read_crds(directory: Path, pattern: str, what: str) -> list[dict[str, Any]]:
+    """Every CRD in the files of `directory` matching `pattern`; none is an error naming the fix."""
+    crds = [
+        doc for path in sorted(directory.glob(pattern)) for doc in yaml.safe_load_all(path.read_text()) if doc
+    ]
+    if not crds:
+        raise ClusterError(f"{what} CRDs not found in {directory}; run hack/build-upstream.sh")
+    return crds
+
+
+def apply_crds(
+    client: Client,
+    spec: ClusterSpec,
+    crds: Iterable[dict[str, Any]],
+    what: str,
+    conversion_port: int | None = None,
+) -> None:
+    """Apply `crds` and wait until each is established; with `conversion_port`, CRDs of several
+    versions convert through that controller's webhook."""
+    names = []
+    for crd in crds:
+        if conversion_port is not None and len(crd["spec"]["versions"]) > 1:
+            crd["spec"]["conversion"] = {
+                "strategy": "Webhook",
+                "webhook": {
+                    "clientConfig": webhook_client_config(spec, "/convert", conversion_port),
+                    "conversionReviewVersions": ["v1"],
+                },
+            }
+        client.apply(CRDS, crd, field_manager=FIELD_MANAGER)
+        names.append(crd["metadata"]["name"])
+    wait(lambda: all(_established(client, n) for n in names), 30, f"{what}'s CRDs to be established")
+
+
+def _established(client: Client, name: str) -> bool:
+    crd = client.get(CRDS, name)
+    return any(
+        c["type"] == "Established" and c["status"] == "True"
+        for c in (crd.get("status") or {}).get("conditions") or []  # null until the API server sets them
+    )
+
+
+def ensure_namespace(client: Client, name: str) -> None:
+    client.apply(
+        NAMESPACES,
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
+        field_manager=FIELD_MANAGER,
+    )
+
+
+def webhook_client_config(spec: ClusterSpec, path: str, port: int) -> dict[str, Any]:
+    """A webhook's clientConfig on 127.0.0.1, trusting the cluster CA."""
+    ca = base64.b64encode((spec.pki_dir / "ca.crt").read_bytes()).decode()
+    return {"url": f"https://127.0.0.1:{port}{path}", "caBundle": ca}
+
+
+def apply_webhooks(
+    client: Client,
+    spec: ClusterSpec,
+    manifests: Path,
+    prefix: str,
+    port: int,
+    keep: Callable[[str], bool],
+    pod_selector: dict[str, Any],
+) -> None:
+    """An upstream controller's webhook configurations, named `<prefix>-...`, each webhook whose
+    path `keep` accepts served on 127.0.0.1:`port`; its pod webhooks get `pod_selector` (the
+    scope the upstream install gives them), so they see no other pods."""
+    for cfg in yaml.safe_load_all(manifests.read_text()):
+        if not cfg:
+            continue
+        cfg["metadata"]["name"] = f"{prefix}-{cfg['metadata']['name']}"
+        hooks = []
+        for hook in cfg["webhooks"]:
+            path = hook["clientConfig"]["service"]["path"]
+            if not keep(path):
+                continue
+            hook["clientConfig"] = webhook_client_config(spec, path, port)
+            if path.endswith("--v1-pod"):
+                hook.update(pod_selector)
+            hooks.append(hook)
+        cfg["webhooks"] = hooks
+        client.apply(WEBHOOK_KINDS[cfg["kind"]], cfg, field_manager=FIELD_MANAGER)
+
+
+def install_upstream(
+    client: Client,
+    spec: ClusterSpec,
+    directory: Path,
+    crd_files: str,
+    what: str,
+    webhook_port: int,
+    *,
+    keep: Callable[[str], bool],
+    pod_selector: dict[str, Any],
+    conversion: bool = False,
+) -> None:
+    """Upstream controller `what` from its own manifests in `directory` (as hack/build-upstream.sh
+    copies them from its module): its CRDs (the files matching `crd_files`; with `conversion`,
+    converted by its webhook), established, and its webhook configurations (`webhooks.yaml`,
+    named `<what in lower case>-...`) served on 127.0.0.1:`webhook_port`."""
+    crds = read_crds(directory, crd_files, what)
+    apply_crds(client, spec, crds, what, conversion_port=webhook_port if conversion else None)
+    apply_webhooks(
+        client,
+        spec,
+        directory / "webhooks.yaml",
+        what.lower(),
+        webhook_port,
+        keep=keep,
+        pod_selector=pod_selector,
+    )
+
+
+def delete_webhooks(client: Client, name: str) -> None:
+    """The validating and mutating webhook configurations named `name`, if there are any."""
+    for res in WEBHOOK_KINDS.values():
+        with contextlib.suppress(ApiError):  # 404: none registered
+            client.delete(res, name)
+
+
+_KINDS: dict[tuple[str, str], Resource] = {
+    ("v1", "Namespace"): NAMESPACES,
+    ("v1", "Node"): NODES,
+    ("v1", "Pod"): Resource("v1", "pods"),
+    ("batch/v1", "Job"): Resource("batch/v1", "jobs"),
+    ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): CRDS,
+    ("gangplugin.io/v1alpha1", "GangPolicy"): Resource(
+        "gangplugin.io/v1alpha1", "gangpolicies", namespaced=False
+    ),
+}
+
+
+def resource_for(obj: dict[str, Any]) -> Resource:
+    """The API path of an object: core kinds by table, Kueue's by their plural."""
+    api_version, kind = obj["apiVersion"], obj["kind"]
+    if (api_version, kind) in _KINDS:
+        return _KINDS[(api_version, kind)]
+    if api_version.startswith("kueue.x-k8s.io/"):
+        plural = kind.lower() + ("es" if kind.endswith("s") else "s")  # WorkloadPriorityClass
+        return Resource(api_version, plural, namespaced=kind in ("LocalQueue", "Workload"))
+    raise ClusterError(f"{kind} ({api_version}) is not a kind the local cluster applies")
+
+
+def apply_file(client: Client, path: Path) -> list[dict[str, Any]]:
+    """Server-side apply every document of a YAML file (kinds this cluster knows)."""
+    return [
+        client.apply(resource_for(doc), doc, field_manager=FIELD_MANAGER)
+        for doc in yaml.safe_load_all(path.read_text())
+        if doc
+    ]

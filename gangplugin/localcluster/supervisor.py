@@ -1,0 +1,227 @@
+"""Runs a local cluster's programs as plain processes, and stops them from any shell.
+
+Each process runs detached in its own process group (it outlives the shell that started it) with
+its log in `<state>/logs/<name>.log`. `<state>/state.json` records what runs, and the options the
+cluster was started with, so `down` from another shell stops exactly that and a second `up` finds
+the running cluster. A recorded pid counts only while it is alive and its command line names the
+state directory: pids get reused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gangplugin.localcluster.errors import ClusterError
+
+# How long a stopped process gets to exit before the next, harder step.
+STOP_GRACE = 15.0
+PORT_FREE_TIMEOUT = 30.0
+_POLL = 0.3
+
+
+@dataclass(frozen=True, slots=True)
+class Process:
+    """A program to run and how to tell it is ready. `health` returns False while it is not (it
+    does not raise); `ports` are the ports it alone binds, waited free before it starts."""
+
+    name: str
+    argv: tuple[str, ...]
+    health: Callable[[], bool]
+    env: Mapping[str, str] = field(default_factory=dict)
+    startup_timeout: float = 60.0
+    ports: tuple[int, ...] = ()
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie is dead for our purposes, once all its threads are gone: a killed multi-threaded
+    # process shows its leader as a zombie while other threads still hold its files (its
+    # listening sockets among them), and a replacement started then cannot bind its port.
+    try:
+        if not _zombie(pid):
+            return True
+        return len(os.listdir(f"/proc/{pid}/task")) > 1
+    except OSError:
+        return False
+
+
+def _zombie(pid: int) -> bool:
+    return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def wait_port_free(port: int, timeout: float = PORT_FREE_TIMEOUT) -> None:
+    """Until 127.0.0.1:`port` can be bound (a killed process's sockets are closed), or `timeout`:
+    then the program starting there says itself what holds it."""
+    deadline = time.monotonic() + timeout
+    while not port_free(port) and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
+def tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def read_state(state_dir: Path) -> dict[str, Any]:
+    try:
+        state: dict[str, Any] = json.loads((state_dir / "state.json").read_text())
+        return state
+    except (OSError, ValueError):
+        return {}
+
+
+class Supervisor:
+    """The processes of the cluster rooted at `state_dir`; `options` are recorded beside them."""
+
+    def __init__(
+        self, state_dir: Path, log: Callable[[str], None], options: Mapping[str, Any] | None = None
+    ) -> None:
+        self.state_dir = state_dir
+        self.state_file = state_dir / "state.json"
+        self.log_dir = state_dir / "logs"
+        self.options = dict(options or {})
+        self._log = log
+        self._started: dict[str, int] = {}
+
+    def _recorded(self) -> dict[str, int]:
+        procs: dict[str, int] = read_state(self.state_dir).get("processes", {})
+        return procs
+
+    def _ours(self, pid: int) -> bool:
+        return alive(pid) and str(self.state_dir) in cmdline(pid)
+
+    def _write(self) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"processes": self._started, "options": self.options}, indent=2))
+        tmp.replace(self.state_file)
+
+    def running(self) -> dict[str, int]:
+        """Recorded processes that still run and are still ours."""
+        return {n: p for n, p in self._recorded().items() if self._ours(p)}
+
+    def is_running(self) -> bool:
+        """Every recorded process runs (a cluster half of which died is not running)."""
+        procs = self.running()
+        return bool(procs) and set(procs) == set(self._recorded())
+
+    def start(self, proc: Process) -> None:
+        """Start `proc` and wait until it is healthy; raises, with the end of its log, if it exits
+        or is not healthy within its startup timeout (it stays recorded: `stop_all` ends it)."""
+        if not any(str(self.state_dir) in arg for arg in proc.argv):
+            raise ClusterError(
+                f"{proc.name}'s command line names nothing under {self.state_dir}: a later `down` "
+                "could not tell the process is this cluster's"
+            )
+        for port in proc.ports:
+            wait_port_free(port)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        logf = self.log_dir / f"{proc.name}.log"
+        with logf.open("ab") as out:
+            child = subprocess.Popen(
+                proc.argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # survives this shell; stopped by `down`
+                env={**os.environ, **proc.env},
+                cwd=self.state_dir,
+            )
+        self._started[proc.name] = child.pid
+        self._write()
+        deadline = time.monotonic() + proc.startup_timeout
+        while time.monotonic() < deadline:
+            if child.poll() is not None:
+                raise ClusterError(
+                    f"{proc.name} exited with status {child.returncode} while starting; "
+                    f"last lines of {logf}:\n{tail(logf)}"
+                )
+            if proc.health():
+                self._log(f"  {proc.name} healthy (pid {child.pid})")
+                return
+            time.sleep(_POLL)
+        raise ClusterError(
+            f"{proc.name} did not become healthy within {proc.startup_timeout:.0f}s; "
+            f"last lines of {logf}:\n{tail(logf)}"
+        )
+
+    def stop(self, name: str, sig: signal.Signals = signal.SIGKILL) -> None:
+        """Signal one process's group, wait until it is gone, and forget it."""
+        self._started.update(self._recorded())
+        pid = self._started.pop(name, None)
+        if pid is not None and self._ours(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, sig)
+            if not _gone(pid):  # ignored the signal, or left its group: the process itself, for good
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                _gone(pid)
+        elif pid is not None:
+            with contextlib.suppress(OSError):  # no such process
+                if _zombie(pid):  # a killed leader, no command line left, whose threads hold its ports
+                    _gone(pid)
+        self._write()
+
+    def stop_all(self, *, quiet: bool = False) -> None:
+        """Stop every process (TERM, then KILL), newest first, and forget the state."""
+        # The state file wins: a restart from another instance records new pids there.
+        procs = {**self._started, **self._recorded()}
+        ours = {n: p for n, p in procs.items() if self._ours(p)}
+        # Reverse start order: clients before the API server, the API server before etcd.
+        for name, pid in reversed(list(ours.items())):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGTERM)
+            if not quiet:
+                self._log(f"  stopping {name} (pid {pid})")
+        deadline = time.monotonic() + STOP_GRACE
+        while any(alive(p) for p in ours.values()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for pid in ours.values():
+            if alive(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, signal.SIGKILL)
+        self._started.clear()
+        with contextlib.suppress(FileNotFoundError):
+            self.state_file.unlink()
+
+
+def _gone(pid: int) -> bool:
+    """Waits up to STOP_GRACE for `pid` to exit; whether it did."""
+    deadline = time.monotonic() + STOP_GRACE
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not alive(pid)

@@ -1,0 +1,172 @@
+"""Capacity the gang check promised an admitted gang is held in the gang reservations from the
+moment of admission: the extender's filter keeps plain pods off it before the gang's pods exist
+(issue 21's Ungate race: plain pods created as Kueue admitted a gang took nodes the gang was
+then pinned to), other gangs' plans leave it alone, and the gang's own plan takes it over."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gangplugin.core.gangplan import TOO_FULL
+from gangplugin.core.names import ADMISSION_CHECK_CONTROLLER
+from gangplugin.core.topology import ULTRASERVER_LABEL
+from gangplugin.extender.pods import gang_pod_from_k8s
+from gangplugin.extender.reservations import GangReservations
+from gangplugin.extender.shared import admitted_of, policy_of
+from gangplugin.kube.client import JSON
+from gangplugin.kube.gangpolicies import GangPolicies
+from tests.unit.extender.test_policies import Objects
+from tests.unit.extender.test_server import node, pod
+from tests.unit.extender.test_ungate import add, ungate_pod
+
+US1 = [f"us-1-{i}" for i in range(4)]
+US2 = [f"us-2-{i}" for i in range(4)]
+
+
+def workload(state: str = "Ready", count: int = 3, domain: str = "us-1") -> JSON:
+    """The Workload of gang `train` (`count` 4-GPU pods) with our check in `state`, admitted
+    into UltraServer `domain` when Ready."""
+    template = {"spec": {"containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "4"}}}]}}
+    check: dict[str, Any] = {"name": "gang", "state": state}
+    if state == "Ready":
+        check["podSetUpdates"] = [{"name": "main", "nodeSelector": {ULTRASERVER_LABEL: domain}}]
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {"name": "train", "namespace": "ns", "resourceVersion": "1"},
+        "spec": {"podSets": [{"name": "main", "count": count, "template": template}]},
+        "status": {
+            "admission": {"clusterQueue": "cq", "podSetAssignments": [{"name": "main", "count": count}]},
+            "conditions": [{"type": "QuotaReserved", "status": "True"}],
+            "admissionChecks": [check],
+        },
+    }
+
+
+def reservations(*ultraservers: list[str]) -> GangReservations:
+    ac = {
+        "metadata": {"name": "gang"},
+        "spec": {
+            "controllerName": ADMISSION_CHECK_CONTROLLER,
+            "parameters": {"apiGroup": "gangplugin.io", "kind": "GangPolicy", "name": "p"},
+        },
+    }
+    policy = {
+        "apiVersion": "gangplugin.io/v1alpha1",
+        "kind": "GangPolicy",
+        "metadata": {"name": "p"},
+        "spec": {},
+    }
+    policies = GangPolicies(Objects(workload()), Objects(ac), Objects(policy), Objects())
+    res = GangReservations(policy_of=policy_of(policies), admitted_of=admitted_of(policies, Objects()))
+    for names in ultraservers:
+        for name in names:
+            res.on_node("ADDED", None, node(name, name.rsplit("-", 1)[0]))
+    return res
+
+
+PLAIN = gang_pod_from_k8s(pod("plain"))  # 4 GPUs, no gang: a whole node
+
+
+def passed(res: GangReservations, candidates: list[str]) -> tuple[str, ...]:
+    verdict, _ = res.filter(PLAIN, candidates, now=0.0)
+    assert set(verdict.failed.values()) <= {TOO_FULL}
+    return verdict.passed
+
+
+def test_a_plain_pod_is_kept_off_capacity_promised_at_admission_before_the_gangs_pods_exist() -> None:
+    res = reservations(US1)
+    res.on_workload("ADDED", None, workload("Pending"))
+    assert passed(res, US1) == tuple(US1)  # not admitted yet: nothing promised
+    res.on_workload("MODIFIED", workload("Pending"), workload("Ready"))
+    free = passed(res, US1)
+    assert len(free) == 1  # three of the four nodes are the gang's from its admission on
+    assert set(res.promises.nodes()) == set(US1) - set(free)
+
+
+def test_the_gang_is_pinned_on_its_promised_capacity_and_plain_pods_stay_off_it_until_bound() -> None:
+    res = reservations(US1)
+    res.on_workload("ADDED", None, workload())
+    (free,) = passed(res, US1)
+    add(res, {**pod("plain"), "spec": {**pod("plain")["spec"], "nodeName": free}})  # it binds there
+    members = [ungate_pod(f"p{i}", "train", 3) for i in range(3)]
+    add(res, *members)  # the Job made the gang's pods, behind the placement gate
+    pins, why = res.pins(("ns", "train"), now=0.0)
+    assert sorted(n for _, n in pins) == sorted(set(US1) - {free}), why
+    other = [n for n in US1 if n != free]
+    assert passed(res, other) == ()  # the plan's placeholders hold them now
+    for p, n in pins:  # the pins come back through the watch
+        res.on_pod("MODIFIED", p, gang_pod_from_k8s(ungate_pod(p.name, "train", 3, pinned=n)))
+    assert passed(res, other) == ()  # pinned, not bound yet: held for them
+    assert not res.plans and not list(res.promises.nodes())  # the pins hold the nodes, nothing else
+
+
+def test_a_promise_shrinks_as_the_gangs_pods_bind_and_ends_with_its_admission() -> None:
+    res = reservations(US1)
+    res.on_workload("ADDED", None, workload())
+    add(res, pod("p0", "train", 3, node_name="us-1-0"))  # one member bound already
+    offered = US1[1:]  # kube-scheduler offers the nodes with room
+    assert len(passed(res, offered)) == 1  # two still promised
+    res.on_workload("MODIFIED", workload(), workload("Retry"))  # requeued: nothing held any more
+    assert passed(res, offered) == tuple(offered)
+    res.on_workload("MODIFIED", workload("Retry"), workload())
+    assert len(passed(res, offered)) == 1
+    res.on_workload("DELETED", workload(), None)
+    assert passed(res, offered) == tuple(offered)
+
+
+def test_a_promise_made_before_its_nodes_were_seen_is_made_once_they_arrive() -> None:
+    res = reservations()  # the Workload watch listed before the node watch
+    res.on_workload("ADDED", None, workload())
+    assert passed(res, []) == ()
+    for name in US1:
+        res.on_node("ADDED", None, node(name, "us-1"))
+    assert len(passed(res, US1)) == 1
+
+
+def test_another_gangs_plan_leaves_promised_capacity_alone() -> None:
+    res = reservations(US1, US2)
+    res.on_workload("ADDED", None, workload())
+    raw = [pod(f"q{i}", "other", 2) for i in range(2)]
+    for r in raw:
+        r["metadata"]["annotations"]["gangplugin.io/required-topology"] = ULTRASERVER_LABEL
+    add(res, *raw)
+    _, plan = res.filter(gang_pod_from_k8s(raw[0]), US1 + US2, now=0.0)
+    # us-1 and us-2 are equally free by real usage; us-1 holds the admitted gang's promise
+    assert plan is not None and plan.feasible and plan.domains == ("us-2",), plan
+
+
+def test_a_dropped_plan_gives_the_gang_its_promise_back() -> None:
+    res = reservations(US1)
+    res.on_workload("ADDED", None, workload())
+    members = [pod(f"p{i}", "train", 3) for i in range(3)]  # bindMode Extender: through filter
+    add(res, *members)
+    _, plan = res.filter(gang_pod_from_k8s(members[0]), US1, now=0.0)
+    assert plan is not None and plan.feasible  # planned on its own promise
+    assert not list(res.promises.nodes()) and len(passed(res, US1)) == 1  # the plan holds them
+    with res.lock:
+        res.drop(("ns", "train"))  # the barrier timed out
+    assert len(passed(res, US1)) == 1 and len(list(res.promises.nodes())) == 3
+
+
+def test_a_promise_short_of_room_is_made_whole_once_pods_leave_its_domain() -> None:
+    # Admitted by preemption: the victims' pods still hold two of the domain's nodes.
+    res = reservations(US1)
+    victims = [pod(f"v{i}", node_name=f"us-1-{i}") for i in range(2)]
+    add(res, *victims)
+    res.on_workload("ADDED", None, workload())
+    assert passed(res, US1[2:]) == tuple(US1[2:])  # three pods do not fit in two nodes: none promised
+    for v in victims:
+        res.on_pod("DELETED", gang_pod_from_k8s(v), None)
+    assert len(passed(res, US1)) == 1  # room came free: the whole promise stands
+
+
+def test_the_pods_of_an_admitted_gang_coming_one_by_one_do_not_place_its_promise_again() -> None:
+    res = reservations(US1)
+    res.on_workload("ADDED", None, workload())
+    passed(res, US1)
+    before = res.promises._charged[("ns", "train")]
+    for i in range(3):  # gated: they hold no node, so what is promised stays as it was
+        add(res, ungate_pod(f"p{i}", "train", 3))
+        passed(res, US1)
+    assert res.promises._charged[("ns", "train")] is before
