@@ -15,7 +15,8 @@ def verdict(max_runtime: str) -> tuple[bool, str]:
     wl = workload("wl", 2)
     wl["spec"]["podSets"][0]["template"]["metadata"]["annotations"][MAX_RUNTIME_ANNOTATION] = max_runtime
     caches.put(WORKLOADS, wl)
-    controller = GangAdmission(caches.client, caches.informer, clock=lambda: NOW)
+    controller = GangAdmission(caches.client, caches.informer, caches.dispatcher, clock=lambda: NOW)
+    caches.replay()
     found = controller.admission.explain(wl, "gang", NOW)
     assert found is not None
     return found.rejected, found.message

@@ -165,9 +165,7 @@ def test_a_promise_that_no_longer_fits_whole_keeps_the_room_left_from_the_next_g
     fit whole and was charged as nothing, and the next pass admitted a 4-pod gang into the same
     UltraServer. The broken promise keeps what room is left; once the room is back, the promise
     is whole again."""
-    nodes = [node(f"n{i}", "us-1") for i in range(6)]
-    pods: list[dict[str, Any]] = []
-    view = CapacityView(lambda: nodes, lambda: pods)
+    view = view_of([node(f"n{i}", "us-1") for i in range(6)])
     p = Promise("ns/g1", ("us-1", ()), "ns", lambda: gang("g1", 5, "us-1"), PlacementPolicy())
     assert free_gpus(view, [p]) == 4
     for name, at in (("plain-1", "n0"), ("plain-2", "n1")):
