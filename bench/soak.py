@@ -40,9 +40,7 @@ def main() -> None:
     try:
         start_second_replica(cluster)
         faults = args.faults if args.faults is not None else max(12, round(2 * args.minutes))
-        # a saturated cluster's backlog drains at a few gangs a minute: more time for longer soaks
-        config = SoakConfig(args.minutes, args.seed, faults, drain_minutes=max(8.0, args.minutes / 3))
-        report = run_soak(cluster, config, log)
+        report = run_soak(cluster, SoakConfig(args.minutes, args.seed, faults), log)
     finally:
         if not args.keep:
             cluster.down(quiet=True)

@@ -39,10 +39,11 @@ The checks, each exactly what the product promises (docs/operations.md "The soak
   keeps two watch streams' skew from looking like one).
 - **stuck-gang**: a gang that neither runs (admitted, every pod Ready) nor carries a reason
   (not admitted, with a message: the gang check's, Kueue's QuotaReserved or Evicted, or
-  deactivated) for `STUCK_LIMIT` seconds. An admitted gang that is not Running carries no
-  reason: the soak's GangPolicies time out (readyTimeout, unscheduledTimeout, recoveryTimeout)
-  well within it, so by then it must run or have been requeued. Time while a component was
-  down (and `SCHEDULER_BACKOFF` after) does not count.
+  deactivated; or not tried by Kueue yet while an older gang of its LocalQueue waits, its place
+  in Kueue's queue being the reason) for `STUCK_LIMIT` seconds. An admitted gang that is not
+  Running carries no reason: the soak's GangPolicies time out (readyTimeout,
+  unscheduledTimeout, recoveryTimeout) well within it, so by then it must run or have been
+  requeued. Time while a component was down (and `SCHEDULER_BACKOFF` after) does not count.
 - **left-behind** (`check_drained`, `check_cleaned`): once the stream has drained, a pod still
   behind the placement gate, a pinned pod never bound, or an admitted Workload still carrying a
   hold (`gangplugin.io/preemption`, or a `gangplugin.io/backoff-until` that has passed); once
@@ -807,8 +808,31 @@ class Observer:
         quota = conds.get("QuotaReserved") or {}
         if quota.get("status") == "False" and quota.get("message"):
             return True
+        if not quota and self._queued_behind(track, wl):
+            return True
         evicted = conds.get("Evicted") or {}
         return evicted.get("status") == "True" and bool(evicted.get("message"))
+
+    def _queued_behind(self, track: GangTrack, wl: Mapping[str, Any]) -> bool:
+        """Kueue has not tried the Workload yet (it writes QuotaReserved when it does) and an
+        older one of its LocalQueue waits too: its reason is its place in Kueue's queue (a
+        BestEffortFIFO queue tries the oldest first), which Kueue keeps on the queue, not on it."""
+        ns, queue = track.key.split("/", 1)[0], (wl.get("spec") or {}).get("queueName")
+        for other in self.gangs.values():
+            owl = self.workloads.get(other.key)
+            if (
+                other is track
+                or owl is None
+                or other.deleted
+                or other.running
+                or other.rejected
+                or other.key.split("/", 1)[0] != ns
+                or (owl.get("spec") or {}).get("queueName") != queue
+            ):
+                continue
+            if (other.created or 0.0) < (track.created or 0.0):
+                return True
+        return False
 
     def stalled(self, now: float) -> bool:
         """A component is down (or was, within the scheduler's backoff): clocks pause."""

@@ -26,6 +26,7 @@ from tests.soak.stream import Stream, draw
 
 DRAIN_LIFETIME = 10.0  # while draining, a gang runs this long before it is deleted
 SETTLE = 15.0  # drained, then this quiet before the leftovers are judged
+DRAIN_STALL = 300.0  # draining, no waiting gang came to run for this long: stuck
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,8 +35,9 @@ class SoakConfig:
     seed: int
     faults: int  # at least this many (at least one of each kind)
     kinds: tuple[str, ...] = KINDS
-    drain_minutes: float = 8.0
-    mean_gap: float = 8.0  # seconds between gang submissions, on average
+    drain_minutes: float = 30.0  # at most; a drain fails sooner when it stops progressing
+    # seconds between gang submissions, on average: about 80% of the GB200 fleet's GPU-time
+    mean_gap: float = 12.0
 
 
 def start_second_replica(cluster: LocalCluster) -> None:
@@ -115,37 +117,43 @@ def _drain(
     client: Client, observer: Observer, stream: Stream, budget: float, log: Callable[[str], None]
 ) -> None:
     """Until nothing waits (gangs run `DRAIN_LIFETIME` and go while some gang waits), quiet for
-    `SETTLE`: then what is left is judged."""
+    `SETTLE`: then what is left is judged. A drain in which no waiting gang gets to run for
+    `DRAIN_STALL` seconds (or that outlasts `budget`) is a violation: the cluster empties, so
+    every gang must come to run."""
     stream.drain_lifetime = DRAIN_LIFETIME
-    deadline = time.time() + budget
+    started = time.time()
     quiet_since: float | None = None
-    said = time.time()
-    while time.time() < deadline:
-        if time.time() - said >= 30:
-            said = time.time()
-            log(
-                f"  draining: {len(observer.waiting())} gangs not running, "
-                f"{len(stream.running_gangs())} running"
-            )
+    progress_at, said = started, started
+    before = set(observer.waiting())
+    while True:
         waiting = observer.waiting()
         now = time.time()
+        if set(before) - set(waiting):
+            progress_at = now
+        before = set(waiting)
         # running gangs make room only while some gang waits; the last ones stay to be judged
         (stream.reaping.set if waiting else stream.reaping.clear)()
         quiet_since = (quiet_since or now) if not waiting else None
         if quiet_since is not None and now - quiet_since >= SETTLE:
             observer.check_drained(now)
-            log(f"soak: drained ({len(stream.running_gangs())} gangs running)")
+            log(f"soak: drained in {now - started:.0f}s ({len(stream.running_gangs())} gangs running)")
             return
+        stalled, late = now - progress_at >= DRAIN_STALL, now - started >= budget
+        if stalled or late:
+            break
+        if now - said >= 30:
+            said = now
+            log(f"  draining: {len(waiting)} gangs not running, {len(stream.running_gangs())} running")
         time.sleep(1)
-    waiting = observer.waiting()
     briefs = [workload_brief(observer.workloads[k]) for k in waiting if k in observer.workloads]
+    why = f"none of them came to run for {DRAIN_STALL:.0f}s" if stalled else f"the drain took {budget:.0f}s"
     observer.report(
         Violation(
             "not-drained",
             time.time(),
             f"{len(waiting)} gangs",
-            f"{len(waiting)} gangs still not running {budget:.0f}s after the stream stopped, on a "
-            f"cluster whose running gangs are deleted {DRAIN_LIFETIME:.0f}s after they start: "
+            f"{len(waiting)} gangs still not running {now - started:.0f}s after the stream stopped ({why}), "
+            f"on a cluster whose running gangs are deleted {DRAIN_LIFETIME:.0f}s after they start: "
             f"{', '.join(waiting[:10])}",
             tuple(briefs[:10]),
         )

@@ -398,3 +398,21 @@ def test_quantities() -> None:
     assert obs.quantity("64Gi") == 64 * 2**30
     assert obs.quantity("4") == 4
     assert obs.quantity("1.5k") == 1500
+
+
+def test_a_gang_kueue_has_not_tried_yet_is_queued_only_behind_an_older_waiting_gang() -> None:
+    o = Observer()
+    cluster(o)
+
+    def untried(name: str, created: float) -> dict[str, Any]:
+        wl = workload(name, state="Pending", message="")
+        wl["status"]["conditions"] = []
+        wl["metadata"]["creationTimestamp"] = ts(created)
+        wl["spec"]["queueName"] = "q"
+        return wl
+
+    o.update("workloads", "ns/old", untried("old", T0 - 10), T0)
+    o.update("workloads", "ns/new", untried("new", T0), T0)
+    for t in range(0, 125, 2):
+        o.tick(T0 + t)
+    assert [v.subject for v in o.violations] == ["ns/old"]  # nothing ahead of it, nothing said
