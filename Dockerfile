@@ -10,25 +10,18 @@ FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 # Dependencies first, from pyproject.toml alone: a change to the source rebuilds only the last
-# two layers. The gRPC code is generated from proto/ here, never copied from a checkout: the
-# generator and its type-stub plugin come with the versions pyproject.toml pins (grpcio-tools,
-# mypy-protobuf), and live only in this stage.
+# layer. The gRPC code is committed (gangplugin/api/gen/, checked against proto/ by a unit test),
+# so the build needs nothing but pip and setuptools.
 COPY pyproject.toml ./
-RUN python3 -c 'import re, tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
-open("/tmp/generator-pins.txt", "w").write("\n".join(d for d in p["dependencies"] \
-+ p["optional-dependencies"]["dev"] if re.match(r"(grpcio-tools|mypy-protobuf)==", d))); \
+RUN python3 -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
 open("/tmp/requirements.txt", "w").write("\n".join(p["dependencies"]))'
 # pip-ca: an optional build secret, the CA bundle of a TLS-inspecting proxy between the build and
 # the package index (`make image` passes the host's PIP_CERT); it never lands in a layer.
 RUN --mount=type=secret,id=pip-ca if [ -s /run/secrets/pip-ca ]; then export PIP_CERT=/run/secrets/pip-ca; fi \
- && python3 -m venv /opt/generator && /opt/generator/bin/pip install -r /tmp/generator-pins.txt \
  && python3 -m venv /opt/venv && /opt/venv/bin/pip install -r /tmp/requirements.txt
 COPY README.md ./
-COPY proto ./proto
 COPY gangplugin ./gangplugin
 RUN --mount=type=secret,id=pip-ca if [ -s /run/secrets/pip-ca ]; then export PIP_CERT=/run/secrets/pip-ca; fi \
- && /opt/generator/bin/python -m gangplugin.api.generate \
- && test -f gangplugin/api/gen/plans_pb2.py \
  && /opt/venv/bin/pip install --no-deps . \
  && /opt/venv/bin/gangplugin --version
 

@@ -6,25 +6,27 @@ PY := $(VENV)/bin/python
 # pytest's exit 5 (no tests collected) is a failure here, never a pass.
 PYTEST := $(PY) -m pytest
 
-.PHONY: help venv proto build up down status test test-unit test-e2e lint fmt bench image kind-up kind-down clean
+.PHONY: help venv proto manifests build up down status test test-unit test-e2e lint fmt bench image kind-up kind-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
-$(VENV)/.installed: pyproject.toml $(wildcard proto/gangplugin/v1/*.proto)
+$(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
-	$(PY) -m gangplugin.api.generate
 	@touch $@
 
 venv: $(VENV)/.installed ## create .venv with gangplugin and its dev tools
 
-proto: $(VENV)/.installed ## generate the gRPC Python code from proto/ into gangplugin/api/gen/
+proto: $(VENV)/.installed ## regenerate the committed gRPC code in gangplugin/api/gen/ from proto/
 	$(PY) -m gangplugin.api.generate
 
-build: ## build (or reuse from ~/.cache/gangplugin) the pinned upstream binaries
-	hack/build-upstream.sh >/dev/null
+manifests: venv ## render deploy/manifests (kustomize base, scheduler Component) from the Helm chart
+	$(PY) hack/render-manifests.py
+
+build: ## build (or reuse from ~/.cache/gangplugin) the pinned upstream binaries the tests use
+	hack/build-upstream.sh cluster extras >/dev/null
 
 up: venv ## start the local cluster with Kueue and fake nodes, and run the sample gang
 	$(PY) -m gangplugin.localcluster up

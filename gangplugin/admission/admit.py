@@ -1,8 +1,9 @@
 """The admission pass: every Workload whose check is Pending with quota reserved, in queue
 order, decided against one snapshot that already counts capacity promised to admitted gangs
 and admissions written but not yet seen (see `capacity.py`); the writes go out concurrently,
-each Workload's on its own. `explain` answers what the pass would decide for one gang now,
-through the same `evaluate`.
+each Workload's on its own. Each gang's decision is the core's gate (`core.gate`) over the
+facts `evaluate` reads from the view; `explain` answers what the pass would decide for one
+gang now, through the same `evaluate`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from datetime import UTC, datetime
 from functools import partial
 
 from gangplugin.admission.capacity import Assumed, Promise
-from gangplugin.admission.preempt import Governance, Preemptions
+from gangplugin.admission.preempt import Preemptions
 from gangplugin.admission.view import (
     AdmissionView,
     AdmittedGang,
@@ -30,26 +31,26 @@ from gangplugin.admission.view import (
 )
 from gangplugin.admission.writes import CheckWriter
 from gangplugin.core.admission import (
-    AdmissionDecision,
     AdmissionQueue,
     QueuedWorkload,
     admission_queue,
-    decide,
-    sequential_blocker,
     with_selector,
 )
+from gangplugin.core.drain import DrainDecision
 from gangplugin.core.errors import InputError
-from gangplugin.core.names import BACKOFF_UNTIL_ANNOTATION, BLOCK_END_ANNOTATION
+from gangplugin.core.gate import Backoff, GangFacts, PreemptionState, Verdict, gate, waiting_reason
+from gangplugin.core.names import BACKOFF_UNTIL_ANNOTATION, UNKNOWN_KEY_REASON
 from gangplugin.core.placement import Gang
 from gangplugin.core.policy import GangPolicy
-from gangplugin.core.preemption import Hold, PreemptionPlan, exclude_nodes
+from gangplugin.core.preemption import Contender
 from gangplugin.core.quota import next_quota_change
-from gangplugin.core.timeutil import format_time
 from gangplugin.core.topology import Snapshot
 from gangplugin.kube import kueue_records as rec
+from gangplugin.kube.admitted import as_admitted
 from gangplugin.kube.client import JSON, WORKLOADS, ApiError, Client
 from gangplugin.kube.gangpolicies import GangPolicies
 from gangplugin.runtime import metrics
+from gangplugin.runtime.admissions import AdmissionsInFlight
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,18 @@ def _outcome(write: Callable[[], bool | None]) -> bool | Exception | None:
         return err
 
 
+def _backoff(wl: JSON) -> Backoff | None:
+    """The backoff of a gang requeued after a timeout, from its Workload (unreadable: none,
+    rather than a gang held for good)."""
+    raw = (wl["metadata"].get("annotations") or {}).get(BACKOFF_UNTIL_ANNOTATION)
+    if not raw:
+        return None
+    try:
+        return Backoff(rec.epoch(raw, f"metadata.annotations.{BACKOFF_UNTIL_ANNOTATION}"), raw)
+    except InputError:
+        return None
+
+
 @dataclass(frozen=True, slots=True)
 class Entry:
     """A Workload carrying our check, and the check's name."""
@@ -71,34 +84,27 @@ class Entry:
     check: str
 
 
-@dataclass(frozen=True, slots=True)
-class CandidateVerdict:
-    """The pass's verdict on one waiting gang: admit (`decision.ready`), wait with `message`
-    (and `wake_at`, when the plans may decide otherwise), or reject (`rejected`)."""
-
-    message: str
-    decision: AdmissionDecision | None = None
-    gang: Gang | None = None
-    policy: GangPolicy | None = None
-    blocked_by: str | None = None
-    rejected: bool = False
-    wake_at: float | None = None
-    preemption: PreemptionPlan | None = None  # the gang does not fit: whom it preempts or waits for
-    hold: Hold | None = None  # a preemption starting: the domain to hold for the gang
-
-
 def _admitted(q: QueuedWorkload, entry: Entry) -> AdmittedGang:
     return AdmittedGang(q.key, entry.wl, entry.check, q.policy, q.ever_ready)
 
 
 class AdmissionPass:
     def __init__(
-        self, view: AdmissionView, writer: CheckWriter, client: Client, clock: Callable[[], float]
+        self,
+        view: AdmissionView,
+        writer: CheckWriter,
+        client: Client,
+        clock: Callable[[], float],
+        in_flight: AdmissionsInFlight | None = None,
     ) -> None:
         self.view = view
         self.writer = writer
         self.client = client
         self.clock = clock
+        # Told of each admission before it is written (the gang reservations keep its capacity
+        # off plain pods from then on); `announced`: the Workloads those were decided on.
+        self.in_flight = in_flight or AdmissionsInFlight()
+        self.announced: dict[str, JSON] = {}
         self._writers = ThreadPoolExecutor(8, thread_name_prefix="admission-write")
         self.preemptions = Preemptions(view, writer, client)
 
@@ -135,6 +141,7 @@ class AdmissionPass:
         if settle:
             for key in set(self.view.capacity.assumed) - set(entries):
                 self.view.capacity.forget(key)  # deleted or no longer ours
+                self.announced.pop(key, None)
         return admission_queue(queued), entries
 
     def run(self) -> float | None:
@@ -142,9 +149,11 @@ class AdmissionPass:
         now = self.clock()
         ours = self.view.our_checks()
         if not ours:
+            metrics.waiting({})
             return None
         queue, entries = self.queue(ours, settle=True)
         if not queue.candidates:
+            metrics.waiting({})
             return None
         admitted = [_admitted(q, entries[q.key]) for q in queue.admitted]
         unready = {k: list(v) for k, v in queue.unready.items()}
@@ -154,6 +163,7 @@ class AdmissionPass:
         # and the decisions no longer depend on each other.
         writes: list[tuple[str | None, Callable[[], bool | None]]] = []
         wake: list[float] = []  # when a gang the plans hold back may be decided otherwise
+        waits: dict[str, list[float]] = {}  # reason -> each waiting gang's time since quota reserved
         with self.view.capacity.locked():
             promises: list[Promise] | None = None
             snapshots: dict[tuple[str, ...], Snapshot] = {}
@@ -174,16 +184,19 @@ class AdmissionPass:
             for q in queue.candidates:
                 wl, check = entries[q.key].wl, entries[q.key].check
                 decide_start, cpu_start = time.monotonic(), time.thread_time()
-                verdict = self.evaluate(wl, check, q.policy, snapshot, unready, now, gov)
+                verdict = self.evaluate(wl, q.policy, snapshot, unready, now, gov)
                 metrics.ADMISSION_DECISION.observe(time.monotonic() - decide_start)
                 metrics.ADMISSION_DECISION_CPU.observe(time.thread_time() - cpu_start)
                 if verdict.wake_at is not None:
                     wake.append(verdict.wake_at)
+                if not verdict.rejected and (verdict.decision is None or not verdict.decision.ready):
+                    reserved = condition_time(wl, "QuotaReserved")
+                    waits.setdefault(waiting_reason(verdict), []).append(
+                        max(0.0, now - reserved) if reserved else 0.0
+                    )
                 plan = verdict.preemption
                 if plan is not None and plan.preempts:
-                    if verdict.hold is not None:  # held for this gang from the next decision on
-                        gov.holds[q.key] = verdict.hold
-                    gov.mark_evicting(tuple(v.key for v in plan.victims))
+                    gov.started(q.key, plan, verdict.hold)
                     preempt = partial(
                         self.preemptions.execute, wl, check, plan, verdict.hold, verdict.message, now
                     )
@@ -191,10 +204,19 @@ class AdmissionPass:
                 elif verdict.rejected:
                     writes.append((None, partial(self.writer.reject, wl, check, verdict.message, now)))
                 elif verdict.decision is None or not verdict.decision.ready:
-                    pending = partial(self.writer.write_check, wl, check, "Pending", verdict.message, now=now)
+                    warning = UNKNOWN_KEY_REASON if verdict.step == "keys" else None
+                    pending = partial(
+                        self.writer.write_check,
+                        wl,
+                        check,
+                        "Pending",
+                        verdict.message,
+                        now=now,
+                        warning=warning,
+                    )
                     writes.append((None, pending))
                 else:
-                    self._assume(q, wl, verdict, unready)
+                    self._assume(q, wl, check, verdict, unready)
                     writes.append((q.key, partial(self.writer.admit, wl, check, verdict.decision, now)))
         outcomes = self._write(writes)
         with self.view.capacity.locked():
@@ -204,6 +226,7 @@ class AdmissionPass:
         # A refused write (the Workload changed meanwhile) only over-counted capacity in this
         # pass; the pass runs again on fresh copies.
         rerun = any(o is False or isinstance(o, Exception) for o in outcomes)
+        metrics.waiting(waits)
         took = time.monotonic() - started
         metrics.ADMISSION_PASS.observe(took)
         log.log(
@@ -232,82 +255,58 @@ class AdmissionPass:
         rest = iter([f.result() for f in others])
         return [in_order[i] if i in in_order else next(rest) for i in range(len(writes))]
 
-    @staticmethod
-    def _backoff(wl: JSON, now: float) -> CandidateVerdict | None:
-        """A gang requeued after a timeout waits out its backoff here: quota held, no nodes."""
-        raw = (wl["metadata"].get("annotations") or {}).get(BACKOFF_UNTIL_ANNOTATION)
-        try:
-            until = rec.epoch(raw, f"metadata.annotations.{BACKOFF_UNTIL_ANNOTATION}") if raw else None
-        except InputError:
-            until = None  # unreadable: no backoff rather than a gang held for good
-        if until is None or until <= now:
-            return None
-        # No countdown in it: a message that changed every pass would be written every pass.
-        return CandidateVerdict(f"requeued whole after a timeout: backoff until {raw}", wake_at=until)
-
     def evaluate(
         self,
         wl: JSON,
-        check: str,
         policy_name: str | None,
         snapshot: Callable[[tuple[str, ...]], Snapshot],
         unready: Mapping[str | None, list[str]],
         now: float,
-        gov: Governance | None = None,
-    ) -> CandidateVerdict:
-        """The one decision for one waiting gang, in this order: its policy usable, its
-        requeue backoff over, the Sequential gate, the plans' drain gate, then placement
-        (`core.admission.decide`) on the snapshot for its levels, off the domains held for
-        other gangs' preemptions; a gang that does not fit then preempts
-        (`preempt.Preemptions.consider`) unless its policy says Never. The pass acts on it;
-        explain shows it."""
+        gov: PreemptionState,
+    ) -> Verdict:
+        """The one decision for one waiting gang: its facts read from the view as plain values
+        (errors included), through the core's gate (`core.gate`: policy, backoff, Sequential,
+        plan drain, placement off the domains held for other gangs' preemptions, preemption).
+        The pass acts on it; explain shows it."""
+        key = workload_key(wl)
+        policy: GangPolicy | InputError
+        snap: Snapshot | None
         try:
             policy = self.view.policy(policy_name)
-            levels = self.view.levels(policy)
+            snap = snapshot(self.view.levels(policy))
         except InputError as err:
-            return CandidateVerdict(f"waiting: {err}")
-        backoff = self._backoff(wl, now)
-        if backoff is not None:
-            return backoff
-        blocker = (
-            sequential_blocker(workload_key(wl), unready.get(policy_name, [])) if policy.sequential else None
-        )
+            policy, snap = err, None
+        gang: Gang | InputError
+        try:
+            gang = self.view.gang(wl)
+        except InputError as err:
+            gang = err
+        drain: DrainDecision | InputError | None
+        change = None
         try:
             drain = self.view.drain(wl, now)
-            if drain is not None and not drain.admit:
-                cluster_queue, _, plans = self.view.plans_of(wl)
-                change = next_quota_change(plans, cluster_queue, datetime.fromtimestamp(now, UTC))
-                return CandidateVerdict(
-                    f"waiting for the next block: {drain.reason}",
-                    wake_at=None if change is None else change.timestamp(),
-                )
-            end = (
-                {}
-                if drain is None or drain.block_end is None
-                else {BLOCK_END_ANNOTATION: format_time(drain.block_end)}
-            )
-            gang = self.view.gang(wl)
-            snap = snapshot(levels)
-            key = workload_key(wl)
-            if gov is not None:
-                held = [h.held_nodes(snap) for k, h in gov.holds.items() if k != key]
-                gang = exclude_nodes(gang, frozenset().union(*held))
-            decision = decide(
-                snap, gang, gang.name, policy.placement, blocker, end, bind_mode=policy.bind_mode
-            )
-            if gov is None or decision.ready or decision.placement is None or policy.preemption == "Never":
-                return CandidateVerdict(decision.message, decision, gang, policy, blocker)
-            plan, hold = self.preemptions.consider(wl, gang, policy, snap, gov, now)
         except InputError as err:
-            return CandidateVerdict(f"the Workload cannot be used: {err}", rejected=True)
-        message = (
-            plan.reason
-            if plan.preempts or plan.waiting_for
-            else f"{decision.message}; preemption: {plan.reason}"
+            drain = err
+        if isinstance(drain, DrainDecision) and not drain.admit:
+            cluster_queue, _, plans = self.view.plans_of(wl)
+            at = next_quota_change(plans, cluster_queue, datetime.fromtimestamp(now, UTC))
+            change = None if at is None else at.timestamp()
+        contender = Contender(key, rec.priority(wl), rec.quota_of(wl)[0], timestamp(wl, "creationTimestamp"))
+        facts = GangFacts(
+            contender,
+            policy,
+            gang,
+            snap,
+            now,
+            condition_time(wl, "QuotaReserved"),
+            _backoff(wl),
+            tuple(unready.get(policy_name, ())),
+            drain,
+            change,
         )
-        return CandidateVerdict(message, decision, gang, policy, blocker, preemption=plan, hold=hold)
+        return gate(facts, gov)
 
-    def explain(self, wl: JSON, check: str, now: float) -> CandidateVerdict | None:
+    def explain(self, wl: JSON, check: str, now: float) -> Verdict | None:
         """What the pass would decide for this waiting gang now (None: not our check), on a
         fresh snapshot with every admitted gang's promise; nothing is charged or written."""
         ours = self.view.our_checks()
@@ -324,9 +323,9 @@ class AdmissionPass:
             return snapshots[levels]
 
         gov = self._governance(queue, entries, now)
-        return self.evaluate(wl, check, ours[check], snapshot, unready, now, gov)
+        return self.evaluate(wl, ours[check], snapshot, unready, now, gov)
 
-    def _governance(self, queue: AdmissionQueue, entries: Mapping[str, Entry], now: float) -> Governance:
+    def _governance(self, queue: AdmissionQueue, entries: Mapping[str, Entry], now: float) -> PreemptionState:
         """The preemption holds of the waiting gangs (each lives as long as its policy's
         readyTimeout: a preemptor that never fits gives its domain back)."""
         waiting = []
@@ -339,13 +338,20 @@ class AdmissionPass:
         return self.preemptions.holds(waiting, now)
 
     def _assume(
-        self, q: QueuedWorkload, wl: JSON, verdict: CandidateVerdict, unready: dict[str | None, list[str]]
+        self,
+        q: QueuedWorkload,
+        wl: JSON,
+        check: str,
+        verdict: Verdict,
+        unready: dict[str | None, list[str]],
     ) -> None:
         """Charge an admission being written until the cache shows it (under the capacity lock)."""
         decision, gang, policy = verdict.decision, verdict.gang, verdict.policy
         assert decision is not None and decision.placement is not None
         assert gang is not None and policy is not None
         updates = [u.to_dict() for u in decision.pod_set_updates]
+        self.announced[q.key] = wl
+        self.in_flight.admitting(as_admitted(wl, check, updates))
         self.view.capacity.assume(
             q.key,
             Assumed(
@@ -370,6 +376,7 @@ class AdmissionPass:
         if wl["metadata"].get("resourceVersion") != a.resource_version:
             with self.view.capacity.locked():
                 self.view.capacity.forget(key)
+            self.announced.pop(key, None)  # the watch shows the Workload after the write now
             return False
         if a.certain:
             return True
@@ -381,11 +388,13 @@ class AdmissionPass:
             if err.status == 404:
                 with self.view.capacity.locked():
                     self.view.capacity.forget(key)
+                self._withdraw(key)
                 return False
             return True  # still unknown: keep counting it
         if live["metadata"].get("resourceVersion") == a.resource_version:
             with self.view.capacity.locked():
                 self.view.capacity.forget(key)  # not written: the gang is decided again
+            self._withdraw(key)
             return False
         return True
 
@@ -399,3 +408,10 @@ class AdmissionPass:
             self.view.capacity.assumed[key] = dataclasses.replace(a, certain=False)
         else:
             self.view.capacity.forget(key)
+            self._withdraw(key)
+
+    def _withdraw(self, key: str) -> None:
+        """The admission announced for `key` was not written: tell those it was announced to."""
+        wl = self.announced.pop(key, None)
+        if wl is not None:
+            self.in_flight.withdrawn(wl)

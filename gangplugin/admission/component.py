@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from gangplugin.admission.controller import GangAdmission
 from gangplugin.kube.workqueue import start_workers
+from gangplugin.runtime import admissions
+from gangplugin.runtime.admissions import AdmissionsInFlight
 from gangplugin.runtime.components import Runtime
 
 # Only the leader writes check states: two writers would race on the same Workloads.
@@ -14,7 +16,10 @@ _controllers: dict[int, GangAdmission] = {}
 
 def setup(runtime: Runtime) -> None:
     _controllers[id(runtime)] = GangAdmission(
-        runtime.client, runtime.informer, runtime.dispatcher("admission")
+        runtime.client,
+        runtime.informer,
+        runtime.dispatcher("admission"),
+        in_flight=runtime.shared(admissions.NAME, AdmissionsInFlight),
     )
 
 

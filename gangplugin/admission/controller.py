@@ -38,6 +38,7 @@ from gangplugin.kube.dispatcher import Dispatcher
 from gangplugin.kube.informer import Informer
 from gangplugin.kube.workqueue import WorkQueue
 from gangplugin.runtime import metrics
+from gangplugin.runtime.admissions import AdmissionsInFlight
 
 log = logging.getLogger(__name__)
 
@@ -53,12 +54,13 @@ class GangAdmission:
         informer: Callable[..., Informer[Any]],
         dispatcher: Dispatcher,
         clock: Callable[[], float] = time.time,
+        in_flight: AdmissionsInFlight | None = None,
     ) -> None:
         # The view's handlers and these run on one dispatcher, the view's first: a pass enqueued
         # for an event sees the capacity that event changed.
         self.view = view = AdmissionView(informer, dispatcher)
         writer = CheckWriter(client, clock)
-        self.admission = AdmissionPass(view, writer, client, clock)
+        self.admission = AdmissionPass(view, writer, client, clock, in_flight)
         self.watchdog = Watchdog(view, writer, clock)
         self.status = ConfigStatus(view, writer)
         self.queue = WorkQueue()

@@ -1,4 +1,5 @@
-"""The I/O side of preemption (the search is `core.preemption.find_victims`).
+"""The I/O side of preemption (the search is `core.preemption.find_victims`; whether a gang
+preempts, resumes its recorded preemption or waits is the gate's preemption step, `core.gate`).
 
 What a pass reads: the admitted gangs as `RunningGang`s (bound pods and promised synthetic
 pods, as the snapshot counts them), the ClusterQueues' Kueue preemption rules, and the live
@@ -18,32 +19,16 @@ A pass that finds the hold with a victim still admitted in the domain evicts it 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from dataclasses import replace
 from datetime import UTC, datetime
-from functools import cached_property
 
 from gangplugin.admission.view import AdmissionView, condition_time, timestamp, workload_key
 from gangplugin.admission.writes import CheckWriter
 from gangplugin.core.admission import gang_id, promised_pods
 from gangplugin.core.errors import InputError
+from gangplugin.core.gate import PreemptionState
 from gangplugin.core.names import PREEMPTED_REASON, PREEMPTION_ANNOTATION
-from gangplugin.core.placement import Gang
-from gangplugin.core.policy import GangPolicy
-from gangplugin.core.preemption import (
-    ClusterQueueState,
-    Contender,
-    Hold,
-    PreemptionPlan,
-    RunningGang,
-    Victim,
-    VictimIndex,
-    find_victims,
-    gang_gpus,
-    hold_of,
-)
+from gangplugin.core.preemption import ClusterQueueState, Hold, PreemptionPlan, RunningGang, gang_gpus
 from gangplugin.core.timeutil import format_time
-from gangplugin.core.topology import Snapshot
 from gangplugin.kube import kueue_records as rec
 from gangplugin.kube.client import JSON, WORKLOADS, ApiError, Client
 
@@ -51,45 +36,6 @@ log = logging.getLogger(__name__)
 # Evictions are applied by a field manager of their own: the check's applies (which own only the
 # check's entry) then never remove the Evicted condition, and these never remove podSetUpdates.
 FIELD_MANAGER = "gangplugin-preemption"
-
-
-class Governance:
-    """What one pass (or one explain) knows about preemption: the live holds by holder key,
-    and the admitted gangs and ClusterQueue rules, read on first use (most passes never
-    need them)."""
-
-    def __init__(
-        self,
-        holds: dict[str, Hold],
-        running: Callable[[], list[RunningGang]],
-        queues: Callable[[], dict[str, ClusterQueueState]],
-    ) -> None:
-        self.holds = holds
-        self._read_running, self._read_queues = running, queues
-        self._indexes: list[tuple[Snapshot, VictimIndex]] = []  # one per snapshot (level order)
-
-    @cached_property
-    def running(self) -> list[RunningGang]:
-        return self._read_running()
-
-    @cached_property
-    def queues(self) -> dict[str, ClusterQueueState]:
-        return self._read_queues()
-
-    def index(self, snapshot: Snapshot) -> VictimIndex:
-        """The victim searches' shared index for this snapshot, built once per pass: the
-        running gangs' pods are read once, not once per waiting gang."""
-        for snap, index in self._indexes:
-            if snap is snapshot:
-                return index
-        index = VictimIndex(snapshot, self.running)
-        self._indexes.append((snapshot, index))
-        return index
-
-    def mark_evicting(self, keys: tuple[str, ...]) -> None:
-        """Victims chosen earlier in this pass are being evicted for everyone after them (the
-        same gangs and pods: the indexes stay valid)."""
-        self.running = [replace(g, evicting=True) if g.key in keys else g for g in self.running]
 
 
 class Preemptions:
@@ -212,52 +158,14 @@ class Preemptions:
         self.writer.event(victim, "Warning", PREEMPTED_REASON, f"{message} (whole gang, requeued)")
         return True
 
-    # -- decisions -------------------------------------------------------------------------------
+    # -- what a pass knows -----------------------------------------------------------------------
 
-    def holds(self, waiting: list[tuple[JSON, float]], now: float) -> Governance:
+    def holds(self, waiting: list[tuple[JSON, float]], now: float) -> PreemptionState:
         """A pass's (or explain's) preemption state: the live holds of the waiting Workloads
-        (each with its hold's time to live)."""
+        (each with its hold's time to live); the gate (`core.gate`) decides with it."""
         holds = {}
         for wl, ttl in waiting:
             hold = rec.hold_from_k8s(wl)
             if hold is not None and hold.live(condition_time(wl, "QuotaReserved"), now, ttl):
                 holds[workload_key(wl)] = hold
-        return Governance(holds, self._running, self._queues)
-
-    def consider(
-        self, wl: JSON, gang: Gang, policy: GangPolicy, snapshot: Snapshot, gov: Governance, now: float
-    ) -> tuple[PreemptionPlan, Hold | None]:
-        """For a gang that does not fit: resume its recorded preemption, or search for victims
-        (`find_victims`); with the hold to record when a new preemption starts."""
-        key = workload_key(wl)
-        own = gov.holds.get(key)
-        if own is not None:
-            return self._resume(own, gov.running), None
-        contender = Contender(key, rec.priority(wl), rec.quota_of(wl)[0], timestamp(wl, "creationTimestamp"))
-        plan = find_victims(
-            snapshot, gang, policy.placement, contender, gov.running, gov.queues, gov.index(snapshot)
-        )
-        return plan, (hold_of(plan, condition_time(wl, "QuotaReserved"), now) if plan.preempts else None)
-
-    @staticmethod
-    def _resume(hold: Hold, running: list[RunningGang]) -> PreemptionPlan:
-        """The recorded preemption: victims still admitted since before the hold are evicted
-        (a restart cut the preemption short), the others are waited for."""
-        by_key = {g.key: g for g in running}
-        left = [g for v in hold.victims if (g := by_key.get(v)) is not None and g.started_at <= hold.at]
-        todo = tuple(
-            Victim(
-                g.key, g.priority, g.gpus, g.started_at, f"{g.key}: named by the preemption recorded earlier"
-            )
-            for g in left
-            if not g.evicting
-        )
-        gone = tuple(g.key for g in left if g.evicting)
-        where = f"{hold.level}={hold.domain}" if hold.level else f"{len(hold.nodes)} held node(s)"
-        names = ", ".join(hold.victims)
-        reason = (
-            f"preempting {names}: "
-            + ("evicting the rest" if todo else "waiting for them to leave")
-            + f" {where} (held for this gang)"
-        )
-        return PreemptionPlan(todo, gone, hold.level, hold.domain, hold.nodes, reason)
+        return PreemptionState(holds, self._running, self._queues)

@@ -77,6 +77,7 @@ class Watchdog:
                 self.replace_failed(wl, state, policy, obs.failed_nodes, now)
             except InputError as err:  # the recovery timeout still runs; say why nothing moved
                 self.writer.event(wl, "Warning", "NodeReplacementImpossible", str(err))
+                metrics.NODE_REPLACEMENTS.labels("Impossible").inc()
         if not verdict.expired:
             # Wake at the next deadline: the watchdog's, or the plans' termination start.
             wake = [] if verdict.recheck_at is None else [verdict.recheck_at]
@@ -141,6 +142,7 @@ class Watchdog:
             self.writer.event(
                 wl, "Warning", "NodeReplacementImpossible", f"{result.reason}; waiting for recoveryTimeout"
             )
+            metrics.NODE_REPLACEMENTS.labels("Impossible").inc()
             return
         for pod in pods:
             if pod["spec"]["nodeName"] in failed:
@@ -150,3 +152,4 @@ class Watchdog:
             self.writer.event(
                 wl, "Normal", "NodeReplaced", f"{move.reason}; {len(move.assignments)} pod(s) recreated there"
             )
+            metrics.NODE_REPLACEMENTS.labels("Replaced").inc()

@@ -1,8 +1,8 @@
 """GangService: gangs read from the watch caches the admission controller keeps.
 
 The phase, domain and explanation are the core's (`core.gangs`); whether a waiting gang fits now
-is the admission check's own decision (`core.admission.decide` over the controller's promised-
-capacity snapshot), so `gangctl explain` says exactly what the next admission pass will decide.
+is the admission check's own decision (the core's gate, `core.gate`, over the controller's
+promised-capacity snapshot), so `gangctl explain` says exactly what the next admission pass will decide.
 """
 
 from __future__ import annotations
@@ -361,7 +361,7 @@ class GangService(gangs_pb2_grpc.GangServiceServicer):
 
     def evaluate(self, wl: JSON, check: str) -> Evaluation | None:
         """What the admission pass would decide for this waiting gang now: the pass's own
-        `evaluate` (policy, Sequential gate, plans' drain gate, placement) on a fresh snapshot."""
+        `evaluate` (the gate of `core.gate`, in its one order) on a fresh snapshot."""
         verdict = self.adm.admission.explain(wl, check, self.clock())
         if verdict is None:
             return None

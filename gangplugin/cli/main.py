@@ -33,10 +33,10 @@ def _register() -> None:
 _SUBCOMMAND_MODULES: tuple[str, ...] = ("place", "plans", "gangs", "wait", "simulate")
 
 
-def main() -> None:
+def main(prog_name: str = "gangctl") -> None:
     _register()
     try:
-        cli.main(standalone_mode=False)
+        cli.main(prog_name=prog_name, standalone_mode=False)
     except (InputError, MalformedKubeconfig) as err:  # bad input: one line naming the field
         click.echo(f"error: {err}", err=True)
         sys.exit(2)
@@ -53,3 +53,8 @@ def main() -> None:
         sys.exit(2 if err.exit_code in (1, 2) else err.exit_code)
     except click.exceptions.Exit as err:
         sys.exit(err.exit_code)
+
+
+def kubectl_plugin() -> None:
+    """`kubectl gang ...`: kubectl runs `kubectl-gang` from PATH; usage and help say `kubectl gang`."""
+    main("kubectl gang")

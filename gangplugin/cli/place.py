@@ -87,6 +87,8 @@ def place_command(
         runtime=runtime,
         runtime_where=f"{runtime_path}: ",
     )
+    for i, key in job.gang.unknown_keys()[:1]:  # as the gang check, which holds such a gang
+        raise InputError(job.field(f"podSets[{i}].template.{key.field}"), str(key))
     policy, topology_name = PlacementPolicy(), None
     if policy_path:
         policy, topology_name = read(policy_path, "--policy", records.policy_from_k8s)

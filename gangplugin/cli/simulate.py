@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
+from functools import cache
 from typing import Any
 
 import click
@@ -25,11 +26,12 @@ from gangplugin.core.names import API_VERSION
 from gangplugin.core.optimal import MAX_NODES
 from gangplugin.core.plans import TrainingPlan
 from gangplugin.core.policy import GangPolicy
+from gangplugin.core.preemption import WITHIN_CLUSTER_QUEUE, QueuePreemption
 from gangplugin.core.simulate import GPU, POLICIES, Job, Replay, Settings, replay, scaled
 from gangplugin.core.timeutil import parse_time
 from gangplugin.core.topology import DEFAULT_LEVELS, INSTANCE_TYPE_LABEL, ULTRASERVER_LABEL, Node
 from gangplugin.kube import records
-from gangplugin.kube.kueue_records import gang_policy_from_k8s
+from gangplugin.kube.kueue_records import cluster_queue_state, gang_policy_from_k8s
 from gangplugin.kube.plan_records import training_plan_from_manifest
 from gangplugin.kube.shape import nodes_from_shape
 from gangplugin.sim import report
@@ -71,17 +73,32 @@ def _progress(label: str) -> Iterator[Callable[[int], None] | None]:
 def _replays(
     nodes: list[Node], jobs: list[Job], policies: tuple[str, ...], settings: Settings
 ) -> list[Replay]:
-    """One replay per policy; by default every policy (`optimal` only on a small cluster)."""
+    """One replay per policy; by default every policy (`optimal` only on a small cluster, and
+    where the `sim` extra installed its solver)."""
     small = len(nodes) <= MAX_NODES
+    solver = importlib.util.find_spec("scipy") is not None
     if not policies:
-        policies = tuple(p for p in POLICIES if small or p != "optimal")
+        policies = tuple(p for p in POLICIES if (small and solver) or p != "optimal")
+        if small and not solver:
+            _note_without_sim_extra()
     elif "optimal" in policies and not small:
         raise InputError("--policy", f"optimal solves an exact program: for at most {MAX_NODES} nodes")
+    elif "optimal" in policies and not solver:
+        raise InputError("--policy", f"optimal needs scipy: {SIM_EXTRA}")
     out = []
     for name in policies:
         with _progress(name) as tick:
             out.append(replay(nodes, jobs, name, settings, tick))
     return out
+
+
+SIM_EXTRA = "pip install 'gangplugin[sim]'"
+
+
+@cache
+def _note_without_sim_extra() -> None:
+    """Once per run (a sweep replays many times): what the default policies left out, and why."""
+    click.echo(f"note: policy optimal left out: it and --plot need the sim extra ({SIM_EXTRA})", err=True)
 
 
 def _jobs(trace: str | None, synthetic_count: int | None, seed: int) -> list[Job]:
@@ -112,6 +129,11 @@ def _jobs(trace: str | None, synthetic_count: int | None, seed: int) -> list[Job
     "--plan", "plan_paths", multiple=True, help="A TrainingPlan giving the queue's quota over time."
 )
 @click.option("--topology", "topology_path", help="A Kueue Topology giving the level order.")
+@click.option(
+    "--cluster-queue",
+    "cluster_queue_path",
+    help="A Kueue ClusterQueue whose spec.preemption the replay follows (default: Never).",
+)
 @click.option("--start", help="RFC 3339 instant of trace time 0 (default: the first plan block's start).")
 @click.option("--startup", default="0s", show_default=True, help="Admission to all pods Ready, e.g. 2m.")
 @click.option(
@@ -154,6 +176,7 @@ def simulate_command(
     gang_policy_path: str | None,
     plan_paths: tuple[str, ...],
     topology_path: str | None,
+    cluster_queue_path: str | None,
     start: str | None,
     startup: str,
     preferred_topology: str,
@@ -237,7 +260,16 @@ def simulate_command(
         raise InputError("--arrival-scale", f"{arrival_scale} is not a number above 0 (0.5: twice the load)")
     if arrival_scale != 1.0:
         jobs = [replace(j, arrival=j.arrival * arrival_scale) for j in jobs]
-    settings = Settings(gang_policy, tuple(plans), origin, startup_s, levels)
+    preemption = QueuePreemption()
+    if cluster_queue_path:
+        preemption = read(cluster_queue_path, "--cluster-queue", cluster_queue_state).preemption
+        if preemption.within_cluster_queue not in WITHIN_CLUSTER_QUEUE:
+            raise InputError(
+                "--cluster-queue",
+                f"spec.preemption.withinClusterQueue {preemption.within_cluster_queue!r} is not one of "
+                f"{', '.join(WITHIN_CLUSTER_QUEUE)}",
+            )
+    settings = Settings(gang_policy, tuple(plans), origin, startup_s, levels, preemption)
     if sweep is not None:
         m = _SWEEP.fullmatch(sweep.strip())
         if m is None or not 1 <= int(m.group(1)) <= int(m.group(2)):

@@ -1,5 +1,6 @@
-"""Admission decisions of the gang check: may this gang go now, into which domain, and what
-Kueue must stamp on its pods (podSetUpdates).
+"""Admission decisions of the gang check: the order waiting gangs are decided in, which domain
+a gang fits into now and what Kueue must stamp on its pods (podSetUpdates). Whether it may go
+now at all, and in which order of gates, is `core.gate`'s.
 
 Capacity promised to admitted gangs whose pods are not bound yet is counted by binding
 synthetic pods into the same `Snapshot` placement reads (`promise`), never by a second model.
@@ -117,21 +118,19 @@ def decide(
     gang: Gang,
     gang_label: str,
     policy: PlacementPolicy,
-    blocked_by: str | None = None,
     annotations: Mapping[str, str] | None = None,
     *,
     explain: bool = True,
     bind_mode: str | None = None,
 ) -> AdmissionDecision:
-    """Admit the whole gang into one domain now, or say why it waits.
+    """Admit the whole gang into one domain now, or say why it does not fit (the gates before
+    placement are `core.gate`'s).
 
     A gang that asked for a topology level is pinned to the chosen domain by nodeSelector;
     one that asked for none is only checked to fit (kube-scheduler keeps its freedom).
     `annotations` are stamped on every pod besides the gang size (e.g. the block end);
     `bind_mode` (the GangPolicy's) is stamped as a label; `explain=False` leaves out why a gang
     does not fit (see `place`)."""
-    if blocked_by is not None:
-        return AdmissionDecision(False, f"Sequential admission: waiting for gang {blocked_by} to be Ready")
     placement = place(snapshot, gang, policy, explain=explain)
     if not placement.feasible:
         return AdmissionDecision(False, f"gang does not fit now: {placement.reason}", placement=placement)

@@ -51,15 +51,6 @@ ADMISSION_CHECK_CONTROLLER = f"{GROUP}/gang"
 # on, set by the gang check through podSetUpdates so a trainer can checkpoint before it.
 PLAN_QUOTA_ANNOTATION = f"{GROUP}/plan-quota"
 BLOCK_END_ANNOTATION = f"{GROUP}/block-end-time"
-#: Every `gangplugin.io/` annotation a pod template may carry: the ones a user sets, and the ones
-#: the gang check stamps on a gang's pods (a Job written from a running one keeps them). Any other
-#: is a mistake the gang is held for (DESIGN: unknown keys are errors, not silence).
-POD_TEMPLATE_ANNOTATIONS = (
-    *(a for a in TOPOLOGY_ANNOTATIONS if a.startswith(f"{GROUP}/")),
-    MAX_RUNTIME_ANNOTATION,
-    GANG_SIZE_ANNOTATION,
-    BLOCK_END_ANNOTATION,
-)
 # The reason (Events, eviction metrics) when the gang check requeues a gang for the next block.
 PLAN_DRAINING_REASON = "PlanDraining"
 
@@ -83,3 +74,6 @@ PREEMPTION_ANNOTATION = f"{GROUP}/preemption"
 # would wait out before evicting); a drain or a preemption requeues with no backoff.
 BACKOFF_UNTIL_ANNOTATION = f"{GROUP}/backoff-until"
 PREEMPTED_REASON = "Preempted"
+# The Warning Event (and check message) on a Workload held for an unknown key of ours on a pod
+# template (core.keys).
+UNKNOWN_KEY_REASON = "UnknownKey"

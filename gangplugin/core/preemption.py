@@ -380,26 +380,27 @@ def find_victims(
         else:
             refused[rule] = refused.get(rule, 0) + 1
     level = None if req is None else snapshot.levels[req]
-    with without(snapshot, evicting):
-        # Nothing being evicted: the caller has just found that the gang does not fit.
-        placement = place(snapshot, gang, policy) if evicting else None
-        if placement is not None and placement.feasible:
-            names = sorted(g.key for g in evicting)
-            return PreemptionPlan(
-                (),
-                tuple(names),
-                level,
-                placement.domains[0] if level and placement.domains else None,
-                (),
-                f"capacity already being freed by {', '.join(names)} will do; waiting for it",
-            )
-        sets = _candidate_sets(snapshot, gang, policy, req, [g for g, _ in allowed], index)
-        rules = {g.key: rule for g, rule in allowed}
-        for members, domain_id in sets[:_MAX_CHECKS]:
-            with without(snapshot, members):
-                fit = place(snapshot, gang, policy)
-            if fit.feasible:
-                return _plan(snapshot, preemptor, members, rules, level, domain_id, fit)
+    if allowed or evicting:  # else no gang can make room: nothing to search
+        with without(snapshot, evicting):
+            # Nothing being evicted: the caller has just found that the gang does not fit.
+            placement = place(snapshot, gang, policy, explain=False) if evicting else None
+            if placement is not None and placement.feasible:
+                names = sorted(g.key for g in evicting)
+                return PreemptionPlan(
+                    (),
+                    tuple(names),
+                    level,
+                    placement.domains[0] if level and placement.domains else None,
+                    (),
+                    f"capacity already being freed by {', '.join(names)} will do; waiting for it",
+                )
+            sets = _candidate_sets(snapshot, gang, policy, req, [g for g, _ in allowed], index)
+            rules = {g.key: rule for g, rule in allowed}
+            for members, domain_id in sets[:_MAX_CHECKS]:
+                with without(snapshot, members):
+                    fit = place(snapshot, gang, policy, explain=False)  # only whether it fits
+                if fit.feasible:
+                    return _plan(snapshot, preemptor, members, rules, level, domain_id, fit)
     protected = "; ".join(f"{n} protected by {rule}" for rule, n in sorted(refused.items()))
     where = f"one {level}" if level else "room for it"
     return PreemptionPlan(

@@ -3,11 +3,17 @@
 Every decision comes from the code the controllers run, over one `Snapshot` built once and kept
 current with `charge`/`release` (bind/unbind), never rebuilt per event:
 
-- Kueue reserves quota in arrival order (BestEffortFIFO); without TrainingPlans quota is
-  unlimited, with them it is `queue_quota` of the plans at that instant (GPUs);
-- each admission pass decides the quota-reserved gangs in the order of `admission_queue`, with
-  `sequential_blocker` in Sequential mode and `gang_drain` where plans feed the queue, and admits
-  with `decide` (placement `place` with the GangPolicy's spares) and `charge`;
+- Kueue reserves quota in priority order, then arrival order (BestEffortFIFO); without
+  TrainingPlans quota is unlimited, with them it is `queue_quota` of the plans at that instant
+  (GPUs);
+- each admission pass decides the quota-reserved gangs in the order of `admission_queue`, each
+  through the admission check's own gate (`core.gate`: Sequential mode, `gang_drain` where
+  plans feed the queue, placement `place` with the GangPolicy's spares, off the domains held
+  for other gangs' preemptions), and admits with `charge`;
+- where the simulated ClusterQueue preempts (`Settings.preemption`, Kueue's `spec.preemption`;
+  Kueue's default never does), a gang that does not fit preempts as the check does: victims
+  from `find_victims`, evicted whole after the pass (each resumes later with the run time it
+  had left) and requeued, their domain held for the preemptor for its readyTimeout;
 - pods become Ready `startup_seconds` after admission; a gang slower than the readiness timeout
   (`watch`) is requeued with `requeue_decision`'s backoff or deactivated after its limit;
 - a running gang that would outlive its block is evicted at the termination start (`gang_drain`)
@@ -17,18 +23,21 @@ Policies differ only in where a gang goes: `gangplugin` (ours), `best-fit` (no s
 climbing above the preferred level, close to Kueue's TAS BestFit), `first-fit` (topology
 blind: the first nodes by name with room) and, on small clusters, `optimal` (each pass admits
 the packing optimum of the first `MAX_GANGS` waiting gangs, `core/optimal.py`, with our spares;
-it ignores Sequential mode). The replay is deterministic: events at one instant are
-applied in the order they were scheduled, then one admission pass runs.
+it ignores Sequential mode). `gangplugin` and `best-fit` preempt; `first-fit` and `optimal`,
+packing baselines, never do. The replay is deterministic: events at one instant are applied in
+the order they were scheduled, then one admission pass runs (a pass that preempted is followed
+by another at the same instant, once the victims are gone).
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from enum import IntEnum
+from functools import partial
 
 from gangplugin.core.admission import (
     AdmissionDecision,
@@ -36,14 +45,25 @@ from gangplugin.core.admission import (
     admission_queue,
     charge,
     decide,
+    promised_pods,
     release,
-    sequential_blocker,
 )
-from gangplugin.core.drain import gang_drain
+from gangplugin.core.drain import DrainDecision, gang_drain
+from gangplugin.core.gate import GangFacts, Placer, PreemptionState, gate
 from gangplugin.core.optimal import MAX_GANGS, optimal_admissions
 from gangplugin.core.placement import Assignment, Gang, Placement, PlacementPolicy, PodSet
 from gangplugin.core.plans import TrainingPlan
 from gangplugin.core.policy import GangPolicy, requeue_decision
+from gangplugin.core.preemption import (
+    WITHIN_CLUSTER_QUEUE,
+    ClusterQueueState,
+    Contender,
+    Hold,
+    PreemptionPlan,
+    QueuePreemption,
+    RunningGang,
+    gang_gpus,
+)
 from gangplugin.core.quota import next_quota_change, queue_quota
 from gangplugin.core.topology import HOSTNAME_LABEL, Node, Snapshot, build_snapshot
 from gangplugin.core.watchdog import GangObservation, watch
@@ -51,6 +71,8 @@ from gangplugin.core.watchdog import GangObservation, watch
 GPU = "nvidia.com/gpu"
 POLICIES = ("gangplugin", "best-fit", "first-fit", "optimal")
 NAMESPACE = "sim"
+#: The simulated ClusterQueue's name when no plan names it.
+CLUSTER_QUEUE = "simulated"
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +88,8 @@ class Job:
     max_runtime: float | None = None
     required_topology: str | None = None
     preferred_topology: str | None = None
+    #: Its Kueue priority (a WorkloadPriorityClass value; Kueue's default 0).
+    priority: int = 0
 
     @property
     def gpus(self) -> int:
@@ -91,6 +115,9 @@ class Settings:
     #: Seconds from admission until every pod of a gang is Ready.
     startup_seconds: float = 0.0
     levels: tuple[str, ...] = ()
+    #: The simulated ClusterQueue's Kueue `spec.preemption` (one queue, no cohort: only
+    #: `withinClusterQueue` applies). Kueue's default preempts nothing.
+    preemption: QueuePreemption = field(default_factory=QueuePreemption)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +133,8 @@ class Outcome:
     never_ran: str | None = None
     #: Where it was first admitted: the domain values of its placement, as the check pins them.
     domains: tuple[str, ...] = ()
+    #: How many times it was preempted (evicted whole for a gang of higher priority).
+    preempted: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,12 +189,10 @@ class _State:
     end: float | None = None
     retries: int = 0
     drained: int = 0
+    preempted: int = 0
     reason: str = ""
     rejected: bool = False
     running_since: float | None = None  # pods Ready
-
-
-Decider = Callable[[Snapshot, Gang, str | None], AdmissionDecision]
 
 
 def first_fit(snapshot: Snapshot, gang: Gang, order: Sequence[int]) -> Placement:
@@ -197,48 +224,113 @@ def first_fit(snapshot: Snapshot, gang: Gang, order: Sequence[int]) -> Placement
     return Placement(True, None, (), tuple(out), "first fit")
 
 
-def _decider(name: str, policy: GangPolicy, snapshot: Snapshot, explain: bool) -> Decider:
-    """The policy's decision for one gang; `explain` says why a gang does not fit (costly)."""
-    if name == "gangplugin":
-        return lambda snap, gang, blocker: decide(
-            snap, gang, gang.name, policy.placement, blocker, explain=explain
-        )
-    if name == "best-fit":
-        flat = PlacementPolicy(0, climb_levels=False)
-        return lambda snap, gang, blocker: decide(snap, gang, gang.name, flat, blocker, explain=explain)
+@dataclass(frozen=True, slots=True)
+class _Way:
+    """How one compared policy decides a gang: the GangPolicy its gate reads, how it places a
+    gang, and whether it preempts."""
+
+    policy: GangPolicy
+    place: Placer
+    preempts: bool
+
+
+def _way(name: str, policy: GangPolicy, snapshot: Snapshot, explain: bool) -> _Way:
+    """The policy's way; `explain` says why a gang does not fit (costly)."""
+    if name in ("gangplugin", "best-fit"):
+
+        def placed(
+            snap: Snapshot, gang: Gang, gp: GangPolicy, annotations: Mapping[str, str]
+        ) -> AdmissionDecision:
+            return decide(snap, gang, gang.name, gp.placement, annotations, explain=explain)
+
+        if name == "best-fit":
+            policy = replace(policy, placement=PlacementPolicy(0, climb_levels=False))
+        return _Way(policy, placed, True)
     if name == "first-fit":
         order = snapshot.live_node_ids()
 
-        def first(snap: Snapshot, gang: Gang, blocker: str | None) -> AdmissionDecision:
-            if blocker is not None:
-                return decide(snap, gang, gang.name, policy.placement, blocker)
+        def first(
+            snap: Snapshot, gang: Gang, gp: GangPolicy, annotations: Mapping[str, str]
+        ) -> AdmissionDecision:
             p = first_fit(snap, gang, order)
             return AdmissionDecision(p.feasible, p.reason, placement=p)
 
-        return first
+        return _Way(policy, first, False)
     if name == "optimal":
 
-        def optimum(snap: Snapshot, gang: Gang, blocker: str | None) -> AdmissionDecision:
-            spares = snap.spare_nodes(policy.placement.spares_per_ultraserver)
+        def optimum(
+            snap: Snapshot, gang: Gang, gp: GangPolicy, annotations: Mapping[str, str]
+        ) -> AdmissionDecision:
+            spares = snap.spare_nodes(gp.placement.spares_per_ultraserver)
             (p,) = optimal_admissions(snap, [gang], spares)
             return AdmissionDecision(p.feasible, p.reason, placement=p)
 
-        return optimum
+        return _Way(replace(policy, admission="Parallel"), optimum, False)  # it ignores Sequential mode
     raise ValueError(f"unknown policy {name!r}; the policies are {', '.join(POLICIES)}")
 
 
-def _dominated(job: Job, infeasible: Iterable[Job]) -> Job | None:
-    """A job known not to fit since capacity last came free that needs no more than `job` (so
-    `job` cannot fit either: capacity only shrinks between releases)."""
-    for other in infeasible:
+def _dominated(job: Job, infeasible: Iterable[tuple[Job, AdmissionDecision]]) -> AdmissionDecision | None:
+    """The refusal of a job known not to fit since capacity last came free that needs no more
+    than `job` (so `job` cannot fit either: capacity only shrinks between releases)."""
+    for other, refusal in infeasible:
         if (
             other.pods <= job.pods
             and other.gpus_per_pod <= job.gpus_per_pod
             and (other.required_topology, other.preferred_topology)
             == (job.required_topology, job.preferred_topology)
         ):
-            return other
+            return refusal
     return None
+
+
+class _Preemptions(PreemptionState):
+    """A simulated pass's preemption state. A victim search is not redone for a gang when
+    nothing it reads changed since its last one (`generation`: bumped whenever capacity is
+    taken or freed, a gang is marked for eviction or a hold comes or goes): a gang that found
+    no victims keeps that answer until then, as the search would give it again."""
+
+    def __init__(
+        self,
+        holds: dict[str, Hold],
+        running: Callable[[], list[RunningGang]],
+        queues: Callable[[], Mapping[str, ClusterQueueState]],
+        searched: dict[str, tuple[int, PreemptionPlan]],
+        generation: Callable[[], int],
+    ) -> None:
+        super().__init__(holds, running, queues)
+        self._searched, self._generation = searched, generation
+
+    def victims(
+        self, snapshot: Snapshot, gang: Gang, policy: GangPolicy, contender: Contender
+    ) -> PreemptionPlan:
+        now = self._generation()
+        kept = self._searched.get(contender.key)
+        if kept is not None and kept[0] == now:
+            return kept[1]
+        plan = super().victims(snapshot, gang, policy, contender)
+        self._searched[contender.key] = (now, plan)
+        return plan
+
+
+def _running(admitted: Iterable[_State], cluster_queue: str) -> list[RunningGang]:
+    """The admitted jobs as preemption reads them: their pods are the synthetic ones `charge`
+    bound."""
+    out = []
+    for s in admitted:
+        assert s.admitted_at is not None
+        pods = tuple((NAMESPACE, name) for name in promised_pods(s.gang))
+        out.append(
+            RunningGang(
+                s.job.key,
+                s.job.priority,
+                cluster_queue,
+                s.job.arrival,
+                s.admitted_at,
+                gang_gpus(s.gang),
+                pods,
+            )
+        )
+    return out
 
 
 def replay(
@@ -251,12 +343,19 @@ def replay(
     """Replay `jobs` under one placement policy; `progress(n)` is told of n more events done."""
     snap = build_snapshot(nodes, levels=settings.levels) if settings.levels else build_snapshot(nodes)
     gp = settings.policy
-    decide_one = _decider(policy_name, gp, snap, explain=False)
+    way = _way(policy_name, gp, snap, explain=False)
     total_gpus = sum(n.allocatable.get(GPU, 0) for n in snap.nodes if n is not None)
     level_capacity = _domain_capacity(snap)
     plans = settings.plans
-    queue_name = plans[0].cluster_queue if plans else ""
+    queue_name = plans[0].cluster_queue if plans else CLUSTER_QUEUE
     flavors = {p.flavor for p in plans}
+    # One ClusterQueue and no cohort: only its withinClusterQueue rule can allow a preemption.
+    within = settings.preemption.within_cluster_queue
+    if within not in WITHIN_CLUSTER_QUEUE:
+        raise ValueError(f"withinClusterQueue {within!r} is not one of {', '.join(WITHIN_CLUSTER_QUEUE)}")
+    preempting = way.preempts and within != "Never"
+    queues = {queue_name: ClusterQueueState(queue_name, preemption=settings.preemption)}
+    prioritized = any(j.priority for j in jobs)
     states = {j.key: _State(j, j.gang(), j.runtime) for j in jobs}
     if len(states) != len(jobs):
         raise ValueError("job keys must be unique")
@@ -273,11 +372,12 @@ def replay(
         return settings.start + timedelta(seconds=t)
 
     # A job that does not fit even the empty cluster never will: it is reported, not queued.
+    explained = _way(policy_name, gp, snap, explain=True)
     never_fits: dict[tuple[int, int, str | None, str | None], str | None] = {}
     for j in sorted(jobs, key=lambda j: (j.arrival, j.key)):
         sig = (j.pods, j.gpus_per_pod, j.required_topology, j.preferred_topology)
         if sig not in never_fits:
-            empty = _decider(policy_name, gp, snap, explain=True)(snap, states[j.key].gang, None)
+            empty = explained.place(snap, states[j.key].gang, explained.policy, {})
             why = empty.placement.reason if empty.placement is not None else empty.message
             never_fits[sig] = None if empty.ready else f"never fits this cluster: {why}"
         refusal = never_fits[sig]
@@ -295,7 +395,10 @@ def replay(
     reserved: dict[str, _State] = {}  # quota reserved, not admitted
     admitted: dict[str, _State] = {}
     unready: list[str] = []  # admitted, pods not all Ready yet (Sequential mode's gate)
-    infeasible: list[Job] = []  # since capacity last came free
+    infeasible: list[tuple[Job, AdmissionDecision]] = []  # refused since capacity last came free
+    holds: dict[str, Hold] = {}  # domains held for preempting gangs, by holder
+    searched: dict[str, tuple[int, PreemptionPlan]] = {}  # victim searches, by gang
+    generation = 0  # bumped whenever what a victim search reads changes
     reserved_gpus = busy = stranded = queued = 0
     quota = 0
     now = 0.0
@@ -310,8 +413,9 @@ def replay(
         return sum(v for (_, r), v in q.items() if r == GPU)
 
     def stop(s: _State, t: float) -> None:
-        nonlocal busy, reserved_gpus, infeasible
+        nonlocal busy, reserved_gpus, infeasible, generation
         release(snap, s.gang, NAMESPACE)
+        generation += 1
         admitted.pop(s.job.key, None)
         if s.job.key in unready:
             unready.remove(s.job.key)
@@ -321,19 +425,50 @@ def replay(
         s.attempt += 1
         infeasible = []
 
-    def hold(s: _State, t: float) -> str | None:
-        """Why the plans keep a waiting gang out now (a wake-up at their next change), or None."""
+    def interrupt(s: _State, t: float) -> None:
+        """Evict a running job whole (it resumes later with the run time it had left)."""
+        if s.running_since is not None:
+            s.left = max(0.0, s.left - (t - s.running_since))
+        s.running_since = None
+        stop(s, t)
+
+    def drain_of(s: _State, t: float) -> tuple[DrainDecision | None, float | None]:
+        """What the plans say about a waiting gang now, and when their quota next changes."""
         d = gang_drain(plans, queue_name, flavors, at(t), _td(s.job.max_runtime))
         if d is None or d.admit:
-            return None
+            return d, None
         change = next_quota_change(plans, queue_name, at(t))
-        if change is not None:
-            push((change - settings.start).total_seconds(), _Ev.WAKE)
-        return f"waiting for the next block: {d.reason}"
+        return d, None if change is None else (change - settings.start).total_seconds()
 
     def requeue(s: _State) -> None:
         s.reserved_at = None
         for_quota.append(s.job.key)
+
+    def current() -> int:
+        return generation
+
+    by_gang = {s.gang.name: s for s in states.values()}
+    optimum: dict[str, Placement] = {}  # the optimal policy's admissions of this pass, by gang
+
+    def place_one(
+        snap: Snapshot, gang: Gang, policy: GangPolicy, annotations: Mapping[str, str]
+    ) -> AdmissionDecision:
+        """The way's placement, skipping what is known not to fit."""
+        s = by_gang[gang.name]
+        if policy_name == "optimal":
+            chosen = optimum.get(gang.name)
+            why = "not in the packing optimum now"
+            return AdmissionDecision(
+                chosen is not None, why, placement=chosen or Placement(False, None, (), (), why)
+            )
+        # a holder has more room than the gangs kept off its domain
+        known = None if s.job.key in holds else _dominated(s.job, infeasible)
+        if known is not None:
+            return known
+        decision = way.place(snap, gang, policy, annotations)
+        if not decision.ready:
+            infeasible.append((s.job, decision))
+        return decision
 
     while events:
         t = events[0][0]
@@ -375,17 +510,16 @@ def replay(
             elif ev is _Ev.DRAIN:
                 dr = gang_drain(plans, queue_name, flavors, at(t), _td(s.job.max_runtime), at(s.admitted_at))
                 if dr is not None and dr.evict:
-                    if s.running_since is not None:
-                        s.left = max(0.0, s.left - (t - s.running_since))
-                    s.running_since = None
-                    stop(s, t)
+                    interrupt(s, t)
                     s.drained += 1
                     s.reason = dr.reason
                     requeue(s)
             if ev is _Ev.REQUEUE and s is not None and s.attempt == attempt:
                 requeue(s)
         quota = quota_now(t)
-        # Kueue: quota reservation in arrival order, skipping what does not fit (BestEffortFIFO).
+        if prioritized:  # Kueue's queue order: priority first, then the order they came in
+            for_quota.sort(key=lambda k: -states[k].job.priority)
+        # Kueue: quota reservation in that order, skipping what does not fit (BestEffortFIFO).
         still: list[str] = []
         for key in for_quota:
             s = states[key]
@@ -399,7 +533,7 @@ def replay(
                 )
                 still.append(key)
         for_quota = still
-        # The admission pass.
+        # The admission pass: every quota-reserved gang through the check's gate, in its order.
         head: _State | None = None
         waiting = [
             QueuedWorkload(
@@ -408,44 +542,65 @@ def replay(
             for k, r in reserved.items()
         ]
         ordered = [reserved[q.key] for q in admission_queue(waiting).candidates]
-        held = {s.job.key: r for s in ordered if (r := hold(s, t)) is not None} if plans else {}
-        optimum: dict[str, Placement] = {}
+        drains = {s.job.key: drain_of(s, t) for s in ordered} if plans else {}
+        state: PreemptionState | None = None
+        if preempting:
+            # The holds of the waiting gangs, each for its preemptor's readyTimeout and its
+            # quota reservation; one given back makes room for the gangs known not to fit.
+            live = {
+                k: h
+                for k, h in holds.items()
+                if k in reserved and h.live(_reserved_at(reserved[k]), t, gp.ready_timeout)
+            }
+            if len(live) < len(holds):
+                infeasible = []
+                generation += 1
+            started = list(admitted.values())
+            running = partial(_running, started, queue_name)
+            state = _Preemptions(live, running, partial(dict, queues), searched, current)
+            holds = live
         if policy_name == "optimal" and ordered:
-            pick = [s for s in ordered if s.job.key not in held][:MAX_GANGS]
+            pick = [s for s in ordered if (d := drains.get(s.job.key, (None, None))[0]) is None or d.admit]
+            pick = pick[:MAX_GANGS]
             # the optimum keeps the same spares free as our placement would
             spares = snap.spare_nodes(gp.placement.spares_per_ultraserver)
             found = optimal_admissions(snap, [s.gang for s in pick], spares)
-            optimum = {s.job.key: p for s, p in zip(pick, found, strict=True) if p.feasible}
+            optimum = {s.gang.name: p for s, p in zip(pick, found, strict=True) if p.feasible}
+        victims: list[tuple[str, str]] = []  # (victim, preemptor) of this pass
         for s in ordered:
             key = s.job.key
-            if key in held:
-                s.reason = held[key]
-                continue
-            blocker = sequential_blocker(key, unready) if gp.sequential else None
-            if policy_name == "optimal":
-                chosen = optimum.get(key)
-                decision = AdmissionDecision(
-                    chosen is not None, "not in the packing optimum now", placement=chosen
-                )
-                if chosen is None:
-                    s.reason = decision.message
-                    head = head or s
-                    continue
-            else:
-                known = _dominated(s.job, infeasible) if blocker is None else None
-                if known is not None:
-                    s.reason = states[known.key].reason
-                    head = head or s
-                    continue
-                decision = decide_one(snap, s.gang, blocker)
-            if not decision.ready:
-                s.reason = decision.message
-                if blocker is None:
-                    infeasible.append(s.job)
+            drain, change = drains.get(key, (None, None))
+            facts = GangFacts(
+                Contender(key, s.job.priority, queue_name, s.job.arrival),
+                way.policy,
+                s.gang,
+                snap,
+                t,
+                _reserved_at(s),
+                None,  # a requeued gang waits out its backoff before Kueue reserves its quota
+                tuple(unready),
+                drain,
+                change,
+            )
+            out = gate(facts, state, place_one)
+            if out.wake_at is not None:
+                push(out.wake_at, _Ev.WAKE)
+            plan = out.preemption
+            if plan is not None and plan.preempts and state is not None:
+                state.started(key, plan, out.hold)
+                generation += 1
+                if out.hold is not None:  # given back after the preemptor's readyTimeout
+                    push(t + gp.ready_timeout, _Ev.WAKE)
+                victims += [(v.key, key) for v in plan.victims]
+            decision = out.decision
+            if decision is None or not decision.ready:
+                s.reason = out.message
+                if out.step in ("placement", "preemption"):
                     head = head or s
                 continue
             assert decision.placement is not None
             charge(snap, s.gang, decision.placement, NAMESPACE)
+            generation += 1
             del reserved[key]
             admitted[key] = s
             busy += s.job.gpus
@@ -464,6 +619,16 @@ def replay(
                 end = gang_drain(plans, queue_name, flavors, at(t), _td(s.job.max_runtime), at(t))
                 if end is not None and end.evict_at is not None:
                     push(max(t, (end.evict_at - settings.start).total_seconds()), _Ev.DRAIN, key, s.attempt)
+        # Kueue evicts the victims whole and requeues them; the preemptors are decided again
+        # in a pass at this instant, on the capacity they left.
+        for victim, preemptor in victims:
+            v = states[victim]
+            interrupt(v, t)
+            v.preempted += 1
+            v.reason = f"preempted by {preemptor}"
+            requeue(v)
+        if victims:
+            push(t, _Ev.WAKE)
         stranded = _stranded(snap, head.job, level_capacity) if head is not None else 0
         queued = len(for_quota) + len(reserved)
         if not samples or (samples[-1].busy_gpus, samples[-1].queued, samples[-1].stranded_gpus) != (
@@ -493,6 +658,7 @@ def replay(
                 s.retries,
                 never,
                 s.domains,
+                s.preempted,
             )
         )
     return Replay(

@@ -92,6 +92,9 @@ class GangReservations:
         self.policy_of = policy_of
         self.admitted_of = admitted_of
         self.promises = Promises()
+        # Gangs whose admission this process announced (`on_admitting`) -> the Workload revision
+        # it was decided on; the watch's versions up to it are older than the admission.
+        self.announced: dict[GangKey, int] = {}
         self.lock = threading.RLock()
         self.snapshot = Snapshot()  # the default levels: plain pods and gangs without a policy
         self.snapshots: dict[tuple[str, ...], Snapshot] = {self.snapshot.levels: self.snapshot}
@@ -235,13 +238,45 @@ class GangReservations:
         gkey = (str(meta.get("namespace", "")), gang_id(str(meta["name"])))
         admitted = self.admitted_of(new) if new is not None else None
         with self.lock:
-            if admitted == self.promises.admitted.get(gkey):
-                return  # a status update that changes nothing promised
-            if admitted is None:
-                del self.promises.admitted[gkey]
-            else:
-                self.promises.admitted[gkey] = admitted
-            self.promises.stale.add(gkey)
+            announced = self.announced.get(gkey)
+            if announced is not None:
+                if new is not None and _revision(new) <= announced:
+                    return  # the version the admission was decided on, or older: it stands
+                del self.announced[gkey]  # newer: the Workload itself says what holds
+            self._admit(gkey, admitted)
+
+    def on_admitting(self, admitted: JSON) -> None:
+        """An admission the gang check of this process decided and is writing (`admitted`: the
+        Workload as the write will make it): promised from now, ahead of the Workload watch,
+        until a newer version of the Workload arrives or the admission is withdrawn."""
+        if self.admitted_of is None:
+            return
+        meta = admitted["metadata"]
+        gkey = (str(meta.get("namespace", "")), gang_id(str(meta["name"])))
+        promised = self.admitted_of(admitted)
+        with self.lock:
+            self.announced[gkey] = _revision(admitted)
+            self._admit(gkey, promised)
+
+    def on_withdrawn(self, workload: JSON) -> None:
+        """The announced admission was not written: the Workload as it is says what holds,
+        unless the watch has shown a newer version since."""
+        meta = workload["metadata"]
+        gkey = (str(meta.get("namespace", "")), gang_id(str(meta["name"])))
+        with self.lock:
+            if self.announced.pop(gkey, None) is None:
+                return
+            self._admit(gkey, self.admitted_of(workload) if self.admitted_of is not None else None)
+
+    def _admit(self, gkey: GangKey, admitted: AdmittedGang | None) -> None:
+        """Under the lock: `admitted` is what the gang is promised now (None: nothing)."""
+        if admitted == self.promises.admitted.get(gkey):
+            return  # a status update that changes nothing promised
+        if admitted is None:
+            del self.promises.admitted[gkey]
+        else:
+            self.promises.admitted[gkey] = admitted
+        self.promises.stale.add(gkey)
 
     def _forget(self, pod: GangPod) -> None:
         self.pods.pop(pod.key, None)
@@ -521,3 +556,10 @@ class GangReservations:
         with self.lock:
             self._settle()
             return scores(self.snapshot, pod, node_names, self.planned_node(pod))
+
+
+def _revision(obj: JSON) -> int:
+    """A Workload's resourceVersion as the etcd revision it is (0 if it is not one): versions
+    of one object are only compared, to tell the version an admission was decided on from later."""
+    rv = str(obj.get("metadata", {}).get("resourceVersion", ""))
+    return int(rv) if rv.isdigit() else 0

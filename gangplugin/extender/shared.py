@@ -24,6 +24,8 @@ from gangplugin.kube.dispatcher import Dispatcher
 from gangplugin.kube.gangpolicies import Cache, GangPolicies
 from gangplugin.kube.informer import identity
 from gangplugin.kube.resources import ADMISSION_CHECKS, GANG_POLICIES, RESOURCE_FLAVORS, TOPOLOGIES
+from gangplugin.runtime import admissions
+from gangplugin.runtime.admissions import AdmissionsInFlight, Subscriber
 from gangplugin.runtime.components import Runtime
 
 log = logging.getLogger(__name__)
@@ -74,6 +76,9 @@ def _make(runtime: Runtime) -> GangReservations:
     runtime.informer(PODS, gang_pod_from_k8s).add_handler(reservations.on_pod, on)
     if policies is not None:
         runtime.informer(WORKLOADS).add_handler(reservations.on_workload, on)
+        # The admission pass of this process announces each admission before writing it.
+        in_flight = runtime.shared(admissions.NAME, AdmissionsInFlight)
+        in_flight.subscribe(Subscriber(reservations.on_admitting, reservations.on_withdrawn))
     return reservations
 
 

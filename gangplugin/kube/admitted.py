@@ -46,3 +46,16 @@ def holds_capacity(wl: Mapping[str, Any], state: Mapping[str, Any]) -> bool:
         rec.is_true(wl, "Evicted"),
     )
     return bool(admission_queue([one]).admitted)
+
+
+def as_admitted(wl: Mapping[str, Any], check: str, updates: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The Workload as the gang check's admission will make it: its check entry `check` Ready with
+    `updates` as podSetUpdates (what the check writes), everything else as it is."""
+    status = dict(wl.get("status") or {})
+    entries = []
+    for entry in status.get("admissionChecks") or []:
+        if entry.get("name") == check:
+            entry = {**entry, "state": "Ready", "podSetUpdates": [dict(u) for u in updates]}
+        entries.append(entry)
+    status["admissionChecks"] = entries
+    return {**wl, "status": status}

@@ -8,17 +8,15 @@ takes `field`, the path of the object in its source, and raises
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from typing import Any
 
 from gangplugin.core.eligibility import OPERATORS, PodConstraints, Requirement, Taint, Toleration
 from gangplugin.core.errors import InputError
+from gangplugin.core.keys import unknown_keys
 from gangplugin.core.names import (
-    GROUP,
     KUEUE_SLICE_REQUIRED_TOPOLOGY_ANNOTATION,
     KUEUE_SLICE_SIZE_ANNOTATION,
-    POD_TEMPLATE_ANNOTATIONS,
     SLICE_PREFERRED_TOPOLOGY_ANNOTATION,
     SLICE_REQUIRED_TOPOLOGY_ANNOTATION,
     SLICE_SIZE_ANNOTATION,
@@ -270,21 +268,6 @@ def slice_topology(annotations: Mapping[str, Any], default: object = None) -> tu
     return (str(required) if required else None, str(preferred) if preferred else None)
 
 
-def _known_keys(annotations: Mapping[str, Any], field: str) -> None:
-    """InputError for a `gangplugin.io/` annotation gangplugin does not know (a misspelt
-    `required-topology` would otherwise place the gang anywhere, silently), naming the closest
-    known one."""
-    for key in sorted(annotations):
-        if key.startswith(f"{GROUP}/") and key not in POD_TEMPLATE_ANNOTATIONS:
-            close = difflib.get_close_matches(key, POD_TEMPLATE_ANNOTATIONS, n=1, cutoff=0.6)
-            hint = (
-                f"did you mean {close[0]}?"
-                if close
-                else f"the known ones are {', '.join(POD_TEMPLATE_ANNOTATIONS)}"
-            )
-            raise InputError(f"{field}.{key}", f"is not an annotation gangplugin knows; {hint}")
-
-
 def podset_from_template(
     name: str,
     count: object,
@@ -302,7 +285,7 @@ def podset_from_template(
     tm = _map(template, field)
     meta = _map(tm.get("metadata"), f"{field}.metadata")
     annotations = _str_map(meta.get("annotations"), f"{field}.metadata.annotations")
-    _known_keys(annotations, f"{field}.metadata.annotations")
+    labels = _str_map(meta.get("labels"), f"{field}.metadata.labels")
     spec = _map(tm.get("spec"), f"{field}.spec")
     required = annotations.get(REQUIRED_ANNOTATION) or topology_request.get("required")
     preferred = annotations.get(PREFERRED_ANNOTATION) or topology_request.get("preferred")
@@ -323,6 +306,7 @@ def podset_from_template(
         slice_size=size,
         slice_required_topology=slice_required,
         slice_preferred_topology=slice_preferred,
+        unknown_keys=unknown_keys(annotations) + unknown_keys(labels, "metadata.labels"),
     )
 
 

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gangplugin.core.errors import InputError
+from gangplugin.core.keys import did_you_mean
 
 ZONE = "topology.kubernetes.io/zone"
 REGION = "topology.kubernetes.io/region"
@@ -57,10 +58,40 @@ def _text(group: Mapping[str, Any], key: str, field: str) -> str:
     return value
 
 
+#: The fields of a shape, its spec and each group: any other is an error (a misspelt
+#: `instancesPerNetworkLayers` would silently give the nodes no network layers).
+SHAPE_FIELDS = frozenset({"apiVersion", "kind", "metadata", "spec"})
+SPEC_FIELDS = frozenset({"groups"})
+GROUP_FIELDS = frozenset(
+    {
+        "name",
+        "instanceType",
+        "ultraServerType",
+        "availabilityZone",
+        "ultraServerCount",
+        "instancesPerUltraServer",
+        "instanceCount",
+        "instancesPerNetworkLayer",
+        "allocatable",
+    }
+)
+
+
+def _known_fields(obj: Mapping[str, Any], known: frozenset[str], field: str) -> None:
+    for key in obj:
+        if key not in known:
+            where = f"{field}.{key}" if field else str(key)
+            raise InputError(where, f"is not a field of a LocalClusterShape{did_you_mean(str(key), known)}")
+
+
 def nodes_from_shape(shape: object) -> list[dict[str, Any]]:
     """Every Node of the shape; network layer domains nest, widest first. InputError naming
-    the field when the document is not a usable shape."""
+    the field when the document is not a usable shape, unknown fields included."""
+    if isinstance(shape, Mapping):
+        _known_fields(shape, SHAPE_FIELDS, "")
     spec = shape.get("spec") if isinstance(shape, Mapping) else None
+    if isinstance(spec, Mapping):
+        _known_fields(spec, SPEC_FIELDS, "spec")
     groups = spec.get("groups") if isinstance(spec, Mapping) else None
     if not isinstance(groups, list) or not groups:
         raise InputError("spec.groups", "a LocalClusterShape needs a list of node groups")
@@ -69,6 +100,7 @@ def nodes_from_shape(shape: object) -> list[dict[str, Any]]:
         field = f"spec.groups[{g}]"
         if not isinstance(group, Mapping):
             raise InputError(field, "each group is a mapping")
+        _known_fields(group, GROUP_FIELDS, field)
         name = _text(group, "name", field)
         zone = _text(group, "availabilityZone", field)
         instance_type = _text(group, "instanceType", field)

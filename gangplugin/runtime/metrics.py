@@ -14,6 +14,8 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from gangplugin.core.gate import WAITING_REASONS
+
 # Admission and readiness happen on human time scales: seconds to an hour.
 _SLOW = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 # Extender calls: filter/prioritize in milliseconds, bind waits at the gang barrier (up to ~20 s).
@@ -88,6 +90,23 @@ ADMISSION_PASS_SEEN = Gauge(
     "The newest Workload resourceVersion in the cache when the last completed admission pass "
     "began: every Workload write up to it has been decided on (and the decisions written).",
 )
+WAITING_GANGS = Gauge(
+    "gangplugin_waiting_gangs",
+    "Gangs with quota reserved that the gang check holds Pending after the last admission pass, "
+    "by why: NoFit, Sequential, PlanDrain, Backoff, Preempting, PolicyUnusable.",
+    ["reason"],
+)
+WAITING_OLDEST = Gauge(
+    "gangplugin_waiting_gang_oldest_seconds",
+    "How long the longest-waiting of those gangs has had its quota reserved, by the same reasons.",
+    ["reason"],
+)
+NODE_REPLACEMENTS = Counter(
+    "gangplugin_node_replacements_total",
+    "Failed nodes under running gangs: replaced (the gang's pods recreated on other nodes of its "
+    "domain) or impossible (the gang waits for its recoveryTimeout).",
+    ["result"],
+)
 LEADER = Gauge(
     "gangplugin_leader",
     "1 while this replica holds the leader Lease (and runs the controllers), else 0.",
@@ -108,6 +127,15 @@ def newest_resource_version(objs: Iterable[Mapping[str, Any]]) -> int:
     """The highest resourceVersion among API objects (etcd revisions: decimal integers); 0 if none."""
     versions = (str((o.get("metadata") or {}).get("resourceVersion", "")) for o in objs)
     return max((int(v) for v in versions if v.isdigit()), default=0)
+
+
+def waiting(gangs: Mapping[str, list[float]]) -> None:
+    """After an admission pass: reason -> how long each gang waiting for it has had its quota
+    reserved. Every reason is set, 0 when no gang waits for it, so a series never goes stale."""
+    for reason in WAITING_REASONS:
+        waits = gangs.get(reason, [])
+        WAITING_GANGS.labels(reason).set(len(waits))
+        WAITING_OLDEST.labels(reason).set(max(waits, default=0.0))
 
 
 # The watchdog's phase when a gang ran out of time -> the eviction reason exported.

@@ -1,10 +1,12 @@
 """Job traces for `gangctl simulate`: the CSV format of deploy/traces/ and a seeded generator.
 
-CSV columns (a header row; other columns are ignored): `arrival_time` (seconds from the trace
-start), `gpu_workers` (pods), `gpu_per_worker` (GPUs per pod), and the run time as `duration`
-(seconds) or `num_iteration` x `iteration_computing_time`. Optional: `job_id` (else the row
-number), `max_runtime` (seconds; default the run time, as a job that declares
-`gangplugin.io/max-runtime` honestly), `required_topology`, `preferred_topology` (node labels).
+CSV columns (a header row; a column not named here is an error naming the closest known one):
+`arrival_time` (seconds from the trace start), `gpu_workers` (pods), `gpu_per_worker` (GPUs per
+pod), and the run time as `duration` (seconds) or `num_iteration` x `iteration_computing_time`.
+Optional: `job_id` (else the row number), `max_runtime` (seconds; default the run time, as a job
+that declares `gangplugin.io/max-runtime` honestly), `required_topology`, `preferred_topology`
+(node labels), `priority` (the job's Kueue priority, a whole number; default 0, Kueue's without a
+WorkloadPriorityClass). The Kalos format's other columns (`IGNORED`) are allowed and not read.
 """
 
 from __future__ import annotations
@@ -15,10 +17,24 @@ import random
 from collections.abc import Iterable, Mapping
 
 from gangplugin.core.errors import InputError
+from gangplugin.core.keys import did_you_mean
 from gangplugin.core.simulate import Job
 
 REQUIRED = ("arrival_time", "gpu_workers", "gpu_per_worker")
 RUNTIME_COLUMNS = ("duration", ("num_iteration", "iteration_computing_time"))
+OPTIONAL = ("job_id", "max_runtime", "required_topology", "preferred_topology", "priority")
+#: Columns of the Kalos trace format (deploy/traces/) the replay does not read.
+IGNORED = (
+    "iteration_networking_time",
+    "ps",
+    "cpu_per_gpu_worker",
+    "cpu_per_ps_worker",
+    "tensorsizes",
+    "profiled_network",
+)
+#: Every column a trace may have: any other is an error, not silence (a misspelt `priorty` or
+#: `max_runtme` would replay every job with the default).
+COLUMNS = frozenset((*REQUIRED, "duration", "num_iteration", "iteration_computing_time", *OPTIONAL, *IGNORED))
 
 
 def _number(row: Mapping[str, str | None], column: str, line: int, *, whole: bool = False) -> float:
@@ -34,9 +50,28 @@ def _number(row: Mapping[str, str | None], column: str, line: int, *, whole: boo
     return value
 
 
+def _priority(row: Mapping[str, str | None], line: int) -> int:
+    raw = (row.get("priority") or "").strip()
+    if not raw:
+        return 0
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InputError(
+            f"line {line}: priority", f"{raw!r} is not a whole number, like 100 or -10"
+        ) from None
+    if not -(2**31) <= value < 2**31:  # a WorkloadPriorityClass value is an int32
+        raise InputError(f"line {line}: priority", f"{raw!r} is outside the int32 range")
+    return value
+
+
 def jobs_from_rows(rows: Iterable[Mapping[str, str | None]], columns: Iterable[str]) -> list[Job]:
     """Jobs from CSV rows (dicts by header). InputError naming the missing column or bad cell."""
     have = set(columns)
+    unknown = sorted(have - COLUMNS)
+    if unknown:
+        column = unknown[0]
+        raise InputError(f"column {column}", f"is not a trace column{did_you_mean(column, COLUMNS)}")
     missing = [c for c in REQUIRED if c not in have]
     if missing:
         raise InputError(f"column {missing[0]}", f"is missing; a trace needs {', '.join(REQUIRED)}")
@@ -73,6 +108,7 @@ def jobs_from_rows(rows: Iterable[Mapping[str, str | None]], columns: Iterable[s
                 max_runtime=_number(row, "max_runtime", line) if max_rt else runtime,
                 required_topology=(row.get("required_topology") or "").strip() or None,
                 preferred_topology=(row.get("preferred_topology") or "").strip() or None,
+                priority=_priority(row, line),
             )
         )
     return jobs

@@ -161,7 +161,7 @@ def local_gangplugin_stopped(cluster: E2ECluster) -> Iterator[LocalCluster]:
 
 @contextlib.contextmanager
 def gangplugin_scheduler(cluster: E2ECluster, local: LocalCluster, tmp_path: Path) -> Iterator[Path]:
-    """The base's second kube-scheduler (deploy/scheduler/in-cluster.yaml) as its ServiceAccount,
+    """The base's second kube-scheduler (its ConfigMap) as its ServiceAccount,
     calling the extender where the local cluster's leader serves it; yields its log."""
     sched_config = token_kubeconfig(cluster, "gangplugin-scheduler", tmp_path / "scheduler.kubeconfig")
     cfg = yaml.safe_load(next(o for o in render() if o["kind"] == "ConfigMap")["data"]["config.yaml"])

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -21,7 +20,7 @@ from gangplugin.core.policy import PINNED_BIND_MODES
 from gangplugin.kube.client import EVENTS, JOBS, PODS, WORKLOADS, Client, Resource
 from gangplugin.server.main import COMPONENTS
 from tests.e2e.conftest import E2ECluster, e2e_local_cluster
-from tests.e2e.kube import GB200, condition, gpu_job, job_pods, trainer_pod_spec, unique, wait_for
+from tests.e2e.kube import GB200, condition, gpu_job, job_pods, trainer_pod_spec, unique, wait_for, wait_until
 from tests.e2e.test_admission import (
     HOSTNAME,
     US,
@@ -98,12 +97,13 @@ def test_a_gang_that_stays_partly_bound_is_requeued_whole(
         pods = job_pods(client, namespace, name)
         return [f"{p['metadata']['name']}@{p['spec']['nodeName']}" for p in pods if _holds_node(p)]
 
-    deadline = time.monotonic() + 20
-    while bound() and time.monotonic() < deadline:
-        time.sleep(0.5)
-    wl = workload(client, namespace, name)
-    conditions = [(c["type"], c["status"], c.get("reason")) for c in wl["status"].get("conditions") or []]
-    assert not bound(), f"still bound after the eviction: {bound()}; Workload conditions {conditions}"
+    def state() -> str:
+        wl = workload(client, namespace, name)
+        conditions = [(c["type"], c["status"], c.get("reason")) for c in wl["status"].get("conditions") or []]
+        return f"still bound after the eviction: {bound()}; Workload conditions {conditions}"
+
+    # Far less than the 10m backoff: the eviction released the nodes, not the backoff's end.
+    wait_until(lambda: not bound(), 120, state)
     assert client.get(JOBS, name, namespace)["spec"]["suspend"] is True
     wait_for(
         lambda: "backoff until" in check_of(workload(client, namespace, name)).get("message", ""),
@@ -268,10 +268,21 @@ def test_plain_pods_made_as_an_ungate_gang_is_admitted_are_kept_off_its_promised
     held that capacity between the admission and the pins: the plain pods all bound, and the
     gang no longer fitted, or was left partly bound when its plan raced their bindings.)"""
     client = cluster.client
-    wait_for(
-        lambda: not any(p["metadata"].get("deletionTimestamp") for p in client.list(PODS)["items"]),
-        120,
-        "a quiet cluster: no pod of an earlier test still being deleted",
+
+    # A bound pod of an earlier test that is still being deleted holds a node now and frees it
+    # mid-test (a plain pod could then take it): wait until none is left. Unbound ones hold nothing.
+    def leaving() -> list[str]:
+        return [
+            f"{p['metadata']['namespace']}/{p['metadata']['name']} on {p['spec']['nodeName']} "
+            f"({p['status'].get('phase')}, finalizers {p['metadata'].get('finalizers')})"
+            for p in client.list(PODS)["items"]
+            if p["metadata"].get("deletionTimestamp") and p["spec"].get("nodeName")
+        ]
+
+    wait_until(
+        lambda: not leaving(),
+        180,
+        lambda: f"a quiet cluster: bound pods of earlier tests still being deleted: {leaving()}",
     )
     queue = gang_queue(bindMode="Ungate", requeue={"backoffBaseSeconds": 600})
     size, extra, account = 8, 4, unique("held")

@@ -61,13 +61,20 @@ class Running:
         )
         self.lines: queues.Queue[str | None] = queues.Queue()
         self.seen: list[str] = []
+        self.errors: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()
+        self._stderr = threading.Thread(target=self._read_errors, daemon=True)
+        self._stderr.start()
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             self.lines.put(line.rstrip("\n"))
         self.lines.put(None)
+
+    def _read_errors(self) -> None:
+        assert self.proc.stderr is not None
+        self.errors.extend(self.proc.stderr)
 
     def until(self, wanted: Any, timeout: float, what: str) -> str:
         """The first line `wanted` holds for, waiting up to `timeout`, or fail with what was seen."""
@@ -81,10 +88,13 @@ class Running:
         raise AssertionError(f"{what}: not within {timeout}s; gangctl printed {self.seen}")
 
     def finish(self, timeout: float) -> tuple[int, str]:
-        _, err = self.proc.communicate(timeout=timeout)
+        """Its exit status and stderr, once it exits; every stdout line is in `seen` (only the
+        reader threads read the pipes: `communicate` would take the last lines from them)."""
+        code = self.proc.wait(timeout=timeout)
         while (line := self.lines.get(timeout=timeout)) is not None:
             self.seen.append(line)
-        return self.proc.returncode, err
+        self._stderr.join(timeout)
+        return code, "".join(self.errors)
 
     def stop(self) -> None:
         if self.proc.poll() is None:

@@ -21,10 +21,8 @@
 from __future__ import annotations
 
 import contextlib
-import re
 import socket
 import ssl
-import subprocess
 import time
 import tomllib
 from collections.abc import Iterator
@@ -40,31 +38,21 @@ from gangplugin.core.leader import ElectionConfig
 from gangplugin.core.names import LEADER_LABEL
 from gangplugin.kube.client import PODS, ApiError, Client
 from gangplugin.localcluster.cluster import REPO, LocalCluster
-from tests.e2e import base_install
+from tests.e2e import base_install, containers
 from tests.e2e.base_install import LEASES, NAMESPACE, refused, run_gang
 from tests.e2e.conftest import E2ECluster
+from tests.e2e.containers import build_image, engine
 from tests.e2e.grpcauth import service_account_token
 from tests.e2e.kube import gang_queues, unique, wait_for
 from tests.e2e.leases import REQUEST_TIMEOUT, watch_handover, worst_case_handover
 from tests.unit.test_manifests import render
 
-ENGINE = str(REPO / "hack" / "container.sh")
-SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 ELECTION = ElectionConfig()  # serve's --leader-election-* defaults, which the Deployment keeps
-
-
-def engine(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([ENGINE, *args], capture_output=True, text=True, check=False, timeout=timeout)
 
 
 @pytest.fixture(scope="module")
 def image() -> str:
-    """`make image`'s build (hack/image.sh): cached by content, so a warm run takes seconds."""
-    out = subprocess.run(
-        [str(REPO / "hack" / "image.sh")], capture_output=True, text=True, check=False, timeout=1800
-    )
-    assert out.returncode == 0, out.stderr[-4000:]
-    return out.stdout.strip().splitlines()[-1]
+    return build_image()
 
 
 def test_image_is_the_version_runs_non_root_and_holds_no_compiler(image: str) -> None:
@@ -82,28 +70,6 @@ def _deployment() -> dict[str, Any]:
     return next(o for o in render() if o["kind"] == "Deployment")
 
 
-def _security_flags(pod_spec: dict[str, Any], container: dict[str, Any]) -> list[str]:
-    """The engine flags for the pod's and the container's securityContext; a field this does not
-    translate fails the test, so the manifest cannot gain one the containers here would ignore."""
-    pod_sc = dict(pod_spec.get("securityContext") or {})
-    sc = dict(container.get("securityContext") or {})
-    assert pod_sc.pop("runAsNonRoot") is True and pod_sc["runAsUser"] != 0
-    flags = [f"--user={pod_sc.pop('runAsUser')}:{pod_sc.pop('runAsGroup')}"]
-    # RuntimeDefault is the engine's default seccomp profile: no flag.
-    assert pod_sc.pop("seccompProfile") == {"type": "RuntimeDefault"}
-    if sc.pop("allowPrivilegeEscalation") is False:
-        flags.append("--security-opt=no-new-privileges")
-    if sc.pop("readOnlyRootFilesystem") is True:
-        flags.append("--read-only")
-        if engine().stdout.strip() == "podman":  # else it adds writable /tmp, /run, /var/tmp
-            flags.append("--read-only-tmpfs=false")
-    caps = sc.pop("capabilities")
-    assert set(caps) == {"drop"}, f"capabilities the image test does not apply: {caps}"
-    flags += [f"--cap-drop={c}" for c in caps["drop"]]
-    assert pod_sc == {} and sc == {}, f"securityContext fields the image test does not apply: {pod_sc} {sc}"
-    return flags
-
-
 def _bind_ports(local: LocalCluster, replica: int) -> dict[str, int]:
     """Where each listener of replica `replica` binds on the host network: the local cluster's
     ports for its gangplugin replicas (the first's webhook port is the one the API server calls),
@@ -119,70 +85,32 @@ class Replica:
     log: Path
 
 
-def _files(directory: Path, files: dict[str, bytes]) -> Path:
-    """A directory the container's non-root UID can read (as a Secret volume's files are)."""
-    directory.mkdir(mode=0o755)
-    for name, data in files.items():
-        (directory / name).write_bytes(data)
-        (directory / name).chmod(0o644)
-    return directory
-
-
 def _run_argv(
     cluster: E2ECluster, local: LocalCluster, image: str, name: str, replica: int, tmp_path: Path
 ) -> tuple[list[str], int]:
     """The engine's `run` for one replica of the Deployment, and its health port."""
-    spec = _deployment()["spec"]["template"]["spec"]
-    (container,) = spec["containers"]
     ports = _bind_ports(local, replica)
-    args = []
-    for arg in container["args"]:
-        m = re.fullmatch(r"--(\w+)-bind=0\.0\.0\.0:\d+", arg)
-        args.append(f"--{m[1]}-bind=127.0.0.1:{ports[m[1]]}" if m else arg)
-    env = {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": str(local.ports.apiserver)}
-    fields = {"metadata.name": name, "metadata.namespace": NAMESPACE}
-    for var in container["env"]:
-        env[var["name"]] = fields[var["valueFrom"]["fieldRef"]["fieldPath"]]
     pki = local.pki_dir
-    # Secret -> (volume name, files): the local cluster's stand-ins for what cert-manager issues.
+    # The local cluster's stand-ins for what cert-manager issues.
     secrets = {
-        "gangplugin-serving-tls": (
-            "tls",
-            {"tls.crt": (pki / "webhook.crt").read_bytes(), "tls.key": (pki / "webhook.key").read_bytes()},
-        ),
-        "gangplugin-extender-client-ca": (
-            "extender-client-ca",
-            {"ca.crt": (local.extender_clients_dir / "ca.crt").read_bytes()},
-        ),
+        "gangplugin-serving-tls": {
+            "tls.crt": (pki / "webhook.crt").read_bytes(),
+            "tls.key": (pki / "webhook.key").read_bytes(),
+        },
+        "gangplugin-extender-client-ca": {"ca.crt": (local.extender_clients_dir / "ca.crt").read_bytes()},
     }
-    sources = {vol: _files(tmp_path / f"{name}-{vol}", files) for vol, files in secrets.values()}
-    mounts = []
-    for vol_mount in container["volumeMounts"]:
-        volume = next(v for v in spec["volumes"] if v["name"] == vol_mount["name"])
-        if "emptyDir" in volume:
-            size = volume["emptyDir"]["sizeLimit"].removesuffix("i").lower()
-            mounts.append(f"--tmpfs={vol_mount['mountPath']}:rw,size={size}")
-        else:
-            assert volume["secret"]["secretName"] in secrets, volume
-            mode = "ro" if vol_mount.get("readOnly") else "rw"
-            mounts.append(f"--volume={sources[vol_mount['name']]}:{vol_mount['mountPath']}:{mode}")
-    token = service_account_token(cluster.client, NAMESPACE, spec["serviceAccountName"])
-    account = _files(
-        tmp_path / f"{name}-serviceaccount",
-        {"token": token.encode(), "ca.crt": (pki / "ca.crt").read_bytes(), "namespace": NAMESPACE.encode()},
+    deployment = _deployment()
+    token = service_account_token(
+        cluster.client, NAMESPACE, deployment["spec"]["template"]["spec"]["serviceAccountName"]
     )
-    mounts.append(f"--volume={account}:{SA_DIR}:ro")
-    argv = [
-        "run",
-        "--detach",
-        f"--name={name}",
-        "--network=host",
-        *_security_flags(spec, container),
-        *mounts,
-        *(f"--env={k}={v}" for k, v in env.items()),
-        image,
-        *args,
-    ]
+    account = {
+        "token": token.encode(),
+        "ca.crt": (pki / "ca.crt").read_bytes(),
+        "namespace": NAMESPACE.encode(),
+    }
+    argv = containers.run_argv(
+        deployment, image, name, NAMESPACE, ports, secrets, account, local.ports.apiserver, tmp_path
+    )
     return argv, ports["health"]
 
 
@@ -216,9 +144,7 @@ def _replicas(
         yield replicas
     finally:
         for r in replicas:
-            logs = engine("logs", r.name)
-            r.log.write_text(logs.stdout + logs.stderr)
-            engine("rm", "--force", r.name)
+            containers.keep_logs_and_remove(r.name, r.log)
             with contextlib.suppress(ApiError):
                 cluster.client.delete(PODS, r.name, NAMESPACE)
 

@@ -5,7 +5,7 @@
   can reach), so those are checked to be the only kinds the server does not know.
 - Least privilege for real: the ServiceAccounts and RBAC of the base are created, and
   `gangplugin serve` (every component) and a second kube-scheduler with
-  deploy/scheduler/in-cluster.yaml run with those identities' tokens in place of the local
+  the chart's scheduler configuration run with those identities' tokens in place of the local
   cluster's gangplugin. A gang whose pods set `schedulerName: gangplugin-scheduler` is admitted,
   placed and bound through them, a TrainingPlan gets its status and its ClusterQueue its quota
   bookkeeping, and neither log shows a request the API server refused.
@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from gangplugin.core.names import PLAN_QUOTA_ANNOTATION
 from gangplugin.kube.client import ApiError, Client, Resource
@@ -29,7 +30,7 @@ from tests.e2e import base_install
 from tests.e2e.base_install import NAMESPACE, docs, refused, run_gang, run_kubectl, start, stop
 from tests.e2e.conftest import E2ECluster
 from tests.e2e.kube import CLUSTER_QUEUES, gang_queues, queue_objects, unique, wait_for
-from tests.unit.test_manifests import CERT_MANAGER, render, render_text
+from tests.unit.test_manifests import BASE, CERT_MANAGER, kustomize, render, render_text
 
 
 @pytest.fixture(scope="module")
@@ -56,16 +57,25 @@ def test_every_object_passes_a_server_side_dry_run(cluster: E2ECluster, installe
     # cert-manager's kinds: unknown here, and the only ones the server rejects.
     theirs = [o for o in render() if o["apiVersion"] == CERT_MANAGER]
     assert {o["kind"] for o in theirs} == {"Issuer", "Certificate"}
-    out = run_kubectl(cluster, "apply", "--server-side", "--dry-run=server", "-f", "-", stdin=render_text())
-    assert out.returncode != 0
-    lines = [ln.strip() for ln in out.stderr.splitlines() if ln.strip()]
-    unknown = [ln for ln in lines if ln.startswith("resource mapping not found")]
-    assert all(ln == "ensure CRDs are installed first" for ln in lines if ln not in unknown), out.stderr
-    assert sorted(unknown) == sorted(
-        f'resource mapping not found for name: "{o["metadata"]["name"]}" namespace: "{NAMESPACE}" '
-        f'from "STDIN": no matches for kind "{o["kind"]}" in version "{CERT_MANAGER}"'
-        for o in theirs
-    ), out.stderr
+    # The whole overlay, and the base alone as `kubectl apply -k` takes it (no load-restrictor flag).
+    base = [o for o in yaml.safe_load_all(kustomize(BASE)) if o]
+    for args, objs, source in (
+        (("-f", "-"), render(), "STDIN"),
+        (("-k", str(BASE)), base, str(BASE)),
+    ):
+        out = run_kubectl(cluster, "apply", "--server-side", "--dry-run=server", *args, stdin=render_text())
+        assert out.returncode != 0
+        lines = [ln.strip() for ln in out.stderr.splitlines() if ln.strip()]
+        unknown = [ln for ln in lines if ln.startswith("resource mapping not found")]
+        assert all(ln == "ensure CRDs are installed first" for ln in lines if ln not in unknown), out.stderr
+        assert sorted(unknown) == sorted(
+            f'resource mapping not found for name: "{o["metadata"]["name"]}" namespace: "{NAMESPACE}" '
+            f'from "{source}": no matches for kind "{o["kind"]}" in version "{CERT_MANAGER}"'
+            for o in objs
+            if o["apiVersion"] == CERT_MANAGER
+        ), out.stderr
+        known = [o for o in objs if o["apiVersion"] != CERT_MANAGER]
+        assert out.stdout.count("(server dry run)") == len(known), out.stdout
 
 
 @pytest.fixture

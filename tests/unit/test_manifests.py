@@ -1,7 +1,11 @@
-"""The in-cluster install (deploy/manifests/base, Dockerfile, `make image`), checked statically.
+"""The in-cluster install (deploy/manifests, Dockerfile, `make image`), checked statically.
 
-The base is rendered by the real kubectl (kustomize) that the build puts in the binary cache;
-tests/e2e/test_manifests.py sends the same rendering to a real API server.
+deploy/manifests/base and its Component components/scheduler are the Helm chart's rendering
+(tests/unit/test_helm_chart.py ties them). They are rendered here by the real kubectl (kustomize)
+the build puts in the binary cache, as an admin's overlay would: the base, the Component, and the
+scheduler's image set to the cluster's version (the pinned Kubernetes here), with kubectl's
+default load restrictions. tests/e2e/test_manifests.py sends the same rendering to a real API
+server.
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 import tomllib
 from functools import cache
 from pathlib import Path
@@ -23,6 +28,8 @@ from gangplugin.localcluster.cluster import REPO, cache_dir
 from gangplugin.server.main import serve
 
 BASE = REPO / "deploy" / "manifests" / "base"
+SCHEDULER_COMPONENT = REPO / "deploy" / "manifests" / "components" / "scheduler"
+CRDS = REPO / "deploy" / "helm" / "gangplugin" / "crds"
 CERT_MANAGER = "cert-manager.io/v1"
 
 
@@ -34,17 +41,47 @@ def kubectl() -> Path:
     return path
 
 
+def versions() -> dict[str, str]:
+    return dict(
+        line.split("=", 1)
+        for line in (REPO / "hack" / "versions.env").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+
+
+def kustomize(directory: Path) -> str:
+    """`kubectl kustomize` with its default load restrictor, as `kubectl apply -k` renders."""
+    out = subprocess.run(
+        [str(kubectl()), "kustomize", str(directory)], capture_output=True, text=True, check=False
+    )
+    assert out.returncode == 0, f"kubectl kustomize {directory} failed: {out.stderr}"
+    return out.stdout
+
+
+@cache
+def overlay() -> Path:
+    """An admin's overlay with the second scheduler (docs/install.md), outside the checkout."""
+    directory = Path(tempfile.mkdtemp(prefix="gangplugin-overlay-"))
+    (directory / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [os.path.relpath(BASE, directory)],  # kustomize takes no absolute path
+                "components": [os.path.relpath(SCHEDULER_COMPONENT, directory)],
+                "images": [
+                    {"name": "registry.k8s.io/kube-scheduler", "newTag": versions()["KUBERNETES_VERSION"]}
+                ],
+            }
+        )
+    )
+    return directory
+
+
 @cache
 def render_text() -> str:
-    """`kubectl kustomize` of the base, exactly as the README tells an admin to run it."""
-    out = subprocess.run(
-        [str(kubectl()), "kustomize", "--load-restrictor", "LoadRestrictionsNone", str(BASE)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert out.returncode == 0, f"kubectl kustomize failed: {out.stderr}"
-    return out.stdout
+    """The base with the scheduler's Component, as an overlay renders it."""
+    return kustomize(overlay())
 
 
 @cache
@@ -120,11 +157,36 @@ def test_base_has_every_part_of_the_install() -> None:
         assert obj["metadata"].get("namespace") in ("gangplugin-system", "kube-system"), obj["metadata"]
 
 
-def test_crds_come_from_deploy_crds_and_all_of_them() -> None:
-    """One source of truth: the base installs exactly the CRDs the local cluster installs."""
+def test_base_alone_installs_no_second_scheduler() -> None:
+    objs = [o for o in yaml.safe_load_all(kustomize(BASE)) if o]
+    assert ("Deployment", "gangplugin") in {(o["kind"], o["metadata"]["name"]) for o in objs}
+    assert not [o["metadata"]["name"] for o in objs if "scheduler" in o["metadata"]["name"]]
+    # The Component's own image cannot be pulled: an overlay sets the cluster's version.
+    component = [o for o in yaml.safe_load_all(kustomize_component_alone()) if o]
+    (deploy,) = [o for o in component if o["kind"] == "Deployment"]
+    image = deploy["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert image == "registry.k8s.io/kube-scheduler:set-to-the-cluster-version"
+
+
+def kustomize_component_alone() -> str:
+    directory = Path(tempfile.mkdtemp(prefix="gangplugin-component-"))
+    (directory / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "components": [os.path.relpath(SCHEDULER_COMPONENT, directory)],
+            }
+        )
+    )
+    return kustomize(directory)
+
+
+def test_crds_are_the_charts_and_all_of_them() -> None:
+    """One source of truth: the base installs exactly the CRDs the chart and the local cluster install."""
     ours = {
         doc["metadata"]["name"]: doc["spec"]
-        for path in (REPO / "deploy" / "crds").glob("*.yaml")
+        for path in CRDS.glob("*.yaml")
         for doc in yaml.safe_load_all(path.read_text())
         if doc
     }
@@ -259,7 +321,6 @@ def test_services_reach_the_named_ports() -> None:
 
 def test_scheduler_runs_in_cluster_yaml_against_the_extender_service() -> None:
     cfg = scheduler_config()
-    assert cfg == yaml.safe_load((REPO / "deploy" / "scheduler" / "in-cluster.yaml").read_text())
     assert [p["schedulerName"] for p in cfg["profiles"]] == ["gangplugin-scheduler"]
     ext = cfg["extenders"][0]
     url = urlsplit(ext["urlPrefix"])
@@ -344,28 +405,23 @@ def test_only_the_scheduler_can_call_the_extender() -> None:
 
 
 def test_images_match_the_pinned_versions() -> None:
-    versions = dict(
-        line.split("=", 1)
-        for line in (REPO / "hack" / "versions.env").read_text().splitlines()
-        if line and not line.startswith("#")
-    )
     image = pod_spec("gangplugin-scheduler")["containers"][0]["image"]
-    assert image == f"registry.k8s.io/kube-scheduler:{versions['KUBERNETES_VERSION']}"
+    assert image == f"registry.k8s.io/kube-scheduler:{versions()['KUBERNETES_VERSION']}", "the overlay's tag"
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     assert pod_spec("gangplugin")["containers"][0]["image"] == f"gangplugin:{project['version']}"
 
 
-def test_dockerfile_builds_a_non_root_image_with_generated_grpc_code() -> None:
+def test_dockerfile_builds_a_non_root_image_with_the_committed_grpc_code() -> None:
     text = (REPO / "Dockerfile").read_text()
     lines = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
     base = next(ln for ln in lines if ln.startswith("ARG PYTHON_IMAGE=")).split("=", 1)[1]
     assert base.startswith("python:3.11-") and not base.endswith(":latest")
     assert sum(ln.startswith("FROM ") for ln in lines) == 2, "multi-stage: build, then runtime"
-    assert "python -m gangplugin.api.generate" in text
+    assert "grpcio-tools" not in text and "gangplugin.api.generate" not in text, "no generator in the image"
     user = [ln.split()[1] for ln in lines if ln.startswith("USER ")]
     assert user and user[-1].split(":")[0] not in ("0", "root")
     ignored = (REPO / ".dockerignore").read_text().splitlines()
-    assert "gangplugin/api/gen/" in ignored, "generated code is built in the image, never copied"
+    assert "!gangplugin/" in ignored and not any("api/gen" in line for line in ignored), "gen/ goes in"
 
 
 def test_make_image_without_an_engine_says_what_to_do(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 from gangplugin.core.eligibility import PodConstraints
 from gangplugin.core.errors import InputError
+from gangplugin.core.keys import UnknownKey
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +33,9 @@ class PodSet:
     slice_size: int | None = None
     slice_required_topology: str | None = None
     slice_preferred_topology: str | None = None
+    # Keys on its pod template under our (or Kueue's podset) prefix that name nothing: the gang
+    # check holds such a gang rather than place it without what the key was meant to ask.
+    unknown_keys: tuple[UnknownKey, ...] = ()
 
     def unsliced(self) -> PodSet:
         return dataclasses.replace(
@@ -45,6 +49,10 @@ class Gang:
 
     podsets: tuple[PodSet, ...]
     name: str = ""
+
+    def unknown_keys(self) -> list[tuple[int, UnknownKey]]:
+        """(podset index, key) for each unknown key on its podsets' pod templates."""
+        return [(i, k) for i, ps in enumerate(self.podsets) for k in ps.unknown_keys]
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,7 +53,7 @@ class Gangplugin(Component):
         }
 
     def install(self, spec: ClusterSpec, client: Client) -> None:
-        crds = manifests.read_crds(REPO / "deploy" / "crds", "*.yaml", "gangplugin")
+        crds = manifests.read_crds(REPO / "deploy" / "helm" / "gangplugin" / "crds", "*.yaml", "gangplugin")
         manifests.apply_crds(client, spec, crds, "gangplugin")
         manifests.ensure_namespace(client, GANGPLUGIN_NAMESPACE)
         # A cluster that died with gangplugin's webhooks registered keeps them in etcd; with

@@ -1,11 +1,13 @@
 """A gang the watchdog requeued after a timeout is held back by the check until the end of its
-backoff, recorded on its Workload; a drained or preempted gang (no annotation) is not."""
+backoff, recorded on its Workload; a drained or preempted gang (no annotation) is not. The
+gate's backoff step is tested in tests/unit/core/test_gate.py; here, what the pass reads."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from gangplugin.admission.admit import AdmissionPass
+from gangplugin.admission.admit import _backoff
+from gangplugin.core.gate import Backoff
 from gangplugin.core.names import BACKOFF_UNTIL_ANNOTATION
 from gangplugin.kube.kueue_records import epoch
 
@@ -14,17 +16,11 @@ def workload(annotations: dict[str, str] | None = None) -> dict[str, Any]:
     return {"metadata": {"name": "wl", "namespace": "ns", "annotations": annotations or {}}}
 
 
-def test_the_backoff_holds_the_gang_until_its_end_then_lets_it_go() -> None:
+def test_the_backoff_is_read_from_the_workload_as_it_writes_it() -> None:
     until = "2026-11-30T12:01:00Z"
-    end = epoch(until, "until")
-    held = AdmissionPass._backoff(workload({BACKOFF_UNTIL_ANNOTATION: until}), end - 90)
-    assert held is not None and held.decision is None and held.wake_at == end
-    # The same message all along: the check is not written again each pass.
-    assert held.message == f"requeued whole after a timeout: backoff until {until}"
-    assert AdmissionPass._backoff(workload({BACKOFF_UNTIL_ANNOTATION: until}), end - 10) == held
-    assert AdmissionPass._backoff(workload({BACKOFF_UNTIL_ANNOTATION: until}), end) is None
+    assert _backoff(workload({BACKOFF_UNTIL_ANNOTATION: until})) == Backoff(epoch(until, "until"), until)
 
 
 def test_no_or_an_unreadable_backoff_holds_nothing() -> None:
-    assert AdmissionPass._backoff(workload(), 0.0) is None
-    assert AdmissionPass._backoff(workload({BACKOFF_UNTIL_ANNOTATION: "soon"}), 0.0) is None
+    assert _backoff(workload()) is None
+    assert _backoff(workload({BACKOFF_UNTIL_ANNOTATION: "soon"})) is None

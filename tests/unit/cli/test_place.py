@@ -271,3 +271,34 @@ def test_a_placement_error_names_the_field_in_the_job_file(tmp_path):
     assert out.returncode == 2, out.stdout
     field = "spec.pytorchReplicaSpecs.Worker.template.metadata.annotations.gangplugin.io/slice-size"
     assert f"error: {path}: {field}" in out.stderr
+
+
+def test_a_misspelt_annotation_key_exits_2_naming_it_and_the_closest_known_one(tmp_path):
+    """Issue 24's 36-pod Job: `required-toplogy` would have dropped the UltraServer requirement
+    and placed the gang across UltraServers, feasible: the typo is refused instead."""
+
+    def misspell(j):
+        j["spec"]["template"]["metadata"]["annotations"] = {
+            "gangplugin.io/required-toplogy": "topology.k8s.aws/ultraserver-id"
+        }
+
+    job = _copy_with(tmp_path, "job_4.yaml", misspell)
+    out = gangctl("--nodes", str(FIXTURES / "gb200_nodes.yaml"), "--workload", str(job), cwd=tmp_path)
+    assert out.returncode == 2 and out.stdout == ""
+    (line,) = out.stderr.strip().splitlines()
+    assert "spec.template.metadata.annotations" in line
+    assert "unknown key gangplugin.io/required-toplogy: did you mean gangplugin.io/required-topology?" in line
+
+
+def test_a_misspelt_kueue_podset_key_on_a_workload_is_refused_too(tmp_path):
+    w = _copy_with(
+        tmp_path,
+        "workload_36_required.yaml",
+        lambda w: w["spec"]["podSets"][0]["template"]["metadata"]["annotations"].update(
+            {"kueue.x-k8s.io/podset-required-topolgy": "topology.k8s.aws/ultraserver-id"}
+        ),
+    )
+    out = gangctl("--nodes", str(FIXTURES / "gb200_nodes.yaml"), "--workload", str(w), cwd=tmp_path)
+    assert out.returncode == 2
+    assert "spec.podSets[0].template.metadata.annotations" in out.stderr
+    assert "did you mean kueue.x-k8s.io/podset-required-topology?" in out.stderr

@@ -167,3 +167,48 @@ def test_offerings_that_are_not_search_output_exit_2_naming_the_field(tmp_path):
     (tmp_path / "offerings.json").write_text(json.dumps({"offerings": [{"trainingPlanOfferingId": "x"}]}))
     out = gangctl(*files(tmp_path), "--offerings", "offerings.json", cwd=tmp_path)
     assert out.returncode == 2 and "offerings[0].reservedCapacityOfferings" in out.stderr
+
+
+def test_a_cluster_queue_that_preempts_lets_the_high_priority_job_in_at_once(tmp_path):
+    trace = (
+        "job_id,arrival_time,gpu_workers,gpu_per_worker,duration,priority\n"
+        "low,0,8,4,1000,0\nhigh,10,4,4,10,10\n"
+    )
+    args = [*files(tmp_path, trace), "--policy", "gangplugin", "-o", "json"]
+    cq = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ClusterQueue",
+        "metadata": {"name": "training"},
+        "spec": {"preemption": {"withinClusterQueue": "LowerPriority"}},
+    }
+    (tmp_path / "cq.yaml").write_text(yaml.safe_dump(cq))
+    waited = json.loads(gangctl(*args, cwd=tmp_path).stdout)["policies"][0]["waitSeconds"]["max"]
+    out = gangctl(*args, "--cluster-queue", "cq.yaml", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    preempting = json.loads(out.stdout)["policies"][0]["waitSeconds"]["max"]
+    assert waited >= 990 and preempting < waited  # the low job, evicted, now waits instead
+    cq["spec"]["preemption"]["withinClusterQueue"] = "Sometimes"
+    (tmp_path / "cq.yaml").write_text(yaml.safe_dump(cq))
+    bad = gangctl(*args, "--cluster-queue", "cq.yaml", cwd=tmp_path)
+    assert (
+        bad.returncode == 2
+        and "withinClusterQueue 'Sometimes'" in bad.stderr
+        and len(bad.stderr.splitlines()) == 1
+    )
+
+
+def test_a_misspelt_shape_field_or_trace_column_exits_2_naming_the_closest(tmp_path):
+    """Issue 24: `instancesPerNetworkLayers` (misspelt) was ignored and changed the answer."""
+    args = files(tmp_path)
+    shape = yaml.safe_load((tmp_path / "shape.yaml").read_text())
+    group = shape["spec"]["groups"][0]
+    group["instancesPerNetworkLayers"] = group.pop("instancesPerNetworkLayer")
+    (tmp_path / "shape.yaml").write_text(yaml.safe_dump(shape))
+    out = gangctl(*args, cwd=tmp_path)
+    (line,) = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and "spec.groups[0].instancesPerNetworkLayers" in line
+    assert "did you mean instancesPerNetworkLayer" in line
+    args = files(tmp_path, TRACE.replace("duration", "duraton", 1))
+    out = gangctl(*args, cwd=tmp_path)
+    (line,) = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and "column duraton" in line and "did you mean duration" in line

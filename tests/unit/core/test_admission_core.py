@@ -103,5 +103,3 @@ def test_sequential_gate() -> None:
     assert sequential_blocker("ns/b", []) is None
     assert sequential_blocker("ns/b", ["ns/b"]) is None
     assert sequential_blocker("ns/b", ["ns/c", "ns/a"]) == "ns/a"
-    d = decide(snap(), gang(1), "wl", PlacementPolicy(), blocked_by="ns/a")
-    assert not d.ready and "ns/a" in d.message

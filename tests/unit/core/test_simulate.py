@@ -7,13 +7,15 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from gangplugin.core.admission import QueuedWorkload, admission_queue, charge
+from gangplugin.core.errors import InputError
 from gangplugin.core.optimal import optimal_admissions
 from gangplugin.core.placement import place
 from gangplugin.core.plans import CapacityBlock, TargetResource, TrainingPlan
 from gangplugin.core.policy import GangPolicy, Requeue
+from gangplugin.core.preemption import QueuePreemption
 from gangplugin.core.simulate import GPU, POLICIES, Job, Settings, first_fit, percentile, replay, scaled
 from gangplugin.core.topology import ULTRASERVER_LABEL, Node, build_snapshot
-from gangplugin.sim.trace import synthetic
+from gangplugin.sim.trace import jobs_from_rows, synthetic
 
 US = ULTRASERVER_LABEL
 START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -235,3 +237,108 @@ def test_optimal_packs_required_gangs_better_than_greedy_best_fit():
     assert [p.feasible for p in placed] == [True, False, True]
     for p in (placed[0], placed[2]):
         assert len({a.node.split("-")[0] for a in p.assignments}) == 1  # one UltraServer each
+
+
+LOWER = Settings(preemption=QueuePreemption(within_cluster_queue="LowerPriority"))
+
+
+def required(key: str, arrival: float, pods: int, runtime: float, priority: int = 0) -> Job:
+    return Job(key, arrival, pods, 4, runtime, runtime, required_topology=US, priority=priority)
+
+
+def test_a_high_priority_gang_preempts_a_whole_gang_and_holds_its_ultraserver():
+    # low1 fills us-1, low2 us-2; high needs one UltraServer: it evicts low2 (as costly as low1,
+    # started later), and low2, requeued at once and ahead of high in the queue (created
+    # earlier), is kept off us-2 until high is admitted there; low2 resumes when high ends.
+    jobs = [required("low1", 0, 4, 100), required("low2", 1, 4, 200), required("high", 10, 4, 50, 10)]
+    r = replay(cluster(), jobs, "gangplugin", LOWER)
+    out = {o.key: o for o in r.outcomes}
+    assert (out["high"].wait, out["high"].end, out["high"].domains) == (0, 60, ("us-2",))
+    assert (out["low2"].preempted, out["low2"].wait, out["low2"].end) == (1, 0, 60 + 191)
+    assert (out["low1"].preempted, out["low1"].end) == (0, 100)
+    assert r.busy_gpu_seconds == 16 * 100 + 16 * 9 + 16 * 50 + 16 * 191
+    # Kueue's default preempts nothing: high waits for low1
+    plain = {o.key: o for o in replay(cluster(), jobs, "gangplugin", Settings()).outcomes}
+    assert plain["high"].wait == 90 and all(o.preempted == 0 for o in plain.values())
+
+
+def test_equal_priorities_and_the_packing_baselines_never_preempt():
+    jobs = [required("low1", 0, 4, 100), required("low2", 1, 4, 200), required("high", 10, 4, 50, 10)]
+    for name in ("first-fit", "optimal"):
+        assert all(o.preempted == 0 for o in replay(cluster(), jobs, name, LOWER).outcomes), name
+    best = {o.key: o for o in replay(cluster(), jobs, "best-fit", LOWER).outcomes}
+    assert best["low2"].preempted == 1 and best["high"].wait == 0
+    flat = [replace(j, priority=0) for j in jobs]
+    r = replay(cluster(), flat, "gangplugin", LOWER)
+    assert all(o.preempted == 0 for o in r.outcomes) and waits(r)["high"] == 90
+
+
+def test_the_clusterqueue_rule_decides_who_may_be_preempted():
+    jobs = [required("old", 0, 4, 100), required("new", 1, 4, 100), required("late", 10, 4, 10)]
+    newer = Settings(preemption=QueuePreemption(within_cluster_queue="LowerOrNewerEqualPriority"))
+    # of equal priority, only gangs newer than the preemptor may go: "late" is the newest
+    r = replay(cluster(), jobs, "gangplugin", newer)
+    assert waits(r)["late"] == 90 and all(o.preempted == 0 for o in r.outcomes)
+    # "Any" is a cohort rule: Kueue refuses it for withinClusterQueue, so does the replay
+    with pytest.raises(ValueError, match="withinClusterQueue 'Any' is not one of"):
+        replay(cluster(), jobs, "gangplugin", Settings(preemption=QueuePreemption("Any")))
+
+
+def test_kueue_reserves_quota_by_priority_first():
+    # quota for one 8-pod job at a time: "urgent" arrives last but is reserved first when "a" ends
+    settings = Settings(plans=(plan((0, 10000)),), start=START)
+    nodes = cluster(ultraservers=4)
+    jobs = [job("a", 0, 8, 100), job("b", 1, 8, 100), replace(job("urgent", 2, 8, 100), priority=5)]
+    assert waits(replay(nodes, jobs, "gangplugin", settings)) == {"a": 0, "b": 199, "urgent": 98}
+
+
+def test_a_trace_without_priorities_replays_the_same_with_preemption_on():
+    jobs = [
+        replace(j, preferred_topology=US)
+        for j in synthetic(120, seed=5, gpus_per_pod=4, mean_interarrival=20)
+    ]
+    nodes = cluster(ultraservers=4, per_us=18)
+    a, b = replay(nodes, jobs, "gangplugin", Settings()), replay(nodes, jobs, "gangplugin", LOWER)
+    assert a.samples == b.samples and waits(a) == waits(b)
+    assert max(o.wait or 0 for o in a.outcomes) > 0  # the cluster was busy: gangs did wait
+
+
+def test_preemption_replays_are_deterministic():
+    jobs = [
+        replace(j, required_topology=US if j.pods <= 18 else None, preferred_topology=US, priority=i % 3)
+        for i, j in enumerate(synthetic(100, seed=9, gpus_per_pod=4, mean_interarrival=20))
+    ]
+    nodes = cluster(ultraservers=4, per_us=18)
+    a = replay(nodes, jobs, "gangplugin", LOWER)
+    b = replay(list(reversed(nodes)), list(reversed(jobs)), "gangplugin", LOWER)
+    assert a.samples == b.samples
+    assert sorted(a.outcomes, key=lambda o: o.key) == sorted(b.outcomes, key=lambda o: o.key)
+    assert sum(o.preempted for o in a.outcomes) > 0
+    # every job that fits the cluster ran to its end, the preempted ones included
+    assert all(o.end is not None for o in a.outcomes if not (o.never_ran or "").startswith("never fits"))
+
+
+def test_a_trace_may_give_each_job_a_priority():
+    columns = ("arrival_time", "gpu_workers", "gpu_per_worker", "duration", "priority")
+
+    def row(priority: str) -> dict[str, str]:
+        return {
+            "arrival_time": "0",
+            "gpu_workers": "1",
+            "gpu_per_worker": "4",
+            "duration": "9",
+            "priority": priority,
+        }
+
+    jobs = jobs_from_rows([row("100"), row(""), row("-5")], columns)
+    assert [j.priority for j in jobs] == [100, 0, -5]
+    plain = {k: v for k, v in row("").items() if k != "priority"}
+    assert [j.priority for j in jobs_from_rows([plain], columns[:-1])] == [0]  # no column: Kueue's 0
+    for bad, why in (
+        ("high", "is not a whole number"),
+        ("1.5", "is not a whole number"),
+        ("3000000000", "int32"),
+    ):
+        with pytest.raises(InputError, match=why) as err:
+            jobs_from_rows([row("1"), row(bad)], columns)
+        assert err.value.field == "line 3: priority"

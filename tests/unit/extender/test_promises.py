@@ -13,6 +13,7 @@ from gangplugin.core.topology import ULTRASERVER_LABEL
 from gangplugin.extender.pods import gang_pod_from_k8s
 from gangplugin.extender.reservations import GangReservations
 from gangplugin.extender.shared import admitted_of, policy_of
+from gangplugin.kube.admitted import as_admitted
 from gangplugin.kube.client import JSON
 from gangplugin.kube.gangpolicies import GangPolicies
 from tests.unit.extender.test_policies import Objects
@@ -170,3 +171,38 @@ def test_the_pods_of_an_admitted_gang_coming_one_by_one_do_not_place_its_promise
         add(res, ungate_pod(f"p{i}", "train", 3))
         passed(res, US1)
     assert res.promises._charged[("ns", "train")] is before
+
+
+def revision(wl: JSON, rv: int) -> JSON:
+    return {**wl, "metadata": {**wl["metadata"], "resourceVersion": str(rv)}}
+
+
+def test_an_admission_announced_before_its_write_is_promised_until_the_watch_shows_newer() -> None:
+    """The admission pass of this process announces an admission before writing it; the
+    Workload watch, behind the write, still delivers the version the pass decided on (Pending):
+    that version does not take the promise back, the written one (newer) confirms it."""
+    res = reservations(US1)
+    decided_on = revision(workload("Pending"), 7)
+    res.on_workload("ADDED", None, decided_on)
+    res.on_admitting(
+        as_admitted(decided_on, "gang", workload("Ready")["status"]["admissionChecks"][0]["podSetUpdates"])
+    )
+    assert len(passed(res, US1)) == 1  # promised from the announcement on
+    res.on_workload("MODIFIED", None, decided_on)  # the watch, late, with the decided-on version
+    assert len(passed(res, US1)) == 1
+    res.on_workload("MODIFIED", decided_on, revision(workload("Ready"), 8))  # the write itself
+    assert len(passed(res, US1)) == 1 and not res.announced
+    res.on_withdrawn(decided_on)  # too late to matter: the watch has shown the admission
+    assert len(passed(res, US1)) == 1
+
+
+def test_an_announced_admission_not_written_is_withdrawn_or_overtaken() -> None:
+    res = reservations(US1)
+    decided_on = revision(workload("Pending"), 7)
+    updates = workload("Ready")["status"]["admissionChecks"][0]["podSetUpdates"]
+    res.on_admitting(as_admitted(decided_on, "gang", updates))
+    res.on_withdrawn(decided_on)  # the write was refused
+    assert passed(res, US1) == tuple(US1)
+    res.on_admitting(as_admitted(decided_on, "gang", updates))
+    res.on_workload("MODIFIED", None, revision(workload("Pending"), 9))  # changed by another writer
+    assert passed(res, US1) == tuple(US1) and not res.announced

@@ -111,3 +111,18 @@ def test_newest_resource_version_reads_etcd_revisions_and_skips_others() -> None
     ]
     assert metrics.newest_resource_version(objs) == 1204
     assert metrics.newest_resource_version([]) == 0
+
+
+def test_waiting_gangs_by_reason_every_reason_set_and_zeroed_when_none_waits() -> None:
+    def value(name: str, reason: str) -> float | None:
+        return REGISTRY.get_sample_value(name, {"reason": reason})
+
+    metrics.waiting({"NoFit": [30.0, 600.0], "Backoff": [5.0]})
+    assert value("gangplugin_waiting_gangs", "NoFit") == 2
+    assert value("gangplugin_waiting_gang_oldest_seconds", "NoFit") == 600.0
+    assert value("gangplugin_waiting_gangs", "Backoff") == 1
+    assert value("gangplugin_waiting_gangs", "Sequential") == 0
+    metrics.waiting({})
+    for reason in metrics.WAITING_REASONS:
+        assert value("gangplugin_waiting_gangs", reason) == 0
+        assert value("gangplugin_waiting_gang_oldest_seconds", reason) == 0

@@ -1,3 +1,4 @@
+{{- define "gangplugin.schedulerConfig" -}}
 # kube-scheduler configuration for an in-cluster install: a second scheduler (its own
 # Deployment) whose only profile is `gangplugin-scheduler`, next to the cluster's default
 # scheduler, which stays untouched (managed control planes such as EKS do not let users
@@ -9,12 +10,12 @@ kind: KubeSchedulerConfiguration
 leaderElection:
   leaderElect: true
   resourceName: gangplugin-scheduler
-  resourceNamespace: gangplugin-system
+  resourceNamespace: {{ .Release.Namespace }}
 percentageOfNodesToScore: 100
 profiles:
 - schedulerName: gangplugin-scheduler
 extenders:
-- urlPrefix: https://gangplugin-extender.gangplugin-system.svc:8443
+- urlPrefix: https://gangplugin-extender.{{ .Release.Namespace }}.svc:8443
   filterVerb: filter
   prioritizeVerb: prioritize
   bindVerb: bind
@@ -34,3 +35,4 @@ extenders:
     ignoredByScheduler: false
   - name: aws.amazon.com/neuron
     ignoredByScheduler: false
+{{- end -}}

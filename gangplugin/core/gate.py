@@ -1,0 +1,367 @@
+"""May this gang go now: the admission gate that the admission pass, `gangctl explain` and the
+capacity simulator all run (pure).
+
+The caller gathers a waiting gang's facts as plain values (`GangFacts`); `gate` takes them
+through `ORDER`, the one sequence of named steps, and the first step that holds the gang back
+decides, with its reason (`Verdict`):
+
+  policy      its GangPolicy is usable, else it waits naming the error
+  keys        no pod template carries an unknown key of ours (a misspelt annotation would
+              drop what it asks): it waits naming the key and the closest known one
+  backoff     a gang requeued after a timeout waits out its backoff (quota held, no nodes)
+  sequential  Sequential mode: it waits for the admitted gang of its policy not Ready yet
+  drain       the TrainingPlans feeding its quota let it start before their capacity ends
+  placement   the whole gang fits now (`core.admission.decide`), off the domains held for
+              other gangs' preemptions: it is admitted
+  preemption  one that does not fit resumes its recorded preemption, or finds victims
+              (`core.preemption.find_victims`) and holds their domain; not when its policy
+              says Never or the caller models no preemption
+
+Each step judges only what it can: one that needs a usable policy lets the gang through
+without one (the policy step holds it, wherever it stands), and a Workload whose gang or
+max-runtime cannot be read is rejected by the first step that needs it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from typing import NamedTuple
+
+from gangplugin.core.admission import AdmissionDecision, decide, sequential_blocker
+from gangplugin.core.drain import DrainDecision
+from gangplugin.core.errors import InputError
+from gangplugin.core.names import BLOCK_END_ANNOTATION
+from gangplugin.core.placement import Gang
+from gangplugin.core.policy import GangPolicy
+from gangplugin.core.preemption import (
+    ClusterQueueState,
+    Contender,
+    Hold,
+    PreemptionPlan,
+    RunningGang,
+    Victim,
+    VictimIndex,
+    exclude_nodes,
+    find_victims,
+    hold_of,
+)
+from gangplugin.core.timeutil import format_time
+from gangplugin.core.topology import Snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """A requeued gang's backoff: its end in the caller's clock, and as the Workload writes it."""
+
+    until: float
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class GangFacts:
+    """A waiting gang as the gate reads it. Times are in the caller's clock (epoch seconds in
+    the cluster, seconds from the trace start in the simulator)."""
+
+    contender: Contender  # its key, priority, ClusterQueue and creation time
+    policy: GangPolicy | InputError  # or why it cannot be used
+    gang: Gang | InputError  # or why the Workload cannot be read
+    snapshot: Snapshot | None  # capacity for its policy's levels (None: no usable policy)
+    now: float
+    quota_reserved_at: float = 0.0
+    backoff: Backoff | None = None
+    #: The admitted gangs of its policy that are not Ready yet (the Sequential gate).
+    unready: Sequence[str] = ()
+    #: What the plans feeding its quota say (None: none feeds it; an error: its max-runtime).
+    drain: DrainDecision | InputError | None = None
+    #: When those plans' quota next changes (needed only when `drain` refuses the gang).
+    next_quota_change: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The gate's answer for one gang: admit (`decision.ready`), wait with `message` (and
+    `wake_at`, when the decision may change by then), or reject. `step` names the step that
+    decided; `preemption`: whom it preempts or waits for; `hold`: a new hold to record."""
+
+    step: str
+    message: str
+    decision: AdmissionDecision | None = None
+    gang: Gang | None = None
+    policy: GangPolicy | None = None
+    blocked_by: str | None = None
+    rejected: bool = False
+    wake_at: float | None = None
+    preemption: PreemptionPlan | None = None
+    hold: Hold | None = None
+
+
+#: How a gang is placed: snapshot, gang (off held domains), policy, annotations for its pods.
+Placer = Callable[[Snapshot, Gang, GangPolicy, Mapping[str, str]], AdmissionDecision]
+
+
+def check_placement(
+    snapshot: Snapshot, gang: Gang, policy: GangPolicy, annotations: Mapping[str, str]
+) -> AdmissionDecision:
+    """The gang check's placement: `decide` with the policy's spares and bind mode."""
+    return decide(snapshot, gang, gang.name, policy.placement, annotations, bind_mode=policy.bind_mode)
+
+
+class PreemptionState:
+    """What one pass (or one explain, or one simulated pass) knows about preemption: the live
+    holds by holder key, and the running gangs and ClusterQueue rules, read on first use (most
+    passes never need them)."""
+
+    def __init__(
+        self,
+        holds: dict[str, Hold],
+        running: Callable[[], list[RunningGang]],
+        queues: Callable[[], Mapping[str, ClusterQueueState]],
+    ) -> None:
+        self.holds = holds
+        self._read_running, self._read_queues = running, queues
+        self._indexes: list[tuple[Snapshot, VictimIndex]] = []  # one per snapshot (level order)
+
+    @cached_property
+    def running(self) -> list[RunningGang]:
+        return self._read_running()
+
+    @cached_property
+    def queues(self) -> Mapping[str, ClusterQueueState]:
+        return self._read_queues()
+
+    def index(self, snapshot: Snapshot) -> VictimIndex:
+        """The victim searches' shared index for this snapshot, built once per pass: the
+        running gangs' pods are read once, not once per waiting gang."""
+        for snap, index in self._indexes:
+            if snap is snapshot:
+                return index
+        index = VictimIndex(snapshot, self.running)
+        self._indexes.append((snapshot, index))
+        return index
+
+    def victims(
+        self, snapshot: Snapshot, gang: Gang, policy: GangPolicy, contender: Contender
+    ) -> PreemptionPlan:
+        """Whom `gang` would preempt (`find_victims` over the running gangs and the rules)."""
+        return find_victims(
+            snapshot, gang, policy.placement, contender, self.running, self.queues, self.index(snapshot)
+        )
+
+    def held_for_others(self, key: str, snapshot: Snapshot) -> frozenset[str]:
+        """The nodes held for the preemptions of gangs other than `key`."""
+        return frozenset().union(*(h.held_nodes(snapshot) for k, h in self.holds.items() if k != key))
+
+    def started(self, key: str, plan: PreemptionPlan, hold: Hold | None) -> None:
+        """A preemption the caller carries out: its hold counts from the next decision on, and
+        its victims are being evicted for everyone after it (the same gangs and pods: the
+        indexes stay valid)."""
+        if hold is not None:
+            self.holds[key] = hold
+        victims = {v.key for v in plan.victims}
+        self.running = [replace(g, evicting=True) if g.key in victims else g for g in self.running]
+
+
+def resume(hold: Hold, running: Sequence[RunningGang]) -> PreemptionPlan:
+    """A recorded preemption: victims still admitted since before the hold are evicted (a
+    restart cut the preemption short), the others are waited for."""
+    by_key = {g.key: g for g in running}
+    left = [g for v in hold.victims if (g := by_key.get(v)) is not None and g.started_at <= hold.at]
+    todo = tuple(
+        Victim(g.key, g.priority, g.gpus, g.started_at, f"{g.key}: named by the preemption recorded earlier")
+        for g in left
+        if not g.evicting
+    )
+    gone = tuple(g.key for g in left if g.evicting)
+    where = f"{hold.level}={hold.domain}" if hold.level else f"{len(hold.nodes)} held node(s)"
+    names = ", ".join(hold.victims)
+    reason = (
+        f"preempting {names}: "
+        + ("evicting the rest" if todo else "waiting for them to leave")
+        + f" {where} (held for this gang)"
+    )
+    return PreemptionPlan(todo, gone, hold.level, hold.domain, hold.nodes, reason)
+
+
+@dataclass(frozen=True, slots=True)
+class _Run:
+    facts: GangFacts
+    preemption: PreemptionState | None
+    placer: Placer
+
+
+@dataclass(frozen=True, slots=True)
+class _Passage:
+    """What the steps a gang passed hand on: annotations for its pods, and placement's answer
+    for a gang that does not fit (with the gang as placed, off the held domains)."""
+
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    unfit: AdmissionDecision | None = None
+    gang: Gang | None = None
+
+
+class Step(NamedTuple):
+    name: str
+    run: Callable[[_Run, _Passage], Verdict | _Passage]
+
+
+def _policy_step(run: _Run, passage: _Passage) -> Verdict | _Passage:
+    policy = run.facts.policy
+    return Verdict("policy", f"waiting: {policy}") if isinstance(policy, InputError) else passage
+
+
+def _keys_step(run: _Run, passage: _Passage) -> Verdict | _Passage:
+    """A gang whose pod templates carry a misspelt key of ours waits, rather than run without
+    what the key was meant to ask (a requirement dropped without a word)."""
+    gang = run.facts.gang
+    if isinstance(gang, InputError) or not (found := gang.unknown_keys()):
+        return passage
+    names = [ps.name for ps in gang.podsets]
+    what = "; ".join(f"podset {names[i]}: {key}" for i, key in found)
+    return Verdict(
+        "keys",
+        f"waiting: {what}; fix the job's pod template (a Workload's podsets cannot change: "
+        "delete the job and submit it again)",
+    )
+
+
+def _backoff_step(run: _Run, passage: _Passage) -> Verdict | _Passage:
+    b = run.facts.backoff
+    if b is None or b.until <= run.facts.now:
+        return passage
+    # No countdown in it: a message that changed every pass would be written every pass.
+    return Verdict("backoff", f"requeued whole after a timeout: backoff until {b.text}", wake_at=b.until)
+
+
+def _sequential_step(run: _Run, passage: _Passage) -> Verdict | _Passage:
+    f = run.facts
+    if not isinstance(f.policy, GangPolicy) or not f.policy.sequential:
+        return passage
+    blocker = sequential_blocker(f.contender.key, f.unready)
+    if blocker is None:
+        return passage
+    message = f"Sequential admission: waiting for gang {blocker} to be Ready"
+    return Verdict("sequential", message, policy=f.policy, blocked_by=blocker)
+
+
+def _drain_step(run: _Run, passage: _Passage) -> Verdict | _Passage:
+    d = run.facts.drain
+    if d is None:
+        return passage
+    if isinstance(d, InputError):
+        return _rejected("drain", d)
+    if not d.admit:
+        return Verdict(
+            "drain", f"waiting for the next block: {d.reason}", wake_at=run.facts.next_quota_change
+        )
+    if d.block_end is None:
+        return passage
+    return replace(
+        passage, annotations={**passage.annotations, BLOCK_END_ANNOTATION: format_time(d.block_end)}
+    )
+
+
+def _placement_step(run: _Run, passage: _Passage) -> Verdict | _Passage:
+    f = run.facts
+    if not isinstance(f.policy, GangPolicy) or f.snapshot is None:
+        return passage
+    if isinstance(f.gang, InputError):
+        return _rejected("placement", f.gang)
+    gang = f.gang
+    if run.preemption is not None and run.preemption.holds:
+        gang = exclude_nodes(gang, run.preemption.held_for_others(f.contender.key, f.snapshot))
+    decision = run.placer(f.snapshot, gang, f.policy, passage.annotations)
+    if decision.ready:
+        return Verdict("placement", decision.message, decision, gang, f.policy)
+    return replace(passage, unfit=decision, gang=gang)
+
+
+def _preemption_step(run: _Run, passage: _Passage) -> Verdict | _Passage:
+    f, state, unfit, gang = run.facts, run.preemption, passage.unfit, passage.gang
+    if (
+        state is None
+        or unfit is None
+        or unfit.placement is None
+        or gang is None
+        or f.snapshot is None
+        or not isinstance(f.policy, GangPolicy)
+        or f.policy.preemption == "Never"
+    ):
+        return passage
+    own = state.holds.get(f.contender.key)
+    if own is not None:
+        plan, hold = resume(own, state.running), None
+    else:
+        plan = state.victims(f.snapshot, gang, f.policy, f.contender)
+        hold = hold_of(plan, f.quota_reserved_at, f.now) if plan.preempts else None
+    message = (
+        plan.reason if plan.preempts or plan.waiting_for else f"{unfit.message}; preemption: {plan.reason}"
+    )
+    return Verdict("preemption", message, unfit, gang, f.policy, preemption=plan, hold=hold)
+
+
+#: The one order of the gate.
+ORDER: tuple[Step, ...] = (
+    Step("policy", _policy_step),
+    Step("keys", _keys_step),
+    Step("backoff", _backoff_step),
+    Step("sequential", _sequential_step),
+    Step("drain", _drain_step),
+    Step("placement", _placement_step),
+    Step("preemption", _preemption_step),
+)
+
+
+def gate(
+    facts: GangFacts, preemption: PreemptionState | None = None, placer: Placer = check_placement
+) -> Verdict:
+    """The decision for one waiting gang, in `ORDER` (see the module docstring). `preemption`:
+    the pass's preemption state (None: no preemption is modelled); `placer`: how the gang is
+    placed (the check's placement unless the simulator compares another)."""
+    run, passage = _Run(facts, preemption, placer), _Passage()
+    for step in ORDER:
+        try:
+            out = step.run(run, passage)
+        except InputError as err:  # the Workload asks for something placement cannot read
+            return _rejected(step.name, err)
+        if isinstance(out, Verdict):
+            return out
+        passage = out
+    unfit = passage.unfit
+    if unfit is None:
+        raise ValueError("the gate's order has no placement step")
+    policy = facts.policy if isinstance(facts.policy, GangPolicy) else None
+    return Verdict("placement", unfit.message, unfit, passage.gang, policy)
+
+
+#: Why a gang waits, by the step that held it back (the label of gangplugin_waiting_gangs).
+WAITING_REASONS = (
+    "NoFit",
+    "Sequential",
+    "PlanDrain",
+    "Backoff",
+    "Preempting",
+    "PolicyUnusable",
+    "UnknownKey",
+)
+_STEP_REASONS = {
+    "policy": "PolicyUnusable",
+    "keys": "UnknownKey",
+    "backoff": "Backoff",
+    "sequential": "Sequential",
+    "drain": "PlanDrain",
+}
+
+
+def waiting_reason(verdict: Verdict) -> str:
+    """Why a gang the gate holds back waits, as one of `WAITING_REASONS`: the step that held it,
+    a gang that does not fit being `Preempting` while it preempts or waits for its victims."""
+    plan = verdict.preemption
+    if verdict.step == "preemption" and plan is not None and (plan.preempts or plan.waiting_for):
+        return "Preempting"
+    return _STEP_REASONS.get(verdict.step, "NoFit")
+
+
+def _rejected(step: str, err: InputError) -> Verdict:
+    return Verdict(step, f"the Workload cannot be used: {err}", rejected=True)

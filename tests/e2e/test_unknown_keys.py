@@ -1,0 +1,54 @@
+"""No typo left silent, on the real cluster: a Job whose pod template carries a misspelt
+gangplugin.io/ key is held by the gang check (never admitted, no pod bound) with a check message
+and a Warning Event naming the key and the closest known one; the same Job spelt right runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gangplugin.core.names import REQUIRED_TOPOLOGY_ANNOTATION, UNKNOWN_KEY_REASON
+from gangplugin.kube.client import JOBS
+from tests.e2e.conftest import E2ECluster
+from tests.e2e.kube import gpu_job, is_true, job_pods, unique, wait_for, wait_until
+from tests.e2e.test_admission import US, check_of, events_of, running_gang, workload
+
+TYPO = "gangplugin.io/required-toplogy"
+
+
+def test_a_misspelt_key_holds_the_gang_with_a_message_and_a_warning_naming_it(
+    cluster: E2ECluster, namespace: str, gang_queue: Any
+) -> None:
+    client = cluster.client
+    queue = gang_queue()
+    name = unique("typo")
+    client.create(JOBS, gpu_job(name, namespace, queue, 4, 4, metadata={"annotations": {TYPO: US}}))
+    wl = workload(client, namespace, name)
+    wl_name = wl["metadata"]["name"]
+
+    def held() -> dict[str, Any] | None:
+        current = workload(client, namespace, name)
+        return current if TYPO in check_of(current).get("message", "") else None
+
+    current = wait_until(
+        held, 90, lambda: f"the check to name the typo: {check_of(workload(client, namespace, name))}"
+    )
+    entry = check_of(current)
+    assert entry["state"] == "Pending", entry
+    assert f"did you mean {REQUIRED_TOPOLOGY_ANNOTATION}?" in entry["message"], entry
+    warnings = wait_for(
+        lambda: [e for e in events_of(client, namespace, wl_name) if e["reason"] == UNKNOWN_KEY_REASON],
+        60,
+        "the UnknownKey Warning Event",
+    )
+    assert warnings[0]["type"] == "Warning" and TYPO in warnings[0]["message"]
+    assert not is_true(current, "Admitted") and not job_pods(client, namespace, name)
+
+    fixed = unique("spelt")  # the same Job, spelt right: admitted whole in one UltraServer
+    client.create(
+        JOBS,
+        gpu_job(fixed, namespace, queue, 4, 4, metadata={"annotations": {REQUIRED_TOPOLOGY_ANNOTATION: US}}),
+    )
+    pods = running_gang(client, namespace, fixed, 4)
+    assert len({p["spec"]["nodeName"] for p in pods}) == 4
+    # Decided after the typo'd one, which is still held, not admitted meanwhile.
+    assert not is_true(workload(client, namespace, name), "Admitted")
