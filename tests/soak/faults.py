@@ -185,12 +185,14 @@ class Injector(threading.Thread):
     def _kill(self, kind: str, name: str, rng: random.Random, wait_leader: bool) -> bool:
         with self._processes:
             w = self._window(kind)
-            self.cluster.stop_process(name, signal.SIGKILL)
-            time.sleep(rng.uniform(1, 8))  # dead for a while, as a crashed pod before its restart
-            self.cluster.restart(name, lead=False)
-            if wait_leader:
-                self._await_leader()
-            self._end(w, process=name)
+            try:
+                self.cluster.stop_process(name, signal.SIGKILL)
+                time.sleep(rng.uniform(1, 8))  # dead for a while, as a crashed pod before its restart
+                self.cluster.restart(name, lead=False)
+                if wait_leader:
+                    self._await_leader()
+            finally:  # a window never left open: it would excuse everything after it
+                self._end(w, process=name)
         return True
 
     def _supervise(self) -> None:
@@ -211,8 +213,9 @@ class Injector(threading.Thread):
                             self._await_leader()
                     except (ClusterError, RuntimeError, OSError) as err:
                         self.log(f"  supervisor: {name} could not be started again: {err}")
-                    self.exits[name] += 1
-                    self._end(w, process=name)
+                    finally:
+                        self.exits[name] += 1
+                        self._end(w, process=name)
             time.sleep(1)
 
     def _kill_leader(self, rng: random.Random) -> bool:
@@ -229,8 +232,10 @@ class Injector(threading.Thread):
     def _restart(self, kind: str, name: str) -> bool:
         with self._processes:
             w = self._window(kind)
-            self.cluster.restart(name)
-            self._end(w, process=name)
+            try:
+                self.cluster.restart(name)
+            finally:
+                self._end(w, process=name)
         return True
 
     def _restart_apiserver(self, rng: random.Random) -> bool:
@@ -286,18 +291,20 @@ class Injector(threading.Thread):
 
         def healed() -> None:
             deadline = time.monotonic() + 180
-            for n in nodes:
-                while True:  # the API may be down (another fault): keep trying
-                    try:
-                        heal(n)
-                        break
-                    except (ApiError, httpx.HTTPError, OSError, RuntimeError):
-                        if time.monotonic() > deadline:
-                            raise
-                        time.sleep(1)
-            with self._lock:
-                self._faulted_nodes.difference_update(nodes)
-            self._end(w, nodes=nodes)
+            try:
+                for n in nodes:
+                    while True:  # the API may be down (another fault): keep trying
+                        try:
+                            heal(n)
+                            break
+                        except (ApiError, httpx.HTTPError, OSError, RuntimeError):
+                            if time.monotonic() > deadline:
+                                raise  # left as it is: the clean-up check reports the node
+                            time.sleep(1)
+            finally:
+                with self._lock:
+                    self._faulted_nodes.difference_update(nodes)
+                self._end(w, nodes=nodes)
 
         heal_once = _Once(healed)
         timer = threading.Timer(rng.uniform(15, 45), heal_once)
