@@ -218,8 +218,7 @@ class AdmissionPass:
                 else:
                     self._assume(q, wl, check, verdict, unready)
                     writes.append((q.key, partial(self.writer.admit, wl, check, verdict.decision, now)))
-        # Every write runs to its end, each on its own: one Workload's failure holds back no other.
-        outcomes = list(self._writers.map(lambda w: _outcome(w[1]), writes))
+        outcomes = self._write(writes)
         with self.view.capacity.locked():
             for (admitted_key, _), outcome in zip(writes, outcomes, strict=True):
                 if admitted_key is not None and outcome is not True:
@@ -241,6 +240,20 @@ class AdmissionPass:
         if rerun:
             return 0.5
         return max(0.05, min(wake) - now) if wake else None
+
+    def _write(
+        self, writes: list[tuple[str | None, Callable[[], bool | None]]]
+    ) -> list[bool | Exception | None]:
+        """Every write runs to its end, each on its own: one Workload's failure holds back no
+        other. The admissions go out one after another in the order they were decided, beside
+        the other writes: the Workload watch then shows them in that order, so the extender,
+        which plans an admitted gang only once its admission has arrived, has every admission
+        decided before it by then and leaves their promised capacity alone."""
+        admissions = [i for i, (key, _) in enumerate(writes) if key is not None]
+        others = [self._writers.submit(_outcome, fn) for key, fn in writes if key is None]
+        in_order = {i: _outcome(writes[i][1]) for i in admissions}
+        rest = iter([f.result() for f in others])
+        return [in_order[i] if i in in_order else next(rest) for i in range(len(writes))]
 
     def evaluate(
         self,

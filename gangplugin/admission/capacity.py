@@ -68,6 +68,9 @@ class Assumed:
 class _View:
     snapshot: Snapshot
     promised: dict[str, tuple[Any, str, Gang]] = field(default_factory=dict)  # key -> (fp, ns, gang)
+    # promises charged only in part (they no longer fit whole): placed again at every snapshot,
+    # since the room they lack may have come back
+    partial: set[str] = field(default_factory=set)
 
 
 class CapacityView:
@@ -143,9 +146,10 @@ class CapacityView:
                 if p is not None
                 else key in self.assumed and self.assumed[key].fingerprint == fp
             )
-            if not kept:
+            if not kept or key in view.partial:
                 release(view.snapshot, gang, ns)
                 del view.promised[key]
+                view.partial.discard(key)
         # Promises charged where real pods have bound since are placed again, in admission order.
         for key, (_, ns, gang) in list(view.promised.items()):
             if crowded(view.snapshot, gang, ns):
@@ -165,8 +169,10 @@ class CapacityView:
             except InputError as err:
                 log.warning("admitted workload %s: promised capacity not counted: %s", p.key, err)
                 continue
-            promise(view.snapshot, gang, p.namespace, p.policy, p.occupied)
+            charged = promise(view.snapshot, gang, p.namespace, p.policy, p.occupied, keep_what_fits=True)
             view.promised[p.key] = (p.fingerprint, p.namespace, gang)
+            if charged < sum(ps.count for ps in gang.podsets):
+                view.partial.add(p.key)
         return view.snapshot
 
     def assume(self, key: str, admission: Assumed) -> None:

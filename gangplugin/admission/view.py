@@ -264,7 +264,9 @@ class AdmissionView:
         self, wl: Mapping[str, Any], now: float, admitted_at: float | None = None
     ) -> DrainDecision | None:
         """What the TrainingPlans feeding the Workload's quota say about it (None: no plan feeds
-        it); InputError when its max-runtime annotation is unusable."""
+        it); InputError when its max-runtime annotation is unusable, whether or not a plan reads
+        it (bad input is refused where it is written, not once a plan comes to read it)."""
+        runtime = rec.max_runtime(self.with_pod_group_annotations(wl))
         cluster_queue, flavors, plans = self.plans_of(wl)
         if not plans:
             return None
@@ -273,7 +275,7 @@ class AdmissionView:
             cluster_queue,
             flavors,
             datetime.fromtimestamp(now, UTC),
-            rec.max_runtime(self.with_pod_group_annotations(wl)),
+            runtime,
             None if admitted_at is None else datetime.fromtimestamp(admitted_at, UTC),
         )
 
@@ -362,7 +364,7 @@ class AdmissionView:
         snap = self.capacity.build(levels)
         for p in self.promises(admitted):
             try:
-                promise(snap, p.gang(), p.namespace, p.policy, p.occupied)
+                promise(snap, p.gang(), p.namespace, p.policy, p.occupied, keep_what_fits=True)
             except InputError as err:
                 log.warning("admitted workload %s: promised capacity not counted: %s", p.key, err)
         return snap

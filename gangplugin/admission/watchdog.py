@@ -53,6 +53,8 @@ class Watchdog:
         if found is None or found[1].get("state") != "Ready":
             return None
         check, state = found
+        if spent := rec.spent_holds(wl):
+            self.writer.clear_annotations(wl, spent)  # the Workload's event runs this again
         try:
             policy = self.view.policy(ours[check])
         except InputError:

@@ -157,6 +157,20 @@ class CheckWriter:
         log.info("workload %s/%s: backoff over, requeued", meta["namespace"], meta["name"])
         return True
 
+    def clear_annotations(self, wl: JSON, keys: tuple[str, ...]) -> bool:
+        """Remove annotations from the Workload as `wl` has them (conditional on its
+        resourceVersion: never one written since); False when it changed meanwhile or is gone."""
+        meta = wl["metadata"]
+        patch = {"metadata": {"resourceVersion": meta["resourceVersion"], "annotations": dict.fromkeys(keys)}}
+        try:
+            self.client.patch(WORKLOADS, meta["name"], patch, meta["namespace"])
+        except ApiError as err:
+            if err.status in (404, 409):
+                return False
+            raise
+        log.info("workload %s/%s: removed %s, spent by its admission", meta["namespace"], meta["name"], keys)
+        return True
+
     def apply_status(self, wl: JSON, status: JSON, field_manager: str = FIELD_MANAGER) -> bool:
         """Server-side apply of `status` fields of a Workload as `field_manager`, conditional on
         the resourceVersion of `wl`; False when the Workload changed meanwhile or is gone."""

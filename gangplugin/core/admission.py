@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gangplugin.core.names import BIND_MODE_LABEL, GANG_LABEL, GANG_SIZE_ANNOTATION
-from gangplugin.core.placement import Gang, Placement, PlacementPolicy, place
+from gangplugin.core.placement import Gang, Placement, PlacementPolicy, eligible_nodes, fit_counter, place
 from gangplugin.core.topology import BoundPod, Snapshot
 
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
@@ -146,18 +146,46 @@ def decide(
 
 
 def promise(
-    snapshot: Snapshot, gang: Gang, namespace: str, policy: PlacementPolicy, occupied: Collection[str] = ()
+    snapshot: Snapshot,
+    gang: Gang,
+    namespace: str,
+    policy: PlacementPolicy,
+    occupied: Collection[str] = (),
+    *,
+    keep_what_fits: bool = False,
 ) -> int:
     """Charge `gang` (an admitted gang's pods that are not bound yet, with its domain in the
     nodeSelector; `occupied`: the nodes of its bound pods) to the snapshot as synthetic pods;
-    returns how many were charged (0 when they no longer fit: nothing is promised twice and
-    never beyond what exists)."""
+    returns how many were charged: all of them, or 0 when they no longer fit whole. With
+    `keep_what_fits`, a promise that no longer fits whole (a node of its domain failed, a pod
+    took a node it was promised) charges the room still left to it there instead, pod by pod:
+    that room is the gang's until it is whole or requeued, not the next gang's (which would
+    then be admitted into the same nodes). Nothing is promised twice, never beyond what exists."""
     if not gang.podsets:
         return 0
     placement = place(snapshot, gang, policy, occupied)
-    if not placement.feasible:
-        return 0
-    return charge(snapshot, gang, placement, namespace)
+    if placement.feasible:
+        return charge(snapshot, gang, placement, namespace)
+    return _charge_what_fits(snapshot, gang, namespace, policy, occupied) if keep_what_fits else 0
+
+
+def _charge_what_fits(
+    snapshot: Snapshot, gang: Gang, namespace: str, policy: PlacementPolicy, occupied: Collection[str]
+) -> int:
+    """Synthetic pods of `gang` on the room its eligible nodes (its domain) still have, node by
+    node, up to its pods; named as `promised_pods` names them."""
+    charged = 0
+    for ps, nodes in zip(gang.podsets, eligible_nodes(snapshot, gang, policy, occupied), strict=True):
+        fits = fit_counter(ps)
+        index = 0
+        for node_id in nodes:
+            node = snapshot.nodes[node_id]
+            while node is not None and index < ps.count and fits(snapshot.free[node_id], {}) > 0:
+                pod = f"{PROMISED_PREFIX}/{gang.name}/{ps.name}/{index}"
+                snapshot.bind(BoundPod(namespace, pod, node.name, dict(ps.requests)))
+                index += 1
+        charged += index
+    return charged
 
 
 def charge(snapshot: Snapshot, gang: Gang, placement: Placement, namespace: str) -> int:

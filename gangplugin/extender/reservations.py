@@ -62,6 +62,13 @@ PolicyOf = Callable[[str, str], tuple[PlacementPolicy, tuple[str, ...]] | None]
 AdmittedOf = Callable[[JSON], AdmittedGang | None]
 # Kueue's name for the podset of a pod that carries none (a Job's only podset).
 DEFAULT_POD_SET = "main"
+# Why a Kueue gang is not planned yet (see `GangReservations.admission_unseen`).
+UNSEEN_ADMISSION = "its admission has not reached the gang reservations yet; trying again"
+
+
+class AdmissionUnseen(Exception):
+    """A Kueue gang's pods asked for nodes before its admission reached the reservations: the
+    scheduler is answered with an error, so it retries the pod after its backoff."""
 
 
 class GangReservations:
@@ -128,6 +135,19 @@ class GangReservations:
             snap = self.snapshots[levels] = build_snapshot(nodes, self.bound.values(), levels)
             self.promises.charge_into(snap)
         return snap
+
+    def admission_unseen(self, pod: GangPod) -> bool:
+        """A pod of a gang the gang check admitted (it carries the bind-mode label the check
+        stamps) whose admission these reservations have not been told of. Such a gang is not
+        planned yet: the admission pass writes its admissions in the order it decided them, and
+        the Workload watch delivers them in that order, so once this gang's admission is here,
+        every admission decided before it is here too, and its plan leaves their promised
+        capacity alone (planned sooner, it took nodes the pass had just promised another gang)."""
+        return (
+            pod.bind_mode is not None
+            and self.admitted_of is not None
+            and pod.gang_key not in self.promises.admitted
+        )
 
     def _settings_of(self, gkey: GangKey) -> tuple[PlacementPolicy, Snapshot, bool]:
         """The gang's placement policy and snapshot, and whether Kueue's gang check owns it."""
@@ -420,6 +440,8 @@ class GangReservations:
                 # Capacity reserved for gangs being bound, pinned, or promised to admitted ones.
                 held = self.reserved_on.keys() | self.pinned_on.keys() | set(self.promises.nodes())
                 return filter_single_pod(self.snapshot, pod, node_names, held), None
+            if gkey not in self.plans and self.admission_unseen(pod):
+                raise AdmissionUnseen(f"gang {gkey[1]} of pod {pod.namespace}/{pod.name}: {UNSEEN_ADMISSION}")
             made = None
             # A plan the scheduler refused is made again at once, without the refused nodes:
             # the second plan cannot pick them, so each round makes progress.
@@ -479,6 +501,8 @@ class GangReservations:
             self._settle()
             plan = self.plans.get(gkey)
             if plan is None:
+                if self.admission_unseen(gated[0]):
+                    return [], UNSEEN_ADMISSION
                 policy, snap, checked = self._settings_of(gkey)
                 self.promises.release(gkey, self.snapshots.values())  # its plan replaces it
                 plan = plan_gang(

@@ -18,7 +18,7 @@ from gangplugin.core.errors import InputError
 from gangplugin.core.gangplan import GangPlan, GangPod
 from gangplugin.extender.barrier import Barrier
 from gangplugin.extender.pods import gang_pod_from_k8s
-from gangplugin.extender.reservations import GangReservations
+from gangplugin.extender.reservations import AdmissionUnseen, GangReservations
 from gangplugin.runtime.asgi import App, BadRequest, Receive, Send, read_json, respond_json
 from gangplugin.runtime.metrics import EXTENDER_LATENCY
 
@@ -64,7 +64,7 @@ class ExtenderHandlers:
         pod, names = parse_args(body)
         try:
             verdict, plan = self.reservations.filter(pod, names, now)
-        except InputError as err:
+        except (InputError, AdmissionUnseen) as err:  # an Error: the scheduler retries after backoff
             return {"NodeNames": None, "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": str(err)}
         if plan is not None and plan.abandon and self.abandon is not None:
             self.abandon(plan)

@@ -12,7 +12,7 @@ from typing import Any
 
 from gangplugin.core.durations import parse_duration
 from gangplugin.core.errors import InputError
-from gangplugin.core.names import MAX_RUNTIME_ANNOTATION, PREEMPTION_ANNOTATION
+from gangplugin.core.names import BACKOFF_UNTIL_ANNOTATION, MAX_RUNTIME_ANNOTATION, PREEMPTION_ANNOTATION
 from gangplugin.core.plans import TrainingPlan
 from gangplugin.core.policy import DEFAULT_READY_TIMEOUT, GangPolicy, Requeue, validate_policy
 from gangplugin.core.preemption import ClusterQueueState, Hold, QueuePreemption
@@ -257,6 +257,25 @@ def hold_from_k8s(wl: Mapping[str, Any]) -> Hold | None:
         )
     except (ValueError, TypeError, KeyError, AttributeError):
         return None
+
+
+def spent_holds(wl: Mapping[str, Any]) -> tuple[str, ...]:
+    """The annotations holding an admitted Workload back whose purpose ended with its admission:
+    its preemption hold (a hold ends when the preemptor is admitted), and a backoff that ended
+    before the admission began (one the watchdog writes for the timeout it is acting on ends
+    after it, so it stays)."""
+    annotations = (wl.get("metadata") or {}).get("annotations") or {}
+    spent = [PREEMPTION_ANNOTATION] if PREEMPTION_ANNOTATION in annotations else []
+    raw = annotations.get(BACKOFF_UNTIL_ANNOTATION)
+    if raw is not None:
+        admitted = (conditions(wl).get("Admitted") or {}).get("lastTransitionTime")
+        try:
+            if epoch(raw, BACKOFF_UNTIL_ANNOTATION) <= epoch(admitted, "Admitted.lastTransitionTime"):
+                spent.append(BACKOFF_UNTIL_ANNOTATION)
+        except InputError:
+            if admitted:  # an unreadable backoff holds nothing (the pass ignores it too)
+                spent.append(BACKOFF_UNTIL_ANNOTATION)
+    return tuple(spent)
 
 
 def hold_annotation(hold: Hold) -> str:

@@ -295,12 +295,14 @@ class LocalCluster:
         `up` or `restart` starts it (None: nothing to run); for a test that runs it otherwise."""
         return self._component(name).process(self.spec)
 
-    def _component(self, name: str, *, extender: bool = True, args: tuple[str, ...] = ()) -> Component:
+    def _component(
+        self, name: str, *, extender: bool = True, args: tuple[str, ...] = (), lead: bool = True
+    ) -> Component:
         replica = name.removeprefix("gangplugin-")
         if name == "kube-scheduler":
             return KubeScheduler(extender=extender)
         if name == "gangplugin" or (name != replica and replica.isdigit()):
-            return Gangplugin(replica=1 if name == "gangplugin" else int(replica), args=args)
+            return Gangplugin(replica=1 if name == "gangplugin" else int(replica), args=args, lead=lead)
         for comp in self._chosen:
             if comp.name == name:
                 return comp
@@ -317,11 +319,13 @@ class LocalCluster:
         kill: signal.Signals = signal.SIGKILL,
         extender: bool = True,
         args: tuple[str, ...] = (),
+        lead: bool = True,
     ) -> None:
         """Kill one running process (a component's name, or "gangplugin-<n>") and start it again
         (or start it, if it was not running); `extender` chooses kube-scheduler's configuration,
-        `args` are more `gangplugin serve` flags (tests and benchmarks use these)."""
-        comp = self._component(name, extender=extender, args=args)
+        `args` are more `gangplugin serve` flags, `lead=False` lets replica 1 come back as a
+        follower (tests and benchmarks use these)."""
+        comp = self._component(name, extender=extender, args=args, lead=lead)
         self._supervisor.stop(name, kill)
         proc = comp.process(self.spec)
         if proc is None:

@@ -28,13 +28,15 @@ LOCAL_QUEUES = REPO / "deploy" / "local" / "queues.yaml"
 
 @dataclass(frozen=True)
 class Gangplugin(Component):
-    """Replica 1 is the one `up` starts and waits to lead; `restart("gangplugin-2")` starts a
-    second one, a follower until the first is gone. `args` are more `serve` flags."""
+    """Replica 1 is the one `up` starts and waits to lead (`lead=False`: ready as a follower
+    too, when another replica holds the Lease); `restart("gangplugin-2")` starts a second one, a
+    follower until the first is gone. `args` are more `serve` flags."""
 
     name = "gangplugin"
     requires = ("kueue",)
     replica: int = 1
     args: tuple[str, ...] = ()
+    lead: bool = True
 
     def binaries(self, spec: ClusterSpec) -> tuple[Path, ...]:
         return ()  # this package's own console script, beside the running Python
@@ -61,7 +63,7 @@ class Gangplugin(Component):
     def process(self, spec: ClusterSpec) -> Process | None:
         if not spec.gangplugin_components:
             return None
-        p, pki, replica = spec.ports, spec.pki_dir, self.replica
+        p, pki, replica, lead = spec.ports, spec.pki_dir, self.replica, self.lead
         health, grpc, webhook = p.gangplugin_replica(replica)
         ca = ssl.create_default_context(cafile=str(pki / "ca.crt"))
 
@@ -71,7 +73,7 @@ class Gangplugin(Component):
             except httpx.HTTPError:
                 return False
             # Replica 1 must lead (the tests expect working controllers); others may stand by.
-            return r.status_code == 200 and (replica > 1 or "standby" not in r.text)
+            return r.status_code == 200 and (replica > 1 or not lead or "standby" not in r.text)
 
         def tls(listener: str) -> tuple[str, str]:
             return (

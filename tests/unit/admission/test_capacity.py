@@ -157,3 +157,25 @@ def test_a_promise_where_another_gangs_pods_bound_is_placed_again() -> None:
         snap = view.snapshot(LEVELS, [promise_of("a", 2), b])
         assert not any(snap.overcommitted(i) for i in snap.live_node_ids())
         assert not place(snap, gang("c", 1, "us-1"), PlacementPolicy()).feasible
+
+
+def test_a_promise_that_no_longer_fits_whole_keeps_the_room_left_from_the_next_gang() -> None:
+    """The soak (seed 1, 30 min) saw gb200-us-4 promised 92 GPUs for 72: a 6-pod gang admitted
+    there lost two of its nodes to plain pods before its pods were pinned, its promise no longer
+    fit whole and was charged as nothing, and the next pass admitted a 4-pod gang into the same
+    UltraServer. The broken promise keeps what room is left; once the room is back, the promise
+    is whole again."""
+    view = view_of([node(f"n{i}", "us-1") for i in range(6)])
+    p = Promise("ns/g1", ("us-1", ()), "ns", lambda: gang("g1", 5, "us-1"), PlacementPolicy())
+    assert free_gpus(view, [p]) == 4
+    for name, at in (("plain-1", "n0"), ("plain-2", "n1")):
+        view.on_pod("ADDED", None, pod(name, at))
+    with view.locked():
+        snap = view.snapshot(LEVELS, [p])
+        assert not place(snap, gang("g2", 1, "us-1"), PlacementPolicy()).feasible  # all 4 left are g1's
+    for name, at in (("plain-1", "n0"), ("plain-2", "n1")):
+        view.on_pod("DELETED", pod(name, at), None)
+    with view.locked():
+        snap = view.snapshot(LEVELS, [p])
+        assert place(snap, gang("g2", 1, "us-1"), PlacementPolicy()).feasible  # g1 whole again
+    assert free_gpus(view, [p]) == 4

@@ -1,0 +1,637 @@
+"""The soak's fault injector: a seeded plan of faults at random moments, and the thread that
+carries it out on the local cluster.
+
+Each fault is recorded with the observer as a `Window` (what it stopped, from when to when the
+injector saw it healed), so the observer's clocks do not blame a gang for a component that was
+down. Bad input is checked here, where it is sent: it must be refused with a message naming the
+field, or (what only a controller can see) be reported on the object within a deadline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import signal
+import ssl
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+
+from gangplugin.core.timeutil import format_time
+from gangplugin.kube.client import EVENTS, JOBS, NODES, PODS, WORKLOADS, ApiError, Client
+from gangplugin.kube.lease import LEASES
+from gangplugin.kube.resources import GANG_POLICIES, TRAINING_PLANS
+from gangplugin.localcluster.cluster import GANGPLUGIN_NAMESPACE, ClusterError, LocalCluster
+from tests.soak import observer as obs
+from tests.soak.observer import Observer, Violation, Window
+from tests.soak.queues import MODES, PLAN, TEAMS, queue_name
+from tests.soak.stream import GB200, US, GangSpec, Stream, job_manifest
+
+KINDS = (
+    "kill-leader",
+    "kill-follower",
+    "restart-apiserver",
+    "restart-scheduler",
+    "restart-kueue",
+    "node-notready",
+    "cordon",
+    "taint",
+    "delete-pods",
+    "bad-policy",
+    "bad-annotation",
+    "bad-plan",
+)
+SCOPES = {
+    "kill-leader": obs.ALL,
+    "kill-follower": obs.CONTROL,
+    "restart-apiserver": obs.ALL,
+    "restart-scheduler": obs.BINDING,
+    "restart-kueue": obs.CONTROL,
+    "node-notready": obs.NODES,
+    "cordon": obs.NODES,
+    "taint": obs.NODES,
+    "delete-pods": obs.GANG,
+    "bad-policy": obs.NONE,
+    "bad-annotation": obs.NONE,
+    "bad-plan": obs.NONE,
+    "process-exited": obs.ALL,
+}
+# What the supervisor starts again when it exits (kubelet's part for the pods of a real cluster).
+SUPERVISED = ("gangplugin", "gangplugin-2", "kube-scheduler", "kueue", "kube-apiserver")
+NOT_READY_LABEL = "gangplugin.io/e2e-not-ready"  # kwok leaves such a node alone (deploy/kwok/stages.yaml)
+FAULT_TAINT = "soak.gangplugin.io/fault"
+REPLY_DEADLINE = 120.0  # a controller's answer to bad input (the check's message, a plan's condition)
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedFault:
+    at: float  # seconds after the soak starts
+    kind: str
+    seed: int
+
+
+def plan_faults(seed: int, seconds: float, count: int, kinds: tuple[str, ...] = KINDS) -> list[PlannedFault]:
+    """`count` faults (at least one of each kind, in a seeded order) spread over the soak, each
+    at a random moment of its share of the time."""
+    rng = random.Random(seed ^ 0xFA017)
+    order = list(kinds)
+    rng.shuffle(order)
+    while len(order) < count:
+        order.append(rng.choice(kinds))
+    span = max(1.0, seconds - 30.0)
+    share = span / len(order)
+    return [
+        PlannedFault(15.0 + share * i + rng.uniform(0, share * 0.6), kind, rng.randrange(2**31))
+        for i, kind in enumerate(order)
+    ]
+
+
+class Injector(threading.Thread):
+    def __init__(
+        self,
+        cluster: LocalCluster,
+        client: Client,
+        observer: Observer,
+        stream: Stream,
+        plan: list[PlannedFault],
+        log: Callable[[str], None],
+    ) -> None:
+        super().__init__(name="soak-injector", daemon=True)
+        self.cluster, self.client, self.observer, self.stream = cluster, client, observer, stream
+        self.plan, self.log = plan, log
+        self.start_at = time.time()
+        self.stop = threading.Event()
+        self.injected: Counter[str] = Counter()
+        self.skipped: Counter[str] = Counter()
+        self.records: list[dict[str, Any]] = []
+        self._ids = 0
+        self._lock = threading.Lock()
+        self._faulted_nodes: set[str] = set()
+        self._heals: list[tuple[threading.Timer, _Once]] = []
+        self._checks: list[threading.Thread] = []
+        self._bad = 0
+        # Held while a process is killed and started again: the supervisor keeps its hands off.
+        self._processes = threading.Lock()
+        self.exits: Counter[str] = Counter()
+        self._supervising = threading.Event()
+        self._supervisor = threading.Thread(target=self._supervise, name="soak-supervisor", daemon=True)
+
+    # -- the plan -------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        self._supervising.set()
+        self._supervisor.start()
+        for fault in self.plan:
+            if self.stop.wait(max(0.0, self.start_at + fault.at - time.time())):
+                return
+            rng = random.Random(fault.seed)
+            try:
+                done = getattr(self, "_" + fault.kind.replace("-", "_"))(rng)
+            except (ApiError, httpx.HTTPError, OSError, RuntimeError) as err:
+                self.log(f"  fault {fault.kind} failed: {err}")
+                done = False
+            (self.injected if done else self.skipped)[fault.kind] += 1
+
+    def _window(self, kind: str, **where: Any) -> Window:
+        with self._lock:
+            self._ids += 1
+            w = Window(self._ids, kind, SCOPES[kind], time.time(), **where)
+        self.observer.fault(w)
+        return w
+
+    def _end(self, w: Window, **detail: Any) -> None:
+        end = time.time()
+        self.observer.fault(replace(w, end=end))
+        seconds = round(end - w.start, 1)
+        self.records.append(
+            {"fault": w.kind, "at": round(w.start - self.start_at, 1), "seconds": seconds, **detail}
+        )
+        self.log(f"  fault {w.kind} {detail or ''} ({seconds:.1f}s)")
+
+    # -- processes ------------------------------------------------------------------------------
+
+    def _leader(self) -> str | None:
+        """The process name of the replica holding the Lease (`local-gangplugin-<n>`)."""
+        lease = self.client.get_or_none(LEASES, "gangplugin", GANGPLUGIN_NAMESPACE) or {}
+        holder = str((lease.get("spec") or {}).get("holderIdentity") or "")
+        n = holder.removeprefix("local-gangplugin-")
+        if not n.isdigit():
+            return None
+        return "gangplugin" if n == "1" else f"gangplugin-{n}"
+
+    def _leading(self) -> bool:
+        ctx = ssl.create_default_context(cafile=str(self.cluster.pki_dir / "ca.crt"))
+        for n in (1, 2):
+            port = self.cluster.ports.gangplugin_replica(n)[0]
+            with contextlib.suppress(httpx.HTTPError, OSError):
+                r = httpx.get(f"https://127.0.0.1:{port}/readyz", verify=ctx, timeout=3.0)
+                if r.status_code == 200 and r.text.startswith("leader"):
+                    return True
+        return False
+
+    def _await_leader(self) -> None:
+        deadline = time.monotonic() + 120
+        while not self._leading():
+            if time.monotonic() > deadline:
+                raise RuntimeError("no gangplugin replica leads 120s after a replica was restarted")
+            time.sleep(0.5)
+
+    def _kill(self, kind: str, name: str, rng: random.Random, wait_leader: bool) -> bool:
+        with self._processes:
+            w = self._window(kind)
+            try:
+                self.cluster.stop_process(name, signal.SIGKILL)
+                time.sleep(rng.uniform(1, 8))  # dead for a while, as a crashed pod before its restart
+                self.cluster.restart(name, lead=False)
+                if wait_leader:
+                    self._await_leader()
+            finally:  # a window never left open: it would excuse everything after it
+                self._end(w, process=name)
+        return True
+
+    def _supervise(self) -> None:
+        """kubelet's part: a supervised process that exited is started again, as a pod's
+        container is. `gangplugin serve` exits by design when, leading, it cannot renew its
+        Lease within the renew deadline (kube-apiserver down for longer): it restarts as a
+        follower. Each exit is a window (nothing may be blamed on the time it was down)."""
+        while self._supervising.is_set():
+            with self._processes:
+                running = self.cluster.running_processes()
+                for name in SUPERVISED:
+                    if name in running:
+                        continue
+                    w = self._window("process-exited")
+                    try:
+                        self.cluster.restart(name, lead=False)
+                        if name.startswith("gangplugin"):
+                            self._await_leader()
+                    except (ClusterError, RuntimeError, OSError) as err:
+                        self.log(f"  supervisor: {name} could not be started again: {err}")
+                    finally:
+                        self.exits[name] += 1
+                        self._end(w, process=name)
+            time.sleep(1)
+
+    def _kill_leader(self, rng: random.Random) -> bool:
+        leader = self._leader()
+        return leader is not None and self._kill("kill-leader", leader, rng, wait_leader=True)
+
+    def _kill_follower(self, rng: random.Random) -> bool:
+        leader = self._leader()
+        if leader is None:
+            return False
+        follower = "gangplugin-2" if leader == "gangplugin" else "gangplugin"
+        return self._kill("kill-follower", follower, rng, wait_leader=False)
+
+    def _restart(self, kind: str, name: str) -> bool:
+        with self._processes:
+            w = self._window(kind)
+            try:
+                self.cluster.restart(name)
+            finally:
+                self._end(w, process=name)
+        return True
+
+    def _restart_apiserver(self, rng: random.Random) -> bool:
+        return self._restart("restart-apiserver", "kube-apiserver")
+
+    def _restart_scheduler(self, rng: random.Random) -> bool:
+        return self._restart("restart-scheduler", "kube-scheduler")
+
+    def _restart_kueue(self, rng: random.Random) -> bool:
+        return self._restart("restart-kueue", "kueue")
+
+    # -- nodes ----------------------------------------------------------------------------------
+
+    def _pick_nodes(self, rng: random.Random, count: int) -> list[str]:
+        """GB200 nodes not under a fault already; half the time ones running gang pods."""
+        nodes = [
+            n["metadata"]["name"]
+            for n in self.client.list(NODES, label_selector=f"node.kubernetes.io/instance-type={GB200}")[
+                "items"
+            ]
+        ]
+        with self._lock:
+            free = sorted(set(nodes) - self._faulted_nodes)
+        busy = sorted(
+            {
+                p["spec"]["nodeName"]
+                for pods in self.stream.running_gangs().values()
+                for p in pods
+                if p["spec"].get("nodeName")
+            }
+            & set(free)
+        )
+        pool = busy if busy and rng.random() < 0.5 else free
+        chosen = rng.sample(pool, min(count, len(pool)))
+        with self._lock:
+            self._faulted_nodes.update(chosen)
+        return chosen
+
+    def _node_fault(
+        self,
+        kind: str,
+        rng: random.Random,
+        count: int,
+        hurt: Callable[[str], None],
+        heal: Callable[[str], None],
+    ) -> bool:
+        nodes = self._pick_nodes(rng, count)
+        if not nodes:
+            return False
+        w = self._window(kind, nodes=tuple(nodes))
+        for n in nodes:
+            hurt(n)
+
+        def healed() -> None:
+            deadline = time.monotonic() + 180
+            try:
+                for n in nodes:
+                    while True:  # the API may be down (another fault): keep trying
+                        try:
+                            heal(n)
+                            break
+                        except (ApiError, httpx.HTTPError, OSError, RuntimeError):
+                            if time.monotonic() > deadline:
+                                raise  # left as it is: the clean-up check reports the node
+                            time.sleep(1)
+            finally:
+                with self._lock:
+                    self._faulted_nodes.difference_update(nodes)
+                self._end(w, nodes=nodes)
+
+        heal_once = _Once(healed)
+        timer = threading.Timer(rng.uniform(15, 45), heal_once)
+        timer.daemon = True
+        with self._lock:
+            self._heals.append((timer, heal_once))
+        timer.start()
+        return True
+
+    def _fail(self, name: str) -> None:
+        now = format_time(datetime.now(UTC).replace(microsecond=0))
+        self.client.patch(NODES, name, {"metadata": {"labels": {NOT_READY_LABEL: "true"}}})
+        node = self.client.get(NODES, name)
+        down = {
+            "type": "Ready",
+            "status": "False",
+            "reason": "SoakNodeDown",
+            "message": "made NotReady by the soak's fault injector",
+            "lastHeartbeatTime": now,
+            "lastTransitionTime": now,
+        }
+        conds = [c for c in node["status"]["conditions"] if c["type"] != "Ready"] + [down]
+        self.client.patch(NODES, name, {"status": {"conditions": conds}}, subresource="status")
+
+    def _revive(self, name: str) -> None:
+        self.client.patch(NODES, name, {"metadata": {"labels": {NOT_READY_LABEL: None}}})
+        deadline = time.monotonic() + 90
+        while not obs.is_true(self.client.get(NODES, name), "Ready"):  # kwok initializes it again
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{name} not Ready 90s after it was healed")
+            time.sleep(0.5)
+
+    def _node_notready(self, rng: random.Random) -> bool:
+        return self._node_fault("node-notready", rng, rng.randint(1, 3), self._fail, self._revive)
+
+    def _cordon(self, rng: random.Random) -> bool:
+        def cordon(n: str, on: bool) -> None:
+            self.client.patch(NODES, n, {"spec": {"unschedulable": on}})
+
+        return self._node_fault(
+            "cordon", rng, rng.randint(1, 2), lambda n: cordon(n, True), lambda n: cordon(n, False)
+        )
+
+    def _taint(self, rng: random.Random) -> bool:
+        def set_taint(n: str, on: bool) -> None:
+            node = self.client.get(NODES, n)
+            taints = [t for t in node["spec"].get("taints") or [] if t.get("key") != FAULT_TAINT]
+            if on:
+                taints.append({"key": FAULT_TAINT, "value": "true", "effect": "NoSchedule"})
+            patch = {
+                "metadata": {"resourceVersion": node["metadata"]["resourceVersion"]},
+                "spec": {"taints": taints},
+            }
+            self.client.patch(NODES, n, patch)
+
+        return self._node_fault(
+            "taint", rng, rng.randint(1, 2), lambda n: set_taint(n, True), lambda n: set_taint(n, False)
+        )
+
+    def _delete_pods(self, rng: random.Random) -> bool:
+        deadline = time.monotonic() + 60
+        while not (running := self.stream.running_gangs()):
+            if time.monotonic() > deadline or self.stop.is_set():
+                return False
+            time.sleep(1)
+        job = rng.choice(sorted(running))
+        pods = rng.sample(running[job], min(len(running[job]), rng.randint(1, 2)))
+        wl = next(
+            (
+                w["metadata"]["name"]
+                for w in self.client.list(WORKLOADS, job.split("/")[0])["items"]
+                if any(o.get("name") == job.split("/")[1] for o in w["metadata"].get("ownerReferences") or [])
+            ),
+            None,
+        )
+        ns = job.split("/")[0]
+        w = self._window("delete-pods", nodes=tuple(p["spec"]["nodeName"] for p in pods), gang=f"{ns}/{wl}")
+        for p in pods:
+            self.client.delete(PODS, p["metadata"]["name"], ns)
+        self._end(w, gang=job, pods=[p["metadata"]["name"] for p in pods])
+        return True
+
+    # -- bad input ------------------------------------------------------------------------------
+
+    def _refused(self, kind: str, what: str, create: Callable[[], Any], field: str) -> bool | None:
+        """Send bad input: True if refused naming `field`, None if accepted, a violation if
+        refused without naming it (a webhook that is down refuses for that reason: fine)."""
+        w = self._window(kind)
+        try:
+            create()
+        except ApiError as err:
+            text = str(err)
+            named = field in text or "failed calling webhook" in text
+            if not named:
+                self.observer.report(
+                    Violation(
+                        "bad-input", time.time(), what, f"{what} refused without naming {field}: {text}"
+                    )
+                )
+            self._end(w, input=what, refused=text[:200])
+            return True
+        self._end(w, input=what, refused=None)
+        return None
+
+    def _bad_policy(self, rng: random.Random) -> bool:
+        self._bad += 1
+        name = f"soak-bad-{self._bad:03d}"
+        variants = [
+            ({"readyTimeout": "-5m"}, "readyTimeout"),
+            ({"bindMode": "Sometimes"}, "bindMode"),
+            ({"requeue": {"backoffBaseSeconds": 60, "backoffMaxSeconds": 1}}, "backoffMaxSeconds"),
+            ({"topologyName": "no-such-topology"}, "topologyName"),
+        ]
+        spec, field = rng.choice(variants)
+        body = {
+            "apiVersion": "gangplugin.io/v1alpha1",
+            "kind": "GangPolicy",
+            "metadata": {"name": name},
+            "spec": spec,
+        }
+        refused = self._refused(
+            "bad-policy", f"GangPolicy {name} {spec}", lambda: self.client.create(GANG_POLICIES, body), field
+        )
+        if refused is None:
+            # Only what needs another object may get in while no webhook answers: it must say so.
+            self._expect(
+                f"GangPolicy {name} {spec}",
+                lambda: any(
+                    c.get("type") == "Valid" and c.get("status") == "False" and field in c.get("message", "")
+                    for c in ((self.client.get_or_none(GANG_POLICIES, name) or {}).get("status") or {}).get(
+                        "conditions"
+                    )
+                    or []
+                ),
+                f"a Valid=False condition naming {field}",
+                cleanup=lambda: self.client.delete(GANG_POLICIES, name),
+            )
+        return True
+
+    def _bad_plan(self, rng: random.Random) -> bool:
+        self._bad += 1
+        name = f"soak-bad-{self._bad:03d}"
+        start = datetime.now(UTC).replace(microsecond=0) + timedelta(minutes=5)
+        block = {
+            "instanceType": "ml.p5.48xlarge",
+            "instanceCount": 2,
+            "availabilityZone": "us-east-1b",
+            "startTime": format_time(start),
+            "endTime": format_time(start + timedelta(minutes=10)),
+        }
+        variants = [
+            ({"instanceCount": 3}, {}, "instanceCount"),
+            ({"endTime": format_time(start - timedelta(minutes=1))}, {}, "endTime"),
+            ({}, {"clusterQueue": "no-such-queue"}, "no-such-queue"),
+        ]
+        block_change, spec_change, field = rng.choice(variants)
+        body = {
+            "apiVersion": "gangplugin.io/v1alpha1",
+            "kind": "TrainingPlan",
+            "metadata": {"name": name},
+            "spec": {
+                "targetResource": "training-job",
+                "clusterQueue": PLAN,
+                "flavor": "p5",
+                "resourcesPerInstance": {"nvidia.com/gpu": 8},
+                "testOverrides": {"anyBlockTimes": True, "terminationLead": "15s"},
+                "reservedCapacity": [{**block, **block_change}],
+                **spec_change,
+            },
+        }
+        what = f"TrainingPlan {name} {block_change or spec_change}"
+        if self._refused("bad-plan", what, lambda: self.client.create(TRAINING_PLANS, body), field) is None:
+            self._expect(
+                what,
+                lambda: any(
+                    c.get("type") == "Accepted"
+                    and c.get("status") == "False"
+                    and field in c.get("message", "")
+                    for c in ((self.client.get_or_none(TRAINING_PLANS, name) or {}).get("status") or {}).get(
+                        "conditions"
+                    )
+                    or []
+                ),
+                f"an Accepted=False condition naming {field}",
+                cleanup=lambda: self.client.delete(TRAINING_PLANS, name),
+            )
+        return True
+
+    def _bad_annotation(self, rng: random.Random) -> bool:
+        self._bad += 1
+        variants = [
+            ({"gangplugin.io/requried-topology": US}, "gangplugin.io/requried-topology"),
+            ({"gangplugin.io/required-topology": "topology.k8s.aws/no-such-level"}, "no-such-level"),
+            ({"gangplugin.io/max-runtime": "soon"}, "gangplugin.io/max-runtime"),
+            ({"gangplugin.io/slice-size": "3", "gangplugin.io/slice-required-topology": US}, "slice-size"),
+        ]
+        annotations, field = rng.choice(variants)
+        team, mode = rng.choice(TEAMS), rng.choice(MODES)
+        name = f"bad{self._bad:03d}"
+        manifest = job_manifest(
+            GangSpec(name, 0, team, mode, 1, 4, "experimentation-priority", tuple(annotations.items()), 0, 0)
+        )
+        manifest["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = queue_name("Bad")
+        w = self._window("bad-annotation")
+        self.client.create(JOBS, manifest)
+        self._end(w, input=f"Job {team}/{name} {annotations}")
+
+        def workload() -> dict[str, Any] | None:
+            return next(
+                (
+                    wl
+                    for wl in self.client.list(WORKLOADS, team)["items"]
+                    if any(o.get("name") == name for o in wl["metadata"].get("ownerReferences") or [])
+                ),
+                None,
+            )
+
+        def said() -> bool:
+            """The check holds it (Pending) or rejected it, naming the field: on the Workload, or,
+            once Kueue has deactivated a rejected one and reset its check, in the check's Event."""
+            wl = workload()
+            if wl is None:
+                return False
+            checks = (wl.get("status") or {}).get("admissionChecks") or []
+            if any(field in (c.get("message") or "") and c.get("state") != "Ready" for c in checks):
+                return True
+            events = self.client.list(
+                EVENTS, team, field_selector=f"involvedObject.name={wl['metadata']['name']}"
+            )["items"]
+            return any(
+                e.get("reason") in ("GangRejected", "GangWaiting") and field in (e.get("message") or "")
+                for e in events
+            )
+
+        self._expect(
+            f"Job {team}/{name} {annotations}",
+            said,
+            f"its gang check holding or rejecting it naming {field}",
+            cleanup=lambda: self.client.delete(JOBS, name, team),
+            evidence=lambda: [obs.workload_brief(wl)] if (wl := workload()) else [],
+        )
+        return True
+
+    def _expect(
+        self,
+        what: str,
+        holds: Callable[[], bool],
+        wanted: str,
+        cleanup: Callable[[], Any],
+        evidence: Callable[[], list[dict[str, Any]]] = list,
+    ) -> None:
+        """In the background: `holds` within REPLY_DEADLINE (not counting time a component was
+        down), else a violation; then clean up."""
+
+        def wait() -> None:
+            waited, last = 0.0, time.time()
+            try:
+                while waited < REPLY_DEADLINE:
+                    with contextlib.suppress(ApiError, httpx.HTTPError, OSError):
+                        if holds():
+                            return
+                    time.sleep(1)
+                    now = time.time()
+                    if not self.observer.stalled(now):
+                        waited += now - last
+                    last = now
+                self.observer.report(
+                    Violation(
+                        "bad-input",
+                        time.time(),
+                        what,
+                        f"{what} was accepted, and {wanted} was not seen within {REPLY_DEADLINE:.0f}s",
+                        tuple(_quietly(evidence)),
+                    )
+                )
+            finally:
+                with contextlib.suppress(ApiError, httpx.HTTPError, OSError):
+                    cleanup()
+
+        t = threading.Thread(target=wait, name="soak-bad-input", daemon=True)
+        self._checks.append(t)
+        t.start()
+
+    # -- the end --------------------------------------------------------------------------------
+
+    def heal_all(self) -> None:
+        """Stop the plan; heal every faulted node now, and wait for the bad-input checks."""
+        self.stop.set()
+        self.join(timeout=300)
+        with self._lock:
+            heals = list(self._heals)
+        for timer, heal in heals:
+            timer.cancel()
+            heal()
+            heal.done.wait(240)
+        for t in self._checks:
+            t.join(timeout=REPLY_DEADLINE + 60)
+
+    def close(self) -> None:
+        """The end: no more supervision."""
+        self._supervising.clear()
+        if self._supervisor.is_alive():
+            self._supervisor.join(timeout=150)
+
+
+class _Once:
+    """A heal run by its timer or by `heal_all`, whichever comes first, exactly once."""
+
+    def __init__(self, fn: Callable[[], None]) -> None:
+        self.fn = fn
+        self.lock = threading.Lock()
+        self.started = False
+        self.done = threading.Event()
+
+    def __call__(self) -> None:
+        with self.lock:
+            if self.started:
+                return
+            self.started = True
+        try:
+            self.fn()
+        finally:
+            self.done.set()
+
+
+def _quietly(evidence: Callable[[], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    try:
+        return evidence()
+    except (ApiError, httpx.HTTPError, OSError):
+        return []

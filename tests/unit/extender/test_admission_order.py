@@ -1,0 +1,82 @@
+"""A Kueue gang is planned only once the gang reservations hold its admission, and the admission
+pass writes its admissions in the order it decided them: so a gang's plan leaves alone capacity
+the pass promised an earlier-decided gang.
+
+The soak (seed 5, 30 min) found gb200-us-2 promised 88 GPUs for 72: one pass admitted a 6-pod
+gang into us-2 and, after it, a 15-pod gang into the wide network-node-layer-1; the extender
+planned the 15 pods (first filter call) before the Workload watch had brought it the first
+gang's admission, and put 14 of them in us-2."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from gangplugin.admission.admit import AdmissionPass
+from gangplugin.extender.pods import gang_pod_from_k8s
+from gangplugin.extender.reservations import UNSEEN_ADMISSION, AdmissionUnseen
+from tests.unit.extender.test_promises import US1, passed, reservations, workload
+from tests.unit.extender.test_server import pod
+from tests.unit.extender.test_ungate import add, ungate_pod
+
+
+def extender_pod(name: str) -> dict[str, object]:
+    raw = pod(name, "train", 3)
+    raw["metadata"]["labels"]["gangplugin.io/bind-mode"] = "Extender"  # stamped by the check
+    return raw
+
+
+def test_a_kueue_gang_is_not_planned_before_its_admission_reaches_the_reservations() -> None:
+    res = reservations(US1)
+    members = [extender_pod(f"p{i}") for i in range(3)]
+    add(res, *members)
+    with pytest.raises(AdmissionUnseen, match="has not reached the gang reservations"):
+        res.filter(gang_pod_from_k8s(members[0]), US1, now=0.0)
+    assert not res.plans  # nothing reserved for it
+    res.on_workload("ADDED", None, workload())
+    _, plan = res.filter(gang_pod_from_k8s(members[0]), US1, now=0.0)
+    assert plan is not None and plan.feasible
+
+
+def test_the_ungater_does_not_pin_a_gang_before_its_admission_reaches_the_reservations() -> None:
+    res = reservations(US1)
+    add(res, *(ungate_pod(f"p{i}", "train", 3) for i in range(3)))
+    assert res.pins(("ns", "train"), now=0.0) == ([], UNSEEN_ADMISSION)
+    res.on_workload("ADDED", None, workload())
+    pins, why = res.pins(("ns", "train"), now=0.0)
+    assert len(pins) == 3, why
+
+
+def test_a_plain_pod_gang_needs_no_admission() -> None:
+    res = reservations(US1)
+    members = [pod(f"q{i}", "plain-gang", 2) for i in range(2)]  # no bind-mode label: not Kueue's
+    add(res, *members)
+    _, plan = res.filter(gang_pod_from_k8s(members[0]), US1, now=0.0)
+    assert plan is not None and plan.feasible
+    assert len(passed(res, US1)) == 2
+
+
+def test_the_pass_writes_its_admissions_one_after_another_in_decision_order() -> None:
+    """Admissions in order, each after the one before it ended; the other writes beside them
+    (the first admission waits for one of them: written one by one, this would never end)."""
+    done: list[str] = []
+    other_ran = threading.Event()
+
+    def admit(name: str, wait: threading.Event | None = None, after: str | None = None) -> bool:
+        if wait is not None:
+            assert wait.wait(30), "the other writes did not run beside the admissions"
+        assert after is None or after in done, f"{name} written before {after} was"
+        done.append(name)
+        return True
+
+    def other() -> bool:
+        other_ran.set()
+        return True
+
+    p = AdmissionPass.__new__(AdmissionPass)  # only its writers: nothing else is needed here
+    p._writers = ThreadPoolExecutor(2)
+    writes = [("a", lambda: admit("a", other_ran)), (None, other), ("b", lambda: admit("b", after="a"))]
+    assert p._write(writes) == [True, True, True]
+    assert done == ["a", "b"]
