@@ -66,6 +66,9 @@ class Job:
     max_runtime: float | None = None
     required_topology: str | None = None
     preferred_topology: str | None = None
+    #: Consecutive pods in slices of this many, each in one domain of `slice_required_topology`.
+    slice_size: int | None = None
+    slice_required_topology: str | None = None
 
     @property
     def gpus(self) -> int:
@@ -78,6 +81,8 @@ class Job:
             {GPU: self.gpus_per_pod},
             required_topology=self.required_topology,
             preferred_topology=self.preferred_topology,
+            slice_size=self.slice_size,
+            slice_required_topology=self.slice_required_topology,
         )
         return Gang((podset,), f"job-{self.key}")
 
@@ -230,6 +235,11 @@ def _decider(name: str, policy: GangPolicy, snapshot: Snapshot, explain: bool) -
     raise ValueError(f"unknown policy {name!r}; the policies are {', '.join(POLICIES)}")
 
 
+def _topology(job: Job) -> tuple[str | int | None, ...]:
+    """What a job asks of the topology: jobs that ask the same compare by size."""
+    return (job.required_topology, job.preferred_topology, job.slice_size, job.slice_required_topology)
+
+
 def _dominated(job: Job, infeasible: Iterable[Job]) -> Job | None:
     """A job known not to fit since capacity last came free that needs no more than `job` (so
     `job` cannot fit either: capacity only shrinks between releases)."""
@@ -237,8 +247,7 @@ def _dominated(job: Job, infeasible: Iterable[Job]) -> Job | None:
         if (
             other.pods <= job.pods
             and other.gpus_per_pod <= job.gpus_per_pod
-            and (other.required_topology, other.preferred_topology)
-            == (job.required_topology, job.preferred_topology)
+            and _topology(other) == _topology(job)
         ):
             return other
     return None
@@ -277,9 +286,9 @@ def replay(
         return settings.start + timedelta(seconds=t)
 
     # A job that does not fit even the empty cluster never will: it is reported, not queued.
-    never_fits: dict[tuple[int, int, str | None, str | None], str | None] = {}
+    never_fits: dict[tuple[object, ...], str | None] = {}
     for j in sorted(jobs, key=lambda j: (j.arrival, j.key)):
-        sig = (j.pods, j.gpus_per_pod, j.required_topology, j.preferred_topology)
+        sig = (j.pods, j.gpus_per_pod, *_topology(j))
         if sig not in never_fits:
             empty = _decider(policy_name, gp, snap, explain=True)(snap, states[j.key].gang, None)
             why = empty.placement.reason if empty.placement is not None else empty.message
