@@ -176,21 +176,24 @@ def _goal(row: Row, med: Mapping[str, float], peers: Sequence[str]) -> str:
 
 def simulator_note(results: Mapping[str, Reps]) -> str | None:
     """How often the simulator's best-fit put a gang of the burst in the UltraServers Kueue TAS
-    chose live."""
-    reps = [r for r in results.get("kueue-tas", []) if r.get("simulator compared")]
-    if not reps:
-        return None
-    same = [r["simulator same domain"] / r["simulator compared"] for r in reps]
-    med, lo, hi = spread(same)
-    last = reps[-1]
-    lines = [
-        f"simulator best-fit vs Kueue TAS live, burst: {100 * med:.0f}% of gangs in the same UltraServers "
-        f"({100 * lo:.0f}-{100 * hi:.0f}%, {last['simulator compared']} gangs both placed)"
-    ]
-    lines += [f"  differs: {d}" for d in last.get("simulator differs", [])]
-    if last.get("simulator placed only") or last.get("live placed only"):
+    chose live, replayed in submission order and in Kueue's admission order."""
+    reps = results.get("kueue-tas", [])
+    lines = []
+    for order in ("submission", "admission"):
+        seen = [
+            r[f"simulator {order} order"]
+            for r in reps
+            if (r.get(f"simulator {order} order") or {}).get("compared")
+        ]
+        if not seen:
+            continue
+        med, lo, hi = spread([s["same"] / s["compared"] for s in seen])
+        last = seen[-1]
         lines.append(
-            f"  placed by the simulator only: {len(last['simulator placed only'])}, "
-            f"live only: {len(last['live placed only'])}"
+            f"simulator best-fit vs Kueue TAS live, burst in {order} order: {100 * med:.0f}% of gangs "
+            f"in the same UltraServers ({100 * lo:.0f}-{100 * hi:.0f}%, {last['compared']} gangs both "
+            f"placed; placed by the simulator only {len(last['simulator placed only'])}, live only "
+            f"{len(last['live placed only'])})"
         )
-    return "\n".join(lines)
+        lines += [f"  differs: {d}" for d in last["differs"][:8]]
+    return "\n".join(lines) or None
