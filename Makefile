@@ -23,8 +23,8 @@ venv: $(VENV)/.installed ## create .venv with gangplugin and its dev tools
 proto: $(VENV)/.installed ## generate the gRPC Python code from proto/ into gangplugin/api/gen/
 	$(PY) -m gangplugin.api.generate
 
-build: ## build (or reuse from ~/.cache/gangplugin) the pinned upstream binaries
-	hack/build-upstream.sh >/dev/null
+build: ## build (or reuse from ~/.cache/gangplugin) the pinned upstream binaries the tests use
+	hack/build-upstream.sh cluster extras >/dev/null
 
 up: venv ## start the local cluster with Kueue and fake nodes, and run the sample gang
 	$(PY) -m gangplugin.localcluster up

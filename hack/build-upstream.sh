@@ -3,8 +3,18 @@
 # version, outside the checkout, so every later run (a fresh clone included)
 # reuses them. Prints the bin directory on its last line.
 #
-#   hack/build-upstream.sh            build what is missing
+#   hack/build-upstream.sh [cluster]  what the local cluster always starts (etcd, Kubernetes, Kueue
+#                                     and JobSet at their default versions, kwok): `make up`
+#   hack/build-upstream.sh extras     what some tests add: the newest Kueue and its JobSet, the job
+#                                     controllers (training-operator, Trainer, LWS, KubeRay), helm
+#   hack/build-upstream.sh peers      the bench's peers: Volcano and KAI Scheduler (or one:
+#                                     volcano, kai)
+#   Groups combine (`make build` and CI: cluster extras); each builds only what the cache lacks.
 #   GANGPLUGIN_CACHE=/path ...        use another cache root (default ~/.cache/gangplugin)
+#   GANGPLUGIN_SHARED=/path ...       where peers/ is (default: shared/ beside the checkout)
+#
+# A binary lands in <cache>/bin/<name>-<version>, with a symlink <name> to the pinned default;
+# an upstream's CRDs and webhook configurations in <cache>/<name>-<version>/.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -15,26 +25,44 @@ cache="${GANGPLUGIN_CACHE:-${HOME}/.cache/gangplugin}"
 bin="${cache}/bin"
 work="${cache}/build"
 mkdir -p "${bin}" "${work}"
+trap 'rm -f "${work}/.times.$$"' EXIT
 
 die() { echo "build-upstream: $*" >&2; exit 1; }
 log() { echo "build-upstream: $*" >&2; }
+# "building ..." starts a clock that "built ..." reports (wall and CPU seconds: on a busy
+# machine the CPU time still says what a build costs), so a cold log says where the time went.
+cpu() { # CPU seconds of the children this shell has waited for, into ${cpu_s}
+  times >"${work}/.times.$$" # in this shell: `times` in a subshell counts that subshell's children
+  cpu_s=$(awk 'NR == 2 { s = 0; for (i = 1; i <= NF; i++) { split($i, b, "m"); s += b[1] * 60 + b[2] }
+    printf "%d", s }' "${work}/.times.$$")
+}
+building() { started=${SECONDS}; cpu; started_cpu=${cpu_s}; log "building $*"; }
 
 # Go is needed only when something must be built: a warm cache works without it.
-need_go() {
+need_go() { # what [minimum Go version, default 1.26]
+  local want="${2:-1.26}" have_v
   command -v go >/dev/null 2>&1 ||
-    die "no Go toolchain on PATH and $1 is not cached; install Go >= 1.26 (https://go.dev/doc/install) and run again"
+    die "no Go toolchain on PATH and $1 is not cached; install Go >= ${want} (https://go.dev/doc/install) and run again"
+  have_v="$(go env GOVERSION)"; have_v="${have_v#go}"
+  [[ "$(printf '%s\n%s\n' "${want}" "${have_v}" | sort -V | head -n1)" == "${want}" ]] ||
+    die "$1 needs Go >= ${want}, and go on PATH is ${have_v}; install a newer Go (https://go.dev/doc/install) and run again"
 }
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 export CGO_ENABLED=0
 
-# A binary lives at ${bin}/<name>-<version>; a symlink <name> points at the pinned one.
 have() { [[ -x "${bin}/$1-$2" ]]; }
-publish() { # name version built-file
-  mv -f "$3" "${bin}/$1-$2"
-  ln -sfn "$1-$2" "${bin}/$1"
-  log "built $1 $2"
-}
 relink() { ln -sfn "$1-$2" "${bin}/$1"; }
+publish() { # name version built-file [nolink]: the symlink <name> is for the default version only
+  mv -f "$3" "${bin}/$1-$2"
+  [[ "${4:-}" == nolink ]] || relink "$1" "$2"
+  cpu
+  log "built $1 $2 ($((SECONDS - started)) s, CPU $((cpu_s - started_cpu)) s)"
+}
+# Keep the symlink of a cached default pointing at it (a version change moves it).
+cached() { # name version [nolink]
+  have "$1" "$2" || return 1
+  [[ "${3:-}" == nolink ]] || relink "$1" "$2"
+}
 
 # Run a build step, and on failure say which module failed and show the tail of its log.
 step() { # description log-file command...
@@ -45,12 +73,18 @@ step() { # description log-file command...
   fi
 }
 
+moddir() { # module version: download it and print where the module cache keeps its files
+  local logf="${work}/download-${1//\//_}-$2.log"
+  step "go mod download $1@$2" "${logf}" go mod download -json "$1@$2"
+  sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p' "${logf}"
+}
+
 build_kubernetes() {
   local v="${KUBERNETES_VERSION}" sv="${KUBERNETES_STAGING_VERSION}"
   local names=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
-  local missing=0 n
-  for n in "${names[@]}"; do have "$n" "$v" || missing=1; done
-  if [[ ${missing} == 0 ]]; then for n in "${names[@]}"; do relink "$n" "$v"; done; return; fi
+  local missing=() n
+  for n in "${names[@]}"; do cached "$n" "$v" || missing+=("$n"); done
+  ((${#missing[@]})) || return 0
 
   need_go "Kubernetes ${v}"
   # k8s.io/kubernetes cannot be `go install`ed: its go.mod replaces every staging
@@ -59,10 +93,8 @@ build_kubernetes() {
   local mod="${work}/kubernetes-${v}"
   mkdir -p "${mod}"
   log "resolving k8s.io/kubernetes ${v} (first time: downloads modules)"
-  step "go mod download k8s.io/kubernetes@${v}" "${mod}/download.log" \
-    go mod download -json "k8s.io/kubernetes@${v}"
   local gomod
-  gomod="$(go env GOMODCACHE)/cache/download/k8s.io/kubernetes/@v/${v}.mod"
+  gomod="$(moddir k8s.io/kubernetes "${v}")/go.mod"
   [[ -f "${gomod}" ]] || die "k8s.io/kubernetes ${v}: go.mod not found at ${gomod}"
   {
     echo "module gangplugin.io/build/kubernetes"
@@ -75,21 +107,10 @@ build_kubernetes() {
       echo "replace ${m} => ${m} ${sv}"
     done
   } >"${mod}/go.mod"
-  cat >"${mod}/tools.go" <<'GO'
-//go:build tools
-
-package tools
-
-import (
-	_ "k8s.io/kubernetes/cmd/kube-apiserver"
-	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
-	_ "k8s.io/kubernetes/cmd/kube-scheduler"
-	_ "k8s.io/kubernetes/cmd/kubectl"
-)
-GO
+  tools_go "${mod}" "${names[@]/#/k8s.io/kubernetes/cmd/}"
   (cd "${mod}" && step "go mod tidy for k8s.io/kubernetes ${v}" "${mod}/tidy.log" go mod tidy -e)
   local minor="${v#v1.}"; minor="${minor%%.*}"
-  local ld="-s -w" pkg key val
+  local ld="-s -w" pkg key val kv
   for pkg in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
     for kv in "gitVersion=${v}" "gitMajor=1" "gitMinor=${minor}" "gitTreeState=clean" \
               "buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"; do
@@ -97,67 +118,204 @@ GO
       ld+=" -X ${pkg}.${key}=${val}"
     done
   done
-  for n in "${names[@]}"; do
-    have "$n" "$v" && { relink "$n" "$v"; continue; }
-    log "building $n ${v} (several minutes on 2 cores the first time)"
-    (cd "${mod}" && step "go build $n ${v}" "${mod}/$n.log" \
-      go build -ldflags "${ld}" -o "${mod}/$n.out" "k8s.io/kubernetes/cmd/$n")
-    publish "$n" "$v" "${mod}/$n.out"
-  done
+  # One `go build` for every missing binary: the shared packages compile once and
+  # the (single-threaded) links overlap with compiling the next binary.
+  building "${missing[*]} ${v} (about 10 minutes on 2 cores the first time)"
+  rm -rf "${mod}/out" && mkdir -p "${mod}/out"
+  (cd "${mod}" && step "go build ${missing[*]} ${v}" "${mod}/build.log" \
+    go build -ldflags "${ld}" -o "${mod}/out/" "${missing[@]/#/k8s.io/kubernetes/cmd/}")
+  for n in "${missing[@]}"; do publish "$n" "$v" "${mod}/out/$n"; done
 }
 
-build_required() { # name version package go: a main package built from a module requiring it
-  # For modules `go install pkg@version` cannot build: etcd's server module replaces its
-  # siblings with local paths; the proxy does not list sigs.k8s.io/jobset (it serves the version).
-  local n="$1" v="$2" pkg="$3" gover="$4"
-  if have "$n" "$v"; then relink "$n" "$v"; return; fi
+tools_go() { # dir package...: a file that imports each main package, so `go mod tidy` keeps their deps
+  local dir="$1"; shift
+  {
+    printf '//go:build tools\n\npackage tools\n\nimport (\n'
+    printf '\t_ "%s"\n' "$@"
+    printf ')\n'
+  } >"${dir}/tools.go"
+}
+
+# Main packages built from a small module that requires the upstream one, for modules
+# `go install pkg@version` cannot build: etcd's server module and Volcano replace
+# their siblings with local paths; the proxy does not list sigs.k8s.io/jobset or
+# sigs.k8s.io/lws (it serves their versions; `go install` reads the list for
+# deprecations and stops). One `go build` for all of a module's binaries.
+build_required() { # name version module [nolink] -- binary=package... ; go.mod extras on stdin
+  local n="$1" v="$2" m="$3" link="" b missing=() pkgs=()
+  shift 3
+  [[ "$1" == nolink ]] && { link=nolink; shift; }
+  [[ "$1" == -- ]] && shift
+  for b in "$@"; do cached "${b%%=*}" "$v" "${link}" || missing+=("$b"); done
+  local extra; extra="$(cat)"
+  ((${#missing[@]})) || return 0
   need_go "$n ${v}"
-  local mod="${work}/$n-${v}"
+  local mod="${work}/$n-${v}" gover
   mkdir -p "${mod}"
-  printf 'module gangplugin.io/build/%s\n\ngo %s\n\nrequire %s %s\n' "$n" "${gover}" "${pkg}" "$v" >"${mod}/go.mod"
-  printf '//go:build tools\n\npackage tools\n\nimport _ "%s"\n' "${pkg}" >"${mod}/tools.go"
-  log "building $n ${v}"
-  (cd "${mod}" && step "go mod tidy for ${pkg} ${v}" "${mod}/tidy.log" go mod tidy -e)
-  (cd "${mod}" && step "go build $n ${v}" "${mod}/build.log" \
-    go build -ldflags "-s -w" -o "${mod}/$n.out" "${pkg}")
-  publish "$n" "$v" "${mod}/$n.out"
+  gover="$(awk '/^go /{print $2; exit}' "$(moddir "$m" "$v")/go.mod")"
+  printf 'module gangplugin.io/build/%s\n\ngo %s\n\nrequire %s %s\n%s\n' "$n" "${gover}" "$m" "$v" "${extra}" >"${mod}/go.mod"
+  for b in "${missing[@]}"; do pkgs+=("${b#*=}"); done
+  tools_go "${mod}" "${pkgs[@]}"
+  building "${missing[*]%%=*} ${v}"
+  (cd "${mod}" && step "go mod tidy for $m ${v}" "${mod}/tidy.log" go mod tidy -e)
+  go_build "${mod}" "$n ${v}" "$v" "${link}" "-s -w" "${missing[@]}"
 }
 
-build_install() { # name version package ldflags
-  local n="$1" v="$2" pkg="$3" ld="$4"
-  if have "$n" "$v"; then relink "$n" "$v"; return; fi
+go_build() { # dir what version link ldflags binary=package...: build them in one go, then publish
+  local dir="$1" what="$2" v="$3" link="$4" ld="$5" b
+  shift 5
+  local pkgs=()
+  for b in "$@"; do pkgs+=("${b#*=}"); done
+  rm -rf "${dir}/out" && mkdir -p "${dir}/out"
+  if ((${#pkgs[@]} == 1)); then
+    (cd "${dir}" && step "go build ${what}" "${dir}/build.log" go build -ldflags "${ld}" -o "${dir}/out/${1%%=*}" "${pkgs[0]}")
+  else # -o dir/ names each binary after its package's last path element
+    (cd "${dir}" && step "go build ${what}" "${dir}/build.log" go build -ldflags "${ld}" -o "${dir}/out/" "${pkgs[@]}")
+    for b in "$@"; do [[ -e "${dir}/out/${b%%=*}" ]] || mv "${dir}/out/$(basename "${b#*=}")" "${dir}/out/${b%%=*}"; done
+  fi
+  for b in "$@"; do publish "${b%%=*}" "$v" "${dir}/out/${b%%=*}" "${link}"; done
+}
+
+build_install() { # name version package ldflags [nolink]
+  local n="$1" v="$2" pkg="$3" ld="$4" link="${5:-}"
+  cached "$n" "$v" "${link}" && return
   need_go "$n ${v}"
   local out="${work}/$n-${v}"
   mkdir -p "${out}"
-  log "building $n ${v}"
+  building "$n ${v}"
   step "go install ${pkg}@${v}" "${out}/build.log" \
     env GOBIN="${out}" go install -ldflags "${ld}" "${pkg}@${v}"
-  publish "$n" "$v" "${out}/$(basename "${pkg}")"
+  publish "$n" "$v" "${out}/$(basename "${pkg}")" "${link}"
 }
 
-upstream_manifests() { # name module version: its CRDs and webhook configuration, from its module
-  local n="$1" m="$2" v="$3"
+# An upstream's CRDs (and webhook configurations, and whatever else it needs
+# applied) copied from its module into <cache>/<name>-<version>/.
+manifests() { # name module version crd-dir [webhook-file [[?]other=dest...]]
+  local n="$1" m="$2" v="$3" crds="$4" hooks="${5:-}" item path
+  shift 5 || shift $#
   local dst="${cache}/${n}-${v}"
   [[ -f "${dst}/.done" ]] && return
   need_go "${n} ${v} CRDs"
-  step "go mod download ${m}@${v}" "${work}/${n}-download.log" go mod download "${m}@${v}"
   local src
-  src="$(go env GOMODCACHE)/${m}@${v}/config/components"
-  mkdir -p "${dst}"
-  cp "${src}"/crd/bases/*.yaml "${dst}/" && chmod u+w "${dst}"/*.yaml
-  cp "${src}/webhook/manifests.yaml" "${dst}/webhooks.yaml" && chmod u+w "${dst}/webhooks.yaml"
+  src="$(moddir "$m" "$v")"
+  rm -rf "${dst}" && mkdir -p "${dst}"
+  cp "${src}/${crds}"/*.yaml "${dst}/" && rm -f "${dst}/kustomization.yaml"
+  [[ -z "${hooks}" ]] || cp "${src}/${hooks}" "${dst}/webhooks.yaml"
+  for item in "$@"; do # ?path=dest: only where this version has it
+    path="${item#\?}"; path="${path%%=*}"
+    [[ "${item}" == \?* && ! -e "${src}/${path}" ]] && continue
+    cp -R "${src}/${path}" "${dst}/${item#*=}"
+  done
+  chmod -R u+w "${dst}"
   touch "${dst}/.done"
 }
 
-build_required etcd "${ETCD_VERSION}" go.etcd.io/etcd/server/v3 1.26.0
-build_kubernetes
-build_install kueue "${KUEUE_VERSION}" sigs.k8s.io/kueue/cmd/kueue \
-  "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=${KUEUE_VERSION}"
-upstream_manifests kueue sigs.k8s.io/kueue "${KUEUE_VERSION}"
-build_required jobset "${JOBSET_VERSION}" sigs.k8s.io/jobset 1.25.0
-upstream_manifests jobset sigs.k8s.io/jobset "${JOBSET_VERSION}"
-build_install kwok "${KWOK_VERSION}" sigs.k8s.io/kwok/cmd/kwok \
-  "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v} -X sigs.k8s.io/kwok/pkg/consts.KubeVersion=${KUBERNETES_VERSION#v}"
-build_install kwokctl "${KWOK_VERSION}" sigs.k8s.io/kwok/cmd/kwokctl \
-  "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v} -X sigs.k8s.io/kwok/pkg/consts.KubeVersion=${KUBERNETES_VERSION#v}"
+# Kueue >= v0.19's MutatingAdmissionPolicy (clears a Workload's status.nominatedClusterNames
+# when it is admitted or evicted), applied next to its CRDs.
+kueue_policies="?config/components/map/manifests.yaml=admission-policies.yaml"
+
+build_cluster() {
+  build_required etcd "${ETCD_VERSION}" go.etcd.io/etcd/server/v3 -- etcd=go.etcd.io/etcd/server/v3 </dev/null
+  build_kubernetes
+  build_install kueue "${KUEUE_VERSION}" sigs.k8s.io/kueue/cmd/kueue \
+    "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=${KUEUE_VERSION}"
+  manifests kueue sigs.k8s.io/kueue "${KUEUE_VERSION}" config/components/crd/bases \
+    config/components/webhook/manifests.yaml "${kueue_policies}"
+  build_required jobset "${JOBSET_VERSION}" sigs.k8s.io/jobset -- jobset=sigs.k8s.io/jobset </dev/null
+  manifests jobset sigs.k8s.io/jobset "${JOBSET_VERSION}" config/components/crd/bases \
+    config/components/webhook/manifests.yaml
+  local kwok_ld="-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v} -X sigs.k8s.io/kwok/pkg/consts.KubeVersion=${KUBERNETES_VERSION#v}"
+  build_install kwok "${KWOK_VERSION}" sigs.k8s.io/kwok/cmd/kwok "${kwok_ld}"
+  build_install kwokctl "${KWOK_VERSION}" sigs.k8s.io/kwok/cmd/kwokctl "${kwok_ld}"
+}
+
+build_extras() {
+  # The newest Kueue and its JobSet sit next to the defaults (no symlink): bin/kueue-v0.19.2.
+  build_install kueue "${KUEUE_NEWEST_VERSION}" sigs.k8s.io/kueue/cmd/kueue \
+    "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=${KUEUE_NEWEST_VERSION}" nolink
+  manifests kueue sigs.k8s.io/kueue "${KUEUE_NEWEST_VERSION}" config/components/crd/bases \
+    config/components/webhook/manifests.yaml "${kueue_policies}"
+  build_required jobset "${JOBSET_NEWEST_VERSION}" sigs.k8s.io/jobset nolink -- jobset=sigs.k8s.io/jobset </dev/null
+  manifests jobset sigs.k8s.io/jobset "${JOBSET_NEWEST_VERSION}" config/components/crd/bases \
+    config/components/webhook/manifests.yaml
+
+  local to=github.com/kubeflow/training-operator
+  build_install training-operator "${TRAINING_OPERATOR_VERSION}" "${to}/cmd/training-operator.v1" "-s -w"
+  manifests training-operator "${to}" "${TRAINING_OPERATOR_VERSION}" manifests/base/crds \
+    manifests/base/webhook/manifests.yaml
+  local tr=github.com/kubeflow/trainer/v2
+  build_install trainer-controller-manager "${TRAINER_VERSION}" "${tr}/cmd/trainer-controller-manager" "-s -w"
+  # runtimes/: the ClusterTrainingRuntimes a TrainJob names (torch-distributed, ...).
+  manifests trainer "${tr}" "${TRAINER_VERSION}" manifests/base/crds manifests/base/webhook/manifests.yaml \
+    manifests/base/runtimes=runtimes
+  build_required lws "${LWS_VERSION}" sigs.k8s.io/lws -- lws=sigs.k8s.io/lws/cmd </dev/null
+  manifests lws sigs.k8s.io/lws "${LWS_VERSION}" config/crd/bases config/webhook/manifests.yaml
+  local kr=github.com/ray-project/kuberay/ray-operator
+  build_install kuberay-operator "${KUBERAY_VERSION}" "${kr}" "-s -w"
+  manifests kuberay "${kr}" "${KUBERAY_VERSION}" config/crd/bases config/webhook/manifests.yaml
+
+  build_install helm "${HELM_VERSION}" helm.sh/helm/v3/cmd/helm \
+    "-s -w -X helm.sh/helm/v3/internal/version.version=${HELM_VERSION} -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+}
+
+build_volcano() {
+  local v="${VOLCANO_VERSION}" m=volcano.sh/volcano
+  # Its go.mod replaces volcano.sh/apis with a local path the module zip does not
+  # carry, and the proxy does not serve volcano.sh/apis ${v}: the module that requires
+  # Volcano takes VOLCANO_APIS_VERSION instead and repeats Volcano's other replaces.
+  local gomod_replaces=""
+  if ! { cached vc-scheduler "$v" && cached vc-controller-manager "$v" && cached vc-webhook-manager "$v"; }; then
+    need_go "Volcano ${v}"
+    gomod_replaces="$(awk '/^replace \(/{r=1; next} r && /^\)/{r=0} r && /=>/ && !/=> *\.\//{print "replace " $0}' \
+      "$(moddir "$m" "$v")/go.mod")"
+    gomod_replaces+=$'\n'"replace volcano.sh/apis => volcano.sh/apis ${VOLCANO_APIS_VERSION}"
+  fi
+  build_required volcano "$v" "$m" -- \
+    vc-scheduler="$m/cmd/scheduler" vc-controller-manager="$m/cmd/controller-manager" \
+    vc-webhook-manager="$m/cmd/webhook-manager" <<<"${gomod_replaces}"
+  # chart/: its webhook configurations are Helm templates (render with bin/helm).
+  manifests volcano "$m" "$v" config/crd/volcano/bases "" config/crd/jobflow/bases=jobflow \
+    installer/helm/chart/volcano=chart
+}
+
+build_kai() {
+  local v="${KAI_SCHEDULER_VERSION}" n b
+  # Every component its chart's operator runs, except the GPU-sharing and autoscaling ones.
+  local comps=(scheduler binder podgrouper podgroupcontroller queuecontroller admission) missing=()
+  for n in "${comps[@]}"; do cached "kai-$n" "$v" || missing+=("kai-$n=./cmd/$n"); done
+  local dst="${cache}/kai-scheduler-${v}"
+  ((${#missing[@]})) || [[ ! -f "${dst}/.done" ]] || return 0
+  local tarball="${GANGPLUGIN_SHARED:-${here}/../../shared}/peers/kai-scheduler-${v}.tar.gz"
+  [[ -f "${tarball}" ]] ||
+    die "KAI Scheduler ${v}: ${tarball} not found (the module proxy does not serve it); set GANGPLUGIN_SHARED to the folder holding peers/"
+  need_go "KAI Scheduler ${v}" 1.26.3
+  local dir="${work}/kai-scheduler-${v}"
+  if [[ ! -f "${dir}/src/go.mod" ]]; then
+    rm -rf "${dir}/src" && mkdir -p "${dir}/src"
+    tar -xzf "${tarball}" -C "${dir}/src" --strip-components=1
+  fi
+  if ((${#missing[@]})); then
+    building "${missing[*]%%=*} ${v}"
+    go_build "${dir}/src" "KAI Scheduler ${v}" "$v" "" "-s -w" "${missing[@]}"
+  fi
+  if [[ ! -f "${dst}/.done" ]]; then
+    rm -rf "${dst}" && mkdir -p "${dst}"
+    cp "${dir}/src/deployments/kai-scheduler/crds/"*.yaml "${dst}/"
+    cp -R "${dir}/src/deployments/kai-scheduler" "${dst}/chart"
+    touch "${dst}/.done"
+  fi
+}
+
+groups=("$@")
+((${#groups[@]})) || groups=(cluster)
+for g in "${groups[@]}"; do
+  case "$g" in
+    cluster) build_cluster ;;
+    extras) build_extras ;;
+    peers) build_kai; build_volcano ;; # KAI first: Volcano does not build yet (hack/versions.env)
+    volcano) build_volcano ;;
+    kai) build_kai ;;
+    *) die "unknown group '$g': use cluster, extras, peers, volcano or kai (none: cluster)" ;;
+  esac
+done
 echo "${bin}"
