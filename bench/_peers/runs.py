@@ -8,12 +8,15 @@ from __future__ import annotations
 import heapq
 import math
 import statistics
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 from _peers import figures, workload
 from _peers.figures import NodeView, PodView
@@ -22,7 +25,7 @@ from _peers.watch import PodWatch, watching
 from _peers.workload import Gang
 from gangplugin.core.simulate import Job, Settings, replay
 from gangplugin.kube import records
-from gangplugin.kube.client import NODES, PODS, Client
+from gangplugin.kube.client import NODES, PODS, ApiError, Client, Resource
 from gangplugin.kube.shape import INSTANCE_TYPE, ULTRASERVER
 
 WRITERS = 16
@@ -54,13 +57,33 @@ class Run:
 
     # -- submitting and clearing ----------------------------------------------------------------
 
+    def thread_client(self) -> Client:
+        """A client of this thread's own: writers in parallel share no connection (one shared
+        by threads broke mid-record under load: SSL bad record MAC)."""
+        client: Client | None = getattr(_local, "client", None)
+        if client is None or getattr(_local, "kubeconfig", None) != self.kubeconfig:
+            client = _local.client = Client.from_kubeconfig(self.kubeconfig)
+            _local.kubeconfig = self.kubeconfig
+        return client
+
+    def submit_one(self, gang: Gang) -> None:
+        """Create the gang's objects; a create answered 409 was made by an attempt before (the
+        API server timed out answering it), anything else transient is asked again."""
+        for res, obj in self.system.objects(gang):
+            _again(lambda res=res, obj=obj: _created(self.thread_client(), res, obj), f"create {gang.name}")
+
+    def delete_one(self, gang: Gang) -> None:
+        for res, obj in reversed(self.system.objects(gang)):
+            name = obj["metadata"]["name"]
+            _again(lambda res=res, name=name: self.thread_client().delete(res, name, NS), f"delete {name}")
+
     def submit(self, gangs: Sequence[Gang]) -> dict[str, float]:
         """Submit every gang at once (WRITERS at a time); when each submission began."""
         at: dict[str, float] = {}
 
         def one(g: Gang) -> None:
             at[g.name] = time.monotonic()
-            self.system.submit(self.client, g)
+            self.submit_one(g)
 
         with ThreadPoolExecutor(WRITERS) as pool:
             list(pool.map(one, gangs))
@@ -69,7 +92,7 @@ class Run:
     def clear(self, gangs: Iterable[Gang]) -> None:
         """Delete the gangs and wait until none of their pods is left."""
         with ThreadPoolExecutor(WRITERS) as pool:
-            list(pool.map(lambda g: self.system.delete(self.client, g), gangs))
+            list(pool.map(self.delete_one, gangs))
         deadline = time.monotonic() + 600
         while pods := self.client.list(PODS, NS, label_selector="bench.gangplugin.io/gang")["items"]:
             if time.monotonic() > deadline:
@@ -88,6 +111,31 @@ class Run:
             gpus = int(n["status"]["allocatable"].get("nvidia.com/gpu", 0))
             out.append(NodeView(n["metadata"]["name"], labels.get(ULTRASERVER), gpus, usable))
         return out
+
+
+_local = threading.local()
+
+
+def _created(client: Client, res: Resource, obj: dict[str, Any]) -> None:
+    try:
+        client.create(res, obj)
+    except ApiError as err:
+        if err.status != 409:
+            raise
+
+
+def _again(call: Callable[[], object], what: str, attempts: int = 6) -> None:
+    """`call`, asked again after a timeout, a broken connection, 429 or a 5xx."""
+    for i in range(attempts):
+        try:
+            call()
+            return
+        except (httpx.TransportError, ApiError) as err:
+            if isinstance(err, ApiError) and err.status != 429 and err.status < 500:
+                raise
+            if i == attempts - 1:
+                raise RuntimeError(f"{what}: {err}") from err
+            time.sleep(1 + i)
 
 
 def pod_views(w: PodWatch) -> list[PodView]:
@@ -258,7 +306,7 @@ def stream(run: Run, seed: int) -> Figures:
             while due and due[0][0] <= now:
                 g = arrivals[heapq.heappop(due)[1]].gang
                 submitted[g.name] = time.monotonic()
-                pool.submit(run.system.submit, run.client, g)
+                pool.submit(run.submit_one, g)
             running = w.by_gang("running")
             for g in gangs:
                 seen = running.get(g.name, {})
@@ -268,7 +316,7 @@ def stream(run: Run, seed: int) -> Figures:
             while ends and ends[0][0] <= now:
                 name = heapq.heappop(ends)[1]
                 deleted.add(name)
-                pool.submit(run.system.delete, run.client, next(g for g in gangs if g.name == name))
+                pool.submit(run.delete_one, next(g for g in gangs if g.name == name))
             time.sleep(0.2)
         end = time.monotonic()
         bound, running = w.by_gang("bound"), w.by_gang("running")

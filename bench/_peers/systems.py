@@ -7,10 +7,18 @@ objects one gang is submitted as, configured as each system's docs say:
   annotations on the pod template; kube-scheduler binds the pinned pods (no extender call);
 - `kueue-tas`: the same Kueue and Job through a ClusterQueue whose flavor names the Topology
   (`kueue-tas` component), `kueue.x-k8s.io/podset-required-topology` or
-  `podset-slice-required-topology` with `podset-slice-size`.
+  `podset-slice-required-topology` with `podset-slice-size`;
+- `volcano`: a Volcano Job, `minAvailable` all its pods, `networkTopology` hard at tier 1 (one
+  UltraServer's HyperNode), slices as a task's `partitionPolicy`, in the `default` queue;
+- `kai`: a Job with `schedulerName: kai-scheduler` in `default-queue`, `kai.scheduler/topology`
+  and `-required-placement` and `batch-min-member` (all its pods) on the Job; slices as a
+  PodGroup of SubGroups written by hand, one Job per slice (`skip-podgrouper`).
 
-Every pod asks for 4 GPUs (a whole GB200 node) and carries the label GANG_LABEL. Priorities are
-`bench-low` (100) and `bench-high` (1000), as each system names them."""
+Both Kueue systems get a ClusterQueue quota of twice the GB200 nodes (gangs wait for nodes, not
+quota). Every pod asks for 4 GPUs (a whole GB200 node) and carries GANG_LABEL. Priorities, as
+each system names them: Kueue's WorkloadPriorityClasses and Volcano's PriorityClasses
+`bench-low` (100) and `bench-high` (1000); KAI's own classes `train` (50) and
+`build-preemptible` (75), both below 100 so preemptible within its quota-less default queue."""
 
 from __future__ import annotations
 
@@ -112,14 +120,6 @@ class System:
     gangplugin_components: str = ""
     # Waits until what `setup` made is usable (a queue Active).
     ready: Callable[[Client], None] = field(default=lambda _c: None)
-
-    def submit(self, client: Client, gang: Gang) -> None:
-        for res, obj in self.objects(gang):
-            client.create(res, obj)
-
-    def delete(self, client: Client, gang: Gang) -> None:
-        for res, obj in reversed(self.objects(gang)):
-            client.delete(res, obj["metadata"]["name"], NS, propagation="Background")
 
 
 # -- Kueue (gangplugin and Kueue TAS) ------------------------------------------------------------
@@ -331,6 +331,8 @@ def kai_objects(gang: Gang) -> list[tuple[Resource, dict[str, Any]]]:
         annotations = {
             "kai.scheduler/topology": kai.TOPOLOGY,
             f"kai.scheduler/topology-{placement}-placement": ULTRASERVER,
+            # a batch Job's PodGroup waits for one pod unless told otherwise: the whole gang
+            "kai.scheduler/batch-min-member": str(gang.pods),
         }
         job = batch_job(
             gang,

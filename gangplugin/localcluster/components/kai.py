@@ -149,8 +149,10 @@ class _Kai(Component):
         )
 
     def controller_runtime(self, spec: ClusterSpec) -> tuple[str, ...]:
-        """metrics then probe address, the first two offsets."""
+        """The kubeconfig (controller-runtime's flag; the environment's KUBECONFIG is read too,
+        by those that load it before parsing their flags), metrics then probe address."""
         return (
+            f"--kubeconfig={spec.kubeconfig}",
             f"--metrics-bind-address=127.0.0.1:{spec.ports.at(self.offsets[0])}",
             f"--health-probe-bind-address=127.0.0.1:{spec.ports.at(self.offsets[1])}",
         )
@@ -175,7 +177,11 @@ class KaiQueueController(_Kai):
 
     def args(self, spec: ClusterSpec) -> tuple[str, ...]:
         # its Queue validation webhook is one the operator registers: off here
-        return (f"--metrics-listen-address=127.0.0.1:{spec.ports.at(720)}", "--enable-webhook=false")
+        return (
+            f"--kubeconfig={spec.kubeconfig}",
+            f"--metrics-listen-address=127.0.0.1:{spec.ports.at(720)}",
+            "--enable-webhook=false",
+        )
 
     def health_path(self) -> str:
         return "/metrics"  # it serves no probe
@@ -230,6 +236,12 @@ class KaiBinder(_Kai):
             f"--scheduler-name={SCHEDULER_NAME}",
             f"--resource-reservation-namespace={RESERVATION_NAMESPACE}",
         )
+
+    def health_port(self, spec: ClusterSpec) -> int:
+        return spec.ports.at(self.offsets[0])
+
+    def health_path(self) -> str:
+        return "/metrics"  # it registers no health check
 
 
 @dataclass(frozen=True)
