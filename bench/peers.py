@@ -160,7 +160,12 @@ def run_system(
             log(f"{system.name} at {nodes} nodes: repetition {rep}/{args.reps}")
             figures: dict[str, Any] = {}
             for part in args.parts:
-                figures.update(runs.PARTS[part](run, args.seed))
+                try:
+                    figures.update(runs.PARTS[part](run, args.seed))
+                except Exception as err:  # one part's failure costs its figures, not the run's
+                    log(f"  {part} failed: {type(err).__name__}: {err}")
+                    figures[f"{part} error"] = f"{type(err).__name__}: {err}"
+                    run.clear_all()
             done.append(figures)
             save(nodes, results)
     finally:

@@ -99,6 +99,19 @@ class Run:
                 raise RuntimeError(f"{len(pods)} bench pods still there 600 s after their gangs were deleted")
             time.sleep(1)
 
+    def clear_all(self) -> None:
+        """Every gang object of the bench's namespace deleted, whatever part made it (after a
+        part failed), and the failed nodes healed."""
+        kinds = {
+            res.path(NS): res for n in (1, 24) for res, _ in self.system.objects(workload.gang("any", n))
+        }
+        for res in kinds.values():  # every object of each kind a gang is made of
+            _again(lambda res=res: self.client.request("DELETE", res.path(NS)), f"delete {res.path(NS)}")
+        failed = [n["metadata"]["name"] for n in self.client.list(NODES, label_selector=NOT_READY)["items"]]
+        if failed:
+            heal_nodes(self.client, failed)
+        self.clear([])
+
     def nodes(self) -> list[NodeView]:
         """The GB200 nodes as they are now."""
         out = []
