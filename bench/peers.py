@@ -19,7 +19,8 @@ into equal slices of at most 18, each required in one. Per repetition, on an emp
   partial gangs (some pods bound, others not, for more than 5 s). On kueue-tas, also how often
   `gangctl simulate`'s best-fit puts a gang in the UltraServers Kueue TAS chose live;
 - stream: Poisson arrivals for --stream s at 70% load, each gang deleted 60 s after it runs;
-- big: one gang of 1,024 one-GPU pods preferring one UltraServer, submission -> all Running;
+- big: one gang of 1,024 one-GPU pods preferring one UltraServer (fewer where they would not
+  fit), submission -> all Running;
 - recovery: a 32-pod gang in two slices of 16; the nodes of 1, then 3, of its pods fail
   (NotReady); the time until it runs whole again, none of its pods on a failed node;
 - preemption: every UltraServer full of low-priority 2-pod gangs; a high-priority 18-pod gang

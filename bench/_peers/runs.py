@@ -349,9 +349,9 @@ def stream(run: Run, seed: int) -> Figures:
 
 
 def big(run: Run) -> Figures:
-    """One gang of one-GPU pods (1,024, or as many as half the GPUs when fewer), preferring one
-    UltraServer: submission to all Running."""
-    pods = min(run.limits.big, run.capacity.gpus // 2)
+    """One gang of one-GPU pods (1,024, or three quarters of the GPUs on a cluster too small for
+    it), preferring one UltraServer: submission to all Running."""
+    pods = min(run.limits.big, run.capacity.gpus * 3 // 4)
     gang = Gang(f"big-{pods}", pods, gpus=1, required=False)
     with run.watch() as w:
         t0 = run.submit([gang])[gang.name]
