@@ -295,11 +295,33 @@ def simulate_command(
                 results.append((oid, replay(nodes, jobs, "gangplugin", replace(at, plans=(plan,)), tick)))
         emit(report.offerings_doc(results), output, lambda: report.offerings_table(results))
         return
-    replays = _replays(_cluster(shape, cluster_path, None), jobs, chosen, settings)
+    nodes = _cluster(shape, cluster_path, None)
+    replays = _replays(nodes, jobs, chosen, settings)
     if plot_dir:
-        for path in report.plot(replays, plot_dir):
+        flags = {
+            "--gang-policy": gang_policy_path and os.path.basename(gang_policy_path),
+            "--plan": ",".join(os.path.basename(p) for p in plan_paths),
+            "--pod-gpus": pod_gpus,
+            "--arrival-scale": arrival_scale if arrival_scale != 1.0 else None,
+            "--required-max-pods": required_max_pods or None,
+            "--preferred-topology": preferred_topology if preferred_topology != ULTRASERVER_LABEL else None,
+            "--startup": startup if startup_s else None,
+        }
+        source = (
+            os.path.basename(trace_path) if trace_path else f"{synthetic_count} synthetic jobs, seed {seed}"
+        )
+        title = _plot_title(cluster_path, nodes, source, len(jobs), flags)
+        for path in report.plot(replays, plot_dir, title):
             click.echo(f"wrote {path}", err=True)
     emit(report.summary_doc(len(jobs), replays), output, lambda: report.summary_table(len(jobs), replays))
+
+
+def _plot_title(cluster_path: str, nodes: list[Node], source: str, jobs: int, flags: dict[str, Any]) -> str:
+    """What the plots replayed: the cluster, the trace and the flags that changed either."""
+    gpus = sum(n.allocatable.get(GPU, 0) for n in nodes)
+    given = " ".join(f"{k} {v}" for k, v in flags.items() if v not in (None, ""))
+    cluster = f"{os.path.basename(cluster_path)} ({len(nodes)} nodes, {gpus} GPUs)"
+    return f"{cluster}, {source} ({jobs} jobs) {given}".strip()
 
 
 def _check_plot_dir(path: str) -> None:

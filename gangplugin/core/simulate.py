@@ -90,6 +90,9 @@ class Job:
     preferred_topology: str | None = None
     #: Its Kueue priority (a WorkloadPriorityClass value; Kueue's default 0).
     priority: int = 0
+    #: Consecutive pods in slices of this many, each in one domain of `slice_required_topology`.
+    slice_size: int | None = None
+    slice_required_topology: str | None = None
 
     @property
     def gpus(self) -> int:
@@ -102,6 +105,8 @@ class Job:
             {GPU: self.gpus_per_pod},
             required_topology=self.required_topology,
             preferred_topology=self.preferred_topology,
+            slice_size=self.slice_size,
+            slice_required_topology=self.slice_required_topology,
         )
         return Gang((podset,), f"job-{self.key}")
 
@@ -153,6 +158,8 @@ class Replay:
     total_gpus: int
     outcomes: tuple[Outcome, ...]
     samples: tuple[Sample, ...]
+    #: From the first arrival to the last moment a job stopped running (finished, timed out,
+    #: drained, preempted): what the cluster was busy for, not the plans' last block end.
     makespan: float
     busy_gpu_seconds: float
     stranded_gpu_seconds: float
@@ -160,6 +167,7 @@ class Replay:
 
     @property
     def gpu_utilization(self) -> float:
+        """Busy GPU-seconds over the cluster's GPU-seconds during the makespan."""
         cap = self.total_gpus * self.makespan
         return self.busy_gpu_seconds / cap if cap > 0 else 0.0
 
@@ -269,6 +277,11 @@ def _way(name: str, policy: GangPolicy, snapshot: Snapshot, explain: bool) -> _W
     raise ValueError(f"unknown policy {name!r}; the policies are {', '.join(POLICIES)}")
 
 
+def _topology(job: Job) -> tuple[str | int | None, ...]:
+    """What a job asks of the topology: jobs that ask the same compare by size."""
+    return (job.required_topology, job.preferred_topology, job.slice_size, job.slice_required_topology)
+
+
 def _dominated(job: Job, infeasible: Iterable[tuple[Job, AdmissionDecision]]) -> AdmissionDecision | None:
     """The refusal of a job known not to fit since capacity last came free that needs no more
     than `job` (so `job` cannot fit either: capacity only shrinks between releases)."""
@@ -276,8 +289,7 @@ def _dominated(job: Job, infeasible: Iterable[tuple[Job, AdmissionDecision]]) ->
         if (
             other.pods <= job.pods
             and other.gpus_per_pod <= job.gpus_per_pod
-            and (other.required_topology, other.preferred_topology)
-            == (job.required_topology, job.preferred_topology)
+            and _topology(other) == _topology(job)
         ):
             return refusal
     return None
@@ -345,7 +357,8 @@ def replay(
     gp = settings.policy
     way = _way(policy_name, gp, snap, explain=False)
     total_gpus = sum(n.allocatable.get(GPU, 0) for n in snap.nodes if n is not None)
-    level_capacity = _domain_capacity(snap)
+    spares_held = _spares_held(policy_name, gp)
+    level_capacity = _domain_capacity(snap, spares_held)
     plans = settings.plans
     queue_name = plans[0].cluster_queue if plans else CLUSTER_QUEUE
     flavors = {p.flavor for p in plans}
@@ -373,9 +386,9 @@ def replay(
 
     # A job that does not fit even the empty cluster never will: it is reported, not queued.
     explained = _way(policy_name, gp, snap, explain=True)
-    never_fits: dict[tuple[int, int, str | None, str | None], str | None] = {}
+    never_fits: dict[tuple[object, ...], str | None] = {}
     for j in sorted(jobs, key=lambda j: (j.arrival, j.key)):
-        sig = (j.pods, j.gpus_per_pod, j.required_topology, j.preferred_topology)
+        sig = (j.pods, j.gpus_per_pod, *_topology(j))
         if sig not in never_fits:
             empty = explained.place(snap, states[j.key].gang, explained.policy, {})
             why = empty.placement.reason if empty.placement is not None else empty.message
@@ -403,6 +416,7 @@ def replay(
     quota = 0
     now = 0.0
     busy_s = stranded_s = unused_s = 0.0
+    last_stop: float | None = None  # the last instant a job stopped running
     samples: list[Sample] = []
     first_arrival = min((j.arrival for j in jobs), default=0.0)
 
@@ -413,9 +427,10 @@ def replay(
         return sum(v for (_, r), v in q.items() if r == GPU)
 
     def stop(s: _State, t: float) -> None:
-        nonlocal busy, reserved_gpus, infeasible, generation
+        nonlocal busy, reserved_gpus, infeasible, generation, last_stop
         release(snap, s.gang, NAMESPACE)
         generation += 1
+        last_stop = t
         admitted.pop(s.job.key, None)
         if s.job.key in unready:
             unready.remove(s.job.key)
@@ -629,7 +644,7 @@ def replay(
             requeue(v)
         if victims:
             push(t, _Ev.WAKE)
-        stranded = _stranded(snap, head.job, level_capacity) if head is not None else 0
+        stranded = _stranded(snap, head.job, level_capacity, spares_held) if head is not None else 0
         queued = len(for_quota) + len(reserved)
         if not samples or (samples[-1].busy_gpus, samples[-1].queued, samples[-1].stranded_gpus) != (
             busy,
@@ -666,7 +681,7 @@ def replay(
         total_gpus,
         tuple(outcomes),
         tuple(samples),
-        max(now - first_arrival, 0.0),
+        0.0 if last_stop is None else max(last_stop - first_arrival, 0.0),
         busy_s,
         stranded_s,
         unused_s,
@@ -686,21 +701,40 @@ def _reserved_at(s: _State) -> float:
 _ONE_GPU = ((GPU, 1),)
 
 
-def _free_gpus(snap: Snapshot) -> Sequence[int]:
+def _spares_held(policy_name: str, policy: GangPolicy) -> int:
+    """Spare nodes per UltraServer the policy keeps out of every gang's reach: ours and the
+    optimum's are the GangPolicy's; best-fit and first-fit hold none."""
+    return policy.placement.spares_per_ultraserver if policy_name in ("gangplugin", "optimal") else 0
+
+
+def _free_gpus(snap: Snapshot, spares: int) -> tuple[Sequence[int], list[int]]:
     """Free GPUs per domain id (usable nodes without a blocking taint), kept current by the
-    snapshot at each bind and unbind."""
-    return snap.fit_counts(_ONE_GPU)[1]
+    snapshot at each bind and unbind; and, per domain id, those of them on held spare nodes
+    (no gang but one already running there may take them)."""
+    per_node, per_domain = snap.fit_counts(_ONE_GPU)
+    held = [0] * len(per_domain)
+    for i in snap.spare_nodes(spares):
+        gpus = per_node.get(i, 0)
+        held[0] += gpus
+        for d in snap.path[i]:
+            held[d] += gpus
+    return per_domain, held
 
 
-def _domain_capacity(snap: Snapshot) -> list[int]:
-    """Per level, the GPUs of its largest domain (what one domain could ever hold)."""
-    free = _free_gpus(snap)
-    return [max((free[d] for d in snap.by_level[level]), default=0) for level in range(len(snap.levels))]
+def _domain_capacity(snap: Snapshot, spares: int) -> list[int]:
+    """Per level, the GPUs of its largest domain a gang could take (what one domain could ever
+    hold, its held spares not counted)."""
+    free, held = _free_gpus(snap, spares)
+    return [
+        max((free[d] - held[d] for d in snap.by_level[level]), default=0) for level in range(len(snap.levels))
+    ]
 
 
-def _stranded(snap: Snapshot, head: Job, level_capacity: Sequence[int]) -> int:
+def _stranded(snap: Snapshot, head: Job, level_capacity: Sequence[int], spares: int) -> int:
     """Free GPUs in domains too small for the job at the head of the queue: domains of its
-    topology level when one such domain could hold it, else nodes too small for one of its pods."""
+    topology level when one such domain could hold it, else nodes too small for one of its pods.
+    Held spares are free GPUs the head may not take: a domain too small without them strands
+    them too, and a spare node strands its GPUs at the node level."""
     label = head.required_topology or head.preferred_topology
     level = snap.level_index(label) if label else None
     need = head.gpus
@@ -710,9 +744,10 @@ def _stranded(snap: Snapshot, head: Job, level_capacity: Sequence[int]) -> int:
         if level is None:
             return 0
     if snap.levels[level] == HOSTNAME_LABEL:  # the nodes with a free GPU, not every node
-        return sum(f for f in snap.fit_counts(_ONE_GPU)[0].values() if f < need)
-    free = _free_gpus(snap)
-    return sum(f for d in snap.by_level[level] if (f := free[d]) < need)
+        held_nodes = snap.spare_nodes(spares)
+        return sum(f for i, f in snap.fit_counts(_ONE_GPU)[0].items() if f < need or i in held_nodes)
+    free, held = _free_gpus(snap, spares)
+    return sum(free[d] for d in snap.by_level[level] if free[d] - held[d] < need)
 
 
 def percentile(values: Sequence[float], q: float) -> float:

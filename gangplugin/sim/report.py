@@ -3,9 +3,10 @@ contract docs/simulate.md states), its table, the capacity sweep's answer, and P
 
 from __future__ import annotations
 
+import math
 import os
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from gangplugin.core.simulate import Replay, percentile
@@ -135,8 +136,63 @@ def sweep_table(points: Sequence[tuple[int, Sequence[Replay]]], max_p95: float |
     return "\n".join(out)
 
 
-def plot(replays: Sequence[Replay], directory: str) -> list[str]:
-    """Write utilization.png, wait-cdf.png and queue.png (one line per policy) into `directory`."""
+#: Bucket widths (hours) the utilization plot averages over: the smallest that leaves at most
+#: `_MAX_BUCKETS` of them, so 2,000 hours read as a curve, not as a comb of single events.
+_BUCKET_HOURS = (0.25, 0.5, 1, 2, 3, 6, 12, 24, 48, 168)
+_MAX_BUCKETS = 150
+
+
+def bucket_hours(span_hours: float) -> float:
+    """The utilization plot's bucket width for a replay spanning `span_hours`."""
+    return next((w for w in _BUCKET_HOURS if span_hours / w <= _MAX_BUCKETS), _BUCKET_HOURS[-1])
+
+
+def binned_utilization(replay: Replay, width_s: float) -> list[tuple[float, float]]:
+    """(bucket start in seconds, mean share of GPUs allocated in it) from the first sample to
+    the makespan's end: each sample's value weighted by the time it held within the bucket."""
+    samples = replay.samples
+    if not samples or replay.total_gpus <= 0:
+        return []
+    t0 = samples[0].t
+    end = max(t0 + replay.makespan, samples[-1].t)
+    count = max(1, math.ceil((end - t0) / width_s))
+    busy = [0.0] * count
+    for s, until in zip(samples, [*(x.t for x in samples[1:]), end], strict=True):
+        until = min(until, t0 + count * width_s)
+        first, last = int((s.t - t0) // width_s), math.ceil((until - t0) / width_s)
+        for b in range(first, min(last, count)):
+            lo, hi = max(s.t, t0 + b * width_s), min(until, t0 + (b + 1) * width_s)
+            busy[b] += s.busy_gpus * max(hi - lo, 0.0)
+    return [(t0 + b * width_s, busy[b] / (width_s * replay.total_gpus)) for b in range(count)]
+
+
+def same_lines(series: Sequence[tuple[str, Any]], tolerance: float = 0.0) -> list[tuple[list[str], Any]]:
+    """The policies whose plotted series (xs, ys) are the same, grouped (in first-seen order)
+    with the first one's series: drawn once under all their names, as a line hidden under
+    another says nothing. Same: equal xs, and ys within `tolerance` of each other."""
+    out: list[tuple[list[str], Any]] = []
+    for name, (xs, ys) in series:
+        for names, (seen_xs, seen_ys) in out:
+            if seen_xs == xs and all(abs(a - b) <= tolerance for a, b in zip(seen_ys, ys, strict=True)):
+                names.append(name)
+                break
+        else:
+            out.append(([name], (xs, ys)))
+    return out
+
+
+# One style per line, so lines that meet stay told apart where they cross.
+_STYLES = (
+    {"linestyle": "-", "linewidth": 2.2},
+    {"linestyle": "--", "linewidth": 1.6},
+    {"linestyle": ":", "linewidth": 1.8},
+    {"linestyle": "-.", "linewidth": 1.4},
+)
+
+
+def plot(replays: Sequence[Replay], directory: str, title: str = "") -> list[str]:
+    """Write utilization.png, wait-cdf.png and queue.png (one line per policy, identical ones
+    merged) into `directory`; `title` names the cluster, the trace and the flags."""
     import matplotlib  # the `sim` extra; gangctl checks for it before replaying
 
     matplotlib.use("Agg")  # files only, no display
@@ -145,6 +201,25 @@ def plot(replays: Sequence[Replay], directory: str) -> list[str]:
     os.makedirs(directory, exist_ok=True)
     written = []
 
+    def figure(width: float, what: str) -> Any:
+        fig, ax = plt.subplots(figsize=(width, 4.0))
+        ax.set_title(what, fontsize=11)
+        if title:
+            fig.suptitle(title, fontsize=8, wrap=True)
+        return fig, ax
+
+    def draw(
+        ax: Any,
+        series: Sequence[tuple[str, Any]],
+        note: Callable[[str], str] = lambda _: "",
+        tolerance: float = 0.0,
+    ) -> None:
+        for i, (names, (xs, ys)) in enumerate(same_lines(series, tolerance)):
+            label = " = ".join(names) + note(names[0])
+            ax.step(xs, ys, where="post", label=label, **_STYLES[i % len(_STYLES)])
+        merged = f"lines within {tolerance:g} of each other drawn once" if tolerance else None
+        ax.legend(fontsize=8, title=merged, title_fontsize=7)
+
     def save(fig: Any, name: str) -> None:
         path = os.path.join(directory, name)
         fig.tight_layout()
@@ -152,30 +227,34 @@ def plot(replays: Sequence[Replay], directory: str) -> list[str]:
         plt.close(fig)
         written.append(path)
 
-    fig, ax = plt.subplots(figsize=(8, 3.5))
+    span = max((r.makespan for r in replays), default=0.0) / 3600
+    width = bucket_hours(span)
+    fig, ax = figure(8, f"GPU utilization over time (mean per {_hours(width * 3600)})")
+    series = []
     for r in replays:
-        t = [s.t / 3600 for s in r.samples]
-        ax.step(
-            t, [s.busy_gpus / max(r.total_gpus, 1) * 100 for s in r.samples], where="post", label=r.policy
-        )
-    ax.set(xlabel="hours", ylabel="GPUs allocated (%)", title="GPU utilization over time")
-    ax.legend()
+        binned = binned_utilization(r, width * 3600)
+        series.append((r.policy, ([t / 3600 for t, _ in binned], [u * 100 for _, u in binned])))
+    draw(ax, series, tolerance=0.5)  # half a percentage point: a line's width at this scale
+    ax.set(xlabel="hours", ylabel="GPUs allocated (%)", ylim=(0, 105))
     save(fig, "utilization.png")
 
-    fig, ax = plt.subplots(figsize=(6, 3.5))
+    fig, ax = figure(7, "Gang wait time CDF (of all jobs)")
+    series, never = [], {}
     for r in replays:
         w = sorted(x / 3600 for x in waits(r))
+        never[r.policy] = sum(1 for o in r.outcomes if o.never_ran is not None)
         if w:
-            ax.step(w, [(i + 1) / len(r.outcomes) for i in range(len(w))], where="post", label=r.policy)
-    ax.set(xlabel="wait (hours)", ylabel="fraction of jobs", title="Gang wait time CDF", xscale="symlog")
-    ax.legend()
+            series.append((r.policy, (w, [(i + 1) / len(r.outcomes) for i in range(len(w))])))
+    # the same curve is the same number of jobs run: one count per line
+    draw(ax, series, lambda p: f" ({never[p]} of {len(replays[0].outcomes)} never ran)" if never[p] else "")
+    ax.axhline(1.0, color="grey", linewidth=0.6)
+    ax.set(xlabel="wait (hours)", ylabel="fraction of jobs", xscale="symlog", ylim=(0, 1.05))
+    ax.set_xlim(left=0)
     save(fig, "wait-cdf.png")
 
-    fig, ax = plt.subplots(figsize=(8, 3.5))
-    for r in replays:
-        ax.step([s.t / 3600 for s in r.samples], [s.queued for s in r.samples], where="post", label=r.policy)
-    ax.set(xlabel="hours", ylabel="jobs waiting", title="Queue length over time")
-    ax.legend()
+    fig, ax = figure(8, "Queue length over time")
+    draw(ax, [(r.policy, ([s.t / 3600 for s in r.samples], [s.queued for s in r.samples])) for r in replays])
+    ax.set(xlabel="hours", ylabel="jobs waiting")
     save(fig, "queue.png")
     return written
 

@@ -14,13 +14,26 @@ from gangplugin.localcluster.components.controller_manager import KubeController
 from gangplugin.localcluster.components.etcd import Etcd
 from gangplugin.localcluster.components.gangplugin import Gangplugin
 from gangplugin.localcluster.components.jobset import JobSet
+from gangplugin.localcluster.components.kai import (
+    KaiBinder,
+    KaiPodGroupController,
+    KaiPodGrouper,
+    KaiQueueController,
+    KaiScheduler,
+)
 from gangplugin.localcluster.components.kuberay import KubeRay
 from gangplugin.localcluster.components.kueue import Kueue
+from gangplugin.localcluster.components.kueue_tas import KueueTas
 from gangplugin.localcluster.components.kwok import Kwok
 from gangplugin.localcluster.components.lws import LeaderWorkerSet
 from gangplugin.localcluster.components.scheduler import KubeScheduler
 from gangplugin.localcluster.components.trainer import Trainer
 from gangplugin.localcluster.components.training_operator import TrainingOperator
+from gangplugin.localcluster.components.volcano import (
+    VolcanoControllerManager,
+    VolcanoScheduler,
+    VolcanoWebhookManager,
+)
 from gangplugin.localcluster.errors import ClusterError
 
 # Every cluster has these, first.
@@ -39,6 +52,16 @@ REGISTRY: tuple[Component, ...] = (
     KubeRay(),
     Kueue(),
     Gangplugin(),
+    # The bench's peers (bench/peers.py), optional: never started by `make up` or CI.
+    KueueTas(),
+    VolcanoWebhookManager(),
+    VolcanoControllerManager(),
+    VolcanoScheduler(),
+    KaiQueueController(),
+    KaiPodGrouper(),
+    KaiPodGroupController(),
+    KaiBinder(),
+    KaiScheduler(),
 )
 DEFAULT = tuple(c.name for c in REGISTRY if not c.optional)
 

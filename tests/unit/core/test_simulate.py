@@ -70,6 +70,32 @@ def test_gpus_free_in_ultraservers_too_small_for_the_head_are_stranded():
     assert max(s.stranded_gpus for s in r.samples) == 8
 
 
+def test_gpus_only_held_spares_keep_from_the_head_are_stranded():
+    # 1 spare per UltraServer: a and b take the other 3 nodes of each; c (1 pod, required in
+    # one UltraServer) sees a free node in each, both held as spares: 8 GPUs stranded until a ends.
+    gp = GangPolicy(placement=replace(GangPolicy().placement, spares_per_ultraserver=1))
+    required = {"preferred_topology": None, "required_topology": US}
+    jobs = [
+        replace(job("a", 0, 3, 100), **required),
+        replace(job("b", 0.5, 3, 100), **required),
+        replace(job("c", 1, 1, 10), **required),
+    ]
+    r = replay(cluster(), jobs, "gangplugin", Settings(policy=gp))
+    assert waits(r)["c"] == 99
+    assert r.stranded_gpu_seconds == 8 * 99
+    # best-fit holds no spares: c runs at once on a free node and nothing is stranded
+    other = replay(cluster(), jobs, "best-fit", Settings(policy=gp))
+    assert waits(other)["c"] == 0 and other.stranded_gpu_seconds == 0
+
+
+def test_makespan_ends_with_the_last_job_not_the_last_plan_block():
+    settings = Settings(plans=(plan((0, 1000), (2000, 259_200)),), start=START)
+    r = replay(cluster(), [job("a", 0, 4, 100), job("b", 50, 2, 300)], "gangplugin", settings)
+    assert [o.end for o in r.outcomes] == [100, 350]
+    assert r.makespan == 350
+    assert r.gpu_utilization == pytest.approx((16 * 100 + 8 * 300) / (32 * 350))
+
+
 @pytest.mark.parametrize("policy", POLICIES)
 def test_each_policy_runs_every_job_that_fits(policy):
     r = replay(cluster(), HAND, policy, Settings())

@@ -1,0 +1,412 @@
+"""The systems the bench runs the same gangs through, each on a local cluster of its own: which
+local-cluster components it needs, what it sets up once (queues, priorities, policies), and the
+objects one gang is submitted as, configured as each system's docs say:
+
+- `gangplugin`: a Kueue Job through a ClusterQueue with our gang check (GangPolicy `bindMode:
+  Ungate`, failed nodes replaced, no spares), `gangplugin.io/required-topology` or the slice
+  annotations on the pod template; kube-scheduler binds the pinned pods (no extender call);
+- `kueue-tas`: the same Kueue and Job through a ClusterQueue whose flavor names the Topology
+  (`kueue-tas` component), `kueue.x-k8s.io/podset-required-topology` or
+  `podset-slice-required-topology` with `podset-slice-size`;
+- `volcano`: a Volcano Job, `minAvailable` all its pods, `networkTopology` hard at tier 1 (one
+  UltraServer's HyperNode), slices as a task's `partitionPolicy`, in the `default` queue;
+- `kai`: a Job with `schedulerName: kai-scheduler` in `default-queue`, `kai.scheduler/topology`
+  and `-required-placement` and `batch-min-member` (all its pods) on the Job; slices as a
+  PodGroup of SubGroups written by hand, one Job per slice (`skip-podgrouper`).
+
+Both Kueue systems get a ClusterQueue quota of twice the GB200 nodes (gangs wait for nodes, not
+quota). Every pod asks for 4 GPUs (a whole GB200 node) and carries GANG_LABEL. Priorities, as
+each system names them: Kueue's WorkloadPriorityClasses and Volcano's PriorityClasses
+`bench-low` (100) and `bench-high` (1000); KAI's own classes `train` (50) and
+`build-preemptible` (75), both below 100 so preemptible within its quota-less default queue."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from _peers.watch import GANG_LABEL
+from _peers.workload import Gang
+from gangplugin.kube.client import CLUSTER_QUEUES, JOBS, LOCAL_QUEUES, NAMESPACES, ApiError, Client, Resource
+from gangplugin.kube.resources import ADMISSION_CHECKS, GANG_POLICIES, RESOURCE_FLAVORS
+from gangplugin.kube.shape import INSTANCE_TYPE, ULTRASERVER
+from gangplugin.localcluster.components import kai
+from gangplugin.localcluster.components.kueue_tas import flavor_name
+from gangplugin.localcluster.components.volcano import VOLCANO
+
+NS = "bench"
+GPU = "nvidia.com/gpu"
+GB200 = "ml.p6e-gb200.36xlarge"
+INDEX = "batch.kubernetes.io/job-completion-index"
+PRIORITIES = {"bench-low": 100, "bench-high": 1000}
+WORKLOAD_PRIORITY_CLASSES = Resource("kueue.x-k8s.io/v1beta2", "workloadpriorityclasses", namespaced=False)
+FIELD_MANAGER = "bench-peers"
+
+
+def pod_template(gang: Gang, annotations: dict[str, str], **spec: Any) -> dict[str, Any]:
+    """The gang's pod: 4 GPUs on a GB200 node, labelled with its gang."""
+    requests = {"cpu": "8", "memory": "64Gi", GPU: str(gang.gpus)}
+    return {
+        "metadata": {"labels": {GANG_LABEL: gang.name}, "annotations": annotations},
+        "spec": {
+            "restartPolicy": "Never",
+            "nodeSelector": {INSTANCE_TYPE: GB200},
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {
+                    "name": "trainer",
+                    "image": "trainer:latest",
+                    "resources": {"requests": requests, "limits": {GPU: str(gang.gpus)}},
+                }
+            ],
+            **spec,
+        },
+    }
+
+
+def batch_job(
+    gang: Gang, labels: dict[str, str], annotations: dict[str, str], suspend: bool, **spec: Any
+) -> dict[str, Any]:
+    """An Indexed Job of the gang's pods; a pod lost to a failed node is made again (same index)."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": gang.name, "namespace": NS, "labels": labels},
+        "spec": {
+            "parallelism": gang.pods,
+            "completions": gang.pods,
+            "completionMode": "Indexed",
+            "backoffLimit": 10_000,
+            "suspend": suspend,
+            "template": pod_template(gang, annotations, **spec),
+        },
+    }
+
+
+def job_index(pod: dict[str, Any]) -> int:
+    meta = pod["metadata"]
+    return int((meta.get("annotations") or {}).get(INDEX) or (meta.get("labels") or {}).get(INDEX, -1))
+
+
+def ensure(client: Client, res: Resource, obj: dict[str, Any]) -> None:
+    client.apply(res, obj, field_manager=FIELD_MANAGER)
+
+
+def namespace(client: Client) -> None:
+    ensure(client, NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """What the GB200 nodes hold, for queues and quotas."""
+
+    nodes: int
+    gpus: int
+    cpu: int
+    memory_gi: int
+
+
+@dataclass(frozen=True)
+class System:
+    name: str
+    components: tuple[str, ...]
+    setup: Callable[[Client, Capacity], None]
+    # What one gang is submitted as, in creation order.
+    objects: Callable[[Gang], list[tuple[Resource, dict[str, Any]]]]
+    index_of: Callable[[dict[str, Any]], int] = job_index
+    # `gangplugin serve --components`, when gangplugin runs
+    gangplugin_components: str = ""
+    # Waits until what `setup` made is usable (a queue Active).
+    ready: Callable[[Client], None] = field(default=lambda _c: None)
+
+
+# -- Kueue (gangplugin and Kueue TAS) ------------------------------------------------------------
+
+QUEUE = "bench"
+BASE = ("kube-controller-manager", "kube-scheduler", "kwok")
+
+
+def kueue_queue(client: Client, cap: Capacity, flavor: str, checks: list[str]) -> None:
+    """ClusterQueue and LocalQueue `bench`, quota twice the GB200 nodes' (never the limit: the
+    gangs wait for nodes, not quota), preempting lower priorities within it; the bench's
+    WorkloadPriorityClasses."""
+    namespace(client)
+    for name, value in PRIORITIES.items():
+        ensure(
+            client,
+            WORKLOAD_PRIORITY_CLASSES,
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "WorkloadPriorityClass",
+                "metadata": {"name": name},
+                "value": value,
+            },
+        )
+    spec: dict[str, Any] = {
+        "namespaceSelector": {},
+        "queueingStrategy": "BestEffortFIFO",
+        "preemption": {"withinClusterQueue": "LowerPriority"},
+        "resourceGroups": [
+            {
+                "coveredResources": ["cpu", "memory", GPU],
+                "flavors": [
+                    {
+                        "name": flavor,
+                        "resources": [
+                            {"name": "cpu", "nominalQuota": str(2 * cap.cpu)},
+                            {"name": "memory", "nominalQuota": f"{2 * cap.memory_gi}Gi"},
+                            {"name": GPU, "nominalQuota": str(2 * cap.gpus)},
+                        ],
+                    }
+                ],
+            }
+        ],
+    }
+    if checks:
+        spec["admissionChecksStrategy"] = {"admissionChecks": [{"name": c} for c in checks]}
+    cq = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": QUEUE}}
+    ensure(client, CLUSTER_QUEUES, {**cq, "spec": spec})
+    lq = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue"}
+    lq_meta = {"name": QUEUE, "namespace": NS}
+    ensure(client, LOCAL_QUEUES, {**lq, "metadata": lq_meta, "spec": {"clusterQueue": QUEUE}})
+
+
+def queue_active(client: Client) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            cq = client.get(CLUSTER_QUEUES, QUEUE)
+        except ApiError:
+            cq = {}
+        conditions = (cq.get("status") or {}).get("conditions") or []
+        if any(c["type"] == "Active" and c["status"] == "True" for c in conditions):
+            return
+        time.sleep(0.5)
+    raise RuntimeError(f"ClusterQueue {QUEUE} not Active within 120 s: {cq.get('status')}")
+
+
+def kueue_labels(gang: Gang) -> dict[str, str]:
+    labels = {"kueue.x-k8s.io/queue-name": QUEUE}
+    if gang.priority:
+        labels["kueue.x-k8s.io/priority-class"] = f"bench-{gang.priority}"
+    return labels
+
+
+# gangplugin
+
+GANG_POLICY = {
+    "apiVersion": "gangplugin.io/v1alpha1",
+    "kind": "GangPolicy",
+    "metadata": {"name": "bench"},
+    # Ungate, the default, written out; no spares: every system has the same nodes for gangs.
+    "spec": {"readyTimeout": "10m", "bindMode": "Ungate", "nodeFailure": "ReplaceFromSpare"},
+}
+
+
+def gangplugin_setup(client: Client, cap: Capacity) -> None:
+    ensure(client, GANG_POLICIES, GANG_POLICY)
+    check = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "AdmissionCheck",
+        "metadata": {"name": "bench-gang"},
+        "spec": {
+            "controllerName": "gangplugin.io/gang",
+            "parameters": {"apiGroup": "gangplugin.io", "kind": "GangPolicy", "name": "bench"},
+        },
+    }
+    ensure(client, ADMISSION_CHECKS, check)
+    flavor = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ResourceFlavor",
+        "metadata": {"name": "bench-gb200"},
+        "spec": {"nodeLabels": {INSTANCE_TYPE: GB200}},
+    }
+    ensure(client, RESOURCE_FLAVORS, flavor)
+    kueue_queue(client, cap, "bench-gb200", ["bench-gang"])
+
+
+def gangplugin_job(gang: Gang) -> list[tuple[Resource, dict[str, Any]]]:
+    if gang.slice_size:
+        annotations = {
+            "gangplugin.io/slice-size": str(gang.slice_size),
+            "gangplugin.io/slice-required-topology": ULTRASERVER,
+        }
+    elif gang.required:
+        annotations = {"gangplugin.io/required-topology": ULTRASERVER}
+    else:
+        annotations = {"gangplugin.io/preferred-topology": ULTRASERVER}
+    return [(JOBS, batch_job(gang, kueue_labels(gang), annotations, suspend=True))]
+
+
+# Kueue TAS
+
+
+def kueue_tas_setup(client: Client, cap: Capacity) -> None:
+    kueue_queue(client, cap, flavor_name(GB200), [])
+
+
+def kueue_tas_job(gang: Gang) -> list[tuple[Resource, dict[str, Any]]]:
+    if gang.slice_size:
+        annotations = {
+            "kueue.x-k8s.io/podset-slice-size": str(gang.slice_size),
+            "kueue.x-k8s.io/podset-slice-required-topology": ULTRASERVER,
+        }
+    elif gang.required:
+        annotations = {"kueue.x-k8s.io/podset-required-topology": ULTRASERVER}
+    else:
+        annotations = {"kueue.x-k8s.io/podset-preferred-topology": ULTRASERVER}
+    return [(JOBS, batch_job(gang, kueue_labels(gang), annotations, suspend=True))]
+
+
+# Volcano
+
+VCJOBS = Resource("batch.volcano.sh/v1alpha1", "jobs")
+PRIORITY_CLASSES = Resource("scheduling.k8s.io/v1", "priorityclasses", namespaced=False)
+HARD_ULTRASERVER = {"mode": "hard", "highestTierAllowed": 1}  # tier 1: one UltraServer's HyperNode
+
+
+def volcano_setup(client: Client, cap: Capacity) -> None:
+    namespace(client)
+    for name, value in PRIORITIES.items():
+        pc = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}}
+        ensure(client, PRIORITY_CLASSES, {**pc, "value": value})
+
+
+def volcano_job(gang: Gang) -> list[tuple[Resource, dict[str, Any]]]:
+    priority = {"priorityClassName": f"bench-{gang.priority}"} if gang.priority else {}
+    task: dict[str, Any] = {
+        "name": "w",
+        "replicas": gang.pods,
+        "template": pod_template(gang, {}, schedulerName="volcano", **priority),
+    }
+    spec: dict[str, Any] = {
+        "schedulerName": "volcano",
+        "queue": "default",
+        "minAvailable": gang.pods,
+        "maxRetry": 10_000,
+        "tasks": [task],
+        **priority,
+    }
+    if gang.slice_size:
+        parts = gang.pods // gang.slice_size
+        task["partitionPolicy"] = {
+            "totalPartitions": parts,
+            "partitionSize": gang.slice_size,
+            "minPartitions": parts,
+            "networkTopology": HARD_ULTRASERVER,
+        }
+    elif gang.required:
+        spec["networkTopology"] = HARD_ULTRASERVER
+    else:
+        spec["networkTopology"] = {"mode": "soft"}
+    job = {
+        "apiVersion": "batch.volcano.sh/v1alpha1",
+        "kind": "Job",
+        "metadata": {"name": gang.name, "namespace": NS},
+    }
+    return [(VCJOBS, {**job, "spec": spec})]
+
+
+def volcano_index(pod: dict[str, Any]) -> int:
+    return int((pod["metadata"].get("annotations") or {}).get("volcano.sh/task-index", -1))
+
+
+# KAI Scheduler
+
+KAI_PODGROUPS = Resource("scheduling.run.ai/v2alpha2", "podgroups")
+KAI_PRIORITY = {"low": "train", "high": "build-preemptible"}  # the chart's classes, both preemptible
+OFFSET_LABEL = "bench.gangplugin.io/first-index"
+
+
+def kai_setup(client: Client, cap: Capacity) -> None:
+    namespace(client)
+
+
+def kai_objects(gang: Gang) -> list[tuple[Resource, dict[str, Any]]]:
+    priority = {"priorityClassName": KAI_PRIORITY[gang.priority]} if gang.priority else {}
+    if not gang.slice_size:
+        placement = "required" if gang.required else "preferred"
+        annotations = {
+            "kai.scheduler/topology": kai.TOPOLOGY,
+            f"kai.scheduler/topology-{placement}-placement": ULTRASERVER,
+            # a batch Job's PodGroup waits for one pod unless told otherwise: the whole gang
+            "kai.scheduler/batch-min-member": str(gang.pods),
+        }
+        job = batch_job(
+            gang,
+            {kai.QUEUE_LABEL: kai.QUEUE},
+            {},
+            suspend=False,
+            schedulerName=kai.SCHEDULER_NAME,
+            **priority,
+        )
+        job["metadata"]["annotations"] = annotations
+        return [(JOBS, job)]
+    # slices: SubGroups of a PodGroup written by hand, each slice's pods from a Job of its own
+    slices = gang.pods // gang.slice_size
+    constraint = {"topology": kai.TOPOLOGY, "requiredTopologyLevel": ULTRASERVER}
+    pg_spec: dict[str, Any] = {
+        "queue": kai.QUEUE,
+        "minSubGroup": slices,
+        "subGroups": [
+            {"name": f"slice-{i}", "minMember": gang.slice_size, "topologyConstraint": constraint}
+            for i in range(slices)
+        ],
+        **priority,
+    }
+    pg = {
+        "apiVersion": "scheduling.run.ai/v2alpha2",
+        "kind": "PodGroup",
+        "metadata": {"name": gang.name, "namespace": NS},
+    }
+    out: list[tuple[Resource, dict[str, Any]]] = [(KAI_PODGROUPS, {**pg, "spec": pg_spec})]
+    for i in range(slices):
+        part = replace(gang, name=gang.name, pods=gang.slice_size)
+        job = batch_job(
+            part,
+            {kai.QUEUE_LABEL: kai.QUEUE},
+            {"pod-group-name": gang.name},
+            suspend=False,
+            schedulerName=kai.SCHEDULER_NAME,
+            **priority,
+        )
+        job["metadata"]["name"] = f"{gang.name}-{i}"
+        job["metadata"]["annotations"] = {"kai.scheduler/skip-podgrouper": "true"}
+        labels = job["spec"]["template"]["metadata"]["labels"]
+        labels.update({"kai.scheduler/subgroup-name": f"slice-{i}", OFFSET_LABEL: str(i * gang.slice_size)})
+        out.append((JOBS, job))
+    return out
+
+
+def kai_index(pod: dict[str, Any]) -> int:
+    return int((pod["metadata"].get("labels") or {}).get(OFFSET_LABEL, 0)) + job_index(pod)
+
+
+SYSTEMS: dict[str, System] = {
+    s.name: s
+    for s in (
+        System(
+            "gangplugin",
+            (*BASE, "kueue", "gangplugin"),
+            gangplugin_setup,
+            gangplugin_job,
+            gangplugin_components="admission,ungater,webhook",
+            ready=queue_active,
+        ),
+        System(
+            "kueue-tas", (*BASE, "kueue", "kueue-tas"), kueue_tas_setup, kueue_tas_job, ready=queue_active
+        ),
+        System(
+            "volcano",
+            ("kube-controller-manager", "kwok", *VOLCANO),
+            volcano_setup,
+            volcano_job,
+            index_of=volcano_index,
+        ),
+        System(
+            "kai", ("kube-controller-manager", "kwok", *kai.KAI), kai_setup, kai_objects, index_of=kai_index
+        ),
+    )
+}

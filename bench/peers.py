@@ -1,0 +1,198 @@
+"""gangplugin side by side with its peers: Kueue's Topology Aware Scheduling, Volcano and KAI
+Scheduler, each on a fresh local kwok cluster of the same HyperPod shape, running the same gangs
+(the same seed), and one table with gangplugin's ratio to each.
+
+Run: .venv/bin/python bench/peers.py [--nodes 500 --nodes 5000] [--reps 3]
+         [--systems gangplugin,kueue-tas,volcano,kai] [--parts burst,stream,big,recovery,preemption]
+(`--nodes 100 --reps 1` checks it in a few minutes a system; one cluster at a time, state in
+.local/bench-peers-<system>, ports from GANGPLUGIN_PORT_BASE or 37000, and 1,000 above it for
+every second system).
+
+The workload (bench/_peers/workload.py): gangs of 1-36 pods of 4 GPUs (whole GB200 nodes), sizes
+drawn from the Kalos trace; up to 18 pods a gang requires one UltraServer, above that it is cut
+into equal slices of at most 18, each required in one. Per repetition, on an empty namespace each:
+- burst: gangs asking for 105% of the GB200 nodes, all submitted at once; pods bound per second
+  (first submission to last bind), submission -> all Running p50/p95 per gang size, and once it
+  settled (nothing created or bound for --settle s) the quality: gangs whole in their required
+  domain, UltraServers fragmented (some GPUs used, some free), GPUs stranded (free in UltraServers
+  too small for the first gang still waiting), the largest gang one UltraServer still takes;
+  partial gangs (some pods bound, others not, for more than 5 s). On kueue-tas, also how often
+  `gangctl simulate`'s best-fit puts a gang in the UltraServers Kueue TAS chose live;
+- stream: Poisson arrivals for --stream s at 70% load, each gang deleted 60 s after it runs;
+- big: one gang of 1,024 one-GPU pods preferring one UltraServer (fewer where they would not
+  fit), submission -> all Running;
+- recovery: a 32-pod gang in two slices of 16; the nodes of 1, then 3, of its pods fail
+  (NotReady); the time until it runs whole again, none of its pods on a failed node;
+- preemption: every UltraServer full of low-priority 2-pod gangs; a high-priority 18-pod gang
+  requiring one UltraServer: the time until it runs, and the GPUs evicted.
+Every time runs from the submission of the gang's object, for every system alike.
+
+Results are kept per system in .local/bench-peers/results-<nodes>.json as each repetition ends:
+an interrupted run goes on where it stopped (--fresh forgets what the chosen systems had).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import _cluster
+import yaml
+from _peers import report, runs
+from _peers.runs import Limits, Run
+from _peers.systems import GB200, GPU, SYSTEMS, Capacity, System
+
+from gangplugin.kube.client import Client
+from gangplugin.kube.shape import INSTANCE_TYPE, nodes_from_shape
+from gangplugin.localcluster.cluster import REPO, ClusterError, LocalCluster, Ports
+
+STATE = REPO / ".local"
+T0 = time.monotonic()
+
+
+def log(message: str) -> None:
+    print(f"[{time.monotonic() - T0:7.0f}s] {message}", flush=True)
+
+
+def parse() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, action="append", help="cluster sizes (default 500 and 5000)")
+    ap.add_argument("--reps", type=int, default=3, help="repetitions per system and size (default 3)")
+    ap.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated, in run order")
+    ap.add_argument("--parts", default=",".join(runs.PARTS), help=f"comma-separated: {','.join(runs.PARTS)}")
+    ap.add_argument("--seed", type=int, default=1, help="the workload's seed, the same for every system")
+    ap.add_argument("--settle", type=float, default=30.0, help="seconds without a bind: the burst settled")
+    ap.add_argument("--stream", type=float, default=180.0, help="seconds of stream arrivals")
+    ap.add_argument("--fresh", action="store_true", help="forget the chosen systems' saved results")
+    ap.add_argument("--report", action="store_true", help="print the table of the saved results only")
+    args = ap.parse_args()
+    args.nodes = sorted(args.nodes or [500, 5000])
+    args.systems = [s for s in args.systems.split(",") if s]
+    args.parts = [p for p in args.parts.split(",") if p]
+    if unknown := [s for s in args.systems if s not in SYSTEMS]:
+        ap.error(f"--systems: unknown {', '.join(unknown)}; choose among {', '.join(SYSTEMS)}")
+    if unknown := [p for p in args.parts if p not in runs.PARTS]:
+        ap.error(f"--parts: unknown {', '.join(unknown)}; choose among {', '.join(runs.PARTS)}")
+    return args
+
+
+def results_file(nodes: int) -> Path:
+    return STATE / "bench-peers" / f"results-{nodes}.json"
+
+
+def load(nodes: int) -> dict[str, list[dict[str, Any]]]:
+    path = results_file(nodes)
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def save(nodes: int, results: dict[str, list[dict[str, Any]]]) -> None:
+    path = results_file(nodes)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(results, indent=1, sort_keys=True))
+    tmp.replace(path)
+
+
+def capacity(shape: dict[str, Any]) -> Capacity:
+    gb200 = [n for n in nodes_from_shape(shape) if n["metadata"]["labels"][INSTANCE_TYPE] == GB200]
+    alloc = gb200[0]["status"]["allocatable"]
+    return Capacity(
+        len(gb200),
+        sum(int(n["status"]["allocatable"][GPU]) for n in gb200),
+        len(gb200) * int(alloc["cpu"]),
+        len(gb200) * int(alloc["memory"].removesuffix("Gi")),
+    )
+
+
+def start(system: System, shape: dict[str, Any], base: int) -> LocalCluster:
+    """A fresh local cluster of `shape` running what `system` needs, on ports from `base`."""
+    path = Path(tempfile.mkdtemp()) / "shape.yaml"
+    path.write_text(yaml.safe_dump(shape))
+    if system.gangplugin_components:
+        os.environ["GANGPLUGIN_COMPONENTS"] = system.gangplugin_components
+    cluster = LocalCluster(
+        STATE / f"bench-peers-{system.name}",
+        Ports(base),
+        log=lambda m: log(f"  {m.strip()}"),
+        components=system.components,
+        shape=path,
+    )
+    cluster.down(quiet=True)  # what an interrupted run left
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            cluster.up()
+            break
+        except ClusterError as err:  # the last cluster's processes may still be letting go of ports
+            if "port in use" not in str(err) or time.monotonic() > deadline:
+                raise
+            time.sleep(2)
+    if "gangplugin" in system.components:
+        # Ungate: kube-scheduler binds the pinned pods alone, no extender call
+        cluster.restart("kube-scheduler", extender=False)
+    return cluster
+
+
+def run_system(
+    system: System, nodes: int, base: int, args: argparse.Namespace, results: dict[str, Any]
+) -> None:
+    done = results.setdefault(system.name, [])
+    if len(done) >= args.reps:
+        log(f"{system.name} at {nodes} nodes: {len(done)} repetitions saved, skipped")
+        return
+    shape = _cluster.hyperpod_shape(nodes)
+    cap = capacity(shape)
+    log(f"{system.name} at {nodes} nodes ({cap.nodes} GB200 nodes, {cap.gpus} GPUs): starting its cluster")
+    cluster = start(system, shape, base)
+    client = Client.from_kubeconfig(cluster.kubeconfig)
+    try:
+        system.setup(client, cap)
+        system.ready(client)
+        limits = Limits(settle=args.settle, stream=args.stream)
+        run = Run(system, client, cluster.kubeconfig, cap, log, limits)
+        while len(done) < args.reps:
+            rep = len(done) + 1
+            log(f"{system.name} at {nodes} nodes: repetition {rep}/{args.reps}")
+            figures: dict[str, Any] = {}
+            for part in args.parts:
+                try:
+                    figures.update(runs.PARTS[part](run, args.seed))
+                except Exception as err:  # one part's failure costs its figures, not the run's
+                    log(f"  {part} failed: {type(err).__name__}: {err}")
+                    figures[f"{part} error"] = f"{type(err).__name__}: {err}"
+                    run.clear_all()
+            done.append(figures)
+            save(nodes, results)
+    finally:
+        client.close()
+        cluster.down(quiet=True)
+
+
+def main() -> None:
+    args = parse()
+    for nodes in args.nodes:
+        results = load(nodes)
+        if args.fresh and not args.report:
+            for s in args.systems:
+                results.pop(s, None)
+            save(nodes, results)
+        if not args.report:
+            # one cluster at a time; the next on other ports while the last one's let go
+            base = int(os.environ.get("GANGPLUGIN_PORT_BASE", "37000"))
+            for i, name in enumerate(args.systems):
+                run_system(SYSTEMS[name], nodes, base + 1000 * (i % 2), args, results)
+        print(f"\n== {nodes} nodes ({results_file(nodes)}), seed {args.seed}")
+        print(report.render(results))
+        if note := report.simulator_note(results):
+            print(note)
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""Kueue's own Topology Aware Scheduling, a peer the bench compares with (bench/peers.py; never
+started by `make up` or CI): the Kueue this cluster runs, with a `Topology` of our level order
+(zone, the three network layers, the UltraServer, the hostname) and a ResourceFlavor per
+instance type of the shape naming it, as Kueue's TAS docs configure a cluster. No process of
+its own: TopologyAwareScheduling is beta and on by default from Kueue v0.14 (with
+TASFailedNodeReplacement and TASFailedNodeReplacementFailFast), so v0.17 needs no gate.
+
+Jobs ask for it on their pod templates: `kueue.x-k8s.io/podset-required-topology` (or
+`podset-preferred-topology`) and, for slices, `podset-slice-size` with
+`podset-slice-required-topology`; a ClusterQueue lists the flavor."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gangplugin.core.topology import DEFAULT_LEVELS
+from gangplugin.kube.client import Client
+from gangplugin.kube.resources import RESOURCE_FLAVORS, TOPOLOGIES
+from gangplugin.kube.shape import INSTANCE_TYPE
+from gangplugin.localcluster import manifests, nodes
+from gangplugin.localcluster.components.base import Component
+from gangplugin.localcluster.spec import ClusterSpec
+
+TOPOLOGY = "hyperpod"
+
+
+def topology() -> dict[str, Any]:
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Topology",
+        "metadata": {"name": TOPOLOGY},
+        "spec": {"levels": [{"nodeLabel": label} for label in DEFAULT_LEVELS]},
+    }
+
+
+def flavor_name(instance_type: str) -> str:
+    """The TAS flavor of an instance type: `ml.p6e-gb200.36xlarge` -> `p6e-gb200-36xlarge`."""
+    return instance_type.removeprefix("ml.").replace(".", "-")
+
+
+def flavors(shape: Path | None) -> list[dict[str, Any]]:
+    """One ResourceFlavor per instance type of the shape's nodes, each on the Topology."""
+    types = sorted({n["metadata"]["labels"][INSTANCE_TYPE] for n in nodes.from_shape(shape)})
+    return [
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ResourceFlavor",
+            "metadata": {"name": flavor_name(t)},
+            "spec": {"nodeLabels": {INSTANCE_TYPE: t}, "topologyName": TOPOLOGY},
+        }
+        for t in types
+    ]
+
+
+@dataclass(frozen=True)
+class KueueTas(Component):
+    name = "kueue-tas"
+    requires = ("kueue",)
+    optional = True
+
+    def binaries(self, spec: ClusterSpec) -> tuple[Path, ...]:
+        return ()  # Kueue's own
+
+    def process(self, spec: ClusterSpec) -> None:
+        return None
+
+    def started(self, spec: ClusterSpec, client: Client, log: Callable[[str], None]) -> None:
+        """After Kueue: its webhooks validate the Topology and the flavors."""
+        client.apply(TOPOLOGIES, topology(), field_manager=manifests.FIELD_MANAGER)
+        for flavor in flavors(spec.shape):
+            client.apply(RESOURCE_FLAVORS, flavor, field_manager=manifests.FIELD_MANAGER)

@@ -1,0 +1,283 @@
+"""Volcano, a peer the bench compares with (bench/peers.py; never started by `make up` or CI):
+its webhook manager, controller manager and scheduler at VOLCANO_VERSION, from the binaries,
+CRDs and Helm chart `hack/build-upstream.sh peers` puts in the cache, run as its chart runs them.
+
+- Webhooks: the chart's `templates/webhooks.yaml` rendered by helm with the chart's defaults
+  (its `enabled_admissions`, which the webhook manager is started with too), pointed at
+  127.0.0.1 with the cluster CA; the webhook manager finds them by name and serves them.
+- HyperNodes (the network topology): discovered from the node labels by the controller
+  manager's label discoverer, the way Volcano's guide recommends ("HyperNode auto discovery"),
+  from our level order: tier 1 per UltraServer, 2-4 per network layer 3, 2, 1, 5 per zone.
+- The scheduler: the chart's configuration with the `network-topology-aware` plugin its
+  network-topology guide adds and the `preempt` action its priority guide adds.
+
+A gang is a Volcano Job (`batch.volcano.sh/v1alpha1`, `schedulerName: volcano`) with
+`minAvailable` = its pods, `networkTopology: {mode: hard, highestTierAllowed: 1}` to require one
+UltraServer, `soft` to prefer one, and a task's `partitionPolicy` for slices."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gangplugin.core.topology import DEFAULT_LEVELS, ULTRASERVER_LABEL
+from gangplugin.kube.client import ApiError, Client, Resource
+from gangplugin.localcluster import manifests, nodes
+from gangplugin.localcluster.components.base import Component
+from gangplugin.localcluster.errors import ClusterError
+from gangplugin.localcluster.probes import http_ok, https_ok, wait
+from gangplugin.localcluster.spec import ClusterSpec
+from gangplugin.localcluster.supervisor import Process
+from gangplugin.localcluster.upstream import versions
+
+NAMESPACE = "volcano-system"
+SCHEDULER_NAME = "volcano"
+# The controller manager's configuration (its hypernode controller reads this ConfigMap in its
+# namespace, KUBE_POD_NAMESPACE, named after its release: "volcano").
+CONTROLLER_CONFIGMAP = "volcano-controller-configmap"
+QUEUES = Resource("scheduling.volcano.sh/v1beta1", "queues", namespaced=False)
+HYPERNODES = Resource("topology.volcano.sh/v1alpha1", "hypernodes", namespaced=False)
+CONFIGMAPS = Resource("v1", "configmaps")
+DISCOVERY_TOPOLOGY = "hyperpod"
+
+SCHEDULER_CONF: dict[str, Any] = {
+    "actions": "enqueue, allocate, preempt, backfill",
+    "tiers": [
+        {
+            "plugins": [
+                {"name": "priority"},
+                {"name": "gang", "enablePreemptable": False},
+                {"name": "conformance"},
+            ]
+        },
+        {
+            "plugins": [
+                {"name": "overcommit"},
+                {"name": "drf", "enablePreemptable": False},
+                {"name": "predicates"},
+                {"name": "proportion"},
+                {"name": "nodeorder"},
+                {"name": "binpack"},
+                {"name": "network-topology-aware"},
+            ]
+        },
+    ],
+}
+
+
+def version() -> str:
+    v = versions().get("VOLCANO_VERSION")
+    if not v:
+        raise ClusterError("hack/versions.env has no VOLCANO_VERSION; the peers' versions come with it")
+    return v
+
+
+def manifests_dir(spec: ClusterSpec) -> Path:
+    return spec.cache / f"volcano-{version()}"
+
+
+def chart_values(spec: ClusterSpec) -> dict[str, Any]:
+    values: dict[str, Any] = yaml.safe_load((manifests_dir(spec) / "chart" / "values.yaml").read_text())
+    return values
+
+
+def enabled_admissions(spec: ClusterSpec) -> str:
+    return str(chart_values(spec)["custom"]["enabled_admissions"])
+
+
+def rendered_webhooks(spec: ClusterSpec) -> list[dict[str, Any]]:
+    """The chart's webhook configurations, as `helm template` renders them."""
+    chart = manifests_dir(spec) / "chart"
+    proc = subprocess.run(
+        [
+            str(spec.bin_dir / "helm"),
+            "template",
+            "volcano",
+            str(chart),
+            f"--namespace={NAMESPACE}",
+            "--show-only=templates/webhooks.yaml",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise ClusterError(f"helm template of Volcano's chart failed: {proc.stderr.strip()[-500:]}")
+    return [doc for doc in yaml.safe_load_all(proc.stdout) if doc]
+
+
+def discovery_config() -> dict[str, Any]:
+    """The label discoverer's configuration: our levels, widest first, down to the hostname."""
+    labels = [{"nodeLabel": label} for label in DEFAULT_LEVELS]
+    return {
+        "networkTopologyDiscovery": [
+            {
+                "source": "label",
+                "enabled": True,
+                "config": {"networkTopologyTypes": {DISCOVERY_TOPOLOGY: labels}},
+            }
+        ]
+    }
+
+
+def _serving(spec: ClusterSpec) -> tuple[str, ...]:
+    return (
+        f"--tls-cert-file={spec.serving_cert_dir / 'tls.crt'}",
+        f"--tls-private-key-file={spec.serving_cert_dir / 'tls.key'}",
+        f"--ca-cert-file={spec.pki_dir / 'ca.crt'}",
+    )
+
+
+@dataclass(frozen=True)
+class VolcanoWebhookManager(Component):
+    name = "volcano-webhook-manager"
+    optional = True
+
+    def binaries(self, spec: ClusterSpec) -> tuple[Path, ...]:
+        return (spec.bin_dir / f"vc-webhook-manager-{version()}", spec.bin_dir / "helm")
+
+    def listens(self, spec: ClusterSpec) -> dict[str, int]:
+        return {"volcano webhook": spec.ports.at(700), "volcano webhook health": spec.ports.at(701)}
+
+    def install(self, spec: ClusterSpec, client: Client) -> None:
+        crds = manifests.read_crds(manifests_dir(spec), "*.yaml", "Volcano")
+        manifests.apply_crds(client, spec, crds, "Volcano")
+        manifests.ensure_namespace(client, NAMESPACE)
+        configmap = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": CONTROLLER_CONFIGMAP, "namespace": NAMESPACE},
+            "data": {"volcano-controller.conf": yaml.safe_dump(discovery_config(), sort_keys=False)},
+        }
+        client.apply(CONFIGMAPS, configmap, field_manager=manifests.FIELD_MANAGER)
+        port = spec.ports.at(700)
+        for cfg in rendered_webhooks(spec):
+            for hook in cfg["webhooks"]:
+                path = hook["clientConfig"]["service"]["path"]
+                hook["clientConfig"] = manifests.webhook_client_config(spec, path, port)
+            client.apply(manifests.WEBHOOK_KINDS[cfg["kind"]], cfg, field_manager=manifests.FIELD_MANAGER)
+
+    def process(self, spec: ClusterSpec) -> Process:
+        port, health = spec.ports.at(700), spec.ports.at(701)
+        ca = spec.pki_dir / "ca.crt"
+        return Process(
+            self.name,
+            (
+                str(self.binaries(spec)[0]),
+                f"--kubeconfig={spec.kubeconfig}",
+                *_serving(spec),
+                f"--webhook-url=https://127.0.0.1:{port}",
+                "--listen-address=127.0.0.1",
+                f"--port={port}",
+                f"--enabled-admission={enabled_admissions(spec)}",
+                f"--scheduler-name={SCHEDULER_NAME}",
+                "--enable-healthz=true",
+                f"--healthz-address=127.0.0.1:{health}",
+            ),
+            health=lambda: https_ok(f"https://127.0.0.1:{health}/healthz", ca),
+            ports=(port, health),
+        )
+
+    def started(self, spec: ClusterSpec, client: Client, log: Callable[[str], None]) -> None:
+        """Until a dry-run create of a Queue goes through its webhooks."""
+        probe = {
+            "apiVersion": "scheduling.volcano.sh/v1beta1",
+            "kind": "Queue",
+            "metadata": {"name": "gangplugin-webhook-probe"},
+            "spec": {"weight": 1},
+        }
+
+        def ok() -> bool:
+            try:
+                client.request("POST", QUEUES.path(), body=probe, params={"dryRun": "All"})
+                return True
+            except ApiError:
+                return False
+
+        wait(ok, 120, "Volcano's webhooks to answer")
+
+
+@dataclass(frozen=True)
+class VolcanoControllerManager(Component):
+    name = "volcano-controller-manager"
+    optional = True
+    requires = ("volcano-webhook-manager",)
+
+    def binaries(self, spec: ClusterSpec) -> tuple[Path, ...]:
+        return (spec.bin_dir / f"vc-controller-manager-{version()}",)
+
+    def listens(self, spec: ClusterSpec) -> dict[str, int]:
+        return {"volcano controllers health": spec.ports.at(702), "volcano controllers": spec.ports.at(703)}
+
+    def process(self, spec: ClusterSpec) -> Process:
+        health = spec.ports.at(702)
+        return Process(
+            self.name,
+            (
+                str(self.binaries(spec)[0]),
+                f"--kubeconfig={spec.kubeconfig}",
+                "--leader-elect=false",
+                f"--scheduler-name={SCHEDULER_NAME}",
+                "--enable-healthz=true",
+                f"--healthz-address=127.0.0.1:{health}",
+                f"--listen-address=127.0.0.1:{spec.ports.at(703)}",
+            ),
+            env={"KUBE_POD_NAMESPACE": NAMESPACE},
+            health=lambda: http_ok(f"http://127.0.0.1:{health}/healthz"),
+            ports=(health, spec.ports.at(703)),
+        )
+
+
+@dataclass(frozen=True)
+class VolcanoScheduler(Component):
+    name = "volcano-scheduler"
+    optional = True
+    requires = ("volcano-controller-manager",)
+
+    def binaries(self, spec: ClusterSpec) -> tuple[Path, ...]:
+        return (spec.bin_dir / f"vc-scheduler-{version()}",)
+
+    def listens(self, spec: ClusterSpec) -> dict[str, int]:
+        return {"volcano scheduler health": spec.ports.at(704), "volcano scheduler": spec.ports.at(705)}
+
+    def process(self, spec: ClusterSpec) -> Process:
+        health = spec.ports.at(704)
+        conf = spec.state_dir / "volcano-scheduler.conf"
+        conf.write_text(yaml.safe_dump(SCHEDULER_CONF, sort_keys=False))
+        return Process(
+            self.name,
+            (
+                str(self.binaries(spec)[0]),
+                f"--kubeconfig={spec.kubeconfig}",
+                f"--scheduler-conf={conf}",
+                f"--scheduler-name={SCHEDULER_NAME}",
+                "--leader-elect=false",
+                "--enable-healthz=true",
+                f"--healthz-address=127.0.0.1:{health}",
+                "--enable-metrics=true",
+                f"--listen-address=127.0.0.1:{spec.ports.at(705)}",
+            ),
+            health=lambda: http_ok(f"http://127.0.0.1:{health}/healthz"),
+            ports=(health, spec.ports.at(705)),
+        )
+
+    def started(self, spec: ClusterSpec, client: Client, log: Callable[[str], None]) -> None:
+        """Until the default queue is there and a tier-1 HyperNode stands for every UltraServer."""
+        ultraservers = {
+            u for n in nodes.from_shape(spec.shape) if (u := n["metadata"]["labels"].get(ULTRASERVER_LABEL))
+        }
+
+        def ready() -> bool:
+            client.get(QUEUES, "default")
+            tier1 = [h for h in client.list(HYPERNODES)["items"] if h["spec"].get("tier") == 1]
+            return len(tier1) >= len(ultraservers)
+
+        wait(ready, 300, f"Volcano's default queue and {len(ultraservers)} UltraServer HyperNodes")
+
+
+VOLCANO = ("volcano-webhook-manager", "volcano-controller-manager", "volcano-scheduler")
