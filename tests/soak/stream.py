@@ -28,6 +28,7 @@ import httpx
 from gangplugin.kube.client import JOBS, PODS, WORKLOADS, ApiError, Client
 from gangplugin.localcluster.cluster import REPO
 from gangplugin.sim.trace import read_trace
+from tests.e2e.kube import trainer_pod_spec
 from tests.soak.observer import Observer
 from tests.soak.queues import POLICIES, PRIORITIES, TEAMS, queue_name
 
@@ -180,30 +181,14 @@ def job_manifest(spec: GangSpec) -> dict[str, Any]:
             "backoffLimit": 1000,
             "template": {
                 "metadata": {"annotations": dict(spec.annotations)},
-                "spec": trainer_spec(spec.gpus),
+                "spec": trainer_pod_spec(spec.gpus),
             },
         },
     }
 
 
-def trainer_spec(gpus: int) -> dict[str, Any]:
-    return {
-        "restartPolicy": "Never",
-        "containers": [
-            {
-                "name": "trainer",
-                "image": "trainer:latest",
-                "resources": {
-                    "requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": str(gpus)},
-                    "limits": {"nvidia.com/gpu": str(gpus)},
-                },
-            }
-        ],
-    }
-
-
 def plain_pod(name: str, namespace: str, ultraserver: str | None) -> dict[str, Any]:
-    spec = trainer_spec(4)
+    spec = trainer_pod_spec(4)
     spec["nodeSelector"] = {
         "node.kubernetes.io/instance-type": GB200,
         **({US: ultraserver} if ultraserver else {}),
