@@ -28,7 +28,7 @@ from typing import Any
 
 from gangplugin.admission.admit import AdmissionPass
 from gangplugin.admission.status import ConfigStatus
-from gangplugin.admission.view import POD_GROUP_LABEL, AdmissionView, pod_active, workload_key
+from gangplugin.admission.view import AdmissionView, pod_active, pod_group_of, workload_key
 from gangplugin.admission.watchdog import Watchdog
 from gangplugin.admission.writes import CheckWriter
 from gangplugin.core.names import GANG_LABEL
@@ -92,13 +92,9 @@ class GangAdmission:
             owner = self.view.lookup.workload_of_gang(meta.get("namespace", ""), gang)
             if owner:
                 self.queue.add("wl/" + owner)
-        # A pod group's pod labelled with its Workload: a group waiting for its pods may go now.
-        group = (meta.get("labels") or {}).get(POD_GROUP_LABEL)
-        if (
-            new is not None
-            and group
-            and (old is None or (old["metadata"].get("labels") or {}).get(POD_GROUP_LABEL) != group)
-        ):
+        # A pod group's pod marked with its Workload: a group waiting for its pods may go now.
+        group = pod_group_of(obj)
+        if new is not None and group and (old is None or pod_group_of(old) != group):
             self.queue.add(PASS)
         # Capacity came free: a waiting gang may fit now.
         if (

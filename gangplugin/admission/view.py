@@ -48,14 +48,24 @@ from gangplugin.kube.resources import (
 
 log = logging.getLogger(__name__)
 
-# Kueue's pod-group integrations label each pod with its group (the Workload's name) and name
-# its podset in an annotation.
+# Kueue's pod-group integrations mark each pod with its group (the Workload's name; see
+# `pod_group_of`) and name its podset in an annotation.
 POD_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
 ROLE_ANNOTATION = "kueue.x-k8s.io/role-hash"
 # The podset of a RayJob's submitter pod in Kueue's Workload (K8sJobMode).
 RAYJOB_SUBMITTER = "submitter"
 # The replicated Jobs a Trainer runtime runs before its trainer Job (Kueue's podsets of a TrainJob).
 TRAINER_INITIALIZERS = ("dataset-initializer", "model-initializer")
+
+
+def pod_group_of(pod: Mapping[str, Any]) -> str | None:
+    """The Kueue pod group a pod belongs to: its label (a plain pod group, and a
+    LeaderWorkerSet's pods on Kueue v0.17) or, as Kueue v0.19 marks a LeaderWorkerSet's pods,
+    the annotation of the same name."""
+    meta = pod.get("metadata") or {}
+    return (meta.get("labels") or {}).get(POD_GROUP_LABEL) or (meta.get("annotations") or {}).get(
+        POD_GROUP_LABEL
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,9 +176,9 @@ class AdmissionView:
         obj = new or old
         assert obj is not None
         meta = obj.get("metadata", {})
-        labels = meta.get("labels") or {}
-        for index, label in ((self._gang_pods, GANG_LABEL), (self._group_pods, POD_GROUP_LABEL)):
-            if not (value := labels.get(label)):
+        gang = (meta.get("labels") or {}).get(GANG_LABEL)
+        for index, value in ((self._gang_pods, gang), (self._group_pods, pod_group_of(obj))):
+            if not value:
                 continue
             idx = (meta.get("namespace", ""), value)
             with self._lock:

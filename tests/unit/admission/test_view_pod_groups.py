@@ -22,7 +22,7 @@ GPU = {"nvidia.com/gpu": "4"}
 
 
 def lws_pod(name: str, role: str, rv: int, **annotations: str) -> dict[str, Any]:
-    """A pod of group `wl` as Kueue's LeaderWorkerSet integration labels it."""
+    """A pod of group `wl` as Kueue v0.17's LeaderWorkerSet integration labels it."""
     return {
         "metadata": {
             "name": name,
@@ -135,3 +135,16 @@ def test_a_misspelt_key_on_a_group_s_pods_is_seen_as_on_a_template(view_with: An
     view = view_with(lws_pod("x-0", "main", 2, **{typo: ULTRASERVER_LABEL}))
     (ps,) = view.gang(workload("LeaderWorkerSet", ("main", 4))).podsets
     assert [k.key for k in ps.unknown_keys] == [typo] and ps.required_topology is None
+
+
+def test_a_group_s_pods_marked_as_kueue_v0_19_marks_them_are_found(view_with: Any) -> None:
+    """Kueue v0.19 names a LeaderWorkerSet pod's group in an annotation, not a label."""
+    pod = lws_pod("x-0", "main", 2, **{REQUIRED_TOPOLOGY_ANNOTATION: ULTRASERVER_LABEL})
+    pod["metadata"]["annotations"]["kueue.x-k8s.io/pod-group-name"] = pod["metadata"].pop("labels")[
+        "kueue.x-k8s.io/pod-group-name"
+    ]
+    view = view_with(pod)
+    wl = workload("LeaderWorkerSet", ("main", 4))
+    assert view.podsets_without_pods(wl) == []
+    (ps,) = view.gang(wl).podsets
+    assert ps.required_topology == ULTRASERVER_LABEL
