@@ -37,30 +37,17 @@ down: venv ## stop the local cluster; leaves no process behind
 status: venv ## show whether the local cluster runs
 	$(PY) -m gangplugin.localcluster status
 
-# The full e2e suite runs on the newest supported Kueue (tests/e2e/conftest.py); the compatibility
-# set (tests marked `compat`) then runs on the oldest, in a session of its own on its own local
-# cluster, 1,000 ports above the first. Against a cluster KUBECONFIG names there is one Kueue: no
-# second session. tests/e2e/test_multikueue.py starts three control planes of its own (a MultiKueue
-# manager and two workers: about 3 GiB and 3.5 to 6 minutes on 2 cores): it runs on its own, last,
-# so no other cluster is up by then.
+# Lint, then hack/test.sh: the unit tests and the full e2e suite on the newest supported Kueue
+# (tests/e2e/conftest.py), split in two lanes, and beside them a third: the compatibility set
+# (tests marked `compat`) on the oldest Kueue, then tests/e2e/test_multikueue.py's three control
+# planes. Each lane is a pytest session on a local cluster of its own; against a cluster KUBECONFIG
+# names, one session runs everything.
 MULTIKUEUE_E2E := tests/e2e/test_multikueue.py
 OLDEST_KUEUE := $(shell sed -n 's/^KUEUE_VERSION=//p' hack/versions.env)
-E2E_PORT_BASE := $(or $(GANGPLUGIN_E2E_PORT_BASE),23000)
-define pytest_run
-	@$(1) $(PYTEST) $(2); rc=$$?; \
-	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests; that is a failure" >&2; exit 1; fi; \
-	  exit $$rc
-endef
 
-test: venv build ## every test: lint, unit, e2e, e2e's compat set on the oldest Kueue, MultiKueue (a local cluster unless KUBECONFIG is set)
+test: venv build ## every test: lint, unit, e2e, e2e's compat set on the oldest Kueue, MultiKueue (local clusters unless KUBECONFIG is set)
 	$(MAKE) lint
-	$(call pytest_run,,tests --ignore=$(MULTIKUEUE_E2E))
-ifeq ($(KUBECONFIG),)
-	$(call pytest_run,GANGPLUGIN_KUEUE_VERSION=$(OLDEST_KUEUE) GANGPLUGIN_E2E_PORT_BASE=$(shell echo $$(($(E2E_PORT_BASE) + 1000))),-m compat tests/e2e --ignore=$(MULTIKUEUE_E2E))
-else
-	@echo "make test: KUBECONFIG names the cluster (one Kueue): the compat set ran with the full suite"
-endif
-	$(call pytest_run,,$(MULTIKUEUE_E2E))
+	PY=$(PY) hack/test.sh
 
 test-unit: venv ## unit tests only
 	$(PYTEST) tests/unit

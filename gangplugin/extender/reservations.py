@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from gangplugin.core.admission import gang_id
 from gangplugin.core.errors import InputError
@@ -244,6 +244,17 @@ class GangReservations:
                     return  # the version the admission was decided on, or older: it stands
                 del self.announced[gkey]  # newer: the Workload itself says what holds
             self._admit(gkey, admitted)
+
+    def recheck(self, workloads: Iterable[JSON]) -> None:
+        """Read again the Workloads promised nothing: one the watch delivered before its
+        AdmissionCheck, GangPolicy or ResourceFlavor (the watches list in any order, as after a
+        restart) was promised nothing then, and its gang would wait for its admission for good."""
+        for wl in workloads:
+            meta = wl["metadata"]
+            with self.lock:
+                if (str(meta.get("namespace", "")), gang_id(str(meta["name"]))) in self.promises.admitted:
+                    continue
+            self.on_workload("MODIFIED", None, wl)
 
     def on_admitting(self, admitted: JSON) -> None:
         """An admission the gang check of this process decided and is writing (`admitted`: the

@@ -75,7 +75,14 @@ def _make(runtime: Runtime) -> GangReservations:
     runtime.informer(NODES, identity).add_handler(reservations.on_node, on)
     runtime.informer(PODS, gang_pod_from_k8s).add_handler(reservations.on_pod, on)
     if policies is not None:
-        runtime.informer(WORKLOADS).add_handler(reservations.on_workload, on)
+        workloads = runtime.informer(WORKLOADS)
+        workloads.add_handler(reservations.on_workload, on)
+
+        def recheck(kind: str, old: JSON | None, new: JSON | None) -> None:
+            reservations.recheck(workloads.items())
+
+        for res in (ADMISSION_CHECKS, GANG_POLICIES, RESOURCE_FLAVORS):
+            runtime.informer(res).add_handler(recheck, on)
         # The admission pass of this process announces each admission before writing it.
         in_flight = runtime.shared(admissions.NAME, AdmissionsInFlight)
         in_flight.subscribe(Subscriber(reservations.on_admitting, reservations.on_withdrawn))

@@ -15,10 +15,14 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from gangplugin.admission.admit import AdmissionPass
+from gangplugin.core.names import ADMISSION_CHECK_CONTROLLER
 from gangplugin.extender.pods import gang_pod_from_k8s
-from gangplugin.extender.reservations import UNSEEN_ADMISSION, AdmissionUnseen
+from gangplugin.extender.reservations import UNSEEN_ADMISSION, AdmissionUnseen, GangReservations
+from gangplugin.extender.shared import admitted_of, policy_of
+from gangplugin.kube.gangpolicies import GangPolicies
+from tests.unit.extender.test_policies import Objects
 from tests.unit.extender.test_promises import US1, passed, reservations, workload
-from tests.unit.extender.test_server import pod
+from tests.unit.extender.test_server import node, pod
 from tests.unit.extender.test_ungate import add, ungate_pod
 
 
@@ -80,3 +84,33 @@ def test_the_pass_writes_its_admissions_one_after_another_in_decision_order() ->
     writes = [("a", lambda: admit("a", other_ran)), (None, other), ("b", lambda: admit("b", after="a"))]
     assert p._write(writes) == [True, True, True]
     assert done == ["a", "b"]
+
+
+def test_a_workload_listed_before_its_admission_check_is_promised_once_the_check_is_here() -> None:
+    """After a restart the watches list in any order: the Workload of an admitted gang that
+    arrives before its AdmissionCheck is promised nothing then; the check's arrival reads it
+    again (`recheck`), so the gang is not left waiting for its admission for good."""
+    checks = Objects()
+    policy = {
+        "apiVersion": "gangplugin.io/v1alpha1",
+        "kind": "GangPolicy",
+        "metadata": {"name": "p"},
+        "spec": {},
+    }
+    policies = GangPolicies(Objects(workload()), checks, Objects(policy), Objects())
+    res = GangReservations(policy_of=policy_of(policies), admitted_of=admitted_of(policies, Objects()))
+    for name in US1:
+        res.on_node("ADDED", None, node(name, "us-1"))
+    add(res, *(ungate_pod(f"p{i}", "train", 3) for i in range(3)))
+    res.on_workload("ADDED", None, workload())  # before the AdmissionCheck: not ours yet
+    assert res.pins(("ns", "train"), now=0.0) == ([], UNSEEN_ADMISSION)
+    checks.objs["gang"] = {
+        "metadata": {"name": "gang"},
+        "spec": {
+            "controllerName": ADMISSION_CHECK_CONTROLLER,
+            "parameters": {"apiGroup": "gangplugin.io", "kind": "GangPolicy", "name": "p"},
+        },
+    }
+    res.recheck([workload()])
+    pins, why = res.pins(("ns", "train"), now=0.0)
+    assert len(pins) == 3, why

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The tests `make test` runs after lint, in three lanes side by side, each a pytest session on a
+# local cluster of its own (ports 1,000 apart, below the kernel's ephemeral range):
+#   lane 1  the unit tests and most of the e2e suite, on the newest supported Kueue   (ports 23000)
+#   lane 2  the e2e files of LANE2_FILES, on the newest Kueue too                     (ports 25000)
+#   lane 3  the compat set (`-m compat`) on the oldest Kueue (24000), then MultiKueue's three
+#           control planes (27000-29999)
+# An e2e session mostly waits on controllers' timers (backoffs, Kueue's requeue, kwok's stages),
+# so on 2 cores the lanes together take about as long as lane 1 alone; no verdict depends on that
+# (every wait is for a condition). Against a cluster KUBECONFIG names, one session runs it all
+# (there is one Kueue, and the tests share that cluster), then MultiKueue's own clusters.
+# Each lane's output goes to .local/test-lane<N>.log and is printed when the lanes are done.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-.venv/bin/python}
+OLDEST_KUEUE=$(sed -n 's/^KUEUE_VERSION=//p' hack/versions.env)
+MULTIKUEUE=tests/e2e/test_multikueue.py
+LANE2_FILES=(
+  tests/e2e/test_jobs_kinds.py tests/e2e/test_jobs_samples.py tests/e2e/test_node_failures.py
+  tests/e2e/test_localcluster_faults.py tests/e2e/test_drain.py tests/e2e/test_plans.py
+  tests/e2e/test_backoff.py
+)
+
+# pytest's exit 5 (no tests collected) is a failure here, never a pass.
+pytest_run() {
+  "$PY" -m pytest "$@"
+  local rc=$?
+  if [ "$rc" -eq 5 ]; then
+    echo "make test: pytest collected no tests ($*); that is a failure" >&2
+    return 1
+  fi
+  return "$rc"
+}
+
+if [ -n "${KUBECONFIG:-}" ]; then
+  echo "make test: KUBECONFIG names the cluster (one Kueue): one session, then MultiKueue's clusters"
+  pytest_run tests --ignore="$MULTIKUEUE" && pytest_run "$MULTIKUEUE"
+  exit
+fi
+
+mkdir -p .local
+ignore=(--ignore="$MULTIKUEUE")
+for f in "${LANE2_FILES[@]}"; do ignore+=(--ignore="$f"); done
+lane1() { GANGPLUGIN_E2E_PORT_BASE=23000 pytest_run tests "${ignore[@]}"; }
+lane2() { GANGPLUGIN_E2E_PORT_BASE=25000 pytest_run "${LANE2_FILES[@]}"; }
+lane3() {
+  GANGPLUGIN_KUEUE_VERSION="$OLDEST_KUEUE" GANGPLUGIN_E2E_PORT_BASE=24000 \
+    pytest_run -m compat tests/e2e --ignore="$MULTIKUEUE"
+  local rc=$?
+  GANGPLUGIN_E2E_PORT_BASE=26000 pytest_run "$MULTIKUEUE" || rc=$?
+  return "$rc"
+}
+
+start=$(date +%s)
+pids=()
+for n in 1 2 3; do
+  "lane$n" >".local/test-lane$n.log" 2>&1 &
+  pids+=($!)
+done
+failed=()
+for n in 1 2 3; do
+  wait "${pids[$((n - 1))]}" || failed+=("$n")
+done
+for n in 1 2 3; do
+  echo "================ make test: lane $n (.local/test-lane$n.log) ================"
+  cat ".local/test-lane$n.log"
+done
+echo "make test: the lanes took $(($(date +%s) - start))s"
+if ((${#failed[@]})); then
+  echo "make test: lane(s) ${failed[*]} failed" >&2
+  exit 1
+fi
