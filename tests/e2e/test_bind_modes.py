@@ -17,7 +17,7 @@ import pytest
 
 from gangplugin.core.names import BIND_MODE_LABEL, PLACEMENT_GATE, REQUIRED_TOPOLOGY_ANNOTATION
 from gangplugin.core.policy import PINNED_BIND_MODES
-from gangplugin.kube.client import EVENTS, JOBS, PODS, WORKLOADS, Client, Resource
+from gangplugin.kube.client import EVENTS, JOBS, NAMESPACES, PODS, WORKLOADS, Client, Resource
 from gangplugin.server.main import DEFAULT_COMPONENTS
 from tests.e2e.conftest import E2ECluster, e2e_local_cluster
 from tests.e2e.kube import GB200, condition, gpu_job, job_pods, trainer_pod_spec, unique, wait_for, wait_until
@@ -271,17 +271,23 @@ def test_plain_pods_made_as_an_ungate_gang_is_admitted_are_kept_off_its_promised
     gang no longer fitted, or was left partly bound when its plan raced their bindings.)"""
     client = cluster.client
 
-    # A bound pod of an earlier test that is still being deleted holds a node now and frees it
-    # mid-test (a plain pod could then take it): wait until none is left. Unbound ones hold nothing,
-    # nor do terminal ones (kube-scheduler's informer drops Succeeded and Failed pods, and so do we),
-    # which a finalizer can keep for good: Kueue's stays on a pod-group member whose Workload the
+    # A bound pod of an earlier test that is being deleted, or whose namespace is (the namespace
+    # controller deletes its pods a while later), holds a node now and frees it mid-test (a plain
+    # pod could then take it): wait until none is left. Unbound ones hold nothing, nor do terminal
+    # ones (kube-scheduler's informer drops Succeeded and Failed pods, and so do we), which a
+    # finalizer can keep for good: Kueue's stays on a pod-group member whose Workload the
     # namespace's deletion removed first.
     def leaving() -> list[str]:
+        ending = {
+            n["metadata"]["name"]
+            for n in client.list(NAMESPACES)["items"]
+            if n["metadata"].get("deletionTimestamp")
+        }
         return [
             f"{p['metadata']['namespace']}/{p['metadata']['name']} on {p['spec']['nodeName']} "
             f"({p['status'].get('phase')}, finalizers {p['metadata'].get('finalizers')})"
             for p in client.list(PODS)["items"]
-            if p["metadata"].get("deletionTimestamp")
+            if (p["metadata"].get("deletionTimestamp") or p["metadata"]["namespace"] in ending)
             and p["spec"].get("nodeName")
             and p["status"].get("phase") not in ("Succeeded", "Failed")
         ]
