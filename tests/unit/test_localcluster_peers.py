@@ -40,8 +40,12 @@ def test_volcano_discovers_hypernodes_from_our_labels_widest_first():
     assert labels[-1]["nodeLabel"] == "kubernetes.io/hostname"
     actions = [a.strip() for a in volcano.SCHEDULER_CONF["actions"].split(",")]
     assert actions == ["enqueue", "allocate", "preempt", "backfill"]
-    plugins = [p["name"] for tier in volcano.SCHEDULER_CONF["tiers"] for p in tier["plugins"]]
-    assert "network-topology-aware" in plugins and "gang" in plugins
+    plugins = {p["name"]: p for tier in volcano.SCHEDULER_CONF["tiers"] for p in tier["plugins"]}
+    assert "gang" in plugins
+    # HyperNode-level bin packing weighs GPUs, the resource every bench pod asks for
+    args = plugins["network-topology-aware"]["arguments"]
+    assert args["hypernode.binpack.resources"] == "nvidia.com/gpu"
+    assert args["hypernode.binpack.resources.nvidia.com/gpu"] > args["hypernode.binpack.cpu"]
 
 
 def test_kai_runs_its_operators_default_shard():

@@ -9,7 +9,8 @@ CRDs and Helm chart `hack/build-upstream.sh peers` puts in the cache, run as its
   manager's label discoverer, the way Volcano's guide recommends ("HyperNode auto discovery"),
   from our level order: tier 1 per UltraServer, 2-4 per network layer 3, 2, 1, 5 per zone.
 - The scheduler: the chart's configuration with the `network-topology-aware` plugin its
-  network-topology guide adds and the `preempt` action its priority guide adds.
+  network-topology guide adds (HyperNode-level bin packing weighted to GPUs, as the guide's
+  example) and the `preempt` action its priority guide adds.
 
 A gang is a Volcano Job (`batch.volcano.sh/v1alpha1`, `schedulerName: volcano`) with
 `minAvailable` = its pods, `networkTopology: {mode: hard, highestTierAllowed: 1}` to require one
@@ -45,6 +46,14 @@ HYPERNODES = Resource("topology.volcano.sh/v1alpha1", "hypernodes", namespaced=F
 CONFIGMAPS = Resource("v1", "configmaps")
 DISCOVERY_TOPOLOGY = "hyperpod"
 
+NETWORK_TOPOLOGY_ARGUMENTS: dict[str, Any] = {
+    "weight": 10,
+    "hypernode.binpack.cpu": 1,
+    "hypernode.binpack.memory": 1,
+    "hypernode.binpack.resources": "nvidia.com/gpu",
+    "hypernode.binpack.resources.nvidia.com/gpu": 5,
+    "hypernode.binpack.normal-pod.enable": True,
+}
 SCHEDULER_CONF: dict[str, Any] = {
     "actions": "enqueue, allocate, preempt, backfill",
     "tiers": [
@@ -63,7 +72,9 @@ SCHEDULER_CONF: dict[str, Any] = {
                 {"name": "proportion"},
                 {"name": "nodeorder"},
                 {"name": "binpack"},
-                {"name": "network-topology-aware"},
+                # as its network-topology guide adds it, with GPUs as the resource its
+                # HyperNode-level bin packing weighs (the guide's example names nvidia.com/gpu)
+                {"name": "network-topology-aware", "arguments": NETWORK_TOPOLOGY_ARGUMENTS},
             ]
         },
     ],
