@@ -361,7 +361,7 @@ for g in "${groups[@]}"; do
   case "$g" in
     cluster) build_cluster ;;
     extras) build_extras ;;
-    peers) build_kai; build_volcano ;; # KAI first: Volcano does not build yet (hack/versions.env)
+    peers) build_kai; build_volcano ;;
     volcano) build_volcano ;;
     kai) build_kai ;;
     *) die "unknown group '$g': use cluster, extras, peers, volcano or kai (none: cluster)" ;;

@@ -29,7 +29,7 @@ from gangplugin.kube.client import NODES, PODS, ApiError, Client, Resource
 from gangplugin.kube.shape import INSTANCE_TYPE, ULTRASERVER
 
 WRITERS = 16
-NOT_READY = "gangplugin.io/e2e-not-ready"  # deploy/kwok/stages.yaml leaves such a node NotReady
+NOT_READY = "e2e.gangplugin.io/not-ready"  # deploy/kwok/stages.yaml leaves such a node NotReady
 Figures = dict[str, Any]
 
 

@@ -42,7 +42,7 @@ class PodWatch:
     kubeconfig: Path
     ns: str
     index_of: Callable[[dict[str, Any]], int]
-    pods: dict[str, Seen] = field(default_factory=dict)
+    pods: dict[str, Seen] = field(default_factory=dict)  # by pod UID
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _stop: threading.Event = field(default_factory=threading.Event)
 
@@ -86,14 +86,16 @@ class PodWatch:
         if gang is None:
             return
         now = time.monotonic()
+        # by UID: a pod made again may take the name of the one it replaces (a Volcano Job's do)
+        key = meta.get("uid") or meta["name"]
         with self._lock:
-            seen = self.pods.get(meta["name"])
+            seen = self.pods.get(key)
             if seen is None:
                 gpus = sum(
                     int((c.get("resources") or {}).get("requests", {}).get("nvidia.com/gpu", 0))
                     for c in spec.get("containers") or []
                 )
-                seen = self.pods[meta["name"]] = Seen(gang, self.index_of(obj), gpus, now)
+                seen = self.pods[key] = Seen(gang, self.index_of(obj), gpus, now)
             if seen.ungated is None and not spec.get("schedulingGates"):
                 seen.ungated = now
             node = spec.get("nodeName")

@@ -40,8 +40,12 @@ def test_volcano_discovers_hypernodes_from_our_labels_widest_first():
     assert labels[-1]["nodeLabel"] == "kubernetes.io/hostname"
     actions = [a.strip() for a in volcano.SCHEDULER_CONF["actions"].split(",")]
     assert actions == ["enqueue", "allocate", "preempt", "backfill"]
-    plugins = [p["name"] for tier in volcano.SCHEDULER_CONF["tiers"] for p in tier["plugins"]]
-    assert "network-topology-aware" in plugins and "gang" in plugins
+    plugins = {p["name"]: p for tier in volcano.SCHEDULER_CONF["tiers"] for p in tier["plugins"]}
+    assert "gang" in plugins
+    # HyperNode-level bin packing weighs GPUs, the resource every bench pod asks for
+    args = plugins["network-topology-aware"]["arguments"]
+    assert args["hypernode.binpack.resources"] == "nvidia.com/gpu"
+    assert args["hypernode.binpack.resources.nvidia.com/gpu"] > args["hypernode.binpack.cpu"]
 
 
 def test_kai_runs_its_operators_default_shard():
@@ -69,3 +73,30 @@ def test_each_kai_process_names_the_cluster_and_listens_on_its_own_ports(tmp_pat
         assert all(str(p) in " ".join(argv) for p in ports), comp.name
     written = yaml.safe_load((tmp_path / "kai-scheduler.yaml").read_text())
     assert written == kai.scheduler_config()
+
+
+def _hypernode(name: str, tier: int, label: str, members: list[str]) -> dict[str, object]:
+    member_type = "Node" if tier == 1 else "HyperNode"
+    return {
+        "metadata": {"name": name, "labels": {label: "v", volcano.SOURCE_LABEL: "label"}},
+        "spec": {
+            "tier": tier,
+            "members": [{"type": member_type, "selector": {"exactMatch": {"name": m}}} for m in members],
+        },
+    }
+
+
+def test_a_hypernode_volcano_discovered_twice_is_found_and_the_first_by_name_kept():
+    layer = "topology.k8s.aws/network-node-layer-2"
+    tree = [
+        _hypernode("hn-tier1-a", 1, volcano.ULTRASERVER_LABEL, ["n1", "n2"]),
+        _hypernode("hn-tier2-x", 2, layer, ["hn-tier1-a"]),
+    ]
+    assert volcano.duplicate_hypernodes(tree) == [] and volcano.one_parent_each(tree)
+    # the second discovery's copy of the tier-2 HyperNode: same value, a name sorted after
+    twice = [*tree, _hypernode("hn-tier2-y", 2, layer, ["hn-tier1-a"])]
+    assert volcano.duplicate_hypernodes(twice) == ["hn-tier2-y"]
+    assert not volcano.one_parent_each(twice)
+    # another value of the same label at the same tier is no copy
+    other = {**tree[1], "metadata": {"name": "hn-tier2-z", "labels": {layer: "w"}}}
+    assert volcano.duplicate_hypernodes([*tree, other]) == []

@@ -8,8 +8,12 @@ CRDs and Helm chart `hack/build-upstream.sh peers` puts in the cache, run as its
 - HyperNodes (the network topology): discovered from the node labels by the controller
   manager's label discoverer, the way Volcano's guide recommends ("HyperNode auto discovery"),
   from our level order: tier 1 per UltraServer, 2-4 per network layer 3, 2, 1, 5 per zone.
+  The controller manager is started once its tree is whole (v1.14.1's discoverer can make a
+  HyperNode twice at start: the extra one is deleted, which makes it discover again).
+- The JobFlow CRDs too (its chart installs them): its controllers share one informer factory.
 - The scheduler: the chart's configuration with the `network-topology-aware` plugin its
-  network-topology guide adds and the `preempt` action its priority guide adds.
+  network-topology guide adds (HyperNode-level bin packing weighted to GPUs, as the guide's
+  example) and the `preempt` action its priority guide adds.
 
 A gang is a Volcano Job (`batch.volcano.sh/v1alpha1`, `schedulerName: volcano`) with
 `minAvailable` = its pods, `networkTopology: {mode: hard, highestTierAllowed: 1}` to require one
@@ -44,7 +48,16 @@ QUEUES = Resource("scheduling.volcano.sh/v1beta1", "queues", namespaced=False)
 HYPERNODES = Resource("topology.volcano.sh/v1alpha1", "hypernodes", namespaced=False)
 CONFIGMAPS = Resource("v1", "configmaps")
 DISCOVERY_TOPOLOGY = "hyperpod"
+SOURCE_LABEL = "volcano.sh/network-topology-source"  # on every discovered HyperNode
 
+NETWORK_TOPOLOGY_ARGUMENTS: dict[str, Any] = {
+    "weight": 10,
+    "hypernode.binpack.cpu": 1,
+    "hypernode.binpack.memory": 1,
+    "hypernode.binpack.resources": "nvidia.com/gpu",
+    "hypernode.binpack.resources.nvidia.com/gpu": 5,
+    "hypernode.binpack.normal-pod.enable": True,
+}
 SCHEDULER_CONF: dict[str, Any] = {
     "actions": "enqueue, allocate, preempt, backfill",
     "tiers": [
@@ -63,7 +76,9 @@ SCHEDULER_CONF: dict[str, Any] = {
                 {"name": "proportion"},
                 {"name": "nodeorder"},
                 {"name": "binpack"},
-                {"name": "network-topology-aware"},
+                # as its network-topology guide adds it, with GPUs as the resource its
+                # HyperNode-level bin packing weighs (the guide's example names nvidia.com/gpu)
+                {"name": "network-topology-aware", "arguments": NETWORK_TOPOLOGY_ARGUMENTS},
             ]
         },
     ],
@@ -125,6 +140,31 @@ def discovery_config() -> dict[str, Any]:
     }
 
 
+def duplicate_hypernodes(hypernodes: list[dict[str, Any]]) -> list[str]:
+    """HyperNodes the label discoverer made twice for one label value: all but the first by name,
+    the one its next discovery keeps (it takes the first existing HyperNode of a value by name).
+    v1.14.1 runs its discovery twice at start, the second before its lister has seen what the
+    first created; the scheduler then finds a HyperNode with two parents and schedules no job
+    with a network topology until the tree is whole again."""
+    groups: dict[tuple[int, tuple[tuple[str, str], ...]], list[str]] = {}
+    for h in hypernodes:
+        labels = (h["metadata"].get("labels") or {}).items()
+        key = tuple(sorted((k, v) for k, v in labels if k != SOURCE_LABEL))
+        groups.setdefault((int(h["spec"].get("tier", 0)), key), []).append(h["metadata"]["name"])
+    return sorted(name for names in groups.values() for name in sorted(names)[1:])
+
+
+def one_parent_each(hypernodes: list[dict[str, Any]]) -> bool:
+    """No HyperNode is a member of two: the tree the scheduler accepts."""
+    children = [
+        m["selector"]["exactMatch"]["name"]
+        for h in hypernodes
+        for m in h["spec"].get("members") or []
+        if m.get("type") == "HyperNode" and "exactMatch" in (m.get("selector") or {})
+    ]
+    return len(children) == len(set(children))
+
+
 def _serving(spec: ClusterSpec) -> tuple[str, ...]:
     return (
         f"--tls-cert-file={spec.serving_cert_dir / 'tls.crt'}",
@@ -145,7 +185,12 @@ class VolcanoWebhookManager(Component):
         return {"volcano webhook": spec.ports.at(700), "volcano webhook health": spec.ports.at(701)}
 
     def install(self, spec: ClusterSpec, client: Client) -> None:
-        crds = manifests.read_crds(manifests_dir(spec), "*.yaml", "Volcano")
+        # jobflow/ too: the controller manager's controllers share one informer factory and each
+        # waits for all its informers, so without the JobFlow CRDs none (the HyperNode one) starts
+        crds = [
+            *manifests.read_crds(manifests_dir(spec), "*.yaml", "Volcano"),
+            *manifests.read_crds(manifests_dir(spec) / "jobflow", "*.yaml", "Volcano JobFlow"),
+        ]
         manifests.apply_crds(client, spec, crds, "Volcano")
         manifests.ensure_namespace(client, NAMESPACE)
         configmap = {
@@ -232,6 +277,26 @@ class VolcanoControllerManager(Component):
             ports=(health, spec.ports.at(703)),
         )
 
+    def started(self, spec: ClusterSpec, client: Client, log: Callable[[str], None]) -> None:
+        """Until a tier-1 HyperNode stands for every UltraServer in one tree. A HyperNode its
+        discoverer made twice is deleted: deleting a HyperNode makes it discover again, and
+        that run, with its lister caught up, re-parents the tree on the one kept."""
+        ultraservers = {
+            u for n in nodes.from_shape(spec.shape) if (u := n["metadata"]["labels"].get(ULTRASERVER_LABEL))
+        }
+
+        def whole() -> bool:
+            items = client.list(HYPERNODES)["items"]
+            if twice := duplicate_hypernodes(items):
+                log(f"Volcano discovered HyperNodes twice; deleting {', '.join(twice)} to rediscover")
+                for name in twice:
+                    client.delete(HYPERNODES, name)
+                return False
+            tier1 = [h for h in items if h["spec"].get("tier") == 1]
+            return len(tier1) >= len(ultraservers) and one_parent_each(items)
+
+        wait(whole, 300, f"Volcano's HyperNodes: {len(ultraservers)} UltraServers in one tree")
+
 
 @dataclass(frozen=True)
 class VolcanoScheduler(Component):
@@ -267,17 +332,8 @@ class VolcanoScheduler(Component):
         )
 
     def started(self, spec: ClusterSpec, client: Client, log: Callable[[str], None]) -> None:
-        """Until the default queue is there and a tier-1 HyperNode stands for every UltraServer."""
-        ultraservers = {
-            u for n in nodes.from_shape(spec.shape) if (u := n["metadata"]["labels"].get(ULTRASERVER_LABEL))
-        }
-
-        def ready() -> bool:
-            client.get(QUEUES, "default")
-            tier1 = [h for h in client.list(HYPERNODES)["items"] if h["spec"].get("tier") == 1]
-            return len(tier1) >= len(ultraservers)
-
-        wait(ready, 300, f"Volcano's default queue and {len(ultraservers)} UltraServer HyperNodes")
+        """Until the default queue (the scheduler makes it) is there."""
+        wait(lambda: bool(client.get(QUEUES, "default")), 120, "Volcano's default queue")
 
 
 VOLCANO = ("volcano-webhook-manager", "volcano-controller-manager", "volcano-scheduler")
