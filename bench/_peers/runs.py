@@ -27,9 +27,9 @@ from gangplugin.core.simulate import Job, Settings, replay
 from gangplugin.kube import records
 from gangplugin.kube.client import NODES, PODS, ApiError, Client, Resource
 from gangplugin.kube.shape import INSTANCE_TYPE, ULTRASERVER
+from gangplugin.localcluster.nodes import NOT_READY_LABEL
 
 WRITERS = 16
-NOT_READY = "e2e.gangplugin.io/not-ready"  # deploy/kwok/stages.yaml leaves such a node NotReady
 Figures = dict[str, Any]
 
 
@@ -107,7 +107,8 @@ class Run:
         }
         for res in kinds.values():  # every object of each kind a gang is made of
             _again(lambda res=res: self.client.request("DELETE", res.path(NS)), f"delete {res.path(NS)}")
-        failed = [n["metadata"]["name"] for n in self.client.list(NODES, label_selector=NOT_READY)["items"]]
+        labelled = self.client.list(NODES, label_selector=NOT_READY_LABEL)["items"]
+        failed = [n["metadata"]["name"] for n in labelled]
         if failed:
             heal_nodes(self.client, failed)
         self.clear([])
@@ -367,7 +368,7 @@ def big(run: Run) -> Figures:
 
 
 def fail_nodes(client: Client, names: Sequence[str]) -> None:
-    """NotReady, as the e2e tests make a node fail (kwok leaves it so while it has NOT_READY)."""
+    """NotReady, as the e2e tests make a node fail (kwok leaves it so while it has NOT_READY_LABEL)."""
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     down = {
         "type": "Ready",
@@ -379,7 +380,7 @@ def fail_nodes(client: Client, names: Sequence[str]) -> None:
     }
     conditions = {}
     for name in names:
-        client.patch(NODES, name, {"metadata": {"labels": {NOT_READY: "true"}}})
+        client.patch(NODES, name, {"metadata": {"labels": {NOT_READY_LABEL: "true"}}})
         node = client.get(NODES, name)
         conditions[name] = [c for c in node["status"]["conditions"] if c["type"] != "Ready"] + [down]
     for name in names:  # back to back: they fail together
@@ -388,7 +389,7 @@ def fail_nodes(client: Client, names: Sequence[str]) -> None:
 
 def heal_nodes(client: Client, names: Sequence[str]) -> None:
     for name in names:
-        client.patch(NODES, name, {"metadata": {"labels": {NOT_READY: None}}})
+        client.patch(NODES, name, {"metadata": {"labels": {NOT_READY_LABEL: None}}})
     deadline = time.monotonic() + 120
     while not all(
         any(

@@ -19,6 +19,9 @@ NODE_WRITERS = 16
 # kubelet's lease, and how many nodes two cores renew it for before it must grow.
 KUBELET_LEASE_SECONDS = 40
 NODES_PER_LEASE_STEP = 500
+# A node with this label is left as it is by kwok's node-initialize stage (deploy/kwok/stages.yaml):
+# how tests and benches make a node fail, by setting its Ready condition False beside it.
+NOT_READY_LABEL = "e2e.gangplugin.io/not-ready"
 
 
 def from_shape(shape: Path | None) -> list[dict[str, Any]]:

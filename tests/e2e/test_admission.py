@@ -22,6 +22,7 @@ from gangplugin.core.names import BIND_MODE_LABEL, GANG_LABEL, GANG_SIZE_ANNOTAT
 from gangplugin.kube.client import EVENTS, JOBS, NODES, PODS, WORKLOADS, ApiError, Client, Resource
 from gangplugin.kube.resources import GANG_POLICIES, TOPOLOGIES
 from gangplugin.localcluster.cluster import REPO
+from gangplugin.localcluster.nodes import NOT_READY_LABEL
 from tests.e2e.conftest import E2ECluster, e2e_local_cluster
 from tests.e2e.kube import (
     condition,
@@ -38,7 +39,6 @@ from tests.e2e.scrape import wait_decided
 US = "topology.k8s.aws/ultraserver-id"
 HOSTNAME = "kubernetes.io/hostname"
 NEVER_READY = "e2e.gangplugin.io/never-ready"
-NOT_READY_NODE = "e2e.gangplugin.io/not-ready"
 
 
 def submit(
@@ -338,7 +338,7 @@ def _fail_node(client: Client, *names: str) -> None:
     }
     conditions = {}
     for name in names:
-        client.patch(NODES, name, {"metadata": {"labels": {NOT_READY_NODE: "true"}}})
+        client.patch(NODES, name, {"metadata": {"labels": {NOT_READY_LABEL: "true"}}})
         node = client.get(NODES, name)
         conditions[name] = [c for c in node["status"]["conditions"] if c["type"] != "Ready"] + [down]
     for name in names:
@@ -346,7 +346,7 @@ def _fail_node(client: Client, *names: str) -> None:
 
 
 def _heal_node(client: Client, name: str) -> None:
-    client.patch(NODES, name, {"metadata": {"labels": {NOT_READY_NODE: None}}})
+    client.patch(NODES, name, {"metadata": {"labels": {NOT_READY_LABEL: None}}})
     wait_for(lambda: is_true(client.get(NODES, name), "Ready"), 60, f"{name} Ready again (kwok)")
 
 

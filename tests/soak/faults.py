@@ -28,6 +28,7 @@ from gangplugin.kube.client import EVENTS, JOBS, NODES, PODS, WORKLOADS, ApiErro
 from gangplugin.kube.lease import LEASES
 from gangplugin.kube.resources import GANG_POLICIES, TRAINING_PLANS
 from gangplugin.localcluster.cluster import GANGPLUGIN_NAMESPACE, ClusterError, LocalCluster
+from gangplugin.localcluster.nodes import NOT_READY_LABEL
 from tests.soak import observer as obs
 from tests.soak.observer import Observer, Violation, Window
 from tests.soak.queues import MODES, PLAN, TEAMS, queue_name
@@ -64,7 +65,6 @@ SCOPES = {
 }
 # What the supervisor starts again when it exits (kubelet's part for the pods of a real cluster).
 SUPERVISED = ("gangplugin", "gangplugin-2", "kube-scheduler", "kueue", "kube-apiserver")
-NOT_READY_LABEL = "gangplugin.io/e2e-not-ready"  # kwok leaves such a node alone (deploy/kwok/stages.yaml)
 FAULT_TAINT = "soak.gangplugin.io/fault"
 REPLY_DEADLINE = 120.0  # a controller's answer to bad input (the check's message, a plan's condition)
 

@@ -9,6 +9,7 @@ import yaml
 
 from gangplugin.kube.shape import NETWORK_LAYERS, ULTRASERVER, nodes_from_shape
 from gangplugin.localcluster.cluster import REPO
+from gangplugin.localcluster.nodes import NOT_READY_LABEL
 
 
 def _nodes() -> list[dict]:
@@ -68,3 +69,10 @@ def test_node_leases_last_longer_on_a_large_shape(tmp_path, monkeypatch) -> None
     path.write_text(yaml.safe_dump(big))
     monkeypatch.setenv("GANGPLUGIN_SHAPE", str(path))
     assert flags() == ("--node-lease-duration-seconds=399", "--node-monitor-grace-period=498s")
+
+
+def test_a_node_labelled_not_ready_is_left_notready_by_kwok() -> None:
+    # with any other label (the soak and the peers bench once used one) kwok's node-initialize
+    # stage sets the failed node Ready again at once, and the fault tests almost nothing
+    stages = (REPO / "deploy" / "kwok" / "stages.yaml").read_text()
+    assert f'.metadata.labels["{NOT_READY_LABEL}"]' in stages

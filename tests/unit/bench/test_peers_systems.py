@@ -1,14 +1,10 @@
 """What one gang is submitted as to each system, as each system's docs and admission checks want
 it: the same pods (4 GPUs, the gang label), the topology asked for in each system's words."""
 
-from pathlib import Path
-
-from _peers.runs import NOT_READY
 from _peers.systems import GANG_LABEL, SYSTEMS, kai_index, volcano_index
 from _peers.workload import Gang, gang
 
 US = "topology.k8s.aws/ultraserver-id"
-REPO = Path(__file__).resolve().parents[3]
 
 
 def template(obj):
@@ -76,10 +72,3 @@ def test_kai_gangs_are_whole_and_slices_are_subgroups_of_one_podgroup():
     ] == {"pod-group-name": "s"}
     pod = {"metadata": {"labels": labels, "annotations": {"batch.kubernetes.io/job-completion-index": "3"}}}
     assert kai_index(pod) == 19  # its index in the gang: the slice's first plus its own
-
-
-def test_a_failed_node_carries_the_label_kwok_leaves_notready():
-    # with any other label kwok's node-initialize stage sets the node Ready again at once, and
-    # only a system that acts on the first NotReady it sees would ever recover from it
-    stages = (REPO / "deploy" / "kwok" / "stages.yaml").read_text()
-    assert f'.metadata.labels["{NOT_READY}"]' in stages
