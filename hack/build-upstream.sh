@@ -9,7 +9,8 @@
 #                                     controllers (training-operator, Trainer, LWS, KubeRay), helm
 #   hack/build-upstream.sh peers      the bench's peers: Volcano and KAI Scheduler (or one:
 #                                     volcano, kai)
-#   Groups combine (`make build` and CI: cluster extras); each builds only what the cache lacks.
+#   Groups combine (`make build` and CI: cluster extras) and build side by side; each builds only
+#   what the cache lacks.
 #   GANGPLUGIN_CACHE=/path ...        use another cache root (default ~/.cache/gangplugin)
 #   GANGPLUGIN_SHARED=/path ...       where peers/ is (default: shared/ beside the checkout)
 #
@@ -25,16 +26,19 @@ cache="${GANGPLUGIN_CACHE:-${HOME}/.cache/gangplugin}"
 bin="${cache}/bin"
 work="${cache}/build"
 mkdir -p "${bin}" "${work}"
-trap 'rm -f "${work}/.times.$$"' EXIT
 
 die() { echo "build-upstream: $*" >&2; exit 1; }
 log() { echo "build-upstream: $*" >&2; }
 # "building ..." starts a clock that "built ..." reports (wall and CPU seconds: on a busy
 # machine the CPU time still says what a build costs), so a cold log says where the time went.
 cpu() { # CPU seconds of the children this shell has waited for, into ${cpu_s}
-  times >"${work}/.times.$$" # in this shell: `times` in a subshell counts that subshell's children
+  # in this shell (a group's, when groups build side by side): `times` in a subshell counts that
+  # subshell's children
+  local f="${work}/.times.${BASHPID}"
+  times >"${f}"
   cpu_s=$(awk 'NR == 2 { s = 0; for (i = 1; i <= NF; i++) { split($i, b, "m"); s += b[1] * 60 + b[2] }
-    printf "%d", s }' "${work}/.times.$$")
+    printf "%d", s }' "${f}")
+  rm -f "${f}"
 }
 building() { started=${SECONDS}; cpu; started_cpu=${cpu_s}; log "building $*"; }
 
@@ -355,16 +359,29 @@ build_kai() {
   fi
 }
 
-groups=("$@")
-((${#groups[@]})) || groups=(cluster)
-for g in "${groups[@]}"; do
-  case "$g" in
+build_group() {
+  case "$1" in
     cluster) build_cluster ;;
     extras) build_extras ;;
     peers) build_kai; build_volcano ;;
     volcano) build_volcano ;;
     kai) build_kai ;;
+  esac
+}
+
+groups=("$@")
+((${#groups[@]})) || groups=(cluster)
+for g in "${groups[@]}"; do
+  case "$g" in
+    cluster | extras | peers | volcano | kai) ;;
     *) die "unknown group '$g': use cluster, extras, peers, volcano or kai (none: cluster)" ;;
   esac
 done
+# Groups build side by side: one `go build` keeps 2 cores only about 80% busy (its links are
+# single-threaded), and the groups share no file but Go's caches, which take concurrent builds.
+pids=()
+for g in "${groups[@]}"; do build_group "$g" & pids+=($!); done
+failed=0
+for p in "${pids[@]}"; do wait "$p" || failed=1; done
+((failed == 0)) || die "a group failed to build (its error is above)"
 echo "${bin}"
