@@ -3,8 +3,8 @@
 # local cluster of its own (ports 1,000 apart, below the kernel's ephemeral range):
 #   lane 1  the unit tests and most of the e2e suite, on the newest supported Kueue   (ports 23000)
 #   lane 2  the e2e files of LANE2_FILES, on the newest Kueue too                     (ports 25000)
-#   lane 3  the compat set (`-m compat`) on the oldest Kueue (24000), then MultiKueue's three
-#           control planes (27000-29999)
+#   lane 3  the compat set (`-m compat`) on the oldest Kueue (24000), then the short soak and
+#           MultiKueue, each on clusters of their own (26100; 27000-29999)
 # An e2e session mostly waits on controllers' timers (backoffs, Kueue's requeue, kwok's stages),
 # so on 2 cores the lanes together take about as long as lane 1 alone; no verdict depends on that
 # (every wait is for a condition). Against a cluster KUBECONFIG names, one session runs it all
@@ -15,6 +15,7 @@ cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 OLDEST_KUEUE=$(sed -n 's/^KUEUE_VERSION=//p' hack/versions.env)
 MULTIKUEUE=tests/e2e/test_multikueue.py
+SOAK=tests/e2e/test_soak.py # its own cluster, a quarter of lane 1's time before it moved here
 LANE2_FILES=(
   tests/e2e/test_jobs_kinds.py tests/e2e/test_jobs_samples.py tests/e2e/test_node_failures.py
   tests/e2e/test_localcluster_faults.py tests/e2e/test_drain.py tests/e2e/test_plans.py
@@ -34,20 +35,20 @@ pytest_run() {
 
 if [ -n "${KUBECONFIG:-}" ]; then
   echo "make test: KUBECONFIG names the cluster (one Kueue): one session, then MultiKueue's clusters"
-  pytest_run tests --ignore="$MULTIKUEUE" && pytest_run "$MULTIKUEUE"
+  pytest_run tests --ignore="$MULTIKUEUE" --ignore="$SOAK" && pytest_run "$MULTIKUEUE" "$SOAK"
   exit
 fi
 
 mkdir -p .local
-ignore=(--ignore="$MULTIKUEUE")
+ignore=(--ignore="$MULTIKUEUE" --ignore="$SOAK")
 for f in "${LANE2_FILES[@]}"; do ignore+=(--ignore="$f"); done
 lane1() { GANGPLUGIN_E2E_PORT_BASE=23000 pytest_run tests "${ignore[@]}"; }
 lane2() { GANGPLUGIN_E2E_PORT_BASE=25000 pytest_run "${LANE2_FILES[@]}"; }
 lane3() {
   GANGPLUGIN_KUEUE_VERSION="$OLDEST_KUEUE" GANGPLUGIN_E2E_PORT_BASE=24000 \
-    pytest_run -m compat tests/e2e --ignore="$MULTIKUEUE"
+    pytest_run -m compat tests/e2e --ignore="$MULTIKUEUE" --ignore="$SOAK"
   local rc=$?
-  GANGPLUGIN_E2E_PORT_BASE=26000 pytest_run "$MULTIKUEUE" || rc=$?
+  GANGPLUGIN_E2E_PORT_BASE=26000 pytest_run "$SOAK" "$MULTIKUEUE" || rc=$?
   return "$rc"
 }
 
