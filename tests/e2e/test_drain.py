@@ -189,7 +189,12 @@ def test_gang_that_would_outlive_the_block_is_not_admitted(
         "the gang with an unusable max-runtime to be rejected",
     )
     assert "gangplugin.io/max-runtime" in bad[0]["message"] and "soon" in bad[0]["message"]
-    assert (workload_of(client, namespace, "bad") or {})["spec"].get("active") is False
+    # Kueue deactivates the Workload when it sees the check Rejected, after our Event: wait for it.
+    wait_for(
+        lambda: (w := workload_of(client, namespace, "bad")) and w["spec"].get("active") is False,
+        60,
+        "Kueue to deactivate the rejected gang's Workload",
+    )
 
     # Still held: the long gang never got pods.
     assert check_of(client, namespace, "long")["state"] == "Pending"
