@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -160,3 +161,30 @@ def test_deleted_pods_held_by_kueue_finalizer_terminate_and_go(
         client.delete(PODS, str(p["metadata"]["name"]), namespace)  # type: ignore[index]
     client.delete(WORKLOADS, group, namespace)
     wait_for(lambda: not client.list(PODS, namespace)["items"], 60, "the deleted pods to be gone")
+
+
+def test_running_pod_marked_not_ready_on_a_healthy_node_is_ready_again(
+    cluster: E2ECluster, namespace: str
+) -> None:
+    """kube-controller-manager marks a pod NotReady when it binds to a node the controller last saw
+    NotReady (its view lags the node's own status by up to one monitor pass), as just after a node
+    comes back; kubelet's status sync then reports it Ready again, and so must kwok. Before, kwok
+    readied a pod only while it was Pending, and such a pod stayed NotReady for good."""
+    client = cluster.client
+    node = next(n for n in client.list(NODES)["items"] if is_true(n, "Ready"))["metadata"]["name"]
+    name = unique("marked")
+    spec = {"nodeName": node, "containers": [{"name": "c", "image": "trainer"}]}
+    client.create(PODS, {"metadata": {"name": name, "namespace": namespace}, "spec": spec})
+
+    def ready() -> dict[str, Any] | None:
+        pod = client.get(PODS, name, namespace)
+        return pod if is_true(pod, "Ready") else None
+
+    pod = wait_for(ready, 60, "the pod Ready")
+    # What the node lifecycle controller's MarkPodsNotReady writes: the Ready condition, False.
+    marked = [{**c, "status": "False"} if c["type"] == "Ready" else c for c in pod["status"]["conditions"]]
+    written = client.patch(PODS, name, {"status": {"conditions": marked}}, namespace, subresource="status")
+    assert not is_true(written, "Ready")
+    again = wait_for(ready, 60, "the pod Ready again (kwok's pod-ready-again stage)")
+    assert int(again["metadata"]["resourceVersion"]) > int(written["metadata"]["resourceVersion"])
+    assert again["status"]["phase"] == "Running" and again["metadata"]["uid"] == pod["metadata"]["uid"]

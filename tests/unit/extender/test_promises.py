@@ -206,3 +206,31 @@ def test_an_announced_admission_not_written_is_withdrawn_or_overtaken() -> None:
     res.on_admitting(as_admitted(decided_on, "gang", updates))
     res.on_workload("MODIFIED", None, revision(workload("Pending"), 9))  # changed by another writer
     assert passed(res, US1) == tuple(US1) and not res.announced
+
+
+def test_an_admitted_workload_whose_gang_policy_is_gone_is_logged_once_not_on_every_recheck(
+    caplog: Any,
+) -> None:
+    """Every AdmissionCheck, GangPolicy and ResourceFlavor event reads every Workload again; one
+    GangPolicy deleted under an admitted Workload was logged 470 times in a test session."""
+    ac = {
+        "metadata": {"name": "gang"},
+        "spec": {
+            "controllerName": ADMISSION_CHECK_CONTROLLER,
+            "parameters": {"apiGroup": "gangplugin.io", "kind": "GangPolicy", "name": "gone"},
+        },
+    }
+    policies = GangPolicies(Objects(workload()), Objects(ac), Objects(), Objects())
+    res = GangReservations(policy_of=policy_of(policies), admitted_of=admitted_of(policies, Objects()))
+    other = {**workload(), "metadata": {**workload()["metadata"], "name": "other"}}
+    with caplog.at_level("WARNING", logger="gangplugin.extender.shared"):
+        for _ in range(5):
+            res.recheck([workload(), other])
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 2, said  # once for each Workload
+    assert all("GangPolicy 'gone' does not exist" in m for m in said), said
+    assert not list(res.promises.nodes())  # and nothing is promised
+    caplog.clear()
+    res.on_workload("MODIFIED", workload(), workload("Retry"))  # requeued, then admitted again
+    res.on_workload("MODIFIED", workload("Retry"), workload())
+    assert len(caplog.records) == 1  # a new admission with the same error is worth saying again
