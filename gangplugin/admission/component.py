@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gangplugin import readmodel
 from gangplugin.admission.controller import GangAdmission
 from gangplugin.kube.workqueue import start_workers
 from gangplugin.runtime import admissions
@@ -17,15 +18,14 @@ _controllers: dict[int, GangAdmission] = {}
 def setup(runtime: Runtime) -> None:
     _controllers[id(runtime)] = GangAdmission(
         runtime.client,
-        runtime.informer,
-        runtime.dispatcher("admission"),
+        readmodel.of(runtime),
         in_flight=runtime.shared(admissions.NAME, AdmissionsInFlight),
     )
 
 
 def start(runtime: Runtime) -> None:
     ctl = _controllers[id(runtime)]
-    for ac in ctl.view.checks.items():
+    for ac in ctl.model.admission_checks.items():
         ctl.queue.add(f"check/{ac['metadata']['name']}")
     ctl.queue.add("pass")
     # One worker: the admission pass and the watchdogs write the same check entries, and one

@@ -25,14 +25,12 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from gangplugin.admission.controller import GangAdmission
+from gangplugin import readmodel
 from gangplugin.api.auth import AuthInterceptor, Authorizer
 from gangplugin.api.gangs import MAX_WATCHES, GangService
 from gangplugin.api.plans import PlanService
 from gangplugin.api.proto import gangs_pb2, gangs_pb2_grpc, plans_pb2, plans_pb2_grpc
-from gangplugin.kube.client import CLUSTER_QUEUES, LOCAL_QUEUES, NODES
 from gangplugin.kube.resources import TRAINING_PLANS
-from gangplugin.kube.workqueue import start_workers
 from gangplugin.runtime.components import Runtime
 
 log = logging.getLogger(__name__)
@@ -76,18 +74,12 @@ def configure(
 
 
 def _plan_service(runtime: Runtime, server: grpc.Server) -> None:
-    service = PlanService(runtime.client, runtime.informer(NODES), runtime.informer(TRAINING_PLANS))
+    service = PlanService(runtime.client, readmodel.of(runtime).nodes, runtime.informer(TRAINING_PLANS))
     plans_pb2_grpc.add_PlanServiceServicer_to_server(service, server)
 
 
 def _gang_service(runtime: Runtime, server: grpc.Server) -> None:
-    # A read-only view of the admission controller's caches and decisions: its handlers keep the
-    # gang-pod index; its work queue is drained without acting (the admission component acts).
-    view = GangAdmission(runtime.client, runtime.informer, runtime.dispatcher("api"))
-    start_workers(view.queue, lambda _key: None, "gang-view")
-    service = GangService(
-        view, runtime.informer(LOCAL_QUEUES), runtime.informer(CLUSTER_QUEUES), runtime.stop
-    )
+    service = GangService(readmodel.of(runtime), runtime.stop)
     gangs_pb2_grpc.add_GangServiceServicer_to_server(service, server)
 
 

@@ -9,8 +9,8 @@ from gangplugin.extender.pods import gang_pod_from_k8s
 from gangplugin.extender.shared import dispatcher, gang_reservations
 from gangplugin.extender.ungater import Ungater
 from gangplugin.kube.client import NODES, PODS
-from gangplugin.kube.informer import identity
 from gangplugin.kube.workqueue import start_workers
+from gangplugin.readmodel.records import node_record
 from gangplugin.runtime.components import Runtime
 
 # Its plans live in the reservations, in memory: one replica pins (the leader), as one plans.
@@ -27,7 +27,7 @@ def setup(runtime: Runtime) -> None:
     ungater = Ungater(runtime.client, gang_reservations(runtime))
     # After the reservations' handlers, on their dispatcher: it reads what they hold.
     on = dispatcher(runtime)
-    runtime.informer(NODES, identity).add_handler(ungater.on_node, on)
+    runtime.informer(NODES, node_record).add_handler(ungater.on_node, on)
     runtime.informer(PODS, gang_pod_from_k8s).add_handler(ungater.on_pod, on)
     _ungaters[id(runtime)] = ungater
 
