@@ -42,35 +42,26 @@ SERVICE_NAMES = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ApiSettings:
+    """Where the server listens and its certificates (from `serve --grpc-*`); ValueError, naming
+    the options, for a half-given pair."""
+
     bind: str = "0.0.0.0:8090"
     tls_cert: str | None = None
     tls_key: str | None = None
     mtls_bind: str | None = None
     client_ca: str | None = None
 
-
-_settings = {"api": ApiSettings()}
-
-
-def configure(
-    bind: str,
-    tls_cert: str | None = None,
-    tls_key: str | None = None,
-    mtls_bind: str | None = None,
-    client_ca: str | None = None,
-) -> None:
-    """Where the server listens and its certificate (from `serve --grpc-*`)."""
-    if (tls_cert is None) != (tls_key is None):
-        raise ValueError("--grpc-tls-cert and --grpc-tls-key go together")
-    if (mtls_bind is None) != (client_ca is None):
-        raise ValueError("--grpc-mtls-bind and --grpc-client-ca go together")
-    if mtls_bind and not tls_cert:
-        raise ValueError(
-            "--grpc-mtls-bind needs --grpc-tls-cert and --grpc-tls-key (its serving certificate)"
-        )
-    _settings["api"] = ApiSettings(bind, tls_cert, tls_key, mtls_bind, client_ca)
+    def __post_init__(self) -> None:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("--grpc-tls-cert and --grpc-tls-key go together")
+        if (self.mtls_bind is None) != (self.client_ca is None):
+            raise ValueError("--grpc-mtls-bind and --grpc-client-ca go together")
+        if self.mtls_bind and not self.tls_cert:
+            raise ValueError(
+                "--grpc-mtls-bind needs --grpc-tls-cert and --grpc-tls-key (its serving certificate)"
+            )
 
 
 def _plan_service(runtime: Runtime, server: grpc.Server) -> None:
@@ -149,30 +140,36 @@ def listen(server: grpc.Server, settings: ApiSettings) -> int:
     return port
 
 
-_servers: dict[int, tuple[grpc.Server, health.HealthServicer]] = {}
+class Api:
+    # Every replica answers: it only reads (the read model) and asks the API server who may.
+    needs_leader: bool = False
 
+    def __init__(self, settings: ApiSettings) -> None:
+        self.settings = settings
+        self._server: tuple[grpc.Server, health.HealthServicer] | None = None
 
-def setup(runtime: Runtime) -> None:
-    server, health_service = new_server(Authorizer(runtime.client))
-    for add in SERVICES:
-        add(runtime, server)  # asks for its caches now, before they start
-    _servers[id(runtime)] = (server, health_service)
+    def setup(self, runtime: Runtime) -> None:
+        server, health_service = new_server(Authorizer(runtime.client))
+        for add in SERVICES:
+            add(runtime, server)  # asks for its caches now, before they start
+        self._server = (server, health_service)
 
+    def start(self, runtime: Runtime) -> None:
+        if self._server is None:
+            raise RuntimeError("api: start() before setup()")
+        server, health_service = self._server
+        settings = self.settings
+        listen(server, settings)
+        server.start()
+        for name in ("", *SERVICE_NAMES):
+            health_service.set(name, health_pb2.HealthCheckResponse.SERVING)
+        log.info("gRPC API on %s (%s)", settings.bind, "TLS" if settings.tls_cert else "plain text")
+        if settings.mtls_bind:
+            log.info("gRPC API for client certificates on %s (CA %s)", settings.mtls_bind, settings.client_ca)
 
-def start(runtime: Runtime) -> None:
-    server, health_service = _servers.pop(id(runtime))
-    settings = _settings["api"]
-    listen(server, settings)
-    server.start()
-    for name in ("", *SERVICE_NAMES):
-        health_service.set(name, health_pb2.HealthCheckResponse.SERVING)
-    log.info("gRPC API on %s (%s)", settings.bind, "TLS" if settings.tls_cert else "plain text")
-    if settings.mtls_bind:
-        log.info("gRPC API for client certificates on %s (CA %s)", settings.mtls_bind, settings.client_ca)
+        def stop() -> None:
+            runtime.stop.wait()
+            health_service.enter_graceful_shutdown()
+            server.stop(5)
 
-    def stop() -> None:
-        runtime.stop.wait()
-        health_service.enter_graceful_shutdown()
-        server.stop(5)
-
-    threading.Thread(target=stop, name="grpc-stop", daemon=True).start()
+        threading.Thread(target=stop, name="grpc-stop", daemon=True).start()

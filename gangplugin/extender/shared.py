@@ -44,26 +44,18 @@ class ReservationSettings:
     barrier_timeout: float = 60.0
 
 
-_settings = ReservationSettings()
-
-
-def configure(settings: ReservationSettings) -> None:
-    """Called by `gangplugin serve` before the components' `setup`."""
-    global _settings
-    _settings = settings
-
-
 def dispatcher(runtime: Runtime) -> Dispatcher:
     """Where the reservations' handlers run, and those that must run after them."""
     return runtime.dispatcher(NAME)
 
 
-def gang_reservations(runtime: Runtime) -> GangReservations:
-    return runtime.shared(NAME, lambda: _make(runtime))
+def gang_reservations(runtime: Runtime, settings: ReservationSettings) -> GangReservations:
+    """The process's one gang reservations (made by whichever component asks first: both are
+    given the same settings)."""
+    return runtime.shared(NAME, lambda: _make(runtime, settings))
 
 
-def _make(runtime: Runtime) -> GangReservations:
-    settings = _settings
+def _make(runtime: Runtime, settings: ReservationSettings) -> GangReservations:
     model = _read_model(runtime)
     reservations = GangReservations(
         PlacementPolicy(settings.spares_per_ultraserver),
