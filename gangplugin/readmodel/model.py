@@ -283,18 +283,8 @@ class ReadModel:
                 continue
             entries[record.key] = Entry(wl=wl, record=record, check=check)
             queued.append(
-                QueuedWorkload(
-                    key=record.key,
-                    policy=check.policy,
-                    state=check.entry.state,
-                    quota_reserved=record.quota_reserved,
-                    finished=record.finished,
-                    evicted=record.evicted,
-                    quota_reserved_at=record.quota_reserved_at,
-                    created_at=record.created_at,
-                    admitted_at=record.admitted_at,
-                    ever_ready=record.ever_ready,
-                    assumed=assumed is not None and assumed(record.key, wl),
+                record.queued(
+                    check.entry.state, check.policy, assumed=assumed is not None and assumed(record.key, wl)
                 )
             )
         return Queue(order=admission_queue(queued), entries=entries)
@@ -386,15 +376,7 @@ class ReadModel:
 
 def holds_capacity(record: WorkloadRecord, state: CheckState | None) -> bool:
     """Whether a Workload holds the capacity the check promised it, as `admission_queue` counts it."""
-    one = QueuedWorkload(
-        key=record.key,
-        policy=None,
-        state=state,
-        quota_reserved=record.quota_reserved,
-        finished=record.finished,
-        evicted=record.evicted,
-    )
-    return bool(admission_queue([one]).admitted)
+    return bool(admission_queue([record.queued(state)]).admitted)
 
 
 def fingerprint(updates: Sequence[Mapping[str, Any]], bound: Mapping[str, int]) -> tuple[Any, ...]:
