@@ -22,6 +22,7 @@ from typing import Any
 from gangplugin.core.admission import AdmissionQueue, QueuedWorkload, admission_queue, gang_id, promise
 from gangplugin.core.errors import InputError
 from gangplugin.core.placement import Gang
+from gangplugin.core.plans import TrainingPlan
 from gangplugin.core.policy import GangPolicy
 from gangplugin.core.states import CheckState
 from gangplugin.core.topology import Snapshot
@@ -117,7 +118,7 @@ class ReadModel:
         self.flavors: Informer[JSON] = informer(RESOURCE_FLAVORS)
         self.cluster_queues: Informer[JSON] = informer(CLUSTER_QUEUES)
         self.local_queues: Informer[JSON] = informer(LOCAL_QUEUES)
-        self.plans: Informer[Any] = informer(TRAINING_PLANS, rec.plan_or_none)
+        self.plans: Informer[TrainingPlan | None] = informer(TRAINING_PLANS, rec.plan_or_none)
         self.nodes: Informer[NodeRecord] = informer(NODES, node_record)
         self.pods: Informer[PodRecord] = informer(PODS, pod_record)
         self.checks = Checks(self.admission_checks, self.policies, self.topologies)
@@ -186,7 +187,7 @@ class ReadModel:
         for f in self._followers:
             f.config(kind, object_key(some), new is not None)
 
-    def _on_plan(self, _event: str, old: Any, new: Any) -> None:
+    def _on_plan(self, _event: str, old: TrainingPlan | None, new: TrainingPlan | None) -> None:
         some = new or old
         for f in self._followers:
             f.config(Config.TRAINING_PLAN, some.name if some is not None else "", new is not None)
