@@ -22,6 +22,7 @@ from typing import Any
 from gangplugin.core.admission import AdmissionQueue, QueuedWorkload, admission_queue, gang_id, promise
 from gangplugin.core.errors import InputError
 from gangplugin.core.placement import Gang
+from gangplugin.core.plans import TrainingPlan
 from gangplugin.core.policy import GangPolicy
 from gangplugin.core.states import CheckState
 from gangplugin.core.topology import Snapshot
@@ -117,7 +118,7 @@ class ReadModel:
         self.flavors: Informer[JSON] = informer(RESOURCE_FLAVORS)
         self.cluster_queues: Informer[JSON] = informer(CLUSTER_QUEUES)
         self.local_queues: Informer[JSON] = informer(LOCAL_QUEUES)
-        self.plans: Informer[Any] = informer(TRAINING_PLANS, rec.plan_or_none)
+        self.plans: Informer[TrainingPlan | None] = informer(TRAINING_PLANS, rec.plan_or_none)
         self.nodes: Informer[NodeRecord] = informer(NODES, node_record)
         self.pods: Informer[PodRecord] = informer(PODS, pod_record)
         self.checks = Checks(self.admission_checks, self.policies, self.topologies)
@@ -186,7 +187,7 @@ class ReadModel:
         for f in self._followers:
             f.config(kind, object_key(some), new is not None)
 
-    def _on_plan(self, _event: str, old: Any, new: Any) -> None:
+    def _on_plan(self, _event: str, old: TrainingPlan | None, new: TrainingPlan | None) -> None:
         some = new or old
         for f in self._followers:
             f.config(Config.TRAINING_PLAN, some.name if some is not None else "", new is not None)
@@ -283,18 +284,8 @@ class ReadModel:
                 continue
             entries[record.key] = Entry(wl=wl, record=record, check=check)
             queued.append(
-                QueuedWorkload(
-                    key=record.key,
-                    policy=check.policy,
-                    state=check.entry.state,
-                    quota_reserved=record.quota_reserved,
-                    finished=record.finished,
-                    evicted=record.evicted,
-                    quota_reserved_at=record.quota_reserved_at,
-                    created_at=record.created_at,
-                    admitted_at=record.admitted_at,
-                    ever_ready=record.ever_ready,
-                    assumed=assumed is not None and assumed(record.key, wl),
+                record.queued(
+                    check.entry.state, check.policy, assumed=assumed is not None and assumed(record.key, wl)
                 )
             )
         return Queue(order=admission_queue(queued), entries=entries)
@@ -386,15 +377,7 @@ class ReadModel:
 
 def holds_capacity(record: WorkloadRecord, state: CheckState | None) -> bool:
     """Whether a Workload holds the capacity the check promised it, as `admission_queue` counts it."""
-    one = QueuedWorkload(
-        key=record.key,
-        policy=None,
-        state=state,
-        quota_reserved=record.quota_reserved,
-        finished=record.finished,
-        evicted=record.evicted,
-    )
-    return bool(admission_queue([one]).admitted)
+    return bool(admission_queue([record.queued(state)]).admitted)
 
 
 def fingerprint(updates: Sequence[Mapping[str, Any]], bound: Mapping[str, int]) -> tuple[Any, ...]:

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gangplugin.core.admission import gang_id
+from gangplugin.core.admission import QueuedWorkload, gang_id
 from gangplugin.core.errors import InputError
 from gangplugin.core.keys import KUEUE_PODSET_PREFIX
 from gangplugin.core.names import GANG_LABEL, GANG_SIZE_ANNOTATION, GROUP
@@ -205,6 +205,25 @@ class WorkloadRecord:
     def check(self, names: Mapping[str, object] | frozenset[str]) -> CheckEntry | None:
         """The entry of the first of `names` the Workload carries."""
         return next((c for c in self.checks if c.name in names), None)
+
+    def queued(
+        self, state: CheckState | None, policy: str | None = None, *, assumed: bool = False
+    ) -> QueuedWorkload:
+        """The Workload as the admission order (`core.admission.admission_queue`) reads it, with
+        its check in `state` under GangPolicy `policy`; `assumed`: see `QueuedWorkload`."""
+        return QueuedWorkload(
+            key=self.key,
+            policy=policy,
+            state=state,
+            quota_reserved=self.quota_reserved,
+            finished=self.finished,
+            evicted=self.evicted,
+            quota_reserved_at=self.quota_reserved_at,
+            created_at=self.created_at,
+            admitted_at=self.admitted_at,
+            ever_ready=self.ever_ready,
+            assumed=assumed,
+        )
 
     @property
     def ever_ready(self) -> bool:
