@@ -120,7 +120,7 @@ def explain(
         out.append(
             f"Waiting for quota in ClusterQueue {queue or '(unknown)'}: Kueue has not reserved it yet."
         )
-    elif phase is Phase.PENDING and evaluation is None:
+    elif phase is Phase.PENDING and evaluation is None and not check_message:
         out.append(f"Waiting for all {pods.total} pods to get nodes ({pods.bound} have one).")
     elif phase is Phase.PENDING:
         out.append("Quota is reserved; the gang check holds it until the whole gang fits.")

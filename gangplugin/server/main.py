@@ -56,10 +56,12 @@ COMPONENTS: dict[str, str] = {
     "api": "gangplugin.api.component",
     "webhook": "gangplugin.webhook.component",
     "multikueue": "gangplugin.multikueue.component",
+    "console": "gangplugin.console.component",
 }
 # What `serve` runs unless told: every component but the MultiKueue dispatcher, which only a
-# manager cluster runs (it has no nodes; its gangs run in worker clusters).
-DEFAULT_COMPONENTS = tuple(c for c in COMPONENTS if c != "multikueue")
+# manager cluster runs (it has no nodes; its gangs run in worker clusters), and the web console,
+# which serves people and is turned on where wanted (Helm's console.enabled).
+DEFAULT_COMPONENTS = tuple(c for c in COMPONENTS if c not in ("multikueue", "console"))
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -164,6 +166,11 @@ def cli() -> None:
 )
 @click.option("--webhook-tls-key", default=None, help="Key of --webhook-tls-cert.")
 @click.option(
+    "--console-bind", default="0.0.0.0:8444", show_default=True, help="Where the web console listens (HTTPS)."
+)
+@click.option("--console-tls-cert", default=None, help="The console's serving certificate (PEM); required.")
+@click.option("--console-tls-key", default=None, help="Key of --console-tls-cert.")
+@click.option(
     "--multikueue-namespace",
     default="kueue-system",
     show_default=True,
@@ -210,6 +217,9 @@ def serve(
     webhook_bind: str,
     webhook_tls_cert: str | None,
     webhook_tls_key: str | None,
+    console_bind: str,
+    console_tls_cert: str | None,
+    console_tls_key: str | None,
     multikueue_namespace: str,
     multikueue_answer_timeout: str,
     multikueue_refusal_ttl: str,
@@ -228,6 +238,7 @@ def serve(
         ("extender", extender_tls_cert, extender_tls_key),
         ("webhook", webhook_tls_cert, webhook_tls_key),
         ("grpc", grpc_tls_cert, grpc_tls_key),
+        ("console", console_tls_cert, console_tls_key),
     ):
         if (cert is None) != (key is None):
             raise click.BadParameter("give both or neither", param_hint=f"--{flag}-tls-cert/--{flag}-tls-key")
@@ -290,6 +301,14 @@ def serve(
             configure_api(grpc_bind, grpc_tls_cert, grpc_tls_key, grpc_mtls_bind, grpc_client_ca)
         except ValueError as err:
             raise click.BadParameter(str(err), param_hint="--grpc-mtls-bind") from None
+    if "console" in wanted:
+        from gangplugin.console.component import ConsoleSettings
+        from gangplugin.console.component import configure as configure_console
+
+        try:
+            configure_console(ConsoleSettings(console_bind, console_tls_cert, console_tls_key))
+        except ValueError as err:
+            raise click.BadParameter(str(err), param_hint="--console-tls-cert") from None
 
     if "multikueue" in wanted:
         from gangplugin.multikueue.component import configure as configure_multikueue

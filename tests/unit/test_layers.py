@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2] / "gangplugin"
-COMPONENTS = {"admission", "extender", "plans", "webhook", "api", "sim", "multikueue"}
+COMPONENTS = {"admission", "extender", "plans", "webhook", "api", "sim", "multikueue", "console"}
 ASSEMBLY = {"server", "cli", "localcluster"}
 
 
