@@ -143,8 +143,9 @@ async def logout(request: Request) -> Response:
 def events(request: Request, who: Viewer, form: dict[str, str]) -> Response:
     """The page's live stream (a signed-in user's; it carries topic names only)."""
     changes = console_of(request).changes
+    resumed = "last-event-id" in request.headers
     return StreamingResponse(
-        stream(changes), media_type="text/event-stream", headers={"X-Accel-Buffering": "no"}
+        stream(changes, resumed), media_type="text/event-stream", headers={"X-Accel-Buffering": "no"}
     )
 
 

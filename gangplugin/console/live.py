@@ -71,11 +71,16 @@ class Changes:
 
 
 async def stream(
-    changes: Changes, coalesce: float = COALESCE, keepalive: float = KEEPALIVE
+    changes: Changes, resumed: bool = False, coalesce: float = COALESCE, keepalive: float = KEEPALIVE
 ) -> AsyncIterator[str]:
-    """The text/event-stream of one page: `event: <topic>` lines as topics change."""
-    yield f"retry: {RETRY_MS}\n: connected\n\n"
+    """The text/event-stream of one page: `event: <topic>` lines as topics change. `resumed`: the
+    browser connects again after losing the stream (it sends Last-Event-ID), so every topic is
+    named at once: what changed meanwhile was not told."""
     with changes.subscribe() as sub:
+        yield f"retry: {RETRY_MS}\n: connected\n\n"
+        if resumed:
+            sub.pending |= set(Topic)
+            sub.wake.set()
         while True:
             try:
                 await asyncio.wait_for(sub.wake.wait(), keepalive)
@@ -86,4 +91,4 @@ async def stream(
             topics, sub.pending = sub.pending, set()
             sub.wake.clear()
             for topic in sorted(topics):
-                yield f"event: {topic.value}\ndata: {topic.value}\n\n"
+                yield f"id: {topic.value}\nevent: {topic.value}\ndata: {topic.value}\n\n"

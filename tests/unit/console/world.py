@@ -11,6 +11,7 @@ ones run in tests/e2e/test_console.py.
 from __future__ import annotations
 
 import asyncio
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -18,7 +19,10 @@ from typing import Any
 
 import httpx
 import orjson
-from starlette.testclient import TestClient
+
+with warnings.catch_warnings():  # Starlette 1.x prefers a fork of httpx for its test client
+    warnings.simplefilter("ignore")
+    from starlette.testclient import TestClient
 
 from gangplugin.console.app import make_app
 from gangplugin.console.caches import CacheSource
@@ -94,3 +98,77 @@ class World:
             if token is not None:
                 browser.cookies.set("gangplugin-console-token", token, domain="console.test")
             yield browser
+
+
+def policy(name: str = "default", rv: str = "5", **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "gangplugin.io/v1alpha1",
+        "kind": "GangPolicy",
+        "metadata": {"name": name, "resourceVersion": rv},
+        "spec": {"readyTimeout": "5m", **spec},
+    }
+
+
+def check(name: str = "gang", policy_name: str = "default") -> dict[str, Any]:
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "controllerName": "gangplugin.io/gang",
+            "parameters": {"apiGroup": "gangplugin.io", "kind": "GangPolicy", "name": policy_name},
+        },
+    }
+
+
+def cluster_queue(
+    name: str = "training", gpus: str = "32", used: str = "0", borrowed: str = "0"
+) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "cohortName": "teams",
+            "admissionChecksStrategy": {"admissionChecks": [{"name": "gang"}]},
+            "resourceGroups": [
+                {
+                    "coveredResources": ["cpu", "nvidia.com/gpu"],
+                    "flavors": [
+                        {
+                            "name": "gb200",
+                            "resources": [
+                                {"name": "cpu", "nominalQuota": "1000"},
+                                {"name": "nvidia.com/gpu", "nominalQuota": gpus, "borrowingLimit": "8"},
+                            ],
+                        }
+                    ],
+                }
+            ],
+        },
+        "status": {
+            "flavorsUsage": [
+                {
+                    "name": "gb200",
+                    "resources": [{"name": "nvidia.com/gpu", "total": used, "borrowed": borrowed}],
+                }
+            ],
+            "admittedWorkloads": 1,
+            "pendingWorkloads": 2,
+        },
+    }
+
+
+def local_queue(name: str = "training", namespace: str = "team-a", cq: str = "training") -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": namespace}, "spec": {"clusterQueue": cq}}
+
+
+def standard(world: World) -> None:
+    """A GangPolicy with one spare per UltraServer behind check `gang`, the `training` queues,
+    and two UltraServers of 4 GB200 nodes (4 GPUs each)."""
+    from gangplugin.kube.client import CLUSTER_QUEUES, LOCAL_QUEUES, NODES
+    from gangplugin.kube.resources import ADMISSION_CHECKS, GANG_POLICIES
+    from tests.unit.api.cluster import gpu_node
+
+    world.put(GANG_POLICIES, policy(sparesPerUltraServer=1, nodeFailure="ReplaceFromSpare"))
+    world.put(ADMISSION_CHECKS, check())
+    world.put(CLUSTER_QUEUES, cluster_queue())
+    world.put(LOCAL_QUEUES, local_queue())
+    for us in (1, 2):
+        world.put(NODES, *(gpu_node(f"us{us}-{i}", f"us-{us}") for i in range(4)))
