@@ -1,0 +1,175 @@
+"""The web console at HyperPod scale: a local cluster of N kwok nodes (default 5,000; GB200
+UltraServers under three network layers and a P5 pool, `_cluster.hyperpod_shape`) with 30% of
+them running gangs (pods created bound), and what the console costs there.
+
+Run: .venv/bin/python bench/console.py [--nodes 5000] [--reps 5] [--keep]
+(state .local/bench-console, ports GANGPLUGIN_PORT_BASE or 30000; Debian's Chromium, as the
+e2e tests drive it).
+
+(a) memory: `gangplugin serve` restarted alternately without and with the console (the same
+    components otherwise); its resident memory (VmRSS) once its caches synced and, with the
+    console, the map served twice; what the console adds, in MiB and as a ratio to serve
+    without it, per pair of runs.
+(b) render time: Chromium loads the map page (every node) and, as the baseline, the gang policy
+    page (a few lines) of the same console: navigation start to the first frame painted after
+    the load event; and a live update of the map (its region fetched and swapped, as a
+    server-sent event triggers it) to the next frame. The server's own part: time to first byte.
+Each figure is the median (min-max) of --reps repetitions, printed, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import ssl
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import _cluster
+import httpx
+from _cluster import spread
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gangplugin.kube.client import Client
+from gangplugin.localcluster.cluster import LocalCluster
+from gangplugin.server.main import DEFAULT_COMPONENTS
+from tests.e2e.browser import chromium
+
+STATE = "bench-console"
+WITHOUT = ",".join(DEFAULT_COMPONENTS)
+WITH = ",".join((*DEFAULT_COMPONENTS, "console"))
+# After the load event, two animation frames: the first frame painted with the page in it.
+PAINTED = """() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(() => {
+  const nav = performance.getEntriesByType('navigation')[0];
+  done({ttfb: nav.responseStart, painted: performance.now(),
+        nodes: document.querySelectorAll('span.node[data-node]').length});
+})))"""
+# A live update: the map's region fetched again and swapped, then the next frame.
+SWAPPED = """() => new Promise(done => {
+  const t0 = performance.now();
+  document.body.addEventListener('htmx:afterSettle', () => requestAnimationFrame(() =>
+    done(performance.now() - t0)), {once: true});
+  htmx.ajax('GET', '/map/view', {target: '#live', swap: 'outerHTML'});
+})"""
+
+
+def parse() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, default=5000, help="cluster size (default 5000)")
+    ap.add_argument("--reps", type=int, default=5, help="repetitions of each measurement (default 5)")
+    ap.add_argument("--keep", action="store_true", help="leave the cluster running")
+    return ap.parse_args()
+
+
+def rss_mib(pid: int) -> float:
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+    return int(fields["VmRSS"].split()[0]) / 1024
+
+
+def settled_rss(pid: int, quiet: float = 5.0, within: float = 2.0, limit: float = 120.0) -> float:
+    """VmRSS once two samples `quiet` seconds apart differ by less than `within` MiB."""
+    deadline = time.monotonic() + limit
+    last = rss_mib(pid)
+    while time.monotonic() < deadline:
+        time.sleep(quiet)
+        now = rss_mib(pid)
+        if abs(now - last) < within:
+            return now
+        last = now
+    return last
+
+
+def admin_token(client: Client) -> str:
+    """A token of the local cluster's console user (deploy/local/console-admin.yaml)."""
+    reply = client.request(
+        "POST",
+        "/api/v1/namespaces/gangplugin-system/serviceaccounts/console-admin/token",
+        body={
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": 7200},
+        },
+    )
+    return str(reply["status"]["token"])
+
+
+def console_url(cluster: LocalCluster) -> str:
+    return f"https://127.0.0.1:{cluster.ports.gangplugin_console()}"
+
+
+def memory(cluster: LocalCluster, token: str, reps: int) -> None:
+    print("(a) gangplugin serve's resident memory without and with the console")
+    added, ratios = [], []
+    for rep in range(reps):
+        sizes = {}
+        for name, components in (("without", WITHOUT), ("with", WITH)):
+            cluster.restart("gangplugin", args=(f"--components={components}",))
+            pid = cluster.running_processes()["gangplugin"]
+            if components == WITH:
+                for _ in range(2):
+                    r = httpx.get(
+                        f"{console_url(cluster)}/map",
+                        headers={"Authorization": f"Bearer {token}"},
+                        verify=ssl.create_default_context(cafile=str(cluster.pki_dir / "ca.crt")),
+                        timeout=120,
+                    )
+                    r.raise_for_status()
+            sizes[name] = settled_rss(pid)
+        added.append(sizes["with"] - sizes["without"])
+        ratios.append(sizes["with"] / sizes["without"])
+        print(f"    rep {rep + 1}: without {sizes['without']:.0f} MiB, with {sizes['with']:.0f} MiB")
+    mib, ratio = spread(added, "{:.1f}".format), spread(ratios, "{:.3f}".format)
+    print(f"  the console adds {mib} MiB; with/without {ratio}")
+    cluster.restart("gangplugin", args=(f"--components={WITH}",))
+
+
+def render(cluster: LocalCluster, token: str, reps: int) -> None:
+    print("(b) Chromium: navigation start -> first frame painted after load (ms)")
+    url = console_url(cluster)
+    seen: dict[str, list[float]] = {}
+    nodes = 0
+    with chromium() as context:
+        context.set_extra_http_headers({"Authorization": f"Bearer {token}"})
+        page = context.new_page()
+        for _ in range(reps):
+            for name, path in (("baseline /policies", "/policies"), ("map /map", "/map")):
+                page.goto(f"{url}{path}", wait_until="load", timeout=300_000)
+                got: dict[str, Any] = page.evaluate(PAINTED)
+                seen.setdefault(name, []).append(got["painted"])
+                seen.setdefault(f"{name} first byte", []).append(got["ttfb"])
+                nodes = max(nodes, int(got["nodes"]))
+            seen.setdefault("map live update", []).append(float(page.evaluate(SWAPPED)))
+    base = statistics.median(seen["baseline /policies"])
+    for name, samples in seen.items():
+        print(f"  {name:<32} {spread(samples, '{:.0f}'.format)}")
+    ratios = [s / base for s in seen["map /map"]]
+    print(f"  map / baseline {spread(ratios, '{:.1f}'.format)}; {nodes} nodes drawn")
+
+
+def main() -> None:
+    args = parse()
+    os.environ.setdefault("GANGPLUGIN_PORT_BASE", "30000")
+    shape = _cluster.hyperpod_shape(args.nodes)
+    t0 = time.monotonic()
+    cluster = _cluster.start(STATE, shape, WITH)
+    try:
+        client = Client.from_kubeconfig(cluster.kubeconfig)
+        gpus = _cluster.fill_running_gangs(client, shape, 0.3)
+        print(
+            f"{args.nodes} nodes, {gpus} of {_cluster.total_gpus(shape)} GPUs in running gangs "
+            f"(cluster up in {time.monotonic() - t0:.0f} s)"
+        )
+        token = admin_token(client)
+        render(cluster, token, args.reps)
+        memory(cluster, token, args.reps)
+    finally:
+        if not args.keep:
+            cluster.down(quiet=True)
+
+
+if __name__ == "__main__":
+    main()
