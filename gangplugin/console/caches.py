@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from gangplugin.console.clustermap import GangName, PodOnNode, cluster_map, gpus
+from gangplugin.console.derived import FACTOR, FLOOR, Derived
 from gangplugin.console.gangs import (
     gang_pods,
     job_of,
@@ -87,6 +88,32 @@ def _node_view(obj: JSON | None) -> tuple[Any, ...] | None:
     )
 
 
+def _node_or_none(obj: JSON) -> Node | None:
+    try:
+        return node_from_k8s(obj)
+    except InputError as err:
+        log.warning("console: node not shown: %s", err)
+        return None
+
+
+def _bound_or_none(obj: JSON) -> BoundPod | None:
+    try:
+        return bound_pod_from_k8s(obj)
+    except InputError:
+        return None
+
+
+def _key(obj: JSON) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def _forget_gone(cache: dict[str, tuple[str, Any]], objs: Sequence[JSON]) -> None:
+    present = {_key(o) for o in objs}
+    for key in [k for k in cache if k not in present]:
+        del cache[key]
+
+
 def _pods_by_gang(pods: Sequence[JSON]) -> dict[GangKey, list[JSON]]:
     out: dict[GangKey, list[JSON]] = {}
     for pod in pods:
@@ -110,9 +137,10 @@ def _pod_gang_size(pods: Sequence[JSON]) -> int:
 
 class CacheSource:
     """See the module docstring. `setup` time: it registers its caches and handlers on the
-    runtime (before the caches start)."""
+    runtime (before the caches start). `floor` and `factor`: how often a derived value may be
+    made again (`derived.Derived`)."""
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: Runtime, floor: float = FLOOR, factor: float = FACTOR) -> None:
         informer: Callable[..., Informer[Any]] = runtime.informer
         self.nodes = informer(NODES)
         self.pods = informer(PODS)
@@ -127,8 +155,13 @@ class CacheSource:
         self.lookup = GangPolicies(self.workloads, self.checks, self.policies_cache, self.topologies)
         self._lock = threading.Lock()
         self._listeners: list[Callable[[Topic], None]] = []
-        self._generation: Counter[Topic] = Counter()
-        self._kept: dict[Topic, tuple[int, Any]] = {}
+        self._derived: dict[Topic, Derived[Any]] = {
+            Topic.MAP: Derived(self._make_map, lambda: self._changed(Topic.MAP), floor, factor),
+            Topic.GANGS: Derived(self._make_gangs, lambda: self._changed(Topic.GANGS), floor, factor),
+        }
+        # What parsing a Node or a Pod made, by name, kept while its resourceVersion stays.
+        self._nodes_parsed: dict[str, tuple[str, Node | None]] = {}
+        self._pods_parsed: dict[str, tuple[str, BoundPod | None]] = {}
         dispatcher = runtime.dispatcher("console")
         for resource, cache in (
             (NODES, self.nodes),
@@ -156,8 +189,9 @@ class CacheSource:
         return handle
 
     def _changed(self, topic: Topic) -> None:
+        if topic in self._derived:
+            self._derived[topic].changed()
         with self._lock:
-            self._generation[topic] += 1
             listeners = list(self._listeners)
         for listener in listeners:
             listener(topic)
@@ -165,19 +199,6 @@ class CacheSource:
     def subscribe(self, listener: Callable[[Topic], None]) -> None:
         with self._lock:
             self._listeners.append(listener)
-
-    def _kept_or(self, topic: Topic, make: Callable[[], T]) -> T:
-        """What `make` derives, made again only after an event touched `topic`."""
-        with self._lock:
-            generation = self._generation[topic]
-            kept = self._kept.get(topic)
-        if kept is not None and kept[0] == generation:
-            value: T = kept[1]
-            return value
-        value = make()
-        with self._lock:
-            self._kept[topic] = (generation, value)
-        return value
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -245,11 +266,12 @@ class CacheSource:
         return out, by_gang
 
     def gangs(self) -> Sequence[GangSummary]:
-        def make() -> tuple[GangSummary, ...]:
-            found, _ = self._summaries()
-            return tuple(s for s, _, _ in sorted(found.values(), key=lambda f: (f[0].namespace, f[0].name)))
+        gangs: tuple[GangSummary, ...] = self._derived[Topic.GANGS].get()
+        return gangs
 
-        return self._kept_or(Topic.GANGS, make)
+    def _make_gangs(self) -> tuple[GangSummary, ...]:
+        found, _ = self._summaries()
+        return tuple(s for s, _, _ in sorted(found.values(), key=lambda f: (f[0].namespace, f[0].name)))
 
     def gang(self, namespace: str, name: str) -> GangDetail | None:
         found, by_gang = self._summaries()
@@ -299,39 +321,47 @@ class CacheSource:
                 log.debug("console: promise of %s/%s not counted: %s", ns, wl["metadata"]["name"], err)
 
     def cluster_map(self) -> ClusterMap:
-        def make() -> ClusterMap:
-            nodes: list[Node] = []
-            for obj in self.nodes.items():
-                try:
-                    nodes.append(node_from_k8s(obj))
-                except InputError as err:
-                    log.warning("console: node not shown: %s", err)
-            bound: list[BoundPod] = []
-            on_node: dict[str, list[PodOnNode]] = {}
-            raw = self.pods.items()
-            for pod in raw:
-                try:
-                    b = bound_pod_from_k8s(pod)
-                except InputError:
-                    continue
-                if b is None or (pod.get("metadata") or {}).get("deletionTimestamp"):
-                    continue
-                bound.append(b)
-                gang = ((pod.get("metadata") or {}).get("labels") or {}).get(GANG_LABEL, "")
-                on_node.setdefault(b.node_name, []).append(
-                    PodOnNode(b.namespace, str(gang), gpus(b.requests))
-                )
-            snap = build_snapshot(nodes, bound, DEFAULT_LEVELS)
-            self._promised(snap, _pods_by_gang(raw))
-            names = {
-                (str(wl["metadata"].get("namespace", "")), gang_id(wl["metadata"]["name"])): GangName(
-                    str(wl["metadata"]["name"]), job_of(wl)
-                )
-                for wl in self.workloads.items()
-            }
-            return cluster_map(snap, on_node, names, self._spares())
+        cmap: ClusterMap = self._derived[Topic.MAP].get()
+        return cmap
 
-        return self._kept_or(Topic.MAP, make)
+    def _parsed(self, cache: dict[str, tuple[str, T]], obj: JSON, parse: Callable[[JSON], T]) -> T:
+        """`parse(obj)`, made again only when the object's resourceVersion changed."""
+        key, rv = _key(obj), str((obj.get("metadata") or {}).get("resourceVersion", ""))
+        hit = cache.get(key)
+        if hit is not None and hit[0] == rv and rv:
+            return hit[1]
+        value = parse(obj)
+        cache[key] = (rv, value)
+        return value
+
+    def _make_map(self) -> ClusterMap:
+        nodes: list[Node] = []
+        objs = self.nodes.items()
+        for obj in objs:
+            node = self._parsed(self._nodes_parsed, obj, _node_or_none)
+            if node is not None:
+                nodes.append(node)
+        bound: list[BoundPod] = []
+        on_node: dict[str, list[PodOnNode]] = {}
+        raw = self.pods.items()
+        for pod in raw:
+            b = self._parsed(self._pods_parsed, pod, _bound_or_none)
+            if b is None or (pod.get("metadata") or {}).get("deletionTimestamp"):
+                continue
+            bound.append(b)
+            gang = ((pod.get("metadata") or {}).get("labels") or {}).get(GANG_LABEL, "")
+            on_node.setdefault(b.node_name, []).append(PodOnNode(b.namespace, str(gang), gpus(b.requests)))
+        _forget_gone(self._nodes_parsed, objs)
+        _forget_gone(self._pods_parsed, raw)
+        snap = build_snapshot(nodes, bound, DEFAULT_LEVELS)
+        self._promised(snap, _pods_by_gang(raw))
+        names = {
+            (str(wl["metadata"].get("namespace", "")), gang_id(wl["metadata"]["name"])): GangName(
+                str(wl["metadata"]["name"]), job_of(wl)
+            )
+            for wl in self.workloads.items()
+        }
+        return cluster_map(snap, on_node, names, self._spares())
 
     def queues(self, now: datetime) -> Sequence[QueueUsage]:
         plans = parsed_plans(self.plans_cache.items())

@@ -76,7 +76,7 @@ class World:
         self.api = ApiServer()
         self.client = Client("https://api.test", False, transport=httpx.MockTransport(self.api.handle))
         self.runtime = Runtime(self.client)
-        self.source = CacheSource(self.runtime)
+        self.source = CacheSource(self.runtime, floor=0.0, factor=0.0)  # every read up to date
         self.dispatcher = self.runtime.dispatcher("console")
         self.dispatcher.start()
 
