@@ -26,10 +26,11 @@ from gangplugin.console.access import (
 )
 from gangplugin.console.gangs import timeline
 from gangplugin.console.model import ClusterMap, MapDomain, PolicySettings, Topic
-from gangplugin.console.policies import CHOICES, NUMBERS, field_of, policy_patch, policy_settings
+from gangplugin.console.policies import CHOICES, LABELS, NUMBERS, field_of, policy_patch, policy_settings
 from gangplugin.console.views import (
     PHASE_CLASS,
     domain_text,
+    gang_colour,
     gangs_page,
     map_page,
     plan_row,
@@ -99,6 +100,7 @@ def gangs(request: Request, who: Viewer, form: Form) -> Response:
             "query": f"?{query}" if query else "",
             "phase_class": PHASE_CLASS,
             "domain_text": domain_text,
+            "colour": gang_colour,
             "topic": Topic.GANGS,
         },
     )
@@ -182,7 +184,14 @@ def policies(request: Request, who: Viewer, form: Form) -> Response:
 def _form(
     request: Request, who: Viewer, settings: PolicySettings, status: int = 200, **extra: Any
 ) -> Response:
-    context = {"user": who.name, "policy": settings, "choices": CHOICES, "numbers": NUMBERS, **extra}
+    context = {
+        "user": who.name,
+        "policy": settings,
+        "choices": CHOICES,
+        "numbers": NUMBERS,
+        "labels": LABELS,
+        **extra,
+    }
     return render(request, "_policy_form.html", context, status)
 
 

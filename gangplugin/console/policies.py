@@ -32,6 +32,23 @@ CHOICES: dict[PolicyField, tuple[str, ...]] = {
     PolicyField.PREEMPTION: PREEMPTION_MODES,
     PolicyField.BIND_MODE: BIND_MODES,
 }
+#: What each field is, as HyperPod's console names the setting.
+LABELS: dict[PolicyField, str] = {
+    PolicyField.READY_TIMEOUT: "Time for every pod to be Ready",
+    PolicyField.UNSCHEDULED_TIMEOUT: "Time for every pod to get a node",
+    PolicyField.RECOVERY_TIMEOUT: "Time to recover from a lost node",
+    PolicyField.ADMISSION: "Admission (Sequential: one at a time)",
+    PolicyField.NODE_FAILURE: "When a node fails",
+    PolicyField.SPARES: "Spare nodes per UltraServer",
+    PolicyField.MAX_REPLACED: "Nodes replaced at once, at most",
+    PolicyField.REQUEUE_TIMESTAMP: "Backoff counted from",
+    PolicyField.BACKOFF_BASE: "First backoff (seconds)",
+    PolicyField.BACKOFF_MAX: "Longest backoff (seconds)",
+    PolicyField.BACKOFF_LIMIT: "Retries before deactivating",
+    PolicyField.PREEMPTION: "Preemption",
+    PolicyField.BIND_MODE: "Bind mode",
+    PolicyField.TOPOLOGY: "Kueue Topology (level order)",
+}
 #: The fields that hold whole numbers.
 NUMBERS = frozenset(
     {
