@@ -93,8 +93,9 @@ class Ports:
         return self.base + 609
 
     def gangplugin_console(self, n: int = 1) -> int:
-        """The web console of `gangplugin serve` replica n (every replica serves it)."""
-        return self.base + 630 + n
+        """The web console of `gangplugin serve` replica n (every replica serves it): 608 for
+        replica 1, downwards for the others (free in clusters 9 ports apart, see the tests)."""
+        return self.base + 609 - n
 
     def gangplugin_replica(self, n: int) -> tuple[int, int, int]:
         """Health, gRPC and webhook ports of `gangplugin serve` replica n (1 has the ones above).
