@@ -30,7 +30,7 @@ from gangplugin.console.policies import CHOICES, LABELS, NUMBERS, field_of, poli
 from gangplugin.console.views import (
     PHASE_CLASS,
     domain_text,
-    gang_colour,
+    gang_colours,
     gangs_page,
     map_page,
     plan_row,
@@ -77,9 +77,12 @@ def _namespaces(domains: Iterable[MapDomain]) -> set[str]:
 def cluster_map(request: Request, who: Viewer, form: Form) -> Response:
     if not who.may(SEE_NODES):
         return denied(request, who, "map.html", SEE_NODES, Topic.MAP)
-    cmap: ClusterMap = web.console_of(request).source.cluster_map()
+    source = web.console_of(request).source
+    cmap: ClusterMap = source.cluster_map()
     seen = who.namespaces(SEE_GANGS, _namespaces(cmap.domains))
-    return render(request, "map.html", {"user": who.name, "page": map_page(cmap, seen), "topic": Topic.MAP})
+    colours = gang_colours((g.namespace, g.name) for g in source.gangs())
+    page = map_page(cmap, seen, colours)
+    return render(request, "map.html", {"user": who.name, "page": page, "topic": Topic.MAP})
 
 
 def gangs(request: Request, who: Viewer, form: Form) -> Response:
@@ -100,7 +103,7 @@ def gangs(request: Request, who: Viewer, form: Form) -> Response:
             "query": f"?{query}" if query else "",
             "phase_class": PHASE_CLASS,
             "domain_text": domain_text,
-            "colour": gang_colour,
+            "colours": gang_colours((g.namespace, g.name) for g in found),
             "topic": Topic.GANGS,
         },
     )

@@ -4,7 +4,7 @@ see. Pure (the instant is a parameter), so the pages' content is tested without 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -34,10 +34,44 @@ LEVEL_NAMES = {
 }
 
 
-def gang_colour(namespace: str, name: str) -> str:
-    """A colour per gang, stable across pages and restarts."""
-    hue = int(hashlib.sha256(f"{namespace}/{name}".encode()).hexdigest()[:4], 16) % 360
-    return f"hsl({hue} 65% 52%)"
+#: Gang colours (Tableau's categorical colours and their darker and lighter kin), none red (a
+#: NotReady node is red) nor grey (a node in use by a gang the user may not see is grey).
+PALETTE = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#bcbd22",
+    "#17becf",
+    "#393b79",
+    "#637939",
+    "#8c6d31",
+    "#7b4173",
+    "#6baed6",
+    "#74c476",
+)
+GangKey = tuple[str, str]  # (namespace, name)
+
+
+def _hash(key: GangKey) -> int:
+    return int(hashlib.sha256(f"{key[0]}/{key[1]}".encode()).hexdigest()[:8], 16)
+
+
+def gang_colours(keys: Iterable[GangKey]) -> dict[GangKey, str]:
+    """A colour per gang: its name's hash picks one, and a gang whose colour another already
+    took (in name order) gets the next free one, so up to len(PALETTE) gangs all differ. The
+    same gangs always get the same colours, on every page."""
+    out: dict[GangKey, str] = {}
+    taken: set[int] = set()
+    for key in sorted(set(keys)):
+        start = _hash(key) % len(PALETTE)
+        free = [i for i in range(start, start + len(PALETTE)) if i % len(PALETTE) not in taken]
+        index = free[0] % len(PALETTE) if free else start
+        taken.add(index)
+        out[key] = PALETTE[index]
+    return out
 
 
 def level_name(label: str) -> str:
@@ -104,7 +138,7 @@ def _gang_line(ref: GangRef, seen: Namespaces) -> str:
     return f"{ref.namespace}/{ref.name}{job}: {ref.pods} pod{'s' if ref.pods != 1 else ''}"
 
 
-def node_cell(node: MapNode, seen: Namespaces) -> NodeCell:
+def node_cell(node: MapNode, seen: Namespaces, colours: Mapping[GangKey, str]) -> NodeCell:
     lines = [f"{node.name}: {node.state.value}"]
     if node.gpus:
         lines[0] += f", {node.gpus_used}/{node.gpus} GPUs used"
@@ -112,11 +146,11 @@ def node_cell(node: MapNode, seen: Namespaces) -> NodeCell:
     if node.other_pods:
         lines.append(f"{node.other_pods} other pod{'s' if node.other_pods != 1 else ''}")
     main = max(node.gangs, key=lambda r: r.pods, default=None)
-    colour = gang_colour(main.namespace, main.name) if main and main.namespace in seen else ""
+    colour = colours.get((main.namespace, main.name), "") if main and main.namespace in seen else ""
     return NodeCell(node.name, node.state, colour, "\n".join(lines))
 
 
-def _box(domain: MapDomain, seen: Namespaces) -> DomainBox:
+def _box(domain: MapDomain, seen: Namespaces, colours: Mapping[GangKey, str]) -> DomainBox:
     ultraserver = domain.level == ULTRASERVER_LABEL
     room = ""
     if ultraserver and domain.largest_gang is not None:
@@ -124,8 +158,8 @@ def _box(domain: MapDomain, seen: Namespaces) -> DomainBox:
     caption = f"{level_name(domain.level)} {domain.value}".strip()
     return DomainBox(
         caption=caption,
-        children=tuple(_box(c, seen) for c in domain.children),
-        cells=tuple(node_cell(n, seen) for n in domain.nodes),
+        children=tuple(_box(c, seen, colours) for c in domain.children),
+        cells=tuple(node_cell(n, seen, colours) for n in domain.nodes),
         room=room,
         ultraserver=ultraserver,
     )
@@ -138,12 +172,13 @@ def _count(domains: Sequence[MapDomain], into: dict[NodeState, int]) -> None:
         _count(d.children, into)
 
 
-def map_page(cmap: ClusterMap, seen: Namespaces) -> MapPage:
-    """The map as a user sees it: gangs of namespaces they may not read drawn as in use, unnamed."""
+def map_page(cmap: ClusterMap, seen: Namespaces, colours: Mapping[GangKey, str]) -> MapPage:
+    """The map as a user sees it: gangs of namespaces they may not read drawn as in use, unnamed;
+    `colours`: each gang's (`gang_colours`)."""
     counts: dict[NodeState, int] = {}
     _count(cmap.domains, counts)
     return MapPage(
-        boxes=tuple(_box(d, seen) for d in cmap.domains),
+        boxes=tuple(_box(d, seen, colours) for d in cmap.domains),
         counts=tuple((s, counts.get(s, 0)) for s in NodeState),
         node_count=cmap.node_count,
         spares_per_ultraserver=cmap.spares_per_ultraserver,

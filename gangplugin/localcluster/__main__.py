@@ -39,35 +39,12 @@ def console_note(cluster: LocalCluster) -> str:
     """Where the web console is and how to sign in to it."""
     kubectl = cache_dir() / "bin" / "kubectl"
     return (
-        f"\nThe console: https://127.0.0.1:{cluster.ports.gangplugin_console()}/ (its certificate is "
-        f"signed by the cluster's CA,\n  {cluster.pki_dir / 'ca.crt'}: trust it, or accept the browser's "
-        "warning). Sign in with a token of\n  the local admin ServiceAccount:\n"
+        f"\nThe console: https://127.0.0.1:{cluster.ports.gangplugin_console()}/\n"
+        f"  its certificate is signed by the cluster's CA ({cluster.pki_dir / 'ca.crt'}): trust it, or\n"
+        "  accept the browser's warning; sign in with a token of the local admin ServiceAccount:\n"
         f"  {kubectl} --kubeconfig {cluster.kubeconfig} -n {GANGPLUGIN_NAMESPACE} "
         "create token console-admin --duration=24h"
     )
-
-
-@cli.command()
-def down() -> None:
-    """Stop every process of the cluster and delete its data."""
-    cluster = LocalCluster()
-    if not cluster.running_processes():
-        click.echo("no local cluster running")
-    cluster.down()
-    click.echo("local cluster stopped")
-
-
-@cli.command()
-def status() -> None:
-    """Say whether the cluster runs, and which processes."""
-    cluster = LocalCluster()
-    procs = cluster.running_processes()
-    if not procs:
-        click.echo("no local cluster running")
-        sys.exit(1)
-    for name, pid in procs.items():
-        click.echo(f"{name:<26} pid {pid}")
-    click.echo(f"KUBECONFIG={cluster.kubeconfig}")
 
 
 def run_sample(cluster: LocalCluster, timeout: float = 120.0) -> None:
