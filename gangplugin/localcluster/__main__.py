@@ -47,6 +47,29 @@ def console_note(cluster: LocalCluster) -> str:
     )
 
 
+@cli.command()
+def down() -> None:
+    """Stop every process of the cluster and delete its data."""
+    cluster = LocalCluster()
+    if not cluster.running_processes():
+        click.echo("no local cluster running")
+    cluster.down()
+    click.echo("local cluster stopped")
+
+
+@cli.command()
+def status() -> None:
+    """Say whether the cluster runs, and which processes."""
+    cluster = LocalCluster()
+    procs = cluster.running_processes()
+    if not procs:
+        click.echo("no local cluster running")
+        sys.exit(1)
+    for name, pid in procs.items():
+        click.echo(f"{name:<26} pid {pid}")
+    click.echo(f"KUBECONFIG={cluster.kubeconfig}")
+
+
 def run_sample(cluster: LocalCluster, timeout: float = 120.0) -> None:
     """Submit deploy/samples/gang-job.yaml and print admission, binding and readiness."""
     client = Client.from_kubeconfig(cluster.kubeconfig)
