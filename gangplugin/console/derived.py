@@ -1,5 +1,5 @@
-"""A value the console derives from the watch caches (the map, the gang rows), kept until the
-caches change, and made again at most once per `max(floor, factor x what making it cost)`.
+"""A value the console derives from the read model (the map, the gang rows), kept until the
+model changes, and made again at most once per `max(floor, factor x what making it cost)`.
 
 On a big cluster that never stops changing (5,000 nodes, pods coming and going every second),
 making the map on every change would keep a core busy for whoever has it open, beside the

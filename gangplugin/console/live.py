@@ -1,4 +1,4 @@
-"""Live pages: which topics changed, carried from the watch caches' dispatcher thread to every
+"""Live pages: which topics changed, carried from the read model's dispatcher thread to every
 open page as server-sent events. An event names a topic only (`map`, `gangs`, ...), never data:
 the page's region then asks for its fragment again, through the same authorization as any
 request, so a stream shows nothing a user may not read.

@@ -1,8 +1,8 @@
 """What the console reads: one protocol, exactly what its pages need, as typed values.
 
-`caches.CacheSource` implements it over the process's watch caches; the pages never see a
-Kubernetes object. Every answer is computed from what the API server holds (through the caches),
-so a console restarted at any moment shows the same.
+`from_model.ReadModelSource` implements it over the read model (`gangplugin.readmodel`); the
+pages never see a Kubernetes object. Every answer is computed from what the API server holds
+(through the watch caches), so a console restarted at any moment shows the same.
 """
 
 from __future__ import annotations

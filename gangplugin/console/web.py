@@ -48,5 +48,5 @@ def console_of(request: Request) -> Console:
 
 
 #: A page's handler: the request, its user, and (for a POST) the form's fields. It runs in a
-#: worker thread (it reads caches and may ask the API server), never on the server's loop.
+#: worker thread (it reads the read model and may ask the API server), never on the server's loop.
 Handler = Callable[[Request, Viewer, dict[str, str]], Response]

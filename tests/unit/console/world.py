@@ -1,8 +1,9 @@
-"""The console over watch caches fed plain objects, and an API server's reviews answered from a
-table: what the console's unit tests run on.
+"""The console over the read model of watch caches fed plain objects, and an API server's reviews
+answered from a table: what the console's unit tests run on.
 
 The caches are the runtime's real `Informer`s, never started: objects go in through the path a
-watch event takes (`_apply`), and each change waits until the console's dispatcher handled it.
+watch event takes (`_apply`, into every cache of the resource, whatever its transform), and each
+change waits until the read model's and the console's dispatchers handled it.
 The reviews (TokenReview, SubjectAccessReview) run through the real `AccessReviews` over an
 httpx transport that answers as an API server with the given users and rights would; the real
 ones run in tests/e2e/test_console.py.
@@ -25,7 +26,7 @@ with warnings.catch_warnings():  # Starlette 1.x prefers a fork of httpx for its
     from starlette.testclient import TestClient
 
 from gangplugin.console.app import make_app
-from gangplugin.console.caches import CacheSource
+from gangplugin.console.from_model import ReadModelSource
 from gangplugin.console.live import Changes
 from gangplugin.console.web import Console
 from gangplugin.kube.access import AccessReviews
@@ -76,18 +77,27 @@ class World:
         self.api = ApiServer()
         self.client = Client("https://api.test", False, transport=httpx.MockTransport(self.api.handle))
         self.runtime = Runtime(self.client)
-        self.source = CacheSource(self.runtime, floor=0.0, factor=0.0)  # every read up to date
-        self.dispatcher = self.runtime.dispatcher("console")
-        self.dispatcher.start()
+        self.source = ReadModelSource(self.runtime, floor=0.0, factor=0.0)  # every read up to date
+        self.dispatchers = [self.runtime.dispatcher(name) for name in ("read-model", "console")]
+        for dispatcher in self.dispatchers:
+            dispatcher.start()
+
+    def _caches(self, resource: Resource) -> list[Any]:
+        return [inf for inf in self.runtime.informers() if inf._resource == resource]
+
+    def _settle(self) -> None:
+        assert all(d.caught_up(10) for d in self.dispatchers)
 
     def put(self, resource: Resource, *objs: dict[str, Any]) -> None:
         for obj in objs:
-            self.runtime.informer(resource)._apply({"type": "MODIFIED", "object": obj}, None)
-        assert self.dispatcher.caught_up(10)
+            for cache in self._caches(resource):
+                cache._apply({"type": "MODIFIED", "object": obj}, None)
+        self._settle()
 
     def delete(self, resource: Resource, obj: dict[str, Any]) -> None:
-        self.runtime.informer(resource)._apply({"type": "DELETED", "object": obj}, None)
-        assert self.dispatcher.caught_up(10)
+        for cache in self._caches(resource):
+            cache._apply({"type": "DELETED", "object": obj}, None)
+        self._settle()
 
     @contextmanager
     def browser(self, token: str | None = None) -> Iterator[TestClient]:
