@@ -66,10 +66,19 @@ def chromium(width: int = 1400, height: int = 900) -> Iterator[BrowserContext]:
         shutil.rmtree(profile, ignore_errors=True)
 
 
-def sign_in(context: BrowserContext, token: str, path: str = "/map") -> Page:
-    """A page signed in with `token` through the sign-in form (any earlier user signed out)."""
+def signed_out(context: BrowserContext) -> Page:
+    """A new page with nobody signed in. The pages of an earlier user are closed first: a live
+    page whose cookie is gone is sent to the sign-in form by its next refresh, which would cut
+    short a navigation of the same page."""
+    for old in context.pages:
+        old.close()
     context.clear_cookies()
-    page = context.pages[0] if context.pages else context.new_page()
+    return context.new_page()
+
+
+def sign_in(context: BrowserContext, token: str, path: str = "/map") -> Page:
+    """A new page signed in with `token` through the sign-in form."""
+    page = signed_out(context)
     page.goto(f"{console_url()}{path}")
     page.fill("textarea[name=token]", token)
     page.click("button[type=submit]")

@@ -15,7 +15,7 @@ from playwright.sync_api import BrowserContext, Page
 from gangplugin.kube.client import NODES, Client
 from gangplugin.kube.resources import GANG_POLICIES
 from tests.e2e import grpcauth
-from tests.e2e.browser import chromium, console_url, sign_in
+from tests.e2e.browser import chromium, console_url, sign_in, signed_out
 from tests.e2e.conftest import E2ECluster
 from tests.e2e.kube import wait_for, wait_until
 from tests.e2e.test_admission import (
@@ -212,7 +212,7 @@ def test_a_token_without_rights_sees_nothing(
         assert name not in text and job not in text, path
         assert not any(f'"{n}"' in text for n in nodes[:20]), path
     # a token the API server does not accept signs in nobody
-    browser.clear_cookies()
+    page = signed_out(browser)
     page.goto(f"{console_url()}/login")
     page.fill("textarea[name=token]", "not-a-token")
     page.click("button[type=submit]")
