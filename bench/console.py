@@ -14,6 +14,9 @@ e2e tests drive it).
     page (a few lines) of the same console: navigation start to the first frame painted after
     the load event; and a live update of the map (its region fetched and swapped, as a
     server-sent event triggers it) to the next frame. The server's own part: time to first byte.
+    Beside each wall time, the CPU it cost: Chromium's renderer (its ProcessTime, from the
+    DevTools protocol) and `gangplugin serve` (/proc); on a busy machine they say more about the
+    page than the wall time does.
 Each figure is the median (min-max) of --reps repetitions, printed, never asserted.
 """
 
@@ -33,6 +36,7 @@ import _cluster
 import httpx
 import yaml
 from _cluster import spread
+from scale import proc_status
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -93,8 +97,7 @@ def parse() -> argparse.Namespace:
 
 
 def rss_mib(pid: int) -> float:
-    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
-    return int(fields["VmRSS"].split()[0]) / 1024
+    return proc_status(pid)[1]
 
 
 def settled_rss(pid: int, quiet: float = 5.0, within: float = 2.0, limit: float = 120.0) -> float:
@@ -154,27 +157,53 @@ def memory(cluster: LocalCluster, token: str, reps: int) -> None:
     cluster.restart("gangplugin", args=(f"--components={WITH}",))
 
 
+def cpu_seconds(pid: int) -> float:
+    return proc_status(pid)[2]
+
+
 def render(cluster: LocalCluster, token: str, reps: int) -> None:
-    print("(b) Chromium: navigation start -> first frame painted after load (ms)")
+    """Wall time to the first frame painted, and what it cost in CPU (see the module's (b))."""
+    print("(b) Chromium: navigation start -> first frame painted after load (ms); CPU ms spent")
     url = console_url(cluster)
+    serve = cluster.running_processes()["gangplugin"]
     seen: dict[str, list[float]] = {}
     nodes = 0
     with chromium() as context:
         context.set_extra_http_headers({"Authorization": f"Bearer {token}"})
         page = context.new_page()
+        devtools = context.new_cdp_session(page)
+        devtools.send("Performance.enable")
+
+        def renderer() -> float:
+            found = devtools.send("Performance.getMetrics")["metrics"]
+            return float(next(m["value"] for m in found if m["name"] == "ProcessTime"))
+
+        def measure(name: str, act: Any) -> Any:
+            browser, server = renderer(), cpu_seconds(serve)
+            got = act()
+            seen.setdefault(f"{name}: renderer CPU", []).append(1000 * (renderer() - browser))
+            seen.setdefault(f"{name}: gangplugin CPU", []).append(1000 * (cpu_seconds(serve) - server))
+            return got
+
         for _ in range(reps):
             for name, path in (("baseline /policies", "/policies"), ("map /map", "/map")):
-                page.goto(f"{url}{path}", wait_until="load", timeout=300_000)
-                got: dict[str, Any] = page.evaluate(PAINTED)
+
+                def load(path: str = path) -> dict[str, Any]:
+                    page.goto(f"{url}{path}", wait_until="load", timeout=300_000)
+                    got: dict[str, Any] = page.evaluate(PAINTED)
+                    return got
+
+                got = measure(name, load)
                 seen.setdefault(name, []).append(got["painted"])
-                seen.setdefault(f"{name} first byte", []).append(got["ttfb"])
+                seen.setdefault(f"{name}: first byte", []).append(got["ttfb"])
                 nodes = max(nodes, int(got["nodes"]))
-            seen.setdefault("map live update", []).append(float(page.evaluate(SWAPPED)))
-    base = statistics.median(seen["baseline /policies"])
+            swapped = measure("map live update", lambda: float(page.evaluate(SWAPPED)))
+            seen.setdefault("map live update", []).append(swapped)
     for name, samples in seen.items():
-        print(f"  {name:<32} {spread(samples, '{:.0f}'.format)}")
+        print(f"  {name:<40} {spread(samples, '{:.0f}'.format)}")
+    base = statistics.median(seen["baseline /policies"])
     ratios = [s / base for s in seen["map /map"]]
-    print(f"  map / baseline {spread(ratios, '{:.1f}'.format)}; {nodes} nodes drawn")
+    print(f"  map / baseline (wall) {spread(ratios, '{:.1f}'.format)}; {nodes} nodes drawn")
 
 
 def main() -> None:
