@@ -30,7 +30,9 @@ EVENT_MILESTONES = {
     "Admitted": Milestone.ADMITTED,
     **dict.fromkeys(REQUEUE_REASONS, Milestone.REQUEUED),
 }
-#: A milestone read off the Workload is the same one an Event recorded within this many seconds.
+#: A milestone read off the Workload is the same one an Event of its kind recorded from this many
+#: seconds before it on: the milestone is the latest of its kind, so no later Event tells another
+#: one, and a recorder on a busy machine sends its Event seconds after the status it follows.
 SAME_MOMENT = 2.0
 
 
@@ -145,13 +147,11 @@ def event_entries(events: Sequence[Mapping[str, Any]]) -> tuple[TimelineEntry, .
 
 def timeline(detail: GangDetail, events: Sequence[Mapping[str, Any]]) -> tuple[TimelineEntry, ...]:
     """The gang's milestones and its Events in time order; a milestone an Event already tells
-    (the same kind within `SAME_MOMENT`) is shown once, as the Event says it."""
+    (the same kind, from `SAME_MOMENT` before it on) is shown once, as the Event says it."""
     told = event_entries(events)
     kept = [
         m
         for m in detail.milestones
-        if not any(
-            e.milestone is m.milestone and abs((e.at - m.at).total_seconds()) <= SAME_MOMENT for e in told
-        )
+        if not any(e.milestone is m.milestone and (e.at - m.at).total_seconds() >= -SAME_MOMENT for e in told)
     ]
     return tuple(sorted((*kept, *told), key=lambda e: e.at))

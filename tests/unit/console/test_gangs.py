@@ -140,6 +140,22 @@ def test_timeline_tells_requeues_and_replacements_from_events_each_milestone_onc
     assert replaced.text.endswith("(x2)")
 
 
+def test_a_milestone_whose_event_came_seconds_later_is_told_once() -> None:
+    world = World()
+    standard(world)
+    detail = running_detail(world)
+    # on a busy machine Kueue's recorder sends its Events seconds after the conditions they follow
+    events = [
+        event("QuotaReserved", "Quota reserved in ClusterQueue training", 4),
+        event("Admitted", "Admitted by ClusterQueue training", 5),
+    ]
+    kinds = [e.milestone for e in timeline(detail, events)]
+    assert kinds.count(Milestone.QUOTA_RESERVED) == 1 and kinds.count(Milestone.ADMITTED) == 1
+    # an Event from before the current admission tells an earlier one: both are shown
+    earlier = [event("Admitted", "Admitted by ClusterQueue training", -600)]
+    assert [e.milestone for e in timeline(detail, earlier)].count(Milestone.ADMITTED) == 2
+
+
 def test_an_evicted_gang_shows_when_it_comes_back() -> None:
     world = World()
     standard(world)
