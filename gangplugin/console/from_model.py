@@ -34,15 +34,13 @@ from gangplugin.console.policies import policy_settings
 from gangplugin.console.quota import plan_schedule, queue_usage
 from gangplugin.core.admission import gang_id
 from gangplugin.core.errors import InputError
-from gangplugin.core.gangs import Phase
-from gangplugin.core.states import CheckState
 from gangplugin.core.topology import DEFAULT_LEVELS
 from gangplugin.kube.client import JSON
 from gangplugin.kube.resources import TRAINING_PLANS
 from gangplugin.readmodel import decisions
 from gangplugin.readmodel.model import Config, Follower
 from gangplugin.readmodel.records import NodeRecord, PodRecord, WorkloadRecord
-from gangplugin.readmodel.summaries import Summaries, owner_of
+from gangplugin.readmodel.summaries import GangKind, Summaries, owner_of
 from gangplugin.runtime.components import Runtime
 
 #: Which topics a change of each configuration object may touch (TrainingPlans: see `plans`).
@@ -153,18 +151,19 @@ class ReadModelSource:
         return gangs
 
     def _make_gangs(self) -> tuple[GangSummary, ...]:
-        return tuple(summary_of(g) for g in self.summaries.all())
+        # a row says what explain says without the next pass's decision (each is a pass's work)
+        rows = []
+        for g in self.summaries.all():
+            wl = self.model.workloads.get(f"{g.namespace}/{g.name}") if g.kind is GangKind.WORKLOAD else None
+            rows.append(summary_of(g, decisions.explained(self.model, g, wl, None)))
+        return tuple(rows)
 
     def gang(self, namespace: str, name: str) -> GangDetail | None:
         found = self.summaries.find(namespace, name)
         if found is None:
             return None
         g, wl = found
-        evaluation = None
-        waiting = g.phase is Phase.PENDING and g.check_state is CheckState.PENDING
-        if wl is not None and waiting and not g.dispatched:
-            evaluation = decisions.evaluation(self.model, wl, g.admission_check, time.time())
-        summary = summary_of(g, evaluation)
+        summary = summary_of(g, decisions.explained(self.model, g, wl, time.time()))
         pods = self.model.gang_pods(namespace, g.gang_id)
         return GangDetail(
             summary=summary,

@@ -1,7 +1,7 @@
 """Gangs as the console shows them: a row per gang (its job, queue, size, phase, domain, and what
 `gangctl explain` says about it), and a gang's timeline. Pure: the read model's summary of a
-gang, its Workload, its pods and its Events in, typed values out; the sentences are the core's
-(`core.gangs.explain`)."""
+gang, what is said about it (`readmodel.decisions.explained`, as `gangctl explain` says it), its
+Workload, its pods and its Events in, typed values out."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from typing import Any
 
 from gangplugin.console.model import GangDetail, GangPod, GangSummary, Milestone, TimelineEntry
 from gangplugin.core.errors import InputError
-from gangplugin.core.gangs import Evaluation, explain
 from gangplugin.core.states import CheckState
 from gangplugin.core.timeutil import parse_time
 from gangplugin.kube import kueue_records as rec
 from gangplugin.readmodel import summaries as rm
+from gangplugin.readmodel.decisions import Explained
 from gangplugin.readmodel.records import PodRecord
 from gangplugin.readmodel.summaries import Owner
 
@@ -48,9 +48,8 @@ def job_of(owner: Owner | None) -> str:
     return f"{owner.kind}/{owner.name}" if owner is not None else ""
 
 
-def summary_of(g: rm.GangSummary, evaluation: Evaluation | None = None) -> GangSummary:
-    """A gang as the read model summarizes it, with what `gangctl explain` says about it
-    (`evaluation`: what the next admission pass would decide for it, when asked)."""
+def summary_of(g: rm.GangSummary, said: Explained) -> GangSummary:
+    """A gang as the read model summarizes it, with what `gangctl explain` says about it."""
     return GangSummary(
         namespace=g.namespace,
         name=g.name,
@@ -65,17 +64,7 @@ def summary_of(g: rm.GangSummary, evaluation: Evaluation | None = None) -> GangS
         message=g.message,
         retry_count=g.retry_count,
         created=_time(g.created),
-        explanation=tuple(
-            explain(
-                g.phase,
-                g.pods,
-                queue=g.cluster_queue,
-                domain=g.domain,
-                check_message=g.message,
-                retry_count=g.retry_count,
-                evaluation=evaluation,
-            ).splitlines()
-        ),
+        explanation=tuple(said.text.splitlines()),
     )
 
 

@@ -11,7 +11,9 @@ from gangplugin.console.gangs import timeline
 from gangplugin.console.model import GangDetail, Milestone
 from gangplugin.core.gangs import Phase, Pods, explain
 from gangplugin.kube.client import PODS, WORKLOADS
+from gangplugin.kube.resources import ADMISSION_CHECKS
 from tests.unit.api.cluster import cond, owned, pod, workload
+from tests.unit.api.test_dispatch_explain import RECORD, dispatched
 from tests.unit.console.world import World, standard
 
 US = "topology.k8s.aws/ultraserver-id"
@@ -65,6 +67,23 @@ def test_a_gang_not_yet_seen_by_the_check_is_found_through_its_queue() -> None:
     world.put(WORKLOADS, workload("fresh", 2, check=None))  # LocalQueue training -> ClusterQueue training
     (row,) = world.source.gangs()
     assert (row.name, row.phase, row.cluster_queue) == ("fresh", Phase.QUEUED, "training")
+
+
+def test_a_dispatched_gang_says_what_gangctl_explain_says_its_worker_and_the_dispatcher() -> None:
+    """On a MultiKueue manager: the row and the gang page name the worker and the dispatcher's
+    verdict, the sentences the gRPC API's explain prints (one function makes both)."""
+    world = World()  # a manager: no gang check, no nodes
+    world.put(
+        ADMISSION_CHECKS,
+        {"metadata": {"name": "multikueue"}, "spec": {"controllerName": "kueue.x-k8s.io/multikueue"}},
+    )
+    world.put(WORKLOADS, dispatched("g", record=RECORD, nominatedClusterNames=["b"]))
+    (row,) = world.source.gangs()
+    expected = explain(row.phase, row.pods, worker="b", dispatch=RECORD.summary)
+    assert "\n".join(row.explanation) == expected
+    assert row.explanation[0] == "Nominated to worker cluster b: its Kueue and gang check decide now."
+    detail = world.source.gang("team-a", "g")
+    assert detail is not None and detail.summary.explanation == row.explanation
 
 
 def _at(seconds: int) -> str:
