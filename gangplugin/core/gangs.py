@@ -114,7 +114,7 @@ def explain(
     retried = f"Retried {retry_count} time{'s' if retry_count != 1 else ''} so far." if retry_count else ""
     if dispatch is not None:
         return "\n".join(s for s in (*_dispatched(phase, worker, dispatch, check_message), retried) if s)
-    out = [_headline(phase, pods, queue, domain, evaluation)]
+    out = [_headline(phase, pods, queue, domain, evaluation, check_message)]
     if check_message:
         out.append(f"Gang check: {check_message}")
     if retried:
@@ -150,13 +150,18 @@ _SAID_DISPATCHED = {
 
 
 def _headline(
-    phase: Phase, pods: Pods, queue: str, domain: tuple[str, str] | None, evaluation: Evaluation | None
+    phase: Phase,
+    pods: Pods,
+    queue: str,
+    domain: tuple[str, str] | None,
+    evaluation: Evaluation | None,
+    check_message: str,
 ) -> str:
-    """The first sentence: where the gang stands."""
+    """The first sentence: where the gang stands (a check message says why quota is held)."""
     where = f" in {domain[0]}={domain[1]}" if domain else ""
     if phase is Phase.QUEUED:
         return f"Waiting for quota in ClusterQueue {queue or '(unknown)'}: Kueue has not reserved it yet."
-    if phase is Phase.PENDING and evaluation is None:
+    if phase is Phase.PENDING and evaluation is None and not check_message:
         return f"Waiting for all {pods.total} pods to get nodes ({pods.bound} have one)."
     if phase is Phase.PENDING:
         return "Quota is reserved; the gang check holds it until the whole gang fits."

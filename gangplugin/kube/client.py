@@ -84,10 +84,13 @@ class Client:
         credentials: Credentials | None = None,
         *,
         transport: httpx.BaseTransport | None = None,
+        server_trust: ssl.SSLContext | None = None,
     ) -> None:
         self.server = server.rstrip("/")
         self.ssl_context = ssl_context  # for async clients of the same server
         self.credentials = credentials or Credentials()
+        self._server_trust = server_trust
+        self._transport = transport
         self._http = httpx.Client(
             base_url=self.server,
             verify=ssl_context,
@@ -99,7 +102,15 @@ class Client:
 
     @classmethod
     def from_config(cls, config: ClusterConfig) -> Client:
-        return cls(config.server, config.ssl_context, config.credentials)
+        return cls(config.server, config.ssl_context, config.credentials, server_trust=config.server_trust)
+
+    def as_user(self, token: str) -> Client:
+        """A client of the same API server that acts as whoever `token` is: the API server
+        authenticates and authorizes each of its requests (and its admission webhooks see that
+        user). It trusts the server as this one does and never presents this one's client
+        certificate, which the API server would take for the caller. Close it after use."""
+        trust = self._server_trust if self._server_trust is not None else self.ssl_context
+        return Client(self.server, trust, Credentials(token=token), transport=self._transport)
 
     @classmethod
     def from_kubeconfig(cls, path: str | os.PathLike[str] | None = None) -> Client:

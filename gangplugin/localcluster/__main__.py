@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from gangplugin.kube.client import JOBS, PODS, WORKLOADS, Client
-from gangplugin.localcluster.cluster import REPO, ClusterError, LocalCluster
+from gangplugin.localcluster.cluster import GANGPLUGIN_NAMESPACE, REPO, ClusterError, LocalCluster, cache_dir
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -30,6 +30,20 @@ def up(sample: bool) -> None:
     click.echo(
         f"\nkubectl and gangctl work against the cluster with:\n  export KUBECONFIG={cluster.kubeconfig}\n"
         "  gangctl get gangs -A"
+    )
+    if "console" in cluster.spec.gangplugin_components:
+        click.echo(console_note(cluster))
+
+
+def console_note(cluster: LocalCluster) -> str:
+    """Where the web console is and how to sign in to it."""
+    kubectl = cache_dir() / "bin" / "kubectl"
+    return (
+        f"\nThe console: https://127.0.0.1:{cluster.ports.gangplugin_console()}/\n"
+        f"  its certificate is signed by the cluster's CA ({cluster.pki_dir / 'ca.crt'}): trust it, or\n"
+        "  accept the browser's warning; sign in with a token of the local admin ServiceAccount:\n"
+        f"  {kubectl} --kubeconfig {cluster.kubeconfig} -n {GANGPLUGIN_NAMESPACE} "
+        "create token console-admin --duration=24h"
     )
 
 

@@ -137,10 +137,12 @@ class LocalCluster:
 
     @staticmethod
     def _gangplugin_components() -> tuple[str, ...]:
-        """What `gangplugin serve` runs: GANGPLUGIN_COMPONENTS, else what it runs by default."""
+        """What `gangplugin serve` runs: GANGPLUGIN_COMPONENTS, else what it runs by default and
+        the web console (off by default in a cluster; on here, for the developer at the desk)."""
         from gangplugin.server.main import DEFAULT_COMPONENTS
 
-        return tuple(_names(os.environ.get("GANGPLUGIN_COMPONENTS", ",".join(DEFAULT_COMPONENTS))))
+        default = ",".join((*DEFAULT_COMPONENTS, "console"))
+        return tuple(_names(os.environ.get("GANGPLUGIN_COMPONENTS", default)))
 
     # ---- where things are ----------------------------------------------------------------
 

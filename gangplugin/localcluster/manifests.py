@@ -165,6 +165,9 @@ _KINDS: dict[tuple[str, str], Resource] = {
     ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicyBinding"): Resource(
         "admissionregistration.k8s.io/v1", "mutatingadmissionpolicybindings", namespaced=False
     ),
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): Resource(
+        "rbac.authorization.k8s.io/v1", "clusterrolebindings", namespaced=False
+    ),
     ("gangplugin.io/v1alpha1", "GangPolicy"): Resource(
         "gangplugin.io/v1alpha1", "gangpolicies", namespaced=False
     ),

@@ -1,16 +1,21 @@
 """What the gate (`core.gate`) decides a waiting gang on, read from the read model: its facts
 as plain values (errors included) and the preemption state of a pass. The admission pass and
-`gangctl explain` both read them here, so explain says what the next pass decides.
+`gangctl explain` both read them here, so explain says what the next pass decides; and what
+`gangctl explain` and the console say about any gang (`explained`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from gangplugin.core import gangs
 from gangplugin.core.admission import promised_pods
+from gangplugin.core.dispatch import DispatchRecord
 from gangplugin.core.drain import DrainDecision
 from gangplugin.core.errors import InputError
+from gangplugin.core.gangs import Evaluation, Phase
 from gangplugin.core.gate import Backoff, GangFacts, GateVerdict, PreemptionState, gate
 from gangplugin.core.names import BACKOFF_UNTIL_ANNOTATION
 from gangplugin.core.placement import Gang
@@ -22,6 +27,7 @@ from gangplugin.core.topology import Snapshot
 from gangplugin.kube import kueue_records as rec
 from gangplugin.kube.client import JSON
 from gangplugin.readmodel.model import Queue, ReadModel
+from gangplugin.readmodel.summaries import GangSummary, dispatch_of
 
 
 def backoff(wl: JSON) -> Backoff | None:
@@ -166,3 +172,52 @@ def explain(model: ReadModel, wl: JSON, check: str, now: float) -> GateVerdict |
 
     facts = gang_facts(model, wl, ours[check], snapshot, queue.order.unready, now)
     return gate(facts, preemption_state(model, queue, now))
+
+
+def evaluation(model: ReadModel, wl: JSON, check: str, now: float) -> Evaluation | None:
+    """`explain` as a person is told it (`gangctl explain`'s "Now:" line, the console's gang
+    page): whether the waiting gang fits now, where, or why not (None: not our check)."""
+    verdict = explain(model, wl, check, now)
+    if verdict is None:
+        return None
+    if verdict.blocked_by is not None:
+        blocker = verdict.blocked_by
+        return Evaluation(False, f"waiting for gang {blocker} to be Ready", blocked_by=blocker)
+    placement = verdict.decision.placement if verdict.decision is not None else None
+    if placement is None or verdict.preemption is not None:  # the message says whom it preempts
+        return Evaluation(False, verdict.message)
+    return Evaluation(placement.feasible, placement.reason, placement.level, tuple(placement.domains))
+
+
+@dataclass(frozen=True, slots=True)
+class Explained:
+    """What is said about a gang: `text`, the sentences of `core.gangs.explain`, and what they
+    rest on. `evaluation`: for a gang waiting on our check, what the next pass would decide;
+    `dispatch`, `worker`: on a MultiKueue manager, a dispatched gang's record and its worker."""
+
+    text: str
+    evaluation: Evaluation | None = None
+    dispatch: DispatchRecord | None = None
+    worker: str = ""
+
+
+def explained(model: ReadModel, gang: GangSummary, wl: JSON | None, now: float | None) -> Explained:
+    """What `gangctl explain` says about a gang (`wl`: its Workload, None for a pod gang). `now`
+    None: without the next pass's decision (a list of gangs; each decision is a pass's work)."""
+    evaluated = None
+    waiting = gang.phase is Phase.PENDING and gang.check_state is CheckState.PENDING
+    if wl is not None and now is not None and waiting and not gang.dispatched:
+        evaluated = evaluation(model, wl, gang.admission_check, now)
+    record, worker = dispatch_of(wl) if gang.dispatched and wl is not None else (None, "")
+    text = gangs.explain(
+        gang.phase,
+        gang.pods,
+        queue=gang.cluster_queue,
+        domain=gang.domain,
+        check_message=gang.message,
+        retry_count=gang.retry_count,
+        evaluation=evaluated,
+        worker=worker,
+        dispatch=None if record is None else record.summary,
+    )
+    return Explained(text, evaluated, record, worker)

@@ -80,7 +80,8 @@ class PodRecord:
     """A pod as the gang check reads it. `gang`: its gangplugin.io/gang label; `pod_group`: the
     Kueue pod group it belongs to (`role`: its podset there); `placement`: its annotations under
     our prefix and Kueue's podset prefix (a pod group's topology is read from its pods);
-    `bound`: the capacity it holds (None: not bound, or finished)."""
+    `bound`: the capacity it holds (None: not bound, or finished); `scheduled_at`: when it got its
+    node (the console's timeline of a gang)."""
 
     namespace: str
     name: str
@@ -97,6 +98,7 @@ class PodRecord:
     role: str | None
     placement: tuple[tuple[str, str], ...]
     bound: BoundPod | None
+    scheduled_at: float | None = None  # when it got its node (PodScheduled True; None: not yet)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -116,6 +118,16 @@ class PodRecord:
 def _size(raw: object) -> int | None:
     text = str(raw or "").strip()
     return int(text) if text.isdigit() else None
+
+
+def _scheduled_at(obj: JSON) -> float | None:
+    c = rec.conditions(obj).get("PodScheduled") or {}
+    if c.get("status") != "True" or not c.get("lastTransitionTime"):
+        return None
+    try:
+        return rec.epoch(c["lastTransitionTime"], "status.conditions[PodScheduled].lastTransitionTime")
+    except InputError:
+        return None
 
 
 def pod_record(obj: JSON) -> PodRecord:
@@ -152,6 +164,7 @@ def pod_record(obj: JSON) -> PodRecord:
             )
         ),
         bound=bound,
+        scheduled_at=_scheduled_at(obj),
     )
 
 

@@ -138,6 +138,12 @@ OPTIONS: list[Option] = [
         "Admission webhook's address.",
         "Webhook serving certificate (PEM); the API server needs it.",
     ),
+    *_listener(
+        "console",
+        "0.0.0.0:8444",
+        "Where the web console listens (HTTPS).",
+        "The console's serving certificate (PEM); required.",
+    ),
     _shown(
         "--multikueue-namespace",
         "kueue-system",

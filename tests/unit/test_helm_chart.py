@@ -278,3 +278,22 @@ def test_a_single_replica_gets_no_pdb_that_would_block_every_drain() -> None:
     assert pdbs(*scheduler) == {"gangplugin", "gangplugin-scheduler"}
     assert pdbs(*scheduler, "--set", "replicas=1") == {"gangplugin-scheduler"}
     assert pdbs(*scheduler, "--set", "scheduler.replicas=1") == {"gangplugin"}
+
+
+def test_the_console_runs_serves_components_and_console_behind_its_service() -> None:
+    from gangplugin.server.main import DEFAULT_COMPONENTS
+
+    objs = objects("--set", "console.enabled=true")
+    (container,) = find(objs, "Deployment", "gangplugin")["spec"]["template"]["spec"]["containers"]
+    assert f"--components={','.join((*DEFAULT_COMPONENTS, 'console'))}" in container["args"]
+    assert {"name": "console", "containerPort": 8444, "protocol": "TCP"} in container["ports"]
+    service = find(objs, "Service", "gangplugin-console")
+    assert service["spec"]["ports"][0]["targetPort"] == "console"
+    find(objs, "ClusterRole", "gangplugin-console-viewer")
+    manager = objects("--set", "console.enabled=true", "--set", "multikueue.manager=true")
+    (container,) = find(manager, "Deployment", "gangplugin")["spec"]["template"]["spec"]["containers"]
+    assert "--components=multikueue,api,webhook,console" in container["args"]
+    off = objects()
+    assert not [o for o in off if "console" in o["metadata"]["name"]]
+    (container,) = find(off, "Deployment", "gangplugin")["spec"]["template"]["spec"]["containers"]
+    assert not [a for a in container["args"] if a.startswith(("--components", "--console"))]

@@ -24,6 +24,9 @@ GANGPLUGIN_NAMESPACE = "gangplugin-system"
 # Its own name: the e2e manifests test dry-runs the base's objects beside it.
 WEBHOOK_CONFIGURATION = "gangplugin-local"
 LOCAL_QUEUES = REPO / "deploy" / "local" / "queues.yaml"
+# The web console's local user (a ServiceAccount bound to cluster-admin): `make up` says how to
+# get a token of it.
+CONSOLE_ADMIN = REPO / "deploy" / "local" / "console-admin.yaml"
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,11 @@ class Gangplugin(Component):
             "gangplugin webhook": webhook,
             "gangplugin grpc": grpc,
             **({"gangplugin grpc mtls": p.gangplugin_grpc_mtls} if self.replica == 1 else {}),
+            **(
+                {"gangplugin console": p.gangplugin_console(self.replica)}
+                if "console" in spec.gangplugin_components
+                else {}
+            ),
         }
 
     def install(self, spec: ClusterSpec, client: Client) -> None:
@@ -109,6 +117,11 @@ class Gangplugin(Component):
                 f"--extender-client-ca={spec.extender_clients_dir / 'ca.crt'}",
                 f"--webhook-bind=127.0.0.1:{webhook}",
                 *tls("webhook"),
+                *(
+                    (f"--console-bind=127.0.0.1:{p.gangplugin_console(replica)}", *tls("console"))
+                    if "console" in spec.gangplugin_components
+                    else ()
+                ),
                 *spec.gangplugin_args,
                 *self.args,
             ),
@@ -119,11 +132,14 @@ class Gangplugin(Component):
 
     def started(self, spec: ClusterSpec, client: Client, log: Callable[[str], None]) -> None:
         """The local queues (they need Kueue's webhooks; only where the gang check runs: a
-        MultiKueue manager has queues of its own), then deploy/manifests/base's webhook
-        configurations (validating and mutating), pointed at replica 1 with the cluster CA:
-        registered once gangplugin serves them, and only when its webhook component runs."""
+        MultiKueue manager has queues of its own), the console's local user, then
+        deploy/manifests/base's webhook configurations (validating and mutating), pointed at
+        replica 1 with the cluster CA: registered once gangplugin serves them, and only when its
+        webhook component runs."""
         if "admission" in spec.gangplugin_components:
             manifests.apply_file(client, LOCAL_QUEUES)
+        if "console" in spec.gangplugin_components and self.replica == 1:
+            manifests.apply_file(client, CONSOLE_ADMIN)
         if "webhook" not in spec.gangplugin_components:
             return
         docs = yaml.safe_load_all((REPO / "deploy" / "manifests" / "base" / "webhook.yaml").read_text())
