@@ -23,8 +23,8 @@ from gangplugin.kube.client import EVENTS, JOBS, NODES, PODS, WORKLOADS, ApiErro
 from gangplugin.kube.resources import GANG_POLICIES, TOPOLOGIES
 from gangplugin.localcluster.cluster import REPO
 from gangplugin.localcluster.nodes import NOT_READY_LABEL
-from tests.e2e.conftest import E2ECluster, e2e_local_cluster
-from tests.e2e.kube import (
+from tests.support.cluster import E2ECluster, e2e_local_cluster
+from tests.support.kube import (
     condition,
     gpu_job,
     is_true,
@@ -34,7 +34,7 @@ from tests.e2e.kube import (
     wait_for,
     workload_of,
 )
-from tests.e2e.scrape import wait_decided
+from tests.support.scrape import wait_decided
 
 US = "topology.k8s.aws/ultraserver-id"
 HOSTNAME = "kubernetes.io/hostname"

@@ -14,7 +14,6 @@ import time
 from typing import Any
 
 from gangplugin.localcluster.cluster import LocalCluster
-from tests.e2e.conftest import E2ECluster
 from tests.e2e.test_admission import (
     check_of,
     node_us,
@@ -23,6 +22,7 @@ from tests.e2e.test_admission import (
     workload,
 )
 from tests.e2e.test_serve import _local
+from tests.support.cluster import E2ECluster
 
 
 def test_admission_and_binding_carry_on_after_kube_apiserver_restarts(

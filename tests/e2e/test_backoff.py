@@ -13,9 +13,9 @@ import pytest
 from gangplugin.core.names import BACKOFF_UNTIL_ANNOTATION
 from gangplugin.kube.client import JOBS
 from gangplugin.kube.resources import GANG_POLICIES
-from tests.e2e.conftest import E2ECluster, e2e_local_cluster
-from tests.e2e.kube import condition, is_true, job_pods, wait_until, workload_of
 from tests.e2e.test_admission import NEVER_READY, _epoch, check_of, running_gang, submit, workload
+from tests.support.cluster import E2ECluster, e2e_local_cluster
+from tests.support.kube import condition, is_true, job_pods, wait_until, workload_of
 
 # The first gang's backoff. It only has to outlast the second gang's admission (a few seconds),
 # which the test shows by the order of the two Workloads' own timestamps.

@@ -19,8 +19,6 @@ from gangplugin.core.names import BIND_MODE_LABEL, PLACEMENT_GATE, REQUIRED_TOPO
 from gangplugin.core.policy import PINNED_BIND_MODES
 from gangplugin.kube.client import EVENTS, JOBS, NAMESPACES, PODS, WORKLOADS, Client, Resource
 from gangplugin.server.main import DEFAULT_COMPONENTS
-from tests.e2e.conftest import E2ECluster, e2e_local_cluster
-from tests.e2e.kube import GB200, condition, gpu_job, job_pods, trainer_pod_spec, unique, wait_for, wait_until
 from tests.e2e.test_admission import (
     HOSTNAME,
     US,
@@ -34,6 +32,17 @@ from tests.e2e.test_admission import (
     submit,
     submit_one_per_zone,
     workload,
+)
+from tests.support.cluster import E2ECluster, e2e_local_cluster
+from tests.support.kube import (
+    GB200,
+    condition,
+    gpu_job,
+    job_pods,
+    trainer_pod_spec,
+    unique,
+    wait_for,
+    wait_until,
 )
 
 MODES = ["Ungate", "Extender"]

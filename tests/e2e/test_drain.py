@@ -19,9 +19,9 @@ from gangplugin.core.names import BLOCK_END_ANNOTATION, MAX_RUNTIME_ANNOTATION, 
 from gangplugin.core.timeutil import format_time, parse_time
 from gangplugin.kube.client import EVENTS, JOBS, ApiError, Client
 from gangplugin.kube.resources import ADMISSION_CHECKS, TRAINING_PLANS
-from tests.e2e.conftest import E2ECluster
-from tests.e2e.kube import gpu_job, is_true, job_pods, queue_objects, unique, wait_for, workload_of
 from tests.e2e.test_plans import flavor_quota, plan_manifest
+from tests.support.cluster import E2ECluster
+from tests.support.kube import gpu_job, is_true, job_pods, queue_objects, unique, wait_for, workload_of
 
 P5 = "ml.p5.48xlarge"
 

@@ -10,9 +10,9 @@ from typing import Any
 
 from gangplugin.core.names import GANG_LABEL, GANG_SIZE_ANNOTATION, REQUIRED_TOPOLOGY_ANNOTATION
 from gangplugin.kube.client import EVENTS, NODES, PODS, Client
-from tests.e2e.conftest import E2ECluster, e2e_local_cluster
-from tests.e2e.kube import unique, wait_for, wait_until
-from tests.e2e.scrape import barrier_waiting
+from tests.support.cluster import E2ECluster, e2e_local_cluster
+from tests.support.kube import unique, wait_for, wait_until
+from tests.support.scrape import barrier_waiting
 
 US_LABEL = "topology.k8s.aws/ultraserver-id"
 

@@ -16,9 +16,9 @@ from typing import Any
 import yaml
 
 from gangplugin.kube.client import JOBS, Resource
-from tests.e2e import grpcauth
-from tests.e2e.conftest import E2ECluster
-from tests.e2e.kube import gpu_job, unique, wait_for, workload_of
+from tests.support import grpcauth
+from tests.support.cluster import E2ECluster
+from tests.support.kube import gpu_job, unique, wait_for, workload_of
 
 GANGCTL = str(Path(sys.executable).parent / "gangctl")
 US = "topology.k8s.aws/ultraserver-id"

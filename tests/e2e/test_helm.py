@@ -30,11 +30,11 @@ import yaml
 from gangplugin.core.names import GANG_LABEL
 from gangplugin.kube.client import EVENTS, JOBS, NODES, PODS, Client, Resource
 from gangplugin.localcluster.cluster import REPO, LocalCluster, cache_dir
-from tests.e2e import base_install, containers
-from tests.e2e.base_install import LEASES, NAMESPACE, refused
-from tests.e2e.conftest import E2ECluster
-from tests.e2e.grpcauth import service_account_token
-from tests.e2e.kube import gang_queues, gpu_job, is_true, job_pods, unique, wait_for, workload_of
+from tests.support import base_install, containers
+from tests.support.base_install import LEASES, NAMESPACE, refused
+from tests.support.cluster import E2ECluster
+from tests.support.grpcauth import service_account_token
+from tests.support.kube import gang_queues, gpu_job, is_true, job_pods, unique, wait_for, workload_of
 
 CHART = REPO / "deploy" / "helm" / "gangplugin"
 US = "topology.k8s.aws/ultraserver-id"

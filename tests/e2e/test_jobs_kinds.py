@@ -32,9 +32,6 @@ from gangplugin.core.names import (
 )
 from gangplugin.kube.client import JOBS, PODS, WORKLOADS, ApiError, Client, Resource
 from gangplugin.kube.resources import ADMISSION_CHECKS, GANG_POLICIES, RESOURCE_FLAVORS
-from tests.e2e.conftest import E2ECluster
-from tests.e2e.jobkinds import KINDS, PRIORITY_LABEL, Kind, gang_pods, running, sample
-from tests.e2e.kube import CLUSTER_QUEUES, GB200, gpu_job, is_true, unique, wait_for, wait_until
 from tests.e2e.test_admission import (
     HOSTNAME,
     US,
@@ -48,6 +45,9 @@ from tests.e2e.test_admission import (
     workload,
 )
 from tests.e2e.test_bind_modes import MODES
+from tests.support.cluster import E2ECluster
+from tests.support.jobkinds import KINDS, PRIORITY_LABEL, Kind, gang_pods, running, sample
+from tests.support.kube import CLUSTER_QUEUES, GB200, gpu_job, is_true, unique, wait_for, wait_until
 
 LOCAL_QUEUES = Resource("kueue.x-k8s.io/v1beta2", "localqueues")
 PRIORITY_CLASSES = Resource("kueue.x-k8s.io/v1beta2", "workloadpriorityclasses", namespaced=False)

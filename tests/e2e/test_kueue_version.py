@@ -12,9 +12,18 @@ import pytest
 
 from gangplugin.kube.client import JOBS, WORKLOADS, Client, Resource
 from gangplugin.kube.resources import ADMISSION_CHECKS
-from tests.e2e.conftest import E2ECluster, e2e_kueue_version, e2e_local_cluster
-from tests.e2e.kube import GB200, condition, gpu_job, is_true, queue_objects, unique, wait_for, workload_of
 from tests.e2e.test_admission import _epoch
+from tests.support.cluster import E2ECluster, e2e_kueue_version, e2e_local_cluster
+from tests.support.kube import (
+    GB200,
+    condition,
+    gpu_job,
+    is_true,
+    queue_objects,
+    unique,
+    wait_for,
+    workload_of,
+)
 
 
 @pytest.mark.compat

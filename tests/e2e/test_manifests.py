@@ -26,10 +26,10 @@ import yaml
 from gangplugin.core.names import PLAN_QUOTA_ANNOTATION
 from gangplugin.kube.client import ApiError, Client, Resource
 from gangplugin.kube.resources import TRAINING_PLANS
-from tests.e2e import base_install
-from tests.e2e.base_install import NAMESPACE, docs, refused, run_gang, run_kubectl, start, stop
-from tests.e2e.conftest import E2ECluster
-from tests.e2e.kube import CLUSTER_QUEUES, gang_queues, queue_objects, unique, wait_for
+from tests.support import base_install
+from tests.support.base_install import NAMESPACE, docs, refused, run_gang, run_kubectl, start, stop
+from tests.support.cluster import E2ECluster
+from tests.support.kube import CLUSTER_QUEUES, gang_queues, queue_objects, unique, wait_for
 from tests.unit.test_manifests import BASE, CERT_MANAGER, kustomize, render, render_text
 
 

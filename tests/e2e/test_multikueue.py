@@ -5,7 +5,7 @@ check), each a local cluster of its own, 1,000 ports apart above the session's b
 (`gangplugin/localcluster/multikueue.py`). Jobs are submitted to the manager.
 
 What is asserted is what the workers' API servers showed, watched from the start
-(`tests/e2e/multikueue.py`): a gang is admitted in one worker at most, its pods bound in one at
+(`tests/support/multikueue.py`): a gang is admitted in one worker at most, its pods bound in one at
 most, and a worker that gangplugin's dispatcher did not nominate never gets a copy of the gang
 (so no quota is ever reserved there).
 """
@@ -30,10 +30,10 @@ from gangplugin.kube.client import JOBS, NODES, WORKLOADS, Client
 from gangplugin.kube.resources import MULTIKUEUE_CLUSTERS
 from gangplugin.localcluster.cluster import REPO, ClusterError
 from gangplugin.localcluster.multikueue import MultiKueueClusters
-from tests.e2e.conftest import e2e_port_base
-from tests.e2e.kube import gpu_job, is_true, job_pods, unique, wait_for, wait_until, workload_of
-from tests.e2e.multikueue import Monitor
 from tests.e2e.test_admission import _fail_node, _heal_node
+from tests.support.cluster import e2e_port_base
+from tests.support.kube import gpu_job, is_true, job_pods, unique, wait_for, wait_until, workload_of
+from tests.support.multikueue import Monitor
 
 US = "topology.k8s.aws/ultraserver-id"
 NS = "team-a"

@@ -15,8 +15,6 @@ from typing import Any
 import pytest
 
 from gangplugin.kube.client import JOBS, NODES, Client
-from tests.e2e.conftest import E2ECluster
-from tests.e2e.kube import gpu_job, is_true, job_pods, unique, wait_for
 from tests.e2e.test_admission import (
     US,
     _fail_node,
@@ -29,6 +27,8 @@ from tests.e2e.test_admission import (
     running_gang,
     workload,
 )
+from tests.support.cluster import E2ECluster
+from tests.support.kube import gpu_job, is_true, job_pods, unique, wait_for
 
 LAYER2 = "topology.k8s.aws/network-node-layer-2"
 INDEX = "batch.kubernetes.io/job-completion-index"

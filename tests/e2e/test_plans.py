@@ -17,8 +17,8 @@ from gangplugin.core.resources import canonical
 from gangplugin.core.timeutil import format_time, parse_time
 from gangplugin.kube.client import CLUSTER_QUEUES, EVENTS, JOBS, ApiError, Client
 from gangplugin.kube.resources import TRAINING_PLANS
-from tests.e2e.conftest import E2ECluster
-from tests.e2e.kube import condition, gpu_job, is_true, queue_objects, unique, wait_for, workload_of
+from tests.support.cluster import E2ECluster
+from tests.support.kube import condition, gpu_job, is_true, queue_objects, unique, wait_for, workload_of
 
 
 def plan_manifest(name: str, cq: str, start: datetime, end: datetime, **spec: Any) -> dict[str, Any]:

@@ -12,9 +12,9 @@ import pytest
 from gangplugin.api.proto import plans_pb2, plans_pb2_grpc
 from gangplugin.core.timeutil import format_time
 from gangplugin.kube.resources import TRAINING_PLANS
-from tests.e2e import grpcauth
-from tests.e2e.conftest import E2ECluster
-from tests.e2e.kube import unique
+from tests.support import grpcauth
+from tests.support.cluster import E2ECluster
+from tests.support.kube import unique
 
 
 @pytest.fixture

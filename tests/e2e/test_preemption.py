@@ -21,10 +21,10 @@ import pytest
 from gangplugin.core.names import PREEMPTION_ANNOTATION
 from gangplugin.kube.client import JOBS, PODS, WORKLOADS, ApiError, Client, Resource
 from gangplugin.kube.resources import ADMISSION_CHECKS, GANG_POLICIES, RESOURCE_FLAVORS
-from tests.e2e.conftest import E2ECluster, e2e_local_cluster
-from tests.e2e.kube import GB200, gpu_job, is_true, job_pods, unique, wait_for, workload_of
-from tests.e2e.scrape import wait_decided
 from tests.e2e.test_admission import US, check_of, events_of, running_gang, workload
+from tests.support.cluster import E2ECluster, e2e_local_cluster
+from tests.support.kube import GB200, gpu_job, is_true, job_pods, unique, wait_for, workload_of
+from tests.support.scrape import wait_decided
 
 PRIORITY_CLASSES = Resource("kueue.x-k8s.io/v1beta2", "workloadpriorityclasses", namespaced=False)
 CLUSTER_QUEUES = Resource("kueue.x-k8s.io/v1beta2", "clusterqueues", namespaced=False)

@@ -9,8 +9,8 @@ import pytest
 
 from gangplugin.kube.client import JOBS, NODES, PODS, WORKLOADS, Client, Resource
 from gangplugin.localcluster.cluster import versions as _versions
-from tests.e2e.conftest import E2ECluster
-from tests.e2e.kube import (
+from tests.support.cluster import E2ECluster
+from tests.support.kube import (
     condition,
     gpu_job,
     is_true,

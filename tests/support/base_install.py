@@ -21,9 +21,9 @@ import yaml
 from gangplugin.core.names import GANG_LABEL
 from gangplugin.kube.client import EVENTS, JOBS, NODES, ApiError, Client, Resource
 from gangplugin.localcluster.cluster import LocalCluster, cache_dir
-from tests.e2e.conftest import E2ECluster, e2e_local_cluster
-from tests.e2e.grpcauth import service_account_token
-from tests.e2e.kube import gpu_job, is_true, job_pods, unique, wait_for, workload_of
+from tests.support.cluster import E2ECluster, e2e_local_cluster
+from tests.support.grpcauth import service_account_token
+from tests.support.kube import gpu_job, is_true, job_pods, unique, wait_for, workload_of
 from tests.unit.test_manifests import kubectl, render
 
 NAMESPACE = "gangplugin-system"

@@ -16,7 +16,7 @@ from gangplugin.core.admission import gang_id
 from gangplugin.core.names import GANG_LABEL
 from gangplugin.kube.client import PODS, Client, Resource
 from gangplugin.localcluster.cluster import REPO
-from tests.e2e.kube import is_true, wait_until, workload_of
+from tests.support.kube import is_true, wait_until, workload_of
 
 SAMPLES = REPO / "deploy" / "samples"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
