@@ -12,18 +12,31 @@ from __future__ import annotations
 
 import itertools
 import time
-from datetime import datetime
 from typing import Any
 
 import pytest
 import yaml
 
 from gangplugin.core.names import BIND_MODE_LABEL, GANG_LABEL, GANG_SIZE_ANNOTATION
-from gangplugin.kube.client import EVENTS, JOBS, NODES, PODS, WORKLOADS, ApiError, Client, Resource
+from gangplugin.kube.client import EVENTS, JOBS, NODES, PODS, ApiError, Client, Resource
 from gangplugin.kube.resources import GANG_POLICIES, TOPOLOGIES
 from gangplugin.localcluster.cluster import REPO
 from gangplugin.localcluster.nodes import NOT_READY_LABEL
 from tests.support.cluster import E2ECluster, e2e_local_cluster
+from tests.support.gangs import (
+    HOSTNAME,
+    NEVER_READY,
+    US,
+    check_of,
+    epoch,
+    events_of,
+    node_us,
+    requeued,
+    retries,
+    running_gang,
+    submit,
+    workload,
+)
 from tests.support.kube import (
     condition,
     gpu_job,
@@ -35,75 +48,6 @@ from tests.support.kube import (
     workload_of,
 )
 from tests.support.scrape import wait_decided
-
-US = "topology.k8s.aws/ultraserver-id"
-HOSTNAME = "kubernetes.io/hostname"
-NEVER_READY = "e2e.gangplugin.io/never-ready"
-
-
-def submit(
-    client: Client,
-    namespace: str,
-    queue: str,
-    pods: int,
-    *,
-    labels: dict[str, str] | None = None,
-    name: str | None = None,
-    affinity: dict[str, Any] | None = None,
-) -> str:
-    name = name or unique("job")
-    job = gpu_job(
-        name,
-        namespace,
-        queue,
-        pods,
-        4,
-        metadata={"annotations": {"gangplugin.io/required-topology": US}, "labels": labels or {}},
-    )
-    if affinity is not None:
-        job["spec"]["template"]["spec"]["affinity"] = affinity
-    client.create(JOBS, job)
-    return name
-
-
-def submit_one_per_zone(client: Client, namespace: str, queue: str, pods: int) -> str:
-    """A Job whose pods must each be in another zone, required in one UltraServer (one zone):
-    placement does not model inter-pod anti-affinity, so it is admitted, yet only one of its
-    pods can be bound."""
-    name = unique("job")
-    apart = {"labelSelector": {"matchLabels": {"app": name}}, "topologyKey": "topology.kubernetes.io/zone"}
-    affinity = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [apart]}}
-    return submit(client, namespace, queue, pods, labels={"app": name}, name=name, affinity=affinity)
-
-
-def check_of(wl: dict[str, Any]) -> dict[str, Any]:
-    return next(iter(wl.get("status", {}).get("admissionChecks") or []), {})
-
-
-def workload(client: Client, namespace: str, job: str, timeout: float = 60) -> dict[str, Any]:
-    return wait_for(lambda: workload_of(client, namespace, job), timeout, f"the Workload of {job}")
-
-
-def _epoch(ts: str) -> float:
-    return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
-
-
-def events_of(client: Client, namespace: str, name: str) -> list[dict[str, Any]]:
-    items = client.list(EVENTS, namespace, field_selector=f"involvedObject.name={name}")["items"]
-    return [e for e in items if e.get("source", {}).get("component") == "gangplugin-admission"]
-
-
-def node_us(client: Client) -> dict[str, str]:
-    return {n["metadata"]["name"]: n["metadata"]["labels"].get(US, "") for n in client.list(NODES)["items"]}
-
-
-def running_gang(client: Client, namespace: str, job: str, pods: int) -> list[dict[str, Any]]:
-    def ready() -> list[dict[str, Any]] | None:
-        items = [p for p in job_pods(client, namespace, job) if not p["metadata"].get("deletionTimestamp")]
-        ok = len(items) == pods and all(is_true(p, "Ready") for p in items)
-        return items if ok else None
-
-    return wait_for(ready, 120, f"{pods} Ready pods of {job}")
 
 
 @pytest.mark.compat
@@ -189,63 +133,13 @@ def test_gang_too_big_for_any_ultraserver_waits_with_a_clear_message(
     assert not is_true(wl, "Admitted") and not job_pods(client, namespace, job)
 
 
-def requeued(check: dict[str, Any]) -> bool:
-    """Whether a check entry is the watchdog sending its gang back whole: a Retry (no backoff:
-    Kueue evicts and requeues it), or, for a requeue with a backoff, which the watchdog evicts
-    itself (`watchdog._back_off`), the check back to Pending saying the backoff and its end."""
-    message = str(check.get("message", ""))
-    return check.get("state") == "Retry" or (
-        check.get("state") == "Pending" and "after backoff" in message and "backoff until" in message
-    )
-
-
-def _retries(client: Client, namespace: str, job: str, want: int, timeout: float) -> list[dict[str, Any]]:
-    """The check each time the watchdog requeued (`requeued`) or rejected the gang, until `want`
-    of them were seen.
-
-    Read from a watch, not by polling: Kueue resets the check to Pending as soon as it has
-    evicted (Retry) or deactivated (Rejected) the Workload, so either state lasts only moments,
-    and the next admission pass rewrites a backoff's Pending message once it has quota again."""
-    seen: list[dict[str, Any]] = []
-    last = None
-    deadline = time.monotonic() + timeout
-    listing = client.list(WORKLOADS, namespace)
-    rv = listing["metadata"]["resourceVersion"]
-    objects = list(listing["items"])
-    while len(seen) < want:
-        for wl in objects:
-            owners = wl.get("metadata", {}).get("ownerReferences", [])
-            c = check_of(wl)
-            key = (c.get("state"), c.get("lastTransitionTime"))
-            if (
-                any(o.get("name") == job for o in owners)
-                and (requeued(c) or c.get("state") == "Rejected")
-                and key != last
-            ):
-                seen.append({**c, "_wl": wl})
-                last = key
-        left = int(deadline - time.monotonic())
-        if len(seen) >= want or left <= 0:
-            break
-        # A watch from the listed resourceVersion on: every write, however short-lived.
-        objects = []
-        for event in client.watch(WORKLOADS, namespace, resource_version=rv, timeout_seconds=min(left, 5)):
-            rv = event["object"].get("metadata", {}).get("resourceVersion", rv)
-            if event["type"] in ("ADDED", "MODIFIED"):
-                objects.append(event["object"])
-    assert len(seen) >= want, (
-        f"saw {len(seen)} of {want} timeouts: {[(c['state'], c['message']) for c in seen]}"
-    )
-    return seen
-
-
 def test_never_ready_gang_is_requeued_with_backoff(
     cluster: E2ECluster, namespace: str, gang_queue: Any
 ) -> None:
     client = cluster.client
     queue = gang_queue(readyTimeout="3s", requeue={"backoffBaseSeconds": 4, "backoffMaxSeconds": 8})
     job = submit(client, namespace, queue, 2, labels={NEVER_READY: "true"})
-    seen = _retries(client, namespace, job, 3, 150)
+    seen = retries(client, namespace, job, 3, 150)
     assert all(requeued(c) for c in seen), seen
     backoffs = [4, 8, 8]  # 4 * 2^(n-1), capped at 8
     for n, (c, backoff) in enumerate(zip(seen, backoffs, strict=True), 1):
@@ -259,7 +153,7 @@ def test_never_ready_gang_is_requeued_with_backoff(
     for (prev, nxt), backoff in zip(itertools.pairwise(seen), backoffs, strict=False):
         readmitted = condition(nxt["_wl"], "Admitted")
         assert readmitted is not None
-        waited = _epoch(readmitted["lastTransitionTime"]) - _epoch(prev["lastTransitionTime"])
+        waited = epoch(readmitted["lastTransitionTime"]) - epoch(prev["lastTransitionTime"])
         assert waited >= backoff - 1, (waited, prev)
     wl = seen[-1]["_wl"]
     evicted = [
@@ -275,7 +169,7 @@ def test_gang_deactivated_after_backoff_limit(cluster: E2ECluster, namespace: st
         readyTimeout="2s", requeue={"backoffBaseSeconds": 1, "backoffMaxSeconds": 2, "backoffLimitCount": 1}
     )
     job = submit(client, namespace, queue, 2, labels={NEVER_READY: "true"})
-    seen = _retries(client, namespace, job, 2, 120)
+    seen = retries(client, namespace, job, 2, 120)
     assert requeued(seen[0]) and seen[1]["state"] == "Rejected", seen
     assert "backoffLimitCount 1" in seen[1]["message"]
     wl = wait_for(
@@ -453,7 +347,7 @@ def test_two_failed_nodes_with_one_spare_requeue_the_gang_whole_without_deleting
     for v in victims:
         _fail_node(client, v)
     try:
-        (retry,) = _retries(client, namespace, job, 1, 90)
+        (retry,) = retries(client, namespace, job, 1, 90)
         assert requeued(retry) and "recoveryTimeout 10s" in retry["message"], retry
         # Decided at once, for both nodes: no pod was moved to the spare before the requeue.
         reasons = [e["reason"] for e in events_of(client, namespace, wl["metadata"]["name"])]
@@ -476,7 +370,7 @@ def test_node_failure_requeues_after_recovery_timeout(
     victim = pods[0]["spec"]["nodeName"]
     _fail_node(client, victim)
     try:
-        (retry,) = _retries(client, namespace, job, 1, 90)
+        (retry,) = retries(client, namespace, job, 1, 90)
         assert requeued(retry) and "recoveryTimeout 3s" in retry["message"] and victim in retry["message"]
     finally:
         _heal_node(client, victim)

@@ -13,12 +13,8 @@ from collections import Counter
 from typing import Any
 
 from gangplugin.kube.client import JOBS, NODES, PODS, WORKLOADS, Client
-from tests.e2e.test_admission import (
-    US,
-    check_of,
-    submit,
-)
 from tests.support.cluster import E2ECluster, e2e_local_cluster
+from tests.support.gangs import US, check_of, submit
 from tests.support.kube import GB200, is_true, job_pods, wait_for
 from tests.support.scrape import pass_seen, resource_version
 

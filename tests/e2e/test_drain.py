@@ -19,9 +19,18 @@ from gangplugin.core.names import BLOCK_END_ANNOTATION, MAX_RUNTIME_ANNOTATION, 
 from gangplugin.core.timeutil import format_time, parse_time
 from gangplugin.kube.client import EVENTS, JOBS, ApiError, Client
 from gangplugin.kube.resources import ADMISSION_CHECKS, TRAINING_PLANS
-from tests.e2e.test_plans import flavor_quota, plan_manifest
 from tests.support.cluster import E2ECluster
-from tests.support.kube import gpu_job, is_true, job_pods, queue_objects, unique, wait_for, workload_of
+from tests.support.kube import (
+    flavor_quota,
+    gpu_job,
+    is_true,
+    job_pods,
+    queue_objects,
+    unique,
+    wait_for,
+    workload_of,
+)
+from tests.support.objects import training_plan
 
 P5 = "ml.p5.48xlarge"
 
@@ -52,7 +61,7 @@ def plan_queue(cluster: E2ECluster, namespace: str) -> Iterator[Callable[..., st
             if not res.namespaced:
                 made.append((res, name))
         start = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=5)
-        plan = plan_manifest(
+        plan = training_plan(
             name, name, start, end, testOverrides={"anyBlockTimes": True, "terminationLead": lead}
         )
         plan["spec"]["reservedCapacity"][0]["instanceCount"] = count

@@ -45,7 +45,7 @@ from tests.support.containers import build_image, engine
 from tests.support.grpcauth import service_account_token
 from tests.support.kube import gang_queues, unique, wait_for
 from tests.support.leases import REQUEST_TIMEOUT, watch_handover, worst_case_handover
-from tests.unit.test_manifests import render
+from tests.support.manifests import render
 
 ELECTION = ElectionConfig()  # serve's --leader-election-* defaults, which the Deployment keeps
 

@@ -32,20 +32,19 @@ from gangplugin.core.names import (
 )
 from gangplugin.kube.client import JOBS, PODS, WORKLOADS, ApiError, Client, Resource
 from gangplugin.kube.resources import ADMISSION_CHECKS, GANG_POLICIES, RESOURCE_FLAVORS
-from tests.e2e.test_admission import (
+from tests.e2e.test_admission import _fail_node, _heal_node
+from tests.support.cluster import E2ECluster
+from tests.support.gangs import (
     HOSTNAME,
+    SESSION_BIND_MODES,
     US,
-    _fail_node,
-    _heal_node,
-    _retries,
     check_of,
     events_of,
     node_us,
     requeued,
+    retries,
     workload,
 )
-from tests.e2e.test_bind_modes import MODES
-from tests.support.cluster import E2ECluster
 from tests.support.jobkinds import KINDS, PRIORITY_LABEL, Kind, gang_pods, running, sample
 from tests.support.kube import CLUSTER_QUEUES, GB200, gpu_job, is_true, unique, wait_for, wait_until
 
@@ -234,7 +233,7 @@ def _requeued_whole_after_recovery_timeout(
     victim, before = _alone_on_its_node(pods), _uids(pods)
     _fail_node(client, victim)
     try:
-        (retry,) = _retries(client, namespace, job, 1, 120)
+        (retry,) = retries(client, namespace, job, 1, 120)
         assert requeued(retry) and "recoveryTimeout 3s" in retry["message"], retry
     finally:
         _heal_node(client, victim)
@@ -313,7 +312,7 @@ def _preempted_whole(client: Client, namespace: str, job: str, kind: Kind, mode:
     assert_whole_in_domain(client, workload(client, namespace, job), back, kind, mode)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", SESSION_BIND_MODES)
 @pytest.mark.parametrize("kind", KINDS, ids=[k.name for k in KINDS])
 def test_gang_admitted_replaced_requeued_and_preempted_whole(
     job_controllers: E2ECluster, namespace: str, kind: Kind, mode: str

@@ -14,8 +14,8 @@ from typing import Any
 import yaml
 
 from gangplugin.kube.client import JOBS, ApiError, Client, Resource
-from tests.e2e.test_admission import node_us
 from tests.support.cluster import E2ECluster
+from tests.support.gangs import node_us
 from tests.support.jobkinds import KINDS, SAMPLES, gang_pods
 from tests.support.kube import is_true, wait_until, workload_of
 

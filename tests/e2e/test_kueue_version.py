@@ -12,8 +12,8 @@ import pytest
 
 from gangplugin.kube.client import JOBS, WORKLOADS, Client, Resource
 from gangplugin.kube.resources import ADMISSION_CHECKS
-from tests.e2e.test_admission import _epoch
 from tests.support.cluster import E2ECluster, e2e_kueue_version, e2e_local_cluster
+from tests.support.gangs import epoch
 from tests.support.kube import (
     GB200,
     condition,
@@ -129,7 +129,7 @@ def test_kueue_evicts_on_a_retry_only_once_its_requeue_after_seconds_have_passed
         eviction = condition(wait_for(evicted, RETRY_AFTER + 60, "Kueue to evict on the Retry"), "Evicted")
         assert eviction is not None
         # Evicted at requeueAt, not at the Retry: Kueue waited the backoff out first.
-        assert _epoch(eviction["lastTransitionTime"]) >= _epoch(at), (eviction, at)
+        assert epoch(eviction["lastTransitionTime"]) >= epoch(at), (eviction, at)
     finally:
         client.delete(JOBS, name, namespace)
         for res, obj in reversed(made):

@@ -30,7 +30,7 @@ from tests.support import base_install
 from tests.support.base_install import NAMESPACE, docs, refused, run_gang, run_kubectl, start, stop
 from tests.support.cluster import E2ECluster
 from tests.support.kube import CLUSTER_QUEUES, gang_queues, queue_objects, unique, wait_for
-from tests.unit.test_manifests import BASE, CERT_MANAGER, kustomize, render, render_text
+from tests.support.manifests import BASE, CERT_MANAGER, kustomize, render, render_text
 
 
 @pytest.fixture(scope="module")

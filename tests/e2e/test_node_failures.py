@@ -15,19 +15,9 @@ from typing import Any
 import pytest
 
 from gangplugin.kube.client import JOBS, NODES, Client
-from tests.e2e.test_admission import (
-    US,
-    _fail_node,
-    _heal_node,
-    _retries,
-    check_of,
-    events_of,
-    node_us,
-    requeued,
-    running_gang,
-    workload,
-)
+from tests.e2e.test_admission import _fail_node, _heal_node
 from tests.support.cluster import E2ECluster
+from tests.support.gangs import US, check_of, events_of, node_us, requeued, retries, running_gang, workload
 from tests.support.kube import gpu_job, is_true, job_pods, unique, wait_for
 
 LAYER2 = "topology.k8s.aws/network-node-layer-2"
@@ -83,7 +73,7 @@ def test_failed_nodes_of_one_ultraserver_replaced_up_to_max_then_requeued(
     _fail_node(client, *victims)
     try:
         if failed > 2:
-            (retry,) = _retries(client, namespace, job, 1, 90)
+            (retry,) = retries(client, namespace, job, 1, 90)
             assert requeued(retry) and "more than maxReplacedNodes 2" in retry["message"], retry
             reasons = [e["reason"] for e in events_of(client, namespace, wl["metadata"]["name"])]
             assert "GangRequeued" in reasons and "NodeReplaced" not in reasons, reasons

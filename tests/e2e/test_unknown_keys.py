@@ -8,8 +8,8 @@ from typing import Any
 
 from gangplugin.core.names import REQUIRED_TOPOLOGY_ANNOTATION, UNKNOWN_KEY_REASON
 from gangplugin.kube.client import JOBS
-from tests.e2e.test_admission import US, check_of, events_of, running_gang, workload
 from tests.support.cluster import E2ECluster
+from tests.support.gangs import US, check_of, events_of, running_gang, workload
 from tests.support.kube import gpu_job, is_true, job_pods, unique, wait_for, wait_until
 
 TYPO = "gangplugin.io/required-toplogy"

@@ -35,7 +35,7 @@ from gangplugin.kube.resources import TRAINING_PLANS
 from gangplugin.localcluster.cluster import REPO
 from tests.support.cluster import E2ECluster
 from tests.support.kube import gpu_job, unique, wait_for, workload_of
-from tests.unit.test_manifests import kubectl
+from tests.support.manifests import kubectl
 
 US = "topology.k8s.aws/ultraserver-id"
 FIXTURES = REPO / "tests" / "unit" / "fixtures"

@@ -24,7 +24,7 @@ from gangplugin.localcluster.cluster import LocalCluster, cache_dir
 from tests.support.cluster import E2ECluster, e2e_local_cluster
 from tests.support.grpcauth import service_account_token
 from tests.support.kube import gpu_job, is_true, job_pods, unique, wait_for, workload_of
-from tests.unit.test_manifests import kubectl, render
+from tests.support.manifests import kubectl, render
 
 NAMESPACE = "gangplugin-system"
 LEASES = Resource("coordination.k8s.io/v1", "leases")

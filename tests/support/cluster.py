@@ -47,6 +47,12 @@ def e2e_local_cluster() -> LocalCluster:
     )
 
 
+def local_of(cluster: E2ECluster) -> LocalCluster:
+    """The session's local cluster, for the tests that start and kill its processes."""
+    assert cluster.local, "these tests start and kill gangplugin processes: KUBECONFIG must be unset"
+    return e2e_local_cluster()
+
+
 @contextlib.contextmanager
 def started(local: LocalCluster) -> Iterator[E2ECluster]:
     """The cluster KUBECONFIG names, else `local`, started here (and stopped afterwards if it

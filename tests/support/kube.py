@@ -8,6 +8,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
+from gangplugin.core.resources import canonical
 from gangplugin.kube.client import PODS, WORKLOADS, ApiError, Client, Resource
 from gangplugin.kube.resources import ADMISSION_CHECKS, GANG_POLICIES
 
@@ -217,3 +218,10 @@ def pod_group_member(
         },
         "spec": trainer_pod_spec(gpus),
     }
+
+
+def flavor_quota(client: Client, cq: str) -> dict[str, int]:
+    """The flavor's nominalQuota in canonical units (Kueue rewrites "10000" as "10k")."""
+    obj = client.get(CLUSTER_QUEUES, cq)
+    flavor = obj["spec"]["resourceGroups"][0]["flavors"][0]
+    return {r["name"]: canonical(r["name"], r["nominalQuota"], r["name"]) for r in flavor["resources"]}
