@@ -11,17 +11,15 @@ Ready condition False, which the node lifecycle controller acts on as for a dead
 from __future__ import annotations
 
 import itertools
-import time
 from typing import Any
 
 import pytest
 import yaml
 
 from gangplugin.core.names import BIND_MODE_LABEL, GANG_LABEL, GANG_SIZE_ANNOTATION
-from gangplugin.kube.client import EVENTS, JOBS, NODES, PODS, ApiError, Client, Resource
+from gangplugin.kube.client import EVENTS, JOBS, PODS, ApiError, Client, Resource
 from gangplugin.kube.resources import GANG_POLICIES, TOPOLOGIES
 from gangplugin.localcluster.cluster import REPO
-from gangplugin.localcluster.nodes import NOT_READY_LABEL
 from tests.support.cluster import E2ECluster, e2e_local_cluster
 from tests.support.gangs import (
     HOSTNAME,
@@ -47,6 +45,7 @@ from tests.support.kube import (
     wait_for,
     workload_of,
 )
+from tests.support.nodes import fail_nodes, heal_nodes
 from tests.support.scrape import wait_decided
 
 
@@ -218,32 +217,6 @@ def test_sequential_admits_the_next_gang_only_after_the_first_is_ready(
     assert admitted["state"] == "Ready" and admitted["lastTransitionTime"] >= ready_at
 
 
-def _fail_node(client: Client, *names: str) -> None:
-    """Make nodes NotReady; several at once: their Ready conditions are flipped back to back
-    (everything else done first) so the controller sees them fail together."""
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    down = {
-        "type": "Ready",
-        "status": "False",
-        "reason": "E2ENodeDown",
-        "message": "made NotReady by an e2e test",
-        "lastHeartbeatTime": now,
-        "lastTransitionTime": now,
-    }
-    conditions = {}
-    for name in names:
-        client.patch(NODES, name, {"metadata": {"labels": {NOT_READY_LABEL: "true"}}})
-        node = client.get(NODES, name)
-        conditions[name] = [c for c in node["status"]["conditions"] if c["type"] != "Ready"] + [down]
-    for name in names:
-        client.patch(NODES, name, {"status": {"conditions": conditions[name]}}, subresource="status")
-
-
-def _heal_node(client: Client, name: str) -> None:
-    client.patch(NODES, name, {"metadata": {"labels": {NOT_READY_LABEL: None}}})
-    wait_for(lambda: is_true(client.get(NODES, name), "Ready"), 60, f"{name} Ready again (kwok)")
-
-
 @pytest.mark.compat
 def test_node_failure_replaced_from_spare(cluster: E2ECluster, namespace: str, gang_queue: Any) -> None:
     client = cluster.client
@@ -254,7 +227,7 @@ def test_node_failure_replaced_from_spare(cluster: E2ECluster, namespace: str, g
     wait_for(lambda: is_true(workload(client, namespace, job), "PodsReady"), 60, "PodsReady")
     domain = check_of(wl)["podSetUpdates"][0]["nodeSelector"][US]
     victim = sorted(p["spec"]["nodeName"] for p in pods)[0]
-    _fail_node(client, victim)
+    fail_nodes(client, victim)
     try:
         ev = wait_for(
             lambda: [
@@ -282,7 +255,7 @@ def test_node_failure_replaced_from_spare(cluster: E2ECluster, namespace: str, g
         assert {us[p["spec"]["nodeName"]] for p in again} == {domain}
         assert check_of(workload(client, namespace, job))["state"] == "Ready"
     finally:
-        _heal_node(client, victim)
+        heal_nodes(client, victim)
 
 
 def _seventeen_in_one_ultraserver(
@@ -312,7 +285,7 @@ def test_node_failure_in_a_full_ultraserver_is_replaced_by_its_spare(
     in_domain = sorted(n for n, us in node_us(client).items() if us == domain)
     (spare,) = sorted(set(in_domain) - {node for _, node in before.values()})
     victim = sorted(node for _, node in before.values())[0]
-    _fail_node(client, victim)
+    fail_nodes(client, victim)
     try:
 
         def whole_again() -> list[dict[str, Any]] | None:
@@ -334,7 +307,7 @@ def test_node_failure_in_a_full_ultraserver_is_replaced_by_its_spare(
         assert not incomplete, incomplete
         assert check_of(workload(client, namespace, job))["state"] == "Ready"
     finally:
-        _heal_node(client, victim)
+        heal_nodes(client, victim)
 
 
 def test_two_failed_nodes_with_one_spare_requeue_the_gang_whole_without_deleting_first(
@@ -345,7 +318,7 @@ def test_two_failed_nodes_with_one_spare_requeue_the_gang_whole_without_deleting
     job, wl, before = _seventeen_in_one_ultraserver(client, namespace, queue)
     victims = sorted(node for _, node in before.values())[:2]
     for v in victims:
-        _fail_node(client, v)
+        fail_nodes(client, v)
     try:
         (retry,) = retries(client, namespace, job, 1, 90)
         assert requeued(retry) and "recoveryTimeout 10s" in retry["message"], retry
@@ -355,7 +328,7 @@ def test_two_failed_nodes_with_one_spare_requeue_the_gang_whole_without_deleting
         assert not [e for e in client.list(EVENTS, namespace)["items"] if e["reason"] == "GangIncomplete"]
     finally:
         for v in victims:
-            _heal_node(client, v)
+            heal_nodes(client, v)
 
 
 @pytest.mark.compat
@@ -368,12 +341,12 @@ def test_node_failure_requeues_after_recovery_timeout(
     pods = running_gang(client, namespace, job, 2)
     wait_for(lambda: is_true(workload(client, namespace, job), "PodsReady"), 60, "PodsReady")
     victim = pods[0]["spec"]["nodeName"]
-    _fail_node(client, victim)
+    fail_nodes(client, victim)
     try:
         (retry,) = retries(client, namespace, job, 1, 90)
         assert requeued(retry) and "recoveryTimeout 3s" in retry["message"] and victim in retry["message"]
     finally:
-        _heal_node(client, victim)
+        heal_nodes(client, victim)
 
 
 @pytest.mark.compat

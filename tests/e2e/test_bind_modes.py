@@ -19,7 +19,6 @@ from gangplugin.core.names import PLACEMENT_GATE, REQUIRED_TOPOLOGY_ANNOTATION
 from gangplugin.core.policy import PINNED_BIND_MODES
 from gangplugin.kube.client import EVENTS, JOBS, NAMESPACES, PODS, WORKLOADS, Client, Resource
 from gangplugin.server.main import DEFAULT_COMPONENTS
-from tests.e2e.test_admission import _fail_node, _heal_node
 from tests.support.cluster import E2ECluster, e2e_local_cluster
 from tests.support.gangs import (
     HOSTNAME,
@@ -46,6 +45,7 @@ from tests.support.kube import (
     wait_for,
     wait_until,
 )
+from tests.support.nodes import fail_nodes, heal_nodes
 
 SERVICE_ACCOUNTS = Resource("v1", "serviceaccounts")
 
@@ -393,7 +393,7 @@ def test_a_pod_pinned_to_a_node_that_fails_before_it_is_bound_is_made_again_and_
         assert not any(p["spec"].get("nodeName") for p in pods), "kube-scheduler is down: nothing bound"
         stranded = min(pods, key=lambda p: p["metadata"]["name"])
         failed = stranded["spec"]["nodeSelector"][HOSTNAME]
-        _fail_node(client, failed)
+        fail_nodes(client, failed)
         pods = wait_for(
             lambda: pinned(failed, stranded["metadata"]["name"]), 90, f"a pod pinned again off {failed}"
         )
@@ -404,7 +404,7 @@ def test_a_pod_pinned_to_a_node_that_fails_before_it_is_bound_is_made_again_and_
     finally:
         local.restart("kube-scheduler")
         if failed is not None:
-            _heal_node(client, failed)
+            heal_nodes(client, failed)
     pods = running_gang(client, namespace, job, 8)
     assert_whole_in_domain(client, namespace, job, "Ungate", pods)
     assert failed not in {p["spec"]["nodeName"] for p in pods}

@@ -32,7 +32,6 @@ from gangplugin.core.names import (
 )
 from gangplugin.kube.client import JOBS, PODS, WORKLOADS, ApiError, Client, Resource
 from gangplugin.kube.resources import ADMISSION_CHECKS, GANG_POLICIES, RESOURCE_FLAVORS
-from tests.e2e.test_admission import _fail_node, _heal_node
 from tests.support.cluster import E2ECluster
 from tests.support.gangs import (
     HOSTNAME,
@@ -47,6 +46,7 @@ from tests.support.gangs import (
 )
 from tests.support.jobkinds import KINDS, PRIORITY_LABEL, Kind, gang_pods, running, sample
 from tests.support.kube import CLUSTER_QUEUES, GB200, gpu_job, is_true, unique, wait_for, wait_until
+from tests.support.nodes import fail_nodes, heal_nodes
 
 LOCAL_QUEUES = Resource("kueue.x-k8s.io/v1beta2", "localqueues")
 PRIORITY_CLASSES = Resource("kueue.x-k8s.io/v1beta2", "workloadpriorityclasses", namespaced=False)
@@ -190,7 +190,7 @@ def _replaced_from_spare(client: Client, namespace: str, job: str, kind: Kind, m
     pods = running(client, namespace, job, kind)
     wl_name = workload(client, namespace, job)["metadata"]["name"]
     victim, before = _alone_on_its_node(pods), _uids(pods)
-    _fail_node(client, victim)
+    fail_nodes(client, victim)
     try:
         replaced = wait_for(
             lambda: [e for e in events_of(client, namespace, wl_name) if e["reason"] == "NodeReplaced"],
@@ -213,7 +213,7 @@ def _replaced_from_spare(client: Client, namespace: str, job: str, kind: Kind, m
         reasons = [e["reason"] for e in events_of(client, namespace, wl_name)]
         assert "GangRequeued" not in reasons, reasons
     finally:
-        _heal_node(client, victim)
+        heal_nodes(client, victim)
     _pods_ready(client, namespace, job)
 
 
@@ -231,12 +231,12 @@ def _requeued_whole_after_recovery_timeout(
     )
     pods = running(client, namespace, job, kind)
     victim, before = _alone_on_its_node(pods), _uids(pods)
-    _fail_node(client, victim)
+    fail_nodes(client, victim)
     try:
         (retry,) = retries(client, namespace, job, 1, 120)
         assert requeued(retry) and "recoveryTimeout 3s" in retry["message"], retry
     finally:
-        _heal_node(client, victim)
+        heal_nodes(client, victim)
     client.patch(
         GANG_POLICIES, policy, {"spec": {"nodeFailure": "ReplaceFromSpare", "recoveryTimeout": "10m"}}
     )

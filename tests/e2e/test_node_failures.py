@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from gangplugin.kube.client import JOBS, NODES, Client
-from tests.e2e.test_admission import _fail_node, _heal_node
 from tests.support.cluster import E2ECluster
 from tests.support.gangs import US, check_of, events_of, node_us, requeued, retries, running_gang, workload
 from tests.support.kube import gpu_job, is_true, job_pods, unique, wait_for
+from tests.support.nodes import fail_nodes, heal_nodes
 
 LAYER2 = "topology.k8s.aws/network-node-layer-2"
 INDEX = "batch.kubernetes.io/job-completion-index"
@@ -70,7 +70,7 @@ def test_failed_nodes_of_one_ultraserver_replaced_up_to_max_then_requeued(
     assert set(check_of(wl)["podSetUpdates"][0]["nodeSelector"]) == {LAYER2}
     (target,) = first
     victims = sorted(p["spec"]["nodeName"] for p in pods if us[p["spec"]["nodeName"]] == target)[:failed]
-    _fail_node(client, *victims)
+    fail_nodes(client, *victims)
     try:
         if failed > 2:
             (retry,) = retries(client, namespace, job, 1, 90)
@@ -127,4 +127,4 @@ def test_failed_nodes_of_one_ultraserver_replaced_up_to_max_then_requeued(
         assert check_of(workload(client, namespace, job))["state"] == "Ready"
     finally:
         for v in victims:
-            _heal_node(client, v)
+            heal_nodes(client, v)

@@ -28,11 +28,11 @@ from gangplugin.kube.client import EVENTS, JOBS, NODES, PODS, WORKLOADS, ApiErro
 from gangplugin.kube.lease import LEASES
 from gangplugin.kube.resources import GANG_POLICIES, TRAINING_PLANS
 from gangplugin.localcluster.cluster import GANGPLUGIN_NAMESPACE, ClusterError, LocalCluster
-from gangplugin.localcluster.nodes import NOT_READY_LABEL
 from tests.soak import observer as obs
 from tests.soak.observer import Observer, Violation, Window
 from tests.soak.queues import MODES, PLAN, TEAMS, queue_name
 from tests.soak.stream import GB200, US, GangSpec, Stream, job_manifest
+from tests.support.nodes import fail_nodes, heal_nodes
 
 KINDS = (
     "kill-leader",
@@ -297,7 +297,7 @@ class Injector(threading.Thread):
                         try:
                             heal(n)
                             break
-                        except (ApiError, httpx.HTTPError, OSError, RuntimeError):
+                        except (ApiError, httpx.HTTPError, OSError, RuntimeError, AssertionError):
                             if time.monotonic() > deadline:
                                 raise  # left as it is: the clean-up check reports the node
                             time.sleep(1)
@@ -314,31 +314,15 @@ class Injector(threading.Thread):
         timer.start()
         return True
 
-    def _fail(self, name: str) -> None:
-        now = format_time(datetime.now(UTC).replace(microsecond=0))
-        self.client.patch(NODES, name, {"metadata": {"labels": {NOT_READY_LABEL: "true"}}})
-        node = self.client.get(NODES, name)
-        down = {
-            "type": "Ready",
-            "status": "False",
-            "reason": "SoakNodeDown",
-            "message": "made NotReady by the soak's fault injector",
-            "lastHeartbeatTime": now,
-            "lastTransitionTime": now,
-        }
-        conds = [c for c in node["status"]["conditions"] if c["type"] != "Ready"] + [down]
-        self.client.patch(NODES, name, {"status": {"conditions": conds}}, subresource="status")
-
-    def _revive(self, name: str) -> None:
-        self.client.patch(NODES, name, {"metadata": {"labels": {NOT_READY_LABEL: None}}})
-        deadline = time.monotonic() + 90
-        while not obs.is_true(self.client.get(NODES, name), "Ready"):  # kwok initializes it again
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{name} not Ready 90s after it was healed")
-            time.sleep(0.5)
-
     def _node_notready(self, rng: random.Random) -> bool:
-        return self._node_fault("node-notready", rng, rng.randint(1, 3), self._fail, self._revive)
+        def fail(name: str) -> None:
+            fail_nodes(
+                self.client, name, reason="SoakNodeDown", message="made NotReady by the soak's fault injector"
+            )
+
+        return self._node_fault(
+            "node-notready", rng, rng.randint(1, 3), fail, lambda n: heal_nodes(self.client, n, timeout=90)
+        )
 
     def _cordon(self, rng: random.Random) -> bool:
         def cordon(n: str, on: bool) -> None:
