@@ -28,6 +28,7 @@ import _cluster
 import httpx
 
 from gangplugin.kube.client import CLUSTER_QUEUES, LOCAL_QUEUES, WORKLOADS, Client
+from gangplugin.kube.kueue_records import is_true
 from gangplugin.kube.resources import ADMISSION_CHECKS
 from gangplugin.localcluster.cluster import REPO, LocalCluster
 
@@ -235,10 +236,7 @@ def run(
     for res, obj in queue_objects(namespace, checks, gangs):
         client.create(res, obj)
     deadline = time.monotonic() + 60
-    while not any(
-        c["type"] == "Active" and c["status"] == "True"
-        for c in client.get(CLUSTER_QUEUES, namespace).get("status", {}).get("conditions", [])
-    ):
+    while not is_true(client.get(CLUSTER_QUEUES, namespace), "Active"):
         if time.monotonic() > deadline:
             raise RuntimeError(f"ClusterQueue {namespace} not Active in 60s")
         time.sleep(0.2)

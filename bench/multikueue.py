@@ -39,6 +39,7 @@ from gangplugin.core.table import table
 from gangplugin.kube.client import JOBS, NODES, PODS, WORKLOADS, Client
 from gangplugin.kube.dispatcher import Dispatcher
 from gangplugin.kube.informer import Informer, wait_all_synced
+from gangplugin.kube.kueue_records import conditions, is_true
 from gangplugin.localcluster.cluster import REPO
 from gangplugin.localcluster.multikueue import DISPATCHERS, MultiKueueClusters
 
@@ -75,21 +76,12 @@ def job(name: str, pods: int) -> dict[str, Any]:
     }
 
 
-def _true(obj: Mapping[str, Any], kind: str) -> bool:
-    return any(
-        c.get("type") == kind and c.get("status") == "True"
-        for c in (obj.get("status") or {}).get("conditions") or []
-    )
-
-
 def _refused(wl: Mapping[str, Any]) -> bool:
     """The worker said no: its gang check wrote why it waits, or its Kueue could not reserve."""
     checks = (wl.get("status") or {}).get("admissionChecks") or []
     if any(s.get("state") == "Pending" and s.get("message") for s in checks):
         return True
-    quota = next(
-        (c for c in (wl.get("status") or {}).get("conditions") or [] if c.get("type") == "QuotaReserved"), {}
-    )
+    quota = conditions(wl).get("QuotaReserved", {})
     return quota.get("status") == "False" and bool(quota.get("message"))
 
 
@@ -128,8 +120,8 @@ class Watch:
                 return
             c = self.copies.setdefault(wl["metadata"]["name"], {}).setdefault(worker, Copy())
             c.present = True
-            c.quota_reserved |= _true(wl, "QuotaReserved")
-            if c.admitted_at is None and _true(wl, "Admitted"):
+            c.quota_reserved |= is_true(wl, "QuotaReserved")
+            if c.admitted_at is None and is_true(wl, "Admitted"):
                 c.admitted_at = now
             c.refused = _refused(wl)
             c.domain = _domain(wl) or c.domain

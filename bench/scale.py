@@ -45,6 +45,7 @@ import httpx
 from _cluster import GB200, GPU, Mode, spread
 
 from gangplugin.kube.client import CLUSTER_QUEUES, JOBS, WORKLOADS, Client
+from gangplugin.kube.kueue_records import is_true
 from gangplugin.kube.resources import ADMISSION_CHECKS, GANG_POLICIES
 from gangplugin.kube.shape import ULTRASERVER
 from gangplugin.localcluster.cluster import LocalCluster
@@ -324,14 +325,8 @@ def gang_queue(client: Client, mode: Mode, gpus: int) -> str:
     _cluster.namespace(client, ns)
     for res, obj in admission.queue_objects(ns, [ns], gangs=gpus // admission.GANG_SIZE):
         client.create(res, obj)
-    _wait(lambda: _active(client.get(CLUSTER_QUEUES, ns)), 60, f"ClusterQueue {ns} Active")
+    _wait(lambda: is_true(client.get(CLUSTER_QUEUES, ns), "Active"), 60, f"ClusterQueue {ns} Active")
     return ns
-
-
-def _active(cq: dict[str, Any]) -> bool:
-    return any(
-        c["type"] == "Active" and c["status"] == "True" for c in cq.get("status", {}).get("conditions", [])
-    )
 
 
 def _wait(check: Callable[[], bool], timeout: float, what: str) -> None:

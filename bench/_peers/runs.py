@@ -26,6 +26,7 @@ from _peers.workload import Gang
 from gangplugin.core.simulate import Job, Settings, replay
 from gangplugin.kube import records
 from gangplugin.kube.client import NODES, PODS, ApiError, Client, Resource
+from gangplugin.kube.kueue_records import is_true
 from gangplugin.kube.shape import INSTANCE_TYPE, ULTRASERVER
 from gangplugin.localcluster.nodes import NOT_READY_LABEL
 from tests.support.nodes import fail_nodes, heal_nodes
@@ -119,10 +120,7 @@ class Run:
         out = []
         for n in self.client.list(NODES, label_selector=f"{INSTANCE_TYPE}={GB200}")["items"]:
             labels = n["metadata"]["labels"]
-            ready = any(
-                c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions", [])
-            )
-            usable = ready and not n["spec"].get("unschedulable")
+            usable = is_true(n, "Ready") and not n["spec"].get("unschedulable")
             gpus = int(n["status"]["allocatable"].get("nvidia.com/gpu", 0))
             out.append(NodeView(n["metadata"]["name"], labels.get(ULTRASERVER), gpus, usable))
         return out

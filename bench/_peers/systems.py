@@ -30,6 +30,7 @@ from typing import Any
 from _peers.watch import GANG_LABEL
 from _peers.workload import Gang
 from gangplugin.kube.client import CLUSTER_QUEUES, JOBS, LOCAL_QUEUES, NAMESPACES, ApiError, Client, Resource
+from gangplugin.kube.kueue_records import is_true
 from gangplugin.kube.resources import ADMISSION_CHECKS, GANG_POLICIES, RESOURCE_FLAVORS
 from gangplugin.kube.shape import INSTANCE_TYPE, ULTRASERVER
 from gangplugin.localcluster.components import kai
@@ -180,8 +181,7 @@ def queue_active(client: Client) -> None:
             cq = client.get(CLUSTER_QUEUES, QUEUE)
         except ApiError:
             cq = {}
-        conditions = (cq.get("status") or {}).get("conditions") or []
-        if any(c["type"] == "Active" and c["status"] == "True" for c in conditions):
+        if is_true(cq, "Active"):
             return
         time.sleep(0.5)
     raise RuntimeError(f"ClusterQueue {QUEUE} not Active within 120 s: {cq.get('status')}")

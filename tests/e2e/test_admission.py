@@ -18,6 +18,7 @@ import yaml
 
 from gangplugin.core.names import BIND_MODE_LABEL, GANG_LABEL, GANG_SIZE_ANNOTATION
 from gangplugin.kube.client import EVENTS, JOBS, PODS, ApiError, Client, Resource
+from gangplugin.kube.kueue_records import is_true
 from gangplugin.kube.resources import GANG_POLICIES, TOPOLOGIES
 from gangplugin.localcluster.cluster import REPO
 from tests.support.cluster import E2ECluster, e2e_local_cluster
@@ -35,16 +36,7 @@ from tests.support.gangs import (
     submit,
     workload,
 )
-from tests.support.kube import (
-    condition,
-    gpu_job,
-    is_true,
-    job_pods,
-    pod_group_member,
-    unique,
-    wait_for,
-    workload_of,
-)
+from tests.support.kube import condition, gpu_job, job_pods, pod_group_member, unique, wait_for, workload_of
 from tests.support.nodes import fail_nodes, heal_nodes
 from tests.support.scrape import wait_decided
 

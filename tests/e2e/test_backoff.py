@@ -12,10 +12,11 @@ import pytest
 
 from gangplugin.core.names import BACKOFF_UNTIL_ANNOTATION
 from gangplugin.kube.client import JOBS
+from gangplugin.kube.kueue_records import is_true
 from gangplugin.kube.resources import GANG_POLICIES
 from tests.support.cluster import E2ECluster, e2e_local_cluster
 from tests.support.gangs import NEVER_READY, check_of, epoch, running_gang, submit, workload
-from tests.support.kube import condition, is_true, job_pods, wait_until, workload_of
+from tests.support.kube import condition, job_pods, wait_until, workload_of
 
 # The first gang's backoff. It only has to outlast the second gang's admission (a few seconds),
 # which the test shows by the order of the two Workloads' own timestamps.

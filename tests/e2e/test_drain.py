@@ -18,18 +18,10 @@ import pytest
 from gangplugin.core.names import BLOCK_END_ANNOTATION, MAX_RUNTIME_ANNOTATION, PLAN_DRAINING_REASON
 from gangplugin.core.timeutil import format_time, parse_time
 from gangplugin.kube.client import EVENTS, JOBS, ApiError, Client
+from gangplugin.kube.kueue_records import is_true
 from gangplugin.kube.resources import ADMISSION_CHECKS, TRAINING_PLANS
 from tests.support.cluster import E2ECluster
-from tests.support.kube import (
-    flavor_quota,
-    gpu_job,
-    is_true,
-    job_pods,
-    queue_objects,
-    unique,
-    wait_for,
-    workload_of,
-)
+from tests.support.kube import flavor_quota, gpu_job, job_pods, queue_objects, unique, wait_for, workload_of
 from tests.support.objects import training_plan
 
 P5 = "ml.p5.48xlarge"

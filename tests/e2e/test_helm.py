@@ -29,12 +29,13 @@ import yaml
 
 from gangplugin.core.names import GANG_LABEL
 from gangplugin.kube.client import EVENTS, JOBS, NODES, PODS, Client, Resource
+from gangplugin.kube.kueue_records import is_true
 from gangplugin.localcluster.cluster import REPO, LocalCluster, cache_dir
 from tests.support import base_install, containers
 from tests.support.base_install import LEASES, NAMESPACE, refused
 from tests.support.cluster import E2ECluster
 from tests.support.grpcauth import service_account_token
-from tests.support.kube import gang_queues, gpu_job, is_true, job_pods, unique, wait_for, workload_of
+from tests.support.kube import gang_queues, gpu_job, job_pods, unique, wait_for, workload_of
 
 CHART = REPO / "deploy" / "helm" / "gangplugin"
 US = "topology.k8s.aws/ultraserver-id"

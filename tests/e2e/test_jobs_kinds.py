@@ -31,6 +31,7 @@ from gangplugin.core.names import (
     REQUIRED_TOPOLOGY_ANNOTATION,
 )
 from gangplugin.kube.client import JOBS, PODS, WORKLOADS, ApiError, Client, Resource
+from gangplugin.kube.kueue_records import is_true
 from gangplugin.kube.resources import ADMISSION_CHECKS, GANG_POLICIES, RESOURCE_FLAVORS
 from tests.support.cluster import E2ECluster
 from tests.support.gangs import (
@@ -45,7 +46,7 @@ from tests.support.gangs import (
     workload,
 )
 from tests.support.jobkinds import KINDS, PRIORITY_LABEL, Kind, gang_pods, running, sample
-from tests.support.kube import CLUSTER_QUEUES, GB200, gpu_job, is_true, unique, wait_for, wait_until
+from tests.support.kube import CLUSTER_QUEUES, GB200, gpu_job, unique, wait_for, wait_until
 from tests.support.nodes import fail_nodes, heal_nodes
 
 LOCAL_QUEUES = Resource("kueue.x-k8s.io/v1beta2", "localqueues")

@@ -11,19 +11,11 @@ from typing import Any
 import pytest
 
 from gangplugin.kube.client import JOBS, WORKLOADS, Client, Resource
+from gangplugin.kube.kueue_records import is_true
 from gangplugin.kube.resources import ADMISSION_CHECKS
 from tests.support.cluster import E2ECluster, e2e_kueue_version, e2e_local_cluster
 from tests.support.gangs import epoch
-from tests.support.kube import (
-    GB200,
-    condition,
-    gpu_job,
-    is_true,
-    queue_objects,
-    unique,
-    wait_for,
-    workload_of,
-)
+from tests.support.kube import GB200, condition, gpu_job, queue_objects, unique, wait_for, workload_of
 
 
 @pytest.mark.compat

@@ -27,11 +27,12 @@ import pytest
 
 from gangplugin.core.names import DISPATCH_ANNOTATION
 from gangplugin.kube.client import JOBS, NODES, WORKLOADS, Client
+from gangplugin.kube.kueue_records import is_true
 from gangplugin.kube.resources import MULTIKUEUE_CLUSTERS
 from gangplugin.localcluster.cluster import REPO, ClusterError
 from gangplugin.localcluster.multikueue import MultiKueueClusters
 from tests.support.cluster import e2e_port_base
-from tests.support.kube import gpu_job, is_true, job_pods, unique, wait_for, wait_until, workload_of
+from tests.support.kube import gpu_job, job_pods, unique, wait_for, wait_until, workload_of
 from tests.support.multikueue import Monitor
 from tests.support.nodes import fail_nodes, heal_nodes
 

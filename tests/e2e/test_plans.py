@@ -15,18 +15,10 @@ import pytest
 
 from gangplugin.core.timeutil import format_time, parse_time
 from gangplugin.kube.client import EVENTS, JOBS, ApiError
+from gangplugin.kube.kueue_records import is_true
 from gangplugin.kube.resources import TRAINING_PLANS
 from tests.support.cluster import E2ECluster
-from tests.support.kube import (
-    condition,
-    flavor_quota,
-    gpu_job,
-    is_true,
-    queue_objects,
-    unique,
-    wait_for,
-    workload_of,
-)
+from tests.support.kube import condition, flavor_quota, gpu_job, queue_objects, unique, wait_for, workload_of
 from tests.support.objects import training_plan
 
 

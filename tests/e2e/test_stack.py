@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 
 from gangplugin.kube.client import JOBS, NODES, PODS, WORKLOADS, Client, Resource
+from gangplugin.kube.kueue_records import is_true
 from gangplugin.localcluster.cluster import versions as _versions
 from tests.support.cluster import E2ECluster
 from tests.support.kube import (
     condition,
     gpu_job,
-    is_true,
     job_pods,
     pod_group_member,
     queue_objects,

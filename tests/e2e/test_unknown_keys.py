@@ -8,9 +8,10 @@ from typing import Any
 
 from gangplugin.core.names import REQUIRED_TOPOLOGY_ANNOTATION, UNKNOWN_KEY_REASON
 from gangplugin.kube.client import JOBS
+from gangplugin.kube.kueue_records import is_true
 from tests.support.cluster import E2ECluster
 from tests.support.gangs import US, check_of, events_of, running_gang, workload
-from tests.support.kube import gpu_job, is_true, job_pods, unique, wait_for, wait_until
+from tests.support.kube import gpu_job, job_pods, unique, wait_for, wait_until
 
 TYPO = "gangplugin.io/required-toplogy"
 

@@ -25,6 +25,7 @@ import httpx
 
 from gangplugin.core.timeutil import format_time
 from gangplugin.kube.client import EVENTS, JOBS, NODES, PODS, WORKLOADS, ApiError, Client
+from gangplugin.kube.kueue_records import conditions
 from gangplugin.kube.lease import LEASES
 from gangplugin.kube.resources import GANG_POLICIES, TRAINING_PLANS
 from gangplugin.localcluster.cluster import GANGPLUGIN_NAMESPACE, ClusterError, LocalCluster
@@ -416,13 +417,7 @@ class Injector(threading.Thread):
             # Only what needs another object may get in while no webhook answers: it must say so.
             self._expect(
                 f"GangPolicy {name} {spec}",
-                lambda: any(
-                    c.get("type") == "Valid" and c.get("status") == "False" and field in c.get("message", "")
-                    for c in ((self.client.get_or_none(GANG_POLICIES, name) or {}).get("status") or {}).get(
-                        "conditions"
-                    )
-                    or []
-                ),
+                lambda: _refusal_naming(self.client.get_or_none(GANG_POLICIES, name), "Valid", field),
                 f"a Valid=False condition naming {field}",
                 cleanup=lambda: self.client.delete(GANG_POLICIES, name),
             )
@@ -463,15 +458,7 @@ class Injector(threading.Thread):
         if self._refused("bad-plan", what, lambda: self.client.create(TRAINING_PLANS, body), field) is None:
             self._expect(
                 what,
-                lambda: any(
-                    c.get("type") == "Accepted"
-                    and c.get("status") == "False"
-                    and field in c.get("message", "")
-                    for c in ((self.client.get_or_none(TRAINING_PLANS, name) or {}).get("status") or {}).get(
-                        "conditions"
-                    )
-                    or []
-                ),
+                lambda: _refusal_naming(self.client.get_or_none(TRAINING_PLANS, name), "Accepted", field),
                 f"an Accepted=False condition naming {field}",
                 cleanup=lambda: self.client.delete(TRAINING_PLANS, name),
             )
@@ -619,3 +606,9 @@ def _quietly(evidence: Callable[[], list[dict[str, Any]]]) -> list[dict[str, Any
         return evidence()
     except (ApiError, httpx.HTTPError, OSError):
         return []
+
+
+def _refusal_naming(obj: dict[str, Any] | None, kind: str, field: str) -> bool:
+    """Whether the object's `kind` condition is False with a message naming `field`."""
+    c = conditions(obj or {}).get(kind) or {}
+    return c.get("status") == "False" and field in c.get("message", "")

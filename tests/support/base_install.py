@@ -20,10 +20,11 @@ import yaml
 
 from gangplugin.core.names import GANG_LABEL
 from gangplugin.kube.client import EVENTS, JOBS, NODES, ApiError, Client, Resource
+from gangplugin.kube.kueue_records import is_true
 from gangplugin.localcluster.cluster import LocalCluster, cache_dir
 from tests.support.cluster import E2ECluster, e2e_local_cluster
 from tests.support.grpcauth import service_account_token
-from tests.support.kube import gpu_job, is_true, job_pods, unique, wait_for, workload_of
+from tests.support.kube import gpu_job, job_pods, unique, wait_for, workload_of
 from tests.support.manifests import kubectl, render
 
 NAMESPACE = "gangplugin-system"

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 from gangplugin.core.resources import canonical
 from gangplugin.kube.client import PODS, WORKLOADS, ApiError, Client, Resource
+from gangplugin.kube.kueue_records import conditions, is_true
 from gangplugin.kube.resources import ADMISSION_CHECKS, GANG_POLICIES
 
 T = TypeVar("T")
@@ -48,12 +49,7 @@ def wait_for(check: Callable[[], T | None], timeout: float, what: str, interval:
 
 
 def condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
-    return next((c for c in obj.get("status", {}).get("conditions", []) if c["type"] == kind), None)
-
-
-def is_true(obj: dict[str, Any], kind: str) -> bool:
-    c = condition(obj, kind)
-    return c is not None and c["status"] == "True"
+    return conditions(obj).get(kind)
 
 
 def workload_of(client: Client, namespace: str, job_name: str) -> dict[str, Any] | None:

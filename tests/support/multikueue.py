@@ -13,15 +13,9 @@ from typing import Any
 from gangplugin.kube.client import PODS, WORKLOADS, Client
 from gangplugin.kube.dispatcher import Dispatcher
 from gangplugin.kube.informer import Informer, wait_all_synced
+from gangplugin.kube.kueue_records import is_true
 
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
-
-
-def _true(obj: Mapping[str, Any], kind: str) -> bool:
-    return any(
-        c.get("type") == kind and c.get("status") == "True"
-        for c in (obj.get("status") or {}).get("conditions") or []
-    )
 
 
 def _gang_check_ready(wl: Mapping[str, Any]) -> bool:
@@ -80,8 +74,8 @@ class Monitor:
         with self._lock:
             s = self.seen[wl["metadata"]["name"]].setdefault(worker, Seen())
             s.copy = True
-            s.quota_reserved |= _true(wl, "QuotaReserved")
-            s.admitted |= _true(wl, "Admitted") or (_true(wl, "QuotaReserved") and _gang_check_ready(wl))
+            s.quota_reserved |= is_true(wl, "QuotaReserved")
+            s.admitted |= is_true(wl, "Admitted") or (is_true(wl, "QuotaReserved") and _gang_check_ready(wl))
 
     def _pod(self, worker: str, pod: Mapping[str, Any] | None) -> None:
         if pod is None or not (pod.get("spec") or {}).get("nodeName"):

@@ -11,8 +11,9 @@ import time
 from typing import Any
 
 from gangplugin.kube.client import NODES, Client
+from gangplugin.kube.kueue_records import is_true
 from gangplugin.localcluster.nodes import NOT_READY_LABEL
-from tests.support.kube import is_true, wait_for
+from tests.support.kube import wait_for
 
 
 def fail_nodes(

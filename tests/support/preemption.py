@@ -8,9 +8,10 @@ import contextlib
 from typing import Any
 
 from gangplugin.kube.client import CLUSTER_QUEUES, LOCAL_QUEUES, ApiError, Client, Resource
+from gangplugin.kube.kueue_records import is_true
 from gangplugin.kube.resources import ADMISSION_CHECKS, GANG_POLICIES, RESOURCE_FLAVORS
 from tests.support.gangs import events_of
-from tests.support.kube import GB200, is_true, unique, wait_for, workload_of
+from tests.support.kube import GB200, unique, wait_for, workload_of
 
 PRIORITY_CLASSES = Resource("kueue.x-k8s.io/v1beta2", "workloadpriorityclasses", namespaced=False)
 LOWER = {"withinClusterQueue": "LowerPriority"}
