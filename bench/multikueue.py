@@ -33,7 +33,10 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's root: tests.support
 
 from gangplugin.core.table import table
 from gangplugin.kube.client import JOBS, NODES, PODS, WORKLOADS, Client
@@ -42,6 +45,7 @@ from gangplugin.kube.informer import Informer, wait_all_synced
 from gangplugin.kube.kueue_records import conditions, is_true
 from gangplugin.localcluster.cluster import REPO
 from gangplugin.localcluster.multikueue import DISPATCHERS, MultiKueueClusters
+from tests.support.objects import indexed_job, trainer_container
 
 NS = "team-a"
 US = "topology.k8s.aws/ultraserver-id"
@@ -51,29 +55,11 @@ TIMEOUT = 600.0  # what must happen, on a loaded machine
 
 
 def job(name: str, pods: int) -> dict[str, Any]:
-    container = {
-        "name": "trainer",
-        "image": "trainer:latest",
-        "resources": {
-            "requests": {"cpu": "1", "nvidia.com/gpu": str(GPUS_PER_POD)},
-            "limits": {"nvidia.com/gpu": str(GPUS_PER_POD)},
-        },
+    template = {
+        "metadata": {"annotations": {"gangplugin.io/required-topology": US}},
+        "spec": {"restartPolicy": "Never", "containers": [trainer_container(GPUS_PER_POD, memory=None)]},
     }
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "namespace": NS, "labels": {"kueue.x-k8s.io/queue-name": "training"}},
-        "spec": {
-            "parallelism": pods,
-            "completions": pods,
-            "completionMode": "Indexed",
-            "suspend": True,
-            "template": {
-                "metadata": {"annotations": {"gangplugin.io/required-topology": US}},
-                "spec": {"restartPolicy": "Never", "containers": [container]},
-            },
-        },
-    }
+    return indexed_job(name, NS, pods, template, labels={"kueue.x-k8s.io/queue-name": "training"})
 
 
 def _refused(wl: Mapping[str, Any]) -> bool:

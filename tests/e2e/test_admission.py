@@ -36,8 +36,9 @@ from tests.support.gangs import (
     submit,
     workload,
 )
-from tests.support.kube import condition, gpu_job, job_pods, pod_group_member, unique, wait_for, workload_of
+from tests.support.kube import condition, job_pods, unique, wait_for, workload_of
 from tests.support.nodes import fail_nodes, heal_nodes
+from tests.support.objects import gpu_job, pod_group_member
 from tests.support.scrape import wait_decided
 
 

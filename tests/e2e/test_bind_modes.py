@@ -35,17 +35,9 @@ from tests.support.gangs import (
     submit_one_per_zone,
     workload,
 )
-from tests.support.kube import (
-    GB200,
-    condition,
-    gpu_job,
-    job_pods,
-    trainer_pod_spec,
-    unique,
-    wait_for,
-    wait_until,
-)
+from tests.support.kube import condition, job_pods, unique, wait_for, wait_until
 from tests.support.nodes import fail_nodes, heal_nodes
+from tests.support.objects import GB200, gpu_job, trainer_pod_spec
 
 SERVICE_ACCOUNTS = Resource("v1", "serviceaccounts")
 

@@ -18,7 +18,8 @@ import yaml
 from gangplugin.kube.client import JOBS, Resource
 from tests.support import grpcauth
 from tests.support.cluster import E2ECluster
-from tests.support.kube import gpu_job, unique, wait_for, workload_of
+from tests.support.kube import unique, wait_for, workload_of
+from tests.support.objects import gpu_job
 
 GANGCTL = str(Path(sys.executable).parent / "gangctl")
 US = "topology.k8s.aws/ultraserver-id"

@@ -35,7 +35,8 @@ from tests.support import base_install, containers
 from tests.support.base_install import LEASES, NAMESPACE, refused
 from tests.support.cluster import E2ECluster
 from tests.support.grpcauth import service_account_token
-from tests.support.kube import gang_queues, gpu_job, job_pods, unique, wait_for, workload_of
+from tests.support.kube import gang_queues, job_pods, unique, wait_for, workload_of
+from tests.support.objects import gpu_job
 
 CHART = REPO / "deploy" / "helm" / "gangplugin"
 US = "topology.k8s.aws/ultraserver-id"

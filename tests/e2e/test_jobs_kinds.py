@@ -30,7 +30,16 @@ from gangplugin.core.names import (
     GANG_SIZE_ANNOTATION,
     REQUIRED_TOPOLOGY_ANNOTATION,
 )
-from gangplugin.kube.client import JOBS, PODS, WORKLOADS, ApiError, Client, Resource
+from gangplugin.kube.client import (
+    CLUSTER_QUEUES,
+    JOBS,
+    LOCAL_QUEUES,
+    PODS,
+    WORKLOADS,
+    ApiError,
+    Client,
+    Resource,
+)
 from gangplugin.kube.kueue_records import is_true
 from gangplugin.kube.resources import ADMISSION_CHECKS, GANG_POLICIES, RESOURCE_FLAVORS
 from tests.support.cluster import E2ECluster
@@ -46,11 +55,20 @@ from tests.support.gangs import (
     workload,
 )
 from tests.support.jobkinds import KINDS, PRIORITY_LABEL, Kind, gang_pods, running, sample
-from tests.support.kube import CLUSTER_QUEUES, GB200, gpu_job, unique, wait_for, wait_until
+from tests.support.kube import unique, wait_active, wait_for, wait_until
 from tests.support.nodes import fail_nodes, heal_nodes
+from tests.support.objects import (
+    GB200,
+    WORKLOAD_PRIORITY_CLASSES,
+    admission_check,
+    cluster_queue,
+    gang_policy,
+    gpu_job,
+    local_queue,
+    resource_flavor,
+    workload_priority_class,
+)
 
-LOCAL_QUEUES = Resource("kueue.x-k8s.io/v1beta2", "localqueues")
-PRIORITY_CLASSES = Resource("kueue.x-k8s.io/v1beta2", "workloadpriorityclasses", namespaced=False)
 # The UltraServer the stories run in (their flavor's only one): 18 nodes.
 DOMAIN = "gb200-us-4"
 DOMAIN_NODES = 18
@@ -86,53 +104,21 @@ def one_ultraserver_queue(client: Client, namespace: str, mode: str) -> Iterator
             "readyTimeout": "10m",
             "requeue": {"backoffBaseSeconds": 1, "backoffMaxSeconds": 1},
         }
-        create(GANG_POLICIES, _obj("gangplugin.io/v1alpha1", "GangPolicy", name, spec=policy))
-        params = {"apiGroup": "gangplugin.io", "kind": "GangPolicy", "name": name}
-        check = {"controllerName": "gangplugin.io/gang", "parameters": params}
-        create(ADMISSION_CHECKS, _obj("kueue.x-k8s.io/v1beta2", "AdmissionCheck", name, spec=check))
-        labels = {"node.kubernetes.io/instance-type": GB200, US: DOMAIN}
-        create(
-            RESOURCE_FLAVORS,
-            _obj("kueue.x-k8s.io/v1beta2", "ResourceFlavor", name, spec={"nodeLabels": labels}),
-        )
-        quota = [
-            {"name": "cpu", "nominalQuota": "10000"},
-            {"name": "memory", "nominalQuota": "100000Gi"},
-            {"name": "nvidia.com/gpu", "nominalQuota": str(4 * DOMAIN_NODES)},
-        ]
-        cq = {
-            "namespaceSelector": {},
-            "admissionChecksStrategy": {"admissionChecks": [{"name": name}]},
-            "preemption": {"withinClusterQueue": "LowerPriority"},
-            "resourceGroups": [
-                {
-                    "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
-                    "flavors": [{"name": name, "resources": quota}],
-                }
-            ],
-        }
-        create(CLUSTER_QUEUES, _obj("kueue.x-k8s.io/v1beta2", "ClusterQueue", name, spec=cq))
-        lq = _obj("kueue.x-k8s.io/v1beta2", "LocalQueue", name, spec={"clusterQueue": name})
-        lq["metadata"]["namespace"] = namespace
-        client.create(LOCAL_QUEUES, lq, namespace)
+        create(GANG_POLICIES, gang_policy(name, **policy))
+        create(ADMISSION_CHECKS, admission_check(name, policy=name))
+        create(RESOURCE_FLAVORS, resource_flavor(name, GB200, **{US: DOMAIN}))
+        lower = {"withinClusterQueue": "LowerPriority"}
+        create(CLUSTER_QUEUES, cluster_queue(name, name, 4 * DOMAIN_NODES, checks=[name], preemption=lower))
+        client.create(LOCAL_QUEUES, local_queue(name, namespace), namespace)
         low, high = f"{name}-low", f"{name}-high"
         for prio, value in ((low, 100), (high, 1000)):
-            create(
-                PRIORITY_CLASSES,
-                {**_obj("kueue.x-k8s.io/v1beta2", "WorkloadPriorityClass", prio), "value": value},
-            )
-        wait_for(
-            lambda: is_true(client.get(CLUSTER_QUEUES, name), "Active"), 60, f"ClusterQueue {name} Active"
-        )
+            create(WORKLOAD_PRIORITY_CLASSES, workload_priority_class(prio, value))
+        wait_active(client, name)
         yield Queue(name, name, low, high)
     finally:
         for res, obj_name in reversed(made):
             with contextlib.suppress(ApiError):
                 client.delete(res, obj_name)
-
-
-def _obj(api_version: str, kind: str, name: str, **body: Any) -> dict[str, Any]:
-    return {"apiVersion": api_version, "kind": kind, "metadata": {"name": name}, **body}
 
 
 def assert_whole_in_domain(

@@ -32,9 +32,10 @@ from gangplugin.kube.resources import MULTIKUEUE_CLUSTERS
 from gangplugin.localcluster.cluster import REPO, ClusterError
 from gangplugin.localcluster.multikueue import MultiKueueClusters
 from tests.support.cluster import e2e_port_base
-from tests.support.kube import gpu_job, job_pods, unique, wait_for, wait_until, workload_of
+from tests.support.kube import job_pods, unique, wait_for, wait_until, workload_of
 from tests.support.multikueue import Monitor
 from tests.support.nodes import fail_nodes, heal_nodes
+from tests.support.objects import gpu_job
 
 US = "topology.k8s.aws/ultraserver-id"
 NS = "team-a"

@@ -18,8 +18,9 @@ from gangplugin.kube.client import JOBS, NODES, Client
 from gangplugin.kube.kueue_records import is_true
 from tests.support.cluster import E2ECluster
 from tests.support.gangs import US, check_of, events_of, node_us, requeued, retries, running_gang, workload
-from tests.support.kube import gpu_job, job_pods, unique, wait_for
+from tests.support.kube import job_pods, unique, wait_for
 from tests.support.nodes import fail_nodes, heal_nodes
+from tests.support.objects import gpu_job
 
 LAYER2 = "topology.k8s.aws/network-node-layer-2"
 INDEX = "batch.kubernetes.io/job-completion-index"

@@ -18,8 +18,8 @@ from gangplugin.kube.client import EVENTS, JOBS, ApiError
 from gangplugin.kube.kueue_records import is_true
 from gangplugin.kube.resources import TRAINING_PLANS
 from tests.support.cluster import E2ECluster
-from tests.support.kube import condition, flavor_quota, gpu_job, queue_objects, unique, wait_for, workload_of
-from tests.support.objects import training_plan
+from tests.support.kube import condition, flavor_quota, unique, wait_for, workload_of
+from tests.support.objects import capacity_block, gpu_job, queue_objects, training_plan
 
 
 @pytest.fixture
@@ -42,7 +42,7 @@ def test_quota_follows_a_block_and_admits_a_waiting_gang(
     start = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=20)
     end = start + timedelta(seconds=40)
     plan = unique("tp")
-    client.create(TRAINING_PLANS, training_plan(plan, queue, start, end))
+    client.create(TRAINING_PLANS, training_plan(plan, queue, [capacity_block(start, end)]))
     try:
         status = wait_for(lambda: client.get(TRAINING_PLANS, plan).get("status"), 30, "the plan's status")
         assert status["status"] == "Scheduled"
@@ -102,9 +102,10 @@ def test_two_plans_add_up_and_a_deleted_plan_gives_its_share_back(cluster: E2ECl
     start = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=5)
     end = start + timedelta(minutes=10)
     a, b = unique("tp"), unique("tp")
-    client.create(TRAINING_PLANS, training_plan(a, queue, start, end))
+    client.create(TRAINING_PLANS, training_plan(a, queue, [capacity_block(start, end)]))
     client.create(
-        TRAINING_PLANS, training_plan(b, queue, start, end, resourcesPerInstance={"nvidia.com/gpu": 4})
+        TRAINING_PLANS,
+        training_plan(b, queue, [capacity_block(start, end)], resourcesPerInstance={"nvidia.com/gpu": 4}),
     )
     try:
         wait_for(lambda: flavor_quota(client, queue)["nvidia.com/gpu"] == 24, 30, "16 + 8 GPUs of two plans")
@@ -122,7 +123,10 @@ def test_missing_queue_is_a_condition_and_an_event(cluster: E2ECluster) -> None:
     client = cluster.client
     name = unique("tp")
     start = datetime.now(UTC) + timedelta(hours=1)
-    client.create(TRAINING_PLANS, training_plan(name, "no-such-queue", start, start + timedelta(hours=1)))
+    client.create(
+        TRAINING_PLANS,
+        training_plan(name, "no-such-queue", [capacity_block(start, start + timedelta(hours=1))]),
+    )
     try:
         cond = wait_for(
             lambda: next(
@@ -171,10 +175,9 @@ def test_api_server_refuses_rule_breaking_plans(
     doc = training_plan(
         unique("tp"),
         "training",
-        parse_time("2026-12-01T11:30:00Z", "t"),
-        parse_time("2026-12-03T11:30:00Z", "t"),
+        [capacity_block(parse_time("2026-12-01T11:30:00Z", "t"), parse_time("2026-12-03T11:30:00Z", "t"))],
+        lead=None,
     )
-    del doc["spec"]["testOverrides"]
     doc["spec"]["reservedCapacity"][0].update(change)
     with pytest.raises(ApiError) as err:
         cluster.client.create(TRAINING_PLANS, doc)
@@ -184,8 +187,7 @@ def test_api_server_refuses_rule_breaking_plans(
 
 def test_overlapping_blocks_are_refused(cluster: E2ECluster) -> None:
     s, e = parse_time("2026-12-01T11:30:00Z", "t"), parse_time("2026-12-03T11:30:00Z", "t")
-    doc = training_plan(unique("tp"), "training", s, e)
-    del doc["spec"]["testOverrides"]
+    doc = training_plan(unique("tp"), "training", [capacity_block(s, e)], lead=None)
     block = dict(doc["spec"]["reservedCapacity"][0])
     doc["spec"]["reservedCapacity"].append(
         {**block, "startTime": "2026-12-02T11:30:00Z", "endTime": "2026-12-04T11:30:00Z"}

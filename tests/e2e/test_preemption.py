@@ -21,7 +21,8 @@ from gangplugin.kube.client import JOBS, WORKLOADS, Client
 from gangplugin.kube.kueue_records import is_true
 from tests.support.cluster import E2ECluster, e2e_local_cluster
 from tests.support.gangs import US, check_of, clear, domain_of, events_of, running_gang, workload
-from tests.support.kube import gpu_job, job_pods, unique, wait_for, workload_of
+from tests.support.kube import job_pods, unique, wait_for, workload_of
+from tests.support.objects import gpu_job
 from tests.support.preemption import LOWER, Governance, preempted
 from tests.support.scrape import wait_decided
 

@@ -24,7 +24,8 @@ from gangplugin.kube import records
 from gangplugin.kube.client import JOBS, NODES, PODS, ApiError
 from tests.support.cluster import E2ECluster
 from tests.support.gangs import US, check_of, clear, domain_of, running_gang
-from tests.support.kube import GB200, gpu_job, unique, wait_for, workload_of
+from tests.support.kube import unique, wait_for, workload_of
+from tests.support.objects import GB200, gpu_job
 from tests.support.preemption import LOWER, Governance, preempted
 
 SIZES = (8, 4, 12, 6, 16, 2, 10, 5, 3, 14)  # cycled until they over-subscribe the UltraServers used

@@ -11,7 +11,8 @@ from gangplugin.kube.client import JOBS
 from gangplugin.kube.kueue_records import is_true
 from tests.support.cluster import E2ECluster
 from tests.support.gangs import US, check_of, events_of, running_gang, workload
-from tests.support.kube import gpu_job, job_pods, unique, wait_for, wait_until
+from tests.support.kube import job_pods, unique, wait_for, wait_until
+from tests.support.objects import gpu_job
 
 TYPO = "gangplugin.io/required-toplogy"
 

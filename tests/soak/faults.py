@@ -34,6 +34,7 @@ from tests.soak.observer import Observer, Violation, Window
 from tests.soak.queues import MODES, PLAN, TEAMS, queue_name
 from tests.soak.stream import GB200, US, GangSpec, Stream, job_manifest
 from tests.support.nodes import fail_nodes, heal_nodes
+from tests.support.objects import capacity_block, gang_policy, training_plan
 
 KINDS = (
     "kill-leader",
@@ -404,12 +405,7 @@ class Injector(threading.Thread):
             ({"topologyName": "no-such-topology"}, "topologyName"),
         ]
         spec, field = rng.choice(variants)
-        body = {
-            "apiVersion": "gangplugin.io/v1alpha1",
-            "kind": "GangPolicy",
-            "metadata": {"name": name},
-            "spec": spec,
-        }
+        body = gang_policy(name, **spec)
         refused = self._refused(
             "bad-policy", f"GangPolicy {name} {spec}", lambda: self.client.create(GANG_POLICIES, body), field
         )
@@ -427,33 +423,14 @@ class Injector(threading.Thread):
         self._bad += 1
         name = f"soak-bad-{self._bad:03d}"
         start = datetime.now(UTC).replace(microsecond=0) + timedelta(minutes=5)
-        block = {
-            "instanceType": "ml.p5.48xlarge",
-            "instanceCount": 2,
-            "availabilityZone": "us-east-1b",
-            "startTime": format_time(start),
-            "endTime": format_time(start + timedelta(minutes=10)),
-        }
+        block = capacity_block(start, start + timedelta(minutes=10))
         variants = [
             ({"instanceCount": 3}, {}, "instanceCount"),
             ({"endTime": format_time(start - timedelta(minutes=1))}, {}, "endTime"),
             ({}, {"clusterQueue": "no-such-queue"}, "no-such-queue"),
         ]
         block_change, spec_change, field = rng.choice(variants)
-        body = {
-            "apiVersion": "gangplugin.io/v1alpha1",
-            "kind": "TrainingPlan",
-            "metadata": {"name": name},
-            "spec": {
-                "targetResource": "training-job",
-                "clusterQueue": PLAN,
-                "flavor": "p5",
-                "resourcesPerInstance": {"nvidia.com/gpu": 8},
-                "testOverrides": {"anyBlockTimes": True, "terminationLead": "15s"},
-                "reservedCapacity": [{**block, **block_change}],
-                **spec_change,
-            },
-        }
+        body = training_plan(name, PLAN, [{**block, **block_change}], flavor="p5", lead="15s", **spec_change)
         what = f"TrainingPlan {name} {block_change or spec_change}"
         if self._refused("bad-plan", what, lambda: self.client.create(TRAINING_PLANS, body), field) is None:
             self._expect(

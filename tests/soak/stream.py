@@ -31,7 +31,7 @@ from gangplugin.localcluster.cluster import REPO
 from gangplugin.sim.trace import read_trace
 from tests.soak.observer import Observer
 from tests.soak.queues import POLICIES, PRIORITIES, TEAMS, queue_name
-from tests.support.kube import trainer_pod_spec
+from tests.support.objects import trainer_pod_spec
 
 TRACE = REPO / "deploy" / "traces" / "acme-kalos-converted.csv"
 US = "topology.k8s.aws/ultraserver-id"

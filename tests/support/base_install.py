@@ -24,8 +24,9 @@ from gangplugin.kube.kueue_records import is_true
 from gangplugin.localcluster.cluster import LocalCluster, cache_dir
 from tests.support.cluster import E2ECluster, e2e_local_cluster
 from tests.support.grpcauth import service_account_token
-from tests.support.kube import gpu_job, job_pods, unique, wait_for, workload_of
+from tests.support.kube import job_pods, unique, wait_for, workload_of
 from tests.support.manifests import kubectl, render
+from tests.support.objects import gpu_job
 
 NAMESPACE = "gangplugin-system"
 LEASES = Resource("coordination.k8s.io/v1", "leases")

@@ -16,7 +16,8 @@ from gangplugin.core.names import BIND_MODE_LABEL
 from gangplugin.core.policy import PINNED_BIND_MODES
 from gangplugin.kube.client import EVENTS, JOBS, NODES, PODS, WORKLOADS, ApiError, Client
 from gangplugin.kube.kueue_records import is_true
-from tests.support.kube import gpu_job, job_pods, unique, wait_for, workload_of
+from tests.support.kube import job_pods, unique, wait_for, workload_of
+from tests.support.objects import gpu_job
 
 US = "topology.k8s.aws/ultraserver-id"
 HOSTNAME = "kubernetes.io/hostname"

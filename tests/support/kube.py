@@ -1,4 +1,4 @@
-"""Small helpers the e2e tests share: unique names, waiting on conditions, reading state."""
+"""Unique names, waiting on conditions, reading state, and gang queues made for a test."""
 
 from __future__ import annotations
 
@@ -9,15 +9,12 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from gangplugin.core.resources import canonical
-from gangplugin.kube.client import PODS, WORKLOADS, ApiError, Client, Resource
+from gangplugin.kube.client import CLUSTER_QUEUES, PODS, WORKLOADS, ApiError, Client
 from gangplugin.kube.kueue_records import conditions, is_true
 from gangplugin.kube.resources import ADMISSION_CHECKS, GANG_POLICIES
+from tests.support.objects import GB200, admission_check, gang_policy, queue_objects
 
 T = TypeVar("T")
-
-RESOURCE_FLAVORS = Resource("kueue.x-k8s.io/v1beta2", "resourceflavors", namespaced=False)
-CLUSTER_QUEUES = Resource("kueue.x-k8s.io/v1beta2", "clusterqueues", namespaced=False)
-GB200 = "ml.p6e-gb200.36xlarge"
 
 
 def unique(prefix: str) -> str:
@@ -66,86 +63,12 @@ def job_pods(client: Client, namespace: str, job_name: str) -> list[dict[str, An
     return items
 
 
-def trainer_pod_spec(gpus: int) -> dict[str, Any]:
-    """A pod spec with one trainer container asking for `gpus` nvidia.com/gpu."""
-    return {
-        "restartPolicy": "Never",
-        "containers": [
-            {
-                "name": "trainer",
-                "image": "trainer:latest",
-                "resources": {
-                    "requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": str(gpus)},
-                    "limits": {"nvidia.com/gpu": str(gpus)},
-                },
-            }
-        ],
-    }
-
-
-def gpu_job(
-    name: str, namespace: str, queue: str, pods: int, gpus: int, **template_extra: Any
-) -> dict[str, Any]:
-    """A batch/v1 Job of `pods` pods with `gpus` nvidia.com/gpu each, submitted to `queue`."""
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "namespace": namespace, "labels": {"kueue.x-k8s.io/queue-name": queue}},
-        "spec": {
-            "parallelism": pods,
-            "completions": pods,
-            "completionMode": "Indexed",
-            "suspend": True,
-            "template": {
-                "metadata": template_extra.get("metadata", {}),
-                "spec": trainer_pod_spec(gpus),
-            },
-        },
-    }
-
-
-def queue_objects(
-    name: str, namespace: str, gpu_quota: int, instance_type: str, stop_policy: str = "None"
-) -> list[tuple[Resource, dict[str, Any]]]:
-    """A ResourceFlavor, a ClusterQueue with `gpu_quota` GPUs and a LocalQueue, all named `name`."""
-    lq_res = Resource("kueue.x-k8s.io/v1beta2", "localqueues")
-    flavor = {
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "ResourceFlavor",
-        "metadata": {"name": name},
-        "spec": {"nodeLabels": {"node.kubernetes.io/instance-type": instance_type}},
-    }
-    cq = {
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "ClusterQueue",
-        "metadata": {"name": name},
-        "spec": {
-            "namespaceSelector": {},
-            "stopPolicy": stop_policy,
-            "resourceGroups": [
-                {
-                    "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
-                    "flavors": [
-                        {
-                            "name": name,
-                            "resources": [
-                                {"name": "cpu", "nominalQuota": "10000"},
-                                {"name": "memory", "nominalQuota": "100000Gi"},
-                                {"name": "nvidia.com/gpu", "nominalQuota": str(gpu_quota)},
-                            ],
-                        }
-                    ],
-                }
-            ],
-        },
-    }
-    lq = {
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "LocalQueue",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"clusterQueue": name},
-    }
-    return [(RESOURCE_FLAVORS, flavor), (CLUSTER_QUEUES, cq), (lq_res, lq)]
+def wait_active(client: Client, cluster_queue: str, timeout: float = 60) -> None:
+    wait_for(
+        lambda: is_true(client.get(CLUSTER_QUEUES, cluster_queue), "Active"),
+        timeout,
+        f"ClusterQueue {cluster_queue} Active",
+    )
 
 
 @contextlib.contextmanager
@@ -157,38 +80,15 @@ def gang_queues(client: Client, namespace: str) -> Iterator[Callable[..., str]]:
 
     def make(gpu_quota: int = 288, **spec: Any) -> str:
         name = unique("gq")
-        client.create(
-            GANG_POLICIES,
-            {
-                "apiVersion": "gangplugin.io/v1alpha1",
-                "kind": "GangPolicy",
-                "metadata": {"name": name},
-                "spec": spec,
-            },
-        )
-        made.append((GANG_POLICIES, name))
-        client.create(
-            ADMISSION_CHECKS,
-            {
-                "apiVersion": "kueue.x-k8s.io/v1beta2",
-                "kind": "AdmissionCheck",
-                "metadata": {"name": name},
-                "spec": {
-                    "controllerName": "gangplugin.io/gang",
-                    "parameters": {"apiGroup": "gangplugin.io", "kind": "GangPolicy", "name": name},
-                },
-            },
-        )
-        made.append((ADMISSION_CHECKS, name))
-        for res, obj in queue_objects(name, namespace, gpu_quota, GB200):
-            if obj["kind"] == "ClusterQueue":
-                obj["spec"]["admissionChecksStrategy"] = {"admissionChecks": [{"name": name}]}
+        for res, obj in [
+            (GANG_POLICIES, gang_policy(name, **spec)),
+            (ADMISSION_CHECKS, admission_check(name, policy=name)),
+            *queue_objects(name, namespace, gpu_quota, GB200, checks=[name]),
+        ]:
             client.create(res, obj)
             if not res.namespaced:
                 made.append((res, name))
-        wait_for(
-            lambda: is_true(client.get(CLUSTER_QUEUES, name), "Active"), 60, f"ClusterQueue {name} Active"
-        )
+        wait_active(client, name)
         return name
 
     try:
@@ -197,23 +97,6 @@ def gang_queues(client: Client, namespace: str) -> Iterator[Callable[..., str]]:
         for res, name in reversed(made):
             with contextlib.suppress(ApiError):
                 client.delete(res, name)
-
-
-def pod_group_member(
-    group: str, index: int, namespace: str, queue: str, total: int, gpus: int, **annotations: str
-) -> dict[str, Any]:
-    """One pod of a Kueue plain pod group of `total` pods with `gpus` nvidia.com/gpu each."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": f"{group}-{index}",
-            "namespace": namespace,
-            "labels": {"kueue.x-k8s.io/queue-name": queue, "kueue.x-k8s.io/pod-group-name": group},
-            "annotations": {"kueue.x-k8s.io/pod-group-total-count": str(total), **annotations},
-        },
-        "spec": trainer_pod_spec(gpus),
-    }
 
 
 def flavor_quota(client: Client, cq: str) -> dict[str, int]:

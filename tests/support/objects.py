@@ -1,12 +1,75 @@
-"""The objects the tests and benchmarks submit, as plain JSON: one builder per kind."""
+"""The objects the tests, the benchmarks and the soak submit, as plain JSON: one builder per kind.
+
+Each builder writes what every caller needs and takes what differs as arguments; a caller that
+needs a field no other does adds it to what the builder returns.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from gangplugin.core.names import GANG_LABEL, GANG_SIZE_ANNOTATION, REQUIRED_TOPOLOGY_ANNOTATION
 from gangplugin.core.timeutil import format_time
+from gangplugin.kube.client import CLUSTER_QUEUES, LOCAL_QUEUES, Resource
+from gangplugin.kube.resources import RESOURCE_FLAVORS
+
+JSON = dict[str, Any]
+GPU = "nvidia.com/gpu"
+KUEUE = "kueue.x-k8s.io/v1beta2"
+GANG_CHECK_CONTROLLER = "gangplugin.io/gang"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+GB200 = "ml.p6e-gb200.36xlarge"
+P5 = "ml.p5.48xlarge"
+WORKLOAD_PRIORITY_CLASSES = Resource(KUEUE, "workloadpriorityclasses", namespaced=False)
+
+
+def trainer_container(gpus: int | str, *, cpu: str = "1", memory: str | None = "1Gi") -> JSON:
+    """One trainer container asking for `gpus` nvidia.com/gpu (and `cpu`, `memory`)."""
+    requests = {"cpu": cpu, **({"memory": memory} if memory else {}), GPU: str(gpus)}
+    return {
+        "name": "trainer",
+        "image": "trainer:latest",
+        "resources": {"requests": requests, "limits": {GPU: str(gpus)}},
+    }
+
+
+def trainer_pod_spec(gpus: int) -> JSON:
+    """A pod spec with one trainer container asking for `gpus` nvidia.com/gpu."""
+    return {"restartPolicy": "Never", "containers": [trainer_container(gpus)]}
+
+
+def indexed_job(
+    name: str,
+    namespace: str,
+    pods: int,
+    template: JSON,
+    *,
+    labels: Mapping[str, str] | None = None,
+    suspend: bool = True,
+    **spec: Any,
+) -> JSON:
+    """A batch/v1 Indexed Job of `pods` pods of `template`, suspended for Kueue unless told."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(labels or {})},
+        "spec": {
+            "parallelism": pods,
+            "completions": pods,
+            "completionMode": "Indexed",
+            "suspend": suspend,
+            **spec,
+            "template": template,
+        },
+    }
+
+
+def gpu_job(name: str, namespace: str, queue: str, pods: int, gpus: int, **template_extra: Any) -> JSON:
+    """A batch/v1 Job of `pods` pods with `gpus` nvidia.com/gpu each, submitted to `queue`."""
+    template = {"metadata": template_extra.get("metadata", {}), "spec": trainer_pod_spec(gpus)}
+    return indexed_job(name, namespace, pods, template, labels={QUEUE_LABEL: queue})
 
 
 def gpu_pod(
@@ -19,24 +82,13 @@ def gpu_pod(
     required: str | None = None,
     node_selector: dict[str, str] | None = None,
     scheduler: str | None = None,
-) -> dict[str, Any]:
+) -> JSON:
+    """A plain pod of one trainer (no Kueue), a member of `gang` of `size` when given."""
     labels = {GANG_LABEL: gang} if gang else {}
     annotations = {GANG_SIZE_ANNOTATION: str(size)} if size else {}
     if required:
         annotations[REQUIRED_TOPOLOGY_ANNOTATION] = required
-    spec: dict[str, Any] = {
-        "containers": [
-            {
-                "name": "trainer",
-                "image": "trainer:latest",
-                "resources": {
-                    "requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": str(gpus)},
-                    "limits": {"nvidia.com/gpu": str(gpus)},
-                },
-            }
-        ],
-        "nodeSelector": node_selector or {},
-    }
+    spec: JSON = {"containers": [trainer_container(gpus)], "nodeSelector": node_selector or {}}
     if scheduler:
         spec["schedulerName"] = scheduler
     return {
@@ -47,23 +99,148 @@ def gpu_pod(
     }
 
 
-def training_plan(name: str, cq: str, start: datetime, end: datetime, **spec: Any) -> dict[str, Any]:
-    body = {
-        "targetResource": "training-job",
-        "clusterQueue": cq,
-        "flavor": cq,
-        "resourcesPerInstance": {"nvidia.com/gpu": 8},
-        "testOverrides": {"anyBlockTimes": True, "terminationLead": "5s"},
-        "reservedCapacity": [
+def pod_group_member(
+    group: str, index: int, namespace: str, queue: str, total: int, gpus: int, **annotations: str
+) -> JSON:
+    """One pod of a Kueue plain pod group of `total` pods with `gpus` nvidia.com/gpu each."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{group}-{index}",
+            "namespace": namespace,
+            "labels": {QUEUE_LABEL: queue, "kueue.x-k8s.io/pod-group-name": group},
+            "annotations": {"kueue.x-k8s.io/pod-group-total-count": str(total), **annotations},
+        },
+        "spec": trainer_pod_spec(gpus),
+    }
+
+
+def gang_policy(name: str, **spec: Any) -> JSON:
+    return {
+        "apiVersion": "gangplugin.io/v1alpha1",
+        "kind": "GangPolicy",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def admission_check(name: str, policy: str | None = None, controller: str = GANG_CHECK_CONTROLLER) -> JSON:
+    """An AdmissionCheck of `controller` (our gang check by default), with GangPolicy `policy`
+    as its parameters when given."""
+    spec: JSON = {"controllerName": controller}
+    if policy is not None:
+        spec["parameters"] = {"apiGroup": "gangplugin.io", "kind": "GangPolicy", "name": policy}
+    return {"apiVersion": KUEUE, "kind": "AdmissionCheck", "metadata": {"name": name}, "spec": spec}
+
+
+def resource_flavor(name: str, instance_type: str, **node_labels: str) -> JSON:
+    """A ResourceFlavor of the nodes of `instance_type` (and `node_labels`)."""
+    labels = {"node.kubernetes.io/instance-type": instance_type, **node_labels}
+    return {
+        "apiVersion": KUEUE,
+        "kind": "ResourceFlavor",
+        "metadata": {"name": name},
+        "spec": {"nodeLabels": labels},
+    }
+
+
+def cluster_queue(
+    name: str,
+    flavor: str,
+    gpus: int | str,
+    *,
+    cpu: str | None = "10000",
+    memory: str | None = "100000Gi",
+    gpu_limits: Mapping[str, int] | None = None,
+    checks: Sequence[str] = (),
+    **spec: Any,
+) -> JSON:
+    """A ClusterQueue for every namespace with `gpus` nominal GPUs (its `borrowingLimit` and
+    `lendingLimit` in `gpu_limits`), `cpu` and `memory` (None: not covered) of one flavor,
+    requiring `checks`, and the rest of `spec` (stopPolicy, cohortName, preemption, ...)."""
+    gpu = {"name": GPU, "nominalQuota": str(gpus), **{k: str(v) for k, v in (gpu_limits or {}).items()}}
+    quotas = [{"name": r, "nominalQuota": q} for r, q in (("cpu", cpu), ("memory", memory)) if q is not None]
+    resources = [*quotas, gpu]
+    body: JSON = {
+        "namespaceSelector": {},
+        **spec,
+        "resourceGroups": [
             {
-                "instanceType": "ml.p5.48xlarge",
-                "instanceCount": 2,
-                "availabilityZone": "us-east-1b",
-                "startTime": format_time(start),
-                "endTime": format_time(end),
+                "coveredResources": [r["name"] for r in resources],
+                "flavors": [{"name": flavor, "resources": resources}],
             }
         ],
     }
+    if checks:
+        body["admissionChecksStrategy"] = {"admissionChecks": [{"name": c} for c in checks]}
+    return {"apiVersion": KUEUE, "kind": "ClusterQueue", "metadata": {"name": name}, "spec": body}
+
+
+def workload_priority_class(name: str, value: int) -> JSON:
+    return {"apiVersion": KUEUE, "kind": "WorkloadPriorityClass", "metadata": {"name": name}, "value": value}
+
+
+def local_queue(name: str, namespace: str, cluster_queue: str | None = None) -> JSON:
+    """A LocalQueue of the ClusterQueue `cluster_queue` (by default: of its own name)."""
+    return {
+        "apiVersion": KUEUE,
+        "kind": "LocalQueue",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"clusterQueue": cluster_queue or name},
+    }
+
+
+def queue_objects(
+    name: str,
+    namespace: str,
+    gpu_quota: int,
+    instance_type: str,
+    stop_policy: str = "None",
+    checks: Sequence[str] = (),
+) -> list[tuple[Resource, JSON]]:
+    """A ResourceFlavor, a ClusterQueue with `gpu_quota` GPUs (requiring `checks`) and a
+    LocalQueue, all named `name`."""
+    return [
+        (RESOURCE_FLAVORS, resource_flavor(name, instance_type)),
+        (CLUSTER_QUEUES, cluster_queue(name, name, gpu_quota, checks=checks, stopPolicy=stop_policy)),
+        (LOCAL_QUEUES, local_queue(name, namespace)),
+    ]
+
+
+def capacity_block(start: datetime, end: datetime, count: int = 2, instance_type: str = P5) -> JSON:
+    """One reserved-capacity block of a TrainingPlan, in us-east-1b."""
+    return {
+        "instanceType": instance_type,
+        "instanceCount": count,
+        "availabilityZone": "us-east-1b",
+        "startTime": format_time(start),
+        "endTime": format_time(end),
+    }
+
+
+def training_plan(
+    name: str,
+    cq: str,
+    blocks: Sequence[JSON],
+    *,
+    lead: str | None = "5s",
+    flavor: str | None = None,
+    **spec: Any,
+) -> JSON:
+    """A TrainingPlan of 8-GPU instances for ClusterQueue `cq` and `flavor` (by default the
+    flavor named as the queue) reserving `blocks` (`capacity_block`), with the plan's test
+    overrides (any block times, termination lead `lead`) unless `lead` is None; `spec` replaces
+    or adds fields."""
+    body: JSON = {
+        "targetResource": "training-job",
+        "clusterQueue": cq,
+        "flavor": flavor or cq,
+        "resourcesPerInstance": {GPU: 8},
+        "reservedCapacity": list(blocks),
+    }
+    if lead is not None:
+        body["testOverrides"] = {"anyBlockTimes": True, "terminationLead": lead}
     body.update(spec)
     return {
         "apiVersion": "gangplugin.io/v1alpha1",
