@@ -30,15 +30,15 @@ import yaml
 from gangplugin.core.names import GANG_LABEL
 from gangplugin.kube.client import EVENTS, JOBS, NODES, PODS, Client, Resource
 from gangplugin.kube.kueue_records import is_true
-from gangplugin.localcluster.cluster import REPO, LocalCluster, cache_dir
+from gangplugin.localcluster.cluster import LocalCluster
 from tests.support import base_install, containers
 from tests.support.base_install import LEASES, NAMESPACE, refused
 from tests.support.cluster import E2ECluster
 from tests.support.grpcauth import service_account_token
 from tests.support.kube import gang_queues, job_pods, unique, wait_for, workload_of
+from tests.support.manifests import CHART, cached_binary
 from tests.support.objects import gpu_job
 
-CHART = REPO / "deploy" / "helm" / "gangplugin"
 US = "topology.k8s.aws/ultraserver-id"
 DEPLOYMENTS = Resource("apps/v1", "deployments")
 SECRETS = Resource("v1", "secrets")
@@ -57,18 +57,9 @@ GENERATED = ("gangplugin-ca", "gangplugin-serving-tls", "gangplugin-extender-cli
 UNSCHEDULABLE = {"gangplugin.io/e2e": "a-container-stands-for-this-pod"}
 
 
-def helm_bin() -> Path:
-    path = cache_dir() / "bin" / "helm"
-    if not path.exists():
-        raise AssertionError(
-            f"{path} is missing: build helm.sh/helm/v3 at HELM_VERSION (hack/build-upstream.sh)"
-        )
-    return path
-
-
 def helm(cluster: E2ECluster, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(helm_bin()), f"--kubeconfig={cluster.kubeconfig}", "--namespace", NAMESPACE, *args],
+        [str(cached_binary("helm")), f"--kubeconfig={cluster.kubeconfig}", "--namespace", NAMESPACE, *args],
         capture_output=True,
         text=True,
         check=False,

@@ -1,6 +1,7 @@
-"""deploy/manifests rendered by the real kubectl (kustomize) of the binary cache, as an admin's
-overlay renders it: the base, the scheduler's Component, and the scheduler's image set to the
-pinned Kubernetes, with kubectl's default load restrictions."""
+"""The install's manifests rendered by the real programs of the binary cache: deploy/manifests by
+kubectl (kustomize) as an admin's overlay renders it (the base, the scheduler's Component, the
+scheduler's image set to the pinned Kubernetes, kubectl's default load restrictions), and the
+Helm chart by helm."""
 
 from __future__ import annotations
 
@@ -19,14 +20,20 @@ from gangplugin.localcluster.cluster import REPO, cache_dir
 BASE = REPO / "deploy" / "manifests" / "base"
 SCHEDULER_COMPONENT = REPO / "deploy" / "manifests" / "components" / "scheduler"
 CERT_MANAGER = "cert-manager.io/v1"
+CHART = REPO / "deploy" / "helm" / "gangplugin"
+KUBE_VERSION = "v1.33.5"  # a cluster helm template pretends to talk to
 
 
-def kubectl() -> Path:
-    """The kubectl built with the pinned upstream programs; fails loudly when it is missing."""
-    path = cache_dir() / "bin" / "kubectl"
+def cached_binary(name: str) -> Path:
+    """A program built with the pinned upstream ones; fails loudly when it is missing."""
+    path = cache_dir() / "bin" / name
     if not path.exists():
         raise AssertionError(f"{path} is missing: run `make build` (hack/build-upstream.sh) first")
     return path
+
+
+def kubectl() -> Path:
+    return cached_binary("kubectl")
 
 
 def versions() -> dict[str, str]:
@@ -89,3 +96,27 @@ def render_text() -> str:
 def render() -> tuple[dict[str, Any], ...]:
     """The rendered objects, parsed once (tests only read them)."""
     return tuple(o for o in yaml.load_all(render_text(), Loader=yaml.CSafeLoader) if o)
+
+
+def helm() -> Path:
+    return cached_binary("helm")
+
+
+def run_helm(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(helm()), *args], capture_output=True, text=True, check=False, timeout=120)
+
+
+@cache
+def template(*flags: str) -> str:
+    out = run_helm(
+        "template",
+        "gangplugin",
+        str(CHART),
+        "--namespace",
+        "gangplugin-system",
+        "--kube-version",
+        KUBE_VERSION,
+        *flags,
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from gangplugin.admission.controller import GangAdmission
 from gangplugin.core.names import MAX_RUNTIME_ANNOTATION
-from tests.unit.api.cluster import NOW, WORKLOADS, Caches, standard, workload
+from tests.support.caches import NOW, WORKLOADS, Caches, standard, workload
 
 
 def verdict(max_runtime: str | None = None, **annotations: str) -> tuple[bool, str]:

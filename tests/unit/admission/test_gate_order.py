@@ -22,8 +22,8 @@ from gangplugin.core.simulate import Job, Settings, replay
 from gangplugin.core.topology import ULTRASERVER_LABEL, Node
 from gangplugin.kube.client import WORKLOADS
 from gangplugin.kube.resources import ADMISSION_CHECKS, GANG_POLICIES
-from tests.unit.api.cluster import NOW, Caches, serving, standard, workload
-from tests.unit.kube.fakeapi import FakeApi
+from tests.support.caches import NOW, Caches, serving, standard, workload
+from tests.support.fakeapi import FakeApi
 
 US = ULTRASERVER_LABEL
 

@@ -16,7 +16,7 @@ from gangplugin.core.names import REQUIRED_TOPOLOGY_ANNOTATION
 from gangplugin.core.topology import ULTRASERVER_LABEL
 from gangplugin.kube.dispatcher import Dispatcher
 from gangplugin.kube.informer import Informer, identity
-from tests.unit.kube.fakeapi import FakeApi
+from tests.support.fakeapi import FakeApi
 
 GPU = {"nvidia.com/gpu": "4"}
 

@@ -15,7 +15,7 @@ from gangplugin.core.dispatch import DispatchRecord, Verdict
 from gangplugin.core.names import DISPATCH_ANNOTATION
 from gangplugin.kube.client import WORKLOADS
 from gangplugin.kube.resources import ADMISSION_CHECKS
-from tests.unit.api.cluster import NOW, Caches, cond, serving, workload
+from tests.support.caches import NOW, Caches, cond, serving, workload
 
 US = "topology.k8s.aws/ultraserver-id"
 RECORD = DispatchRecord(

@@ -11,7 +11,7 @@ import pytest
 from gangplugin.api.proto import gangs_pb2, gangs_pb2_grpc
 from gangplugin.kube.client import CLUSTER_QUEUES, PODS, WORKLOADS
 from gangplugin.kube.resources import ADMISSION_CHECKS, GANG_POLICIES
-from tests.unit.api.cluster import NOW, Caches, pod, serving, standard, workload
+from tests.support.caches import NOW, Caches, pod, serving, standard, workload
 
 US = "topology.k8s.aws/ultraserver-id"
 

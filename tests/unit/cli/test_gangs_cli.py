@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from gangplugin.kube.client import PODS, WORKLOADS
-from tests.unit.api.cluster import Caches, owned, pod, served, standard, workload
+from tests.support.caches import Caches, owned, pod, served, standard, workload
 
 COMMAND = [sys.executable, "-c", "from gangplugin.cli.main import main; main()"]
 

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from gangplugin.kube.resources import TRAINING_PLANS
-from tests.unit.api.cluster import Caches, served, standard
+from tests.support.caches import Caches, served, standard
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "plans"
 INVENTORY = str(FIXTURES / "inventory.yaml")

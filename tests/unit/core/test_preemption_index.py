@@ -31,9 +31,7 @@ from gangplugin.core.preemption import (
     may_preempt,
 )
 from gangplugin.core.topology import BoundPod, Node, Snapshot, build_snapshot
-
-from .clusters import GPU, LEVELS
-from .test_preemption import SETTINGS
+from tests.support.core import GPU, LEVELS, SETTINGS
 
 QUEUES = {
     "q": ClusterQueueState("q", preemption=QueuePreemption(within_cluster_queue="LowerOrNewerEqualPriority"))

@@ -17,8 +17,7 @@ from gangplugin.core.topology import (
     build_snapshot,
 )
 from gangplugin.kube import records
-
-from .clusters import GPU, GPU_NODE
+from tests.support.core import GPU, GPU_NODE
 
 NN = "topology.k8s.aws/network-node-layer-3"
 US = ULTRASERVER_LABEL

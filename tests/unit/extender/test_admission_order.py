@@ -20,10 +20,7 @@ from gangplugin.extender.pods import gang_pod_from_k8s
 from gangplugin.extender.reservations import UNSEEN_ADMISSION, AdmissionUnseen, GangReservations
 from gangplugin.extender.shared import admitted_of, policy_of
 from gangplugin.kube.gangpolicies import GangPolicies
-from tests.unit.extender.test_policies import Objects
-from tests.unit.extender.test_promises import US1, passed, reservations, workload
-from tests.unit.extender.test_server import node, pod
-from tests.unit.extender.test_ungate import add, ungate_pod
+from tests.support.extender import US1, Objects, add, node, passed, pod, reservations, ungate_pod, workload
 
 
 def extender_pod(name: str) -> dict[str, object]:

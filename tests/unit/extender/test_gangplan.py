@@ -16,7 +16,7 @@ from gangplugin.core.gangplan import (
 )
 from gangplugin.core.placement import PlacementPolicy
 from gangplugin.core.topology import ULTRASERVER_LABEL, BoundPod, build_snapshot
-from tests.unit.core.clusters import GPU, LEVELS, ultraservers
+from tests.support.core import GPU, LEVELS, ultraservers
 
 REQ = {GPU: 4, "cpu": 1000}
 

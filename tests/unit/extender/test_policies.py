@@ -11,26 +11,10 @@ from gangplugin.core.errors import InputError
 from gangplugin.core.names import ADMISSION_CHECK_CONTROLLER, REQUIRED_TOPOLOGY_ANNOTATION
 from gangplugin.extender.pods import gang_pod_from_k8s
 from gangplugin.extender.reservations import GangReservations
-from gangplugin.kube.client import JSON
 from gangplugin.kube.gangpolicies import GangPolicies
-from tests.unit.extender.test_server import NODES, node, pod
+from tests.support.extender import NODES, Objects, node, pod
 
 RACK = "example.com/rack"
-
-
-class Objects:
-    """A watch cache's read side over plain objects."""
-
-    def __init__(self, *objs: JSON) -> None:
-        self.objs = {
-            "/".join(filter(None, (o["metadata"].get("namespace"), o["metadata"]["name"]))): o for o in objs
-        }
-
-    def get(self, key: str) -> JSON | None:
-        return self.objs.get(key)
-
-    def items(self) -> list[JSON]:
-        return list(self.objs.values())
 
 
 def policies(spares: int = 0, topology: str | None = None, check: str = "gang") -> GangPolicies:

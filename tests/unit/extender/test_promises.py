@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from gangplugin.core.gangplan import TOO_FULL
 from gangplugin.core.names import ADMISSION_CHECK_CONTROLLER
 from gangplugin.core.topology import ULTRASERVER_LABEL
 from gangplugin.extender.pods import gang_pod_from_k8s
@@ -16,63 +15,9 @@ from gangplugin.extender.shared import admitted_of, policy_of
 from gangplugin.kube.admitted import as_admitted
 from gangplugin.kube.client import JSON
 from gangplugin.kube.gangpolicies import GangPolicies
-from tests.unit.extender.test_policies import Objects
-from tests.unit.extender.test_server import node, pod
-from tests.unit.extender.test_ungate import add, ungate_pod
+from tests.support.extender import US1, Objects, add, node, passed, pod, reservations, ungate_pod, workload
 
-US1 = [f"us-1-{i}" for i in range(4)]
 US2 = [f"us-2-{i}" for i in range(4)]
-
-
-def workload(state: str = "Ready", count: int = 3, domain: str = "us-1") -> JSON:
-    """The Workload of gang `train` (`count` 4-GPU pods) with our check in `state`, admitted
-    into UltraServer `domain` when Ready."""
-    template = {"spec": {"containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "4"}}}]}}
-    check: dict[str, Any] = {"name": "gang", "state": state}
-    if state == "Ready":
-        check["podSetUpdates"] = [{"name": "main", "nodeSelector": {ULTRASERVER_LABEL: domain}}]
-    return {
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "Workload",
-        "metadata": {"name": "train", "namespace": "ns", "resourceVersion": "1"},
-        "spec": {"podSets": [{"name": "main", "count": count, "template": template}]},
-        "status": {
-            "admission": {"clusterQueue": "cq", "podSetAssignments": [{"name": "main", "count": count}]},
-            "conditions": [{"type": "QuotaReserved", "status": "True"}],
-            "admissionChecks": [check],
-        },
-    }
-
-
-def reservations(*ultraservers: list[str]) -> GangReservations:
-    ac = {
-        "metadata": {"name": "gang"},
-        "spec": {
-            "controllerName": ADMISSION_CHECK_CONTROLLER,
-            "parameters": {"apiGroup": "gangplugin.io", "kind": "GangPolicy", "name": "p"},
-        },
-    }
-    policy = {
-        "apiVersion": "gangplugin.io/v1alpha1",
-        "kind": "GangPolicy",
-        "metadata": {"name": "p"},
-        "spec": {},
-    }
-    policies = GangPolicies(Objects(workload()), Objects(ac), Objects(policy), Objects())
-    res = GangReservations(policy_of=policy_of(policies), admitted_of=admitted_of(policies, Objects()))
-    for names in ultraservers:
-        for name in names:
-            res.on_node("ADDED", None, node(name, name.rsplit("-", 1)[0]))
-    return res
-
-
-PLAIN = gang_pod_from_k8s(pod("plain"))  # 4 GPUs, no gang: a whole node
-
-
-def passed(res: GangReservations, candidates: list[str]) -> tuple[str, ...]:
-    verdict, _ = res.filter(PLAIN, candidates, now=0.0)
-    assert set(verdict.failed.values()) <= {TOO_FULL}
-    return verdict.passed
 
 
 def test_a_plain_pod_is_kept_off_capacity_promised_at_admission_before_the_gangs_pods_exist() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from gangplugin.extender.pods import gang_pod_from_k8s
 from gangplugin.extender.reservations import GangReservations
-from tests.unit.extender.test_server import node, pod
+from tests.support.extender import node, pod
 
 
 def cache_of(*nodes: tuple[str, str]) -> GangReservations:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from unittest.mock import ANY
@@ -18,115 +17,12 @@ import httpx
 import orjson
 import pytest
 
-from gangplugin.core.gangplan import GangPod
-from gangplugin.core.names import GANG_LABEL, GANG_SIZE_ANNOTATION
 from gangplugin.extender.barrier import Barrier
 from gangplugin.extender.pods import gang_pod_from_k8s
-from gangplugin.extender.reservations import GangReservations
 from gangplugin.extender.server import ExtenderHandlers, make_app
 from gangplugin.localcluster.pki import CertificateAuthority
 from gangplugin.runtime.asgi import serve
-
-
-def node(name: str, us: str) -> dict[str, Any]:
-    return {
-        "metadata": {
-            "name": name,
-            "labels": {"kubernetes.io/hostname": name, "topology.k8s.aws/ultraserver-id": us},
-        },
-        "status": {
-            "allocatable": {"cpu": "144", "memory": "800Gi", "pods": "110", "nvidia.com/gpu": "4"},
-            "conditions": [{"type": "Ready", "status": "True"}],
-        },
-    }
-
-
-def pod(name: str, gang: str | None = None, size: Any = None, node_name: str | None = None) -> dict[str, Any]:
-    labels = {GANG_LABEL: gang} if gang else {}
-    annotations = {GANG_SIZE_ANNOTATION: str(size)} if size is not None else {}
-    spec: dict[str, Any] = {
-        "containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "4", "cpu": "1"}}}]
-    }
-    if node_name:
-        spec["nodeName"] = node_name
-    meta = {
-        "name": name,
-        "namespace": "ns",
-        "uid": f"uid-{name}",
-        "labels": labels,
-        "annotations": annotations,
-    }
-    return {"metadata": meta, "spec": spec, "status": {"phase": "Pending"}}
-
-
-NODES = [f"n{i}" for i in range(4)]
-
-
-def make_cache() -> GangReservations:
-    cache = GangReservations()
-    for n in NODES:
-        cache.on_node("ADDED", None, node(n, "us-1"))
-    return cache
-
-
-class Recorder:
-    """Bindings (in place of the API server) and refusals (in place of their Events); `barrier`
-    is the one the app serves, for tests to see who waits there."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, str, str, str]] = []
-        self.refusals: list[tuple[str, str]] = []  # (pod name, why)
-        self.barrier: Barrier | None = None
-
-    def waiting(self, gang: str) -> set[str]:
-        """The members of `gang` (namespace ns) waiting at the barrier now."""
-        assert self.barrier is not None
-        held = self.barrier.gangs.get(("ns", gang))
-        return set() if held is None else {name for _, name in held.waiters}
-
-    async def __call__(self, namespace: str, name: str, uid: str, node: str) -> None:
-        self.calls.append((namespace, name, uid, node))
-
-    def refused(self, pod: GangPod, why: str) -> None:
-        self.refusals.append((pod.name, why))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def run(coro_fn, cache: GangReservations, timeout: float = 2.0):  # type: ignore[no-untyped-def]
-    async def main():  # type: ignore[no-untyped-def]
-        rec = Recorder()
-        barrier = rec.barrier = Barrier(cache, rec, timeout, rec.refused)
-        app = make_app(ExtenderHandlers(cache), barrier)
-        port = free_port()
-        server = await serve(app, "127.0.0.1", port, None)
-        try:
-            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
-                return await coro_fn(client, rec)
-        finally:
-            server.cancel()
-
-    return asyncio.run(main())
-
-
-async def until(check: Callable[[], Any], what: str, timeout: float = 5.0) -> Any:
-    """Wait on the event loop until `check` holds, or fail saying what was awaited and seen."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not (value := check()):
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what} (last: {value!r})")
-        await asyncio.sleep(0.01)
-    return value
-
-
-async def post(client: httpx.AsyncClient, path: str, body: Any) -> tuple[int, Any]:
-    data = body if isinstance(body, bytes) else orjson.dumps(body)
-    resp = await client.post(path, content=data)
-    return resp.status_code, orjson.loads(resp.content)
+from tests.support.extender import NODES, Recorder, free_port, make_cache, node, pod, post, run, until
 
 
 def test_bad_input_gets_4xx_or_an_error_and_the_server_keeps_serving():

@@ -13,9 +13,7 @@ from gangplugin.core.gangplan import GangPod, stranded_pin
 from gangplugin.core.topology import Node, Taint, build_snapshot
 from gangplugin.extender.ungater import Ungater
 from gangplugin.kube.client import Client
-from tests.unit.extender.test_podgroup_mode import WORKLOAD
-from tests.unit.extender.test_server import node
-from tests.unit.extender.test_ungate import add, cache_of, ungate_pod
+from tests.support.extender import WORKLOAD, add, cache_of, node, ungate_pod
 
 JOB = {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "job-uid", "controller": True}
 

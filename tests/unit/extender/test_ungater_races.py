@@ -16,9 +16,19 @@ from gangplugin.extender.pods import gang_pod_from_k8s
 from gangplugin.extender.reservations import GangReservations
 from gangplugin.extender.ungater import Ungater
 from gangplugin.kube.client import Client
-from tests.unit.extender.test_podgroup_mode import Api
-from tests.unit.extender.test_server import NODES, make_cache, pod, post, run, until
-from tests.unit.extender.test_ungate import HOST, add, cache_of, ungate_pod
+from tests.support.extender import (
+    HOST,
+    NODES,
+    Api,
+    add,
+    cache_of,
+    make_cache,
+    pod,
+    post,
+    run,
+    ungate_pod,
+    until,
+)
 
 
 def test_a_pod_bound_before_the_cache_has_its_pin_is_bound_at_once_not_held_at_the_barrier() -> None:

@@ -1,4 +1,4 @@
-"""The informer's watch loop against a scripted API server (tests/unit/kube/fakeapi.py): every
+"""The informer's watch loop against a scripted API server (tests/support/fakeapi.py): every
 failure path backs off and lists again, and the cache and its handlers end with the server's
 state; lists come from the watch cache or, after 410, in pages from etcd; watches ask for
 bookmarks, a jittered timeout, and a read timeout near the bookmark interval. Handlers run on
@@ -27,7 +27,7 @@ from gangplugin.kube.informer import (
     Informer,
     identity,
 )
-from tests.unit.kube.fakeapi import Clock, FakeApi, event, pod, wait_until
+from tests.support.fakeapi import Clock, FakeApi, event, pod, wait_until
 
 GONE = {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old resource version"}
 

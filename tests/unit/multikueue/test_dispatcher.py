@@ -17,8 +17,8 @@ from gangplugin.kube.dispatcher import Dispatcher
 from gangplugin.kube.informer import Informer, identity, wait_all_synced
 from gangplugin.multikueue.connections import WorkerConnection
 from gangplugin.multikueue.controller import DispatchSettings, MultiKueueDispatcher
-from tests.unit.kube.fakeapi import wait_until
-from tests.unit.multikueue.fakecluster import FakeCluster
+from tests.support.fakeapi import wait_until
+from tests.support.fakecluster import FakeCluster
 
 KUEUE = "kueue.x-k8s.io/v1beta2"
 US = "topology.k8s.aws/ultraserver-id"
