@@ -34,8 +34,15 @@ import httpx
 from gangplugin.kube.client import CLUSTER_QUEUES, LOCAL_QUEUES, WORKLOADS, Client
 from gangplugin.kube.resources import ADMISSION_CHECKS, RESOURCE_FLAVORS
 from gangplugin.localcluster.cluster import REPO, LocalCluster
+from tests.support import objects
 from tests.support.kube import wait_active
-from tests.support.objects import admission_check, cluster_queue, local_queue, resource_flavor
+from tests.support.objects import (
+    admission_check,
+    cluster_queue,
+    local_queue,
+    resource_flavor,
+    trainer_container,
+)
 
 GPU = "nvidia.com/gpu"
 US = "topology.k8s.aws/ultraserver-id"
@@ -69,33 +76,13 @@ def queue_objects(name: str, checks: list[str], gangs: int = GANGS) -> list[tupl
 
 
 def workload(name: str, namespace: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "Workload",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "queueName": namespace,
-            "podSets": [
-                {
-                    "name": "main",
-                    "count": GANG_SIZE,
-                    "template": {
-                        "metadata": {"annotations": {"gangplugin.io/preferred-topology": US}},
-                        "spec": {
-                            "restartPolicy": "Never",
-                            "containers": [
-                                {
-                                    "name": "trainer",
-                                    "image": "trainer:latest",
-                                    "resources": {"requests": {"cpu": "1", "memory": "1Gi", GPU: "1"}},
-                                }
-                            ],
-                        },
-                    },
-                }
-            ],
-        },
+    """A Workload of one gang of 8 one-GPU pods that prefer one UltraServer (no Job: nothing runs)."""
+    template = {
+        "metadata": {"annotations": {"gangplugin.io/preferred-topology": US}},
+        "spec": {"restartPolicy": "Never", "containers": [trainer_container(1, limits=False)]},
     }
+    main = {"name": "main", "count": GANG_SIZE, "template": template}
+    return objects.workload(name, namespace, main, queue=namespace)
 
 
 class Observer:

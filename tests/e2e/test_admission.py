@@ -21,6 +21,7 @@ from gangplugin.kube.client import EVENTS, JOBS, PODS, ApiError, Client, Resourc
 from gangplugin.kube.kueue_records import is_true
 from gangplugin.kube.resources import GANG_POLICIES, TOPOLOGIES
 from gangplugin.localcluster.cluster import REPO
+from tests.support import objects
 from tests.support.cluster import E2ECluster, e2e_local_cluster
 from tests.support.gangs import (
     HOSTNAME,
@@ -38,7 +39,7 @@ from tests.support.gangs import (
 )
 from tests.support.kube import condition, job_pods, unique, wait_for, workload_of
 from tests.support.nodes import fail_nodes, heal_nodes
-from tests.support.objects import gpu_job, pod_group_member
+from tests.support.objects import gang_policy, gpu_job, pod_group_member
 from tests.support.scrape import wait_decided
 
 
@@ -407,9 +408,8 @@ def test_controller_killed_during_admission_and_restarted(
 def test_bad_gang_policy_is_refused_naming_the_field(
     cluster: E2ECluster, spec: dict[str, Any], field: str, says: str
 ) -> None:
-    body = {"apiVersion": "gangplugin.io/v1alpha1", "kind": "GangPolicy", "metadata": {"name": unique("bad")}}
     with pytest.raises(ApiError) as err:
-        cluster.client.create(GANG_POLICIES, {**body, "spec": spec})
+        cluster.client.create(GANG_POLICIES, gang_policy(unique("bad"), **spec))
     assert err.value.status == 422
     assert field in str(err.value) and says in str(err.value), str(err.value)
 
@@ -419,12 +419,7 @@ def test_gang_policy_naming_a_missing_topology_is_refused_by_the_webhook(cluster
     webhook refuses the write, names the field, and lets it through once the Topology is there."""
     client = cluster.client
     topology = unique("topo")
-    policy = {
-        "apiVersion": "gangplugin.io/v1alpha1",
-        "kind": "GangPolicy",
-        "metadata": {"name": unique("needs-topo")},
-        "spec": {"topologyName": topology},
-    }
+    policy = gang_policy(unique("needs-topo"), topologyName=topology)
     with pytest.raises(ApiError) as err:
         client.create(GANG_POLICIES, policy)
     text = str(err.value)
@@ -432,9 +427,7 @@ def test_gang_policy_naming_a_missing_topology_is_refused_by_the_webhook(cluster
     assert 'admission webhook "gangpolicies.gangplugin.io" denied the request' in text, text
     assert "spec.topologyName" in text and f"Kueue Topology {topology!r} does not exist" in text, text
     assert client.get_or_none(GANG_POLICIES, policy["metadata"]["name"]) is None  # nothing half-made
-    levels = [{"nodeLabel": "topology.k8s.aws/ultraserver-id"}, {"nodeLabel": "kubernetes.io/hostname"}]
-    topo = {"apiVersion": TOPOLOGIES.api_version, "kind": "Topology", "metadata": {"name": topology}}
-    client.create(TOPOLOGIES, {**topo, "spec": {"levels": levels}})
+    client.create(TOPOLOGIES, objects.topology(topology, US, HOSTNAME))
     try:
         created = client.create(GANG_POLICIES, policy)
         assert created["spec"]["topologyName"] == topology

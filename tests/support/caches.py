@@ -19,12 +19,12 @@ from gangplugin.api.component import new_server
 from gangplugin.api.gangs import GangService
 from gangplugin.api.plans import PlanService
 from gangplugin.api.proto import gangs_pb2_grpc, plans_pb2_grpc
-from gangplugin.core.names import GANG_LABEL, GANG_SIZE_ANNOTATION
 from gangplugin.kube import kueue_records as rec
-from gangplugin.kube.client import CLUSTER_QUEUES, LOCAL_QUEUES, NODES, PODS, WORKLOADS, Client, Resource
+from gangplugin.kube.client import CLUSTER_QUEUES, LOCAL_QUEUES, NODES, Client, Resource
 from gangplugin.kube.dispatcher import Dispatcher
 from gangplugin.kube.informer import Informer, identity
 from gangplugin.kube.resources import ADMISSION_CHECKS, TRAINING_PLANS
+from tests.support import objects
 
 NOW = 1_800_000_000.0
 CREATED = "2027-01-15T08:00:00Z"  # 1_800_000_000 is 2027-01-15T08:00:00Z
@@ -59,28 +59,11 @@ class Caches:
         assert self.dispatcher.caught_up(10)
 
 
-def gpu_node(name: str, us: str) -> dict[str, Any]:
-    labels = {
-        "kubernetes.io/hostname": name,
-        "topology.kubernetes.io/zone": "us-east-1a",
-        "topology.k8s.aws/ultraserver-id": us,
-        "node.kubernetes.io/instance-type": "ml.p6e-gb200.36xlarge",
-    }
-    return {
-        "metadata": {"name": name, "labels": labels},
-        "spec": {},
-        "status": {
-            "allocatable": {"cpu": "144", "memory": "800Gi", "pods": "110", "nvidia.com/gpu": "4"},
-            "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": CREATED}],
-        },
-    }
-
-
 def cond(kind: str, status: str = "True", reason: str = "R") -> dict[str, Any]:
-    return {"type": kind, "status": status, "reason": reason, "message": "", "lastTransitionTime": CREATED}
+    return objects.condition(kind, status, reason=reason, message="", lastTransitionTime=CREATED)
 
 
-def workload(
+def team_workload(
     name: str,
     count: int,
     *,
@@ -91,45 +74,36 @@ def workload(
     pinned: dict[str, str] | None = None,
     retries: int = 0,
 ) -> dict[str, Any]:
-    template = {
-        "metadata": {"annotations": {"gangplugin.io/required-topology": "topology.k8s.aws/ultraserver-id"}},
-        "spec": {
-            "containers": [{"name": "c", "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "4"}}}]
-        },
-    }
-    wl: dict[str, Any] = {
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "Workload",
-        "metadata": {
-            "name": name,
-            "namespace": "team-a",
-            "creationTimestamp": CREATED,
-            "resourceVersion": "1",
-        },
-        "spec": {"queueName": queue, "podSets": [{"name": "main", "count": count, "template": template}]},
-        "status": {},
-    }
-    if check is not None:
-        state: dict[str, Any] = {
-            "name": "gang",
-            "state": check,
-            "message": message,
-            "lastTransitionTime": CREATED,
-        }
-        if pinned:
-            state["podSetUpdates"] = [{"name": "main", "nodeSelector": pinned}]
-        if retries:
-            state["retryCount"] = retries
-        conditions = [cond("QuotaReserved")] + ([cond("Admitted")] if admitted else [])
-        wl["status"] = {
-            "admission": {
-                "clusterQueue": "training",
-                "podSetAssignments": [{"name": "main", "count": count}],
-            },
-            "admissionChecks": [state],
-            "conditions": conditions,
-        }
-    return wl
+    """A gang's Workload in team-a's `queue`; its quota reserved by ClusterQueue `training` and our
+    check in state `check` (None: neither), Admitted when told."""
+    main = objects.podset(
+        count,
+        requests={"cpu": "1", objects.GPU: "4"},
+        annotations={"gangplugin.io/required-topology": "topology.k8s.aws/ultraserver-id"},
+    )
+    if check is None:
+        return objects.workload(
+            name, "team-a", main, queue=queue, creationTimestamp=CREATED, resourceVersion="1"
+        )
+    state = objects.check_state(
+        "gang",
+        check,
+        pinned=pinned or None,
+        message=message,
+        lastTransitionTime=CREATED,
+        **({"retryCount": retries} if retries else {}),
+    )
+    return objects.workload(
+        name,
+        "team-a",
+        main,
+        queue=queue,
+        reserved_by="training",
+        checks=[state],
+        conditions=[cond("QuotaReserved")] + ([cond("Admitted")] if admitted else []),
+        creationTimestamp=CREATED,
+        resourceVersion="1",
+    )
 
 
 def owned(
@@ -141,32 +115,28 @@ def owned(
     return wl
 
 
-def pod(
+def team_pod(
     name: str, gang: str, *, node: str | None = None, ready: bool = False, size: int | None = None
 ) -> dict[str, Any]:
-    meta: dict[str, Any] = {
-        "name": name,
-        "namespace": "team-a",
-        "uid": f"uid-{name}",
-        "creationTimestamp": CREATED,
-        "labels": {GANG_LABEL: gang, rec.PODSET_LABEL: "main"},
-        "annotations": {GANG_SIZE_ANNOTATION: str(size)} if size is not None else {},
-    }
-    spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "4"}}}]}
-    if node:
-        spec["nodeName"] = node
-    status = {
-        "phase": "Running" if node else "Pending",
-        "conditions": [cond("Ready", "True" if ready else "False")],
-    }
-    return {"metadata": meta, "spec": spec, "status": status}
-
-
-def standard(caches: Caches) -> None:
-    """Two UltraServers of 4 nodes (4 GPUs each); the `training` queues route to check `gang`."""
-    caches.put(
-        ADMISSION_CHECKS, {"metadata": {"name": "gang"}, "spec": {"controllerName": "gangplugin.io/gang"}}
+    """A pod of `gang` (podSet main) in team-a, bound to `node` when given."""
+    return objects.pod(
+        name,
+        "team-a",
+        gang=gang,
+        size=size,
+        node=node,
+        conditions=[cond("Ready", "True" if ready else "False")],
+        labels={rec.PODSET_LABEL: "main"},
+        uid=f"uid-{name}",
+        creationTimestamp=CREATED,
     )
+
+
+def standard(caches: Caches | None = None) -> Caches:
+    """Two UltraServers of 4 nodes (4 GPUs each); the `training` queues route to check `gang`.
+    Into `caches` when given, else new ones."""
+    caches = caches or Caches()
+    caches.put(ADMISSION_CHECKS, objects.admission_check("gang"))
     caches.put(
         CLUSTER_QUEUES,
         {
@@ -175,13 +145,14 @@ def standard(caches: Caches) -> None:
         },
     )
     caches.put(CLUSTER_QUEUES, {"metadata": {"name": "plain"}, "spec": {}})
-    for lq, cq in (("training", "training"), ("plain", "plain")):
-        caches.put(
-            LOCAL_QUEUES, {"metadata": {"name": lq, "namespace": "team-a"}, "spec": {"clusterQueue": cq}}
-        )
+    for name in ("training", "plain"):
+        caches.put(LOCAL_QUEUES, objects.local_queue(name, "team-a"))
+    ready = objects.condition("Ready", lastTransitionTime=CREATED)
+    labels = {"topology.kubernetes.io/zone": "us-east-1a", "node.kubernetes.io/instance-type": objects.GB200}
     for us in (1, 2):
         for i in range(4):
-            caches.put(NODES, gpu_node(f"us{us}-{i}", f"us-{us}"))
+            caches.put(NODES, objects.node(f"us{us}-{i}", f"us-{us}", labels=labels, conditions=[ready]))
+    return caches
 
 
 @contextmanager
@@ -211,6 +182,3 @@ def served(caches: Caches, stop: threading.Event | None = None) -> Iterator[str]
     finally:
         stop.set()
         server.stop(0)
-
-
-__all__ = ["NOW", "PODS", "WORKLOADS", "Caches", "owned", "pod", "served", "serving", "standard", "workload"]

@@ -14,10 +14,7 @@ import orjson
 
 from gangplugin.core.gangplan import TOO_FULL, GangPod
 from gangplugin.core.names import (
-    ADMISSION_CHECK_CONTROLLER,
     BIND_MODE_LABEL,
-    GANG_LABEL,
-    GANG_SIZE_ANNOTATION,
     PLACEMENT_GATE,
 )
 from gangplugin.core.topology import ULTRASERVER_LABEL
@@ -29,37 +26,17 @@ from gangplugin.extender.shared import admitted_of, policy_of
 from gangplugin.kube.client import JSON
 from gangplugin.kube.gangpolicies import GangPolicies
 from gangplugin.runtime.asgi import serve
-
-
-def node(name: str, us: str) -> dict[str, Any]:
-    return {
-        "metadata": {
-            "name": name,
-            "labels": {"kubernetes.io/hostname": name, "topology.k8s.aws/ultraserver-id": us},
-        },
-        "status": {
-            "allocatable": {"cpu": "144", "memory": "800Gi", "pods": "110", "nvidia.com/gpu": "4"},
-            "conditions": [{"type": "Ready", "status": "True"}],
-        },
-    }
+from tests.support import objects
+from tests.support.objects import GPU, node
 
 
 def pod(name: str, gang: str | None = None, size: Any = None, node_name: str | None = None) -> dict[str, Any]:
-    labels = {GANG_LABEL: gang} if gang else {}
-    annotations = {GANG_SIZE_ANNOTATION: str(size)} if size is not None else {}
-    spec: dict[str, Any] = {
-        "containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "4", "cpu": "1"}}}]
-    }
-    if node_name:
-        spec["nodeName"] = node_name
-    meta = {
-        "name": name,
-        "namespace": "ns",
-        "uid": f"uid-{name}",
-        "labels": labels,
-        "annotations": annotations,
-    }
-    return {"metadata": meta, "spec": spec, "status": {"phase": "Pending"}}
+    """A pod of 4 GPUs in namespace ns as the extender sees it arrive: a member of `gang` (of
+    `size`) when given, bound to `node_name` when given."""
+    requests = {GPU: "4", "cpu": "1"}
+    return objects.pod(
+        name, gang=gang, size=size, node=node_name, requests=requests, phase="Pending", uid=f"uid-{name}"
+    )
 
 
 NODES = [f"n{i}" for i in range(4)]
@@ -174,11 +151,7 @@ class Objects:
         return list(self.objs.values())
 
 
-WORKLOAD = {
-    "apiVersion": "kueue.x-k8s.io/v1beta2",
-    "kind": "Workload",
-    "metadata": {"name": "g", "namespace": "ns", "uid": "wl-uid"},
-}
+WORKLOAD = objects.workload("g", "ns", uid="wl-uid")
 
 
 class Api:
@@ -233,41 +206,25 @@ class Api:
 US1 = [f"us-1-{i}" for i in range(4)]
 
 
-def workload(state: str = "Ready", count: int = 3, domain: str = "us-1") -> JSON:
+def train_workload(state: str = "Ready", count: int = 3, domain: str = "us-1") -> JSON:
     """The Workload of gang `train` (`count` 4-GPU pods) with our check in `state`, admitted
     into UltraServer `domain` when Ready."""
-    template = {"spec": {"containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "4"}}}]}}
-    check: dict[str, Any] = {"name": "gang", "state": state}
-    if state == "Ready":
-        check["podSetUpdates"] = [{"name": "main", "nodeSelector": {ULTRASERVER_LABEL: domain}}]
-    return {
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "Workload",
-        "metadata": {"name": "train", "namespace": "ns", "resourceVersion": "1"},
-        "spec": {"podSets": [{"name": "main", "count": count, "template": template}]},
-        "status": {
-            "admission": {"clusterQueue": "cq", "podSetAssignments": [{"name": "main", "count": count}]},
-            "conditions": [{"type": "QuotaReserved", "status": "True"}],
-            "admissionChecks": [check],
-        },
-    }
+    pinned = {ULTRASERVER_LABEL: domain} if state == "Ready" else None
+    return objects.workload(
+        "train",
+        "ns",
+        objects.podset(count),
+        reserved_by="cq",
+        conditions=[objects.condition("QuotaReserved")],
+        checks=[objects.check_state("gang", state, pinned=pinned)],
+        resourceVersion="1",
+    )
 
 
 def reservations(*ultraservers: list[str]) -> GangReservations:
-    ac = {
-        "metadata": {"name": "gang"},
-        "spec": {
-            "controllerName": ADMISSION_CHECK_CONTROLLER,
-            "parameters": {"apiGroup": "gangplugin.io", "kind": "GangPolicy", "name": "p"},
-        },
-    }
-    policy = {
-        "apiVersion": "gangplugin.io/v1alpha1",
-        "kind": "GangPolicy",
-        "metadata": {"name": "p"},
-        "spec": {},
-    }
-    policies = GangPolicies(Objects(workload()), Objects(ac), Objects(policy), Objects())
+    ac = objects.admission_check("gang", policy="p")
+    policy = objects.gang_policy("p")
+    policies = GangPolicies(Objects(train_workload()), Objects(ac), Objects(policy), Objects())
     res = GangReservations(policy_of=policy_of(policies), admitted_of=admitted_of(policies, Objects()))
     for names in ultraservers:
         for name in names:

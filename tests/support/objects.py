@@ -1,7 +1,9 @@
-"""The objects the tests, the benchmarks and the soak submit, as plain JSON: one builder per kind.
+"""The objects the tests, the benchmarks and the soak submit or feed to caches, as plain JSON: one
+builder per kind.
 
 Each builder writes what every caller needs and takes what differs as arguments; a caller that
-needs a field no other does adds it to what the builder returns.
+needs a field no other does adds it to what the builder returns. The unit tests' objects
+(`workload`, `pod`, `node` and their parts) carry only what the code under test reads.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any
 
 from gangplugin.core.names import GANG_LABEL, GANG_SIZE_ANNOTATION, REQUIRED_TOPOLOGY_ANNOTATION
 from gangplugin.core.timeutil import format_time
+from gangplugin.core.topology import HOSTNAME_LABEL, ULTRASERVER_LABEL
 from gangplugin.kube.client import CLUSTER_QUEUES, LOCAL_QUEUES, Resource
 from gangplugin.kube.resources import RESOURCE_FLAVORS
 
@@ -25,14 +28,15 @@ P5 = "ml.p5.48xlarge"
 WORKLOAD_PRIORITY_CLASSES = Resource(KUEUE, "workloadpriorityclasses", namespaced=False)
 
 
-def trainer_container(gpus: int | str, *, cpu: str = "1", memory: str | None = "1Gi") -> JSON:
-    """One trainer container asking for `gpus` nvidia.com/gpu (and `cpu`, `memory`)."""
-    requests = {"cpu": cpu, **({"memory": memory} if memory else {}), GPU: str(gpus)}
-    return {
-        "name": "trainer",
-        "image": "trainer:latest",
-        "resources": {"requests": requests, "limits": {GPU: str(gpus)}},
-    }
+def trainer_container(
+    gpus: int | str, *, cpu: str = "1", memory: str | None = "1Gi", limits: bool = True
+) -> JSON:
+    """One trainer container asking for `gpus` nvidia.com/gpu (and `cpu`, `memory`), limited to
+    them unless told."""
+    resources: JSON = {"requests": {"cpu": cpu, **({"memory": memory} if memory else {}), GPU: str(gpus)}}
+    if limits:
+        resources["limits"] = {GPU: str(gpus)}
+    return {"name": "trainer", "image": "trainer:latest", "resources": resources}
 
 
 def trainer_pod_spec(gpus: int) -> JSON:
@@ -132,6 +136,12 @@ def admission_check(name: str, policy: str | None = None, controller: str = GANG
     if policy is not None:
         spec["parameters"] = {"apiGroup": "gangplugin.io", "kind": "GangPolicy", "name": policy}
     return {"apiVersion": KUEUE, "kind": "AdmissionCheck", "metadata": {"name": name}, "spec": spec}
+
+
+def topology(name: str, *levels: str) -> JSON:
+    """A Kueue Topology of these node labels, outermost first."""
+    spec = {"levels": [{"nodeLabel": label} for label in levels]}
+    return {"apiVersion": KUEUE, "kind": "Topology", "metadata": {"name": name}, "spec": spec}
 
 
 def resource_flavor(name: str, instance_type: str, **node_labels: str) -> JSON:
@@ -248,3 +258,145 @@ def training_plan(
         "metadata": {"name": name},
         "spec": body,
     }
+
+
+# -- what the unit tests feed to caches ---------------------------------------------------------
+
+
+def condition(kind: str, status: str = "True", **fields: Any) -> JSON:
+    """A status condition; `fields` adds reason, message, lastTransitionTime."""
+    return {"type": kind, "status": status, **fields}
+
+
+def node(
+    name: str,
+    us: str | None = "us-1",
+    *,
+    gpus: int | str = 4,
+    cpu: str = "144",
+    memory: str = "800Gi",
+    ready: bool = True,
+    labels: Mapping[str, str] | None = None,
+    conditions: Sequence[JSON] | None = None,
+    **spec: Any,
+) -> JSON:
+    """A node of UltraServer `us` (none: no such label) with `gpus` GPUs, Ready unless told
+    (`conditions` replaces that), and `spec` (unschedulable, taints)."""
+    ready_condition = condition("Ready", "True" if ready else "False")
+    return {
+        "metadata": {
+            "name": name,
+            "labels": {HOSTNAME_LABEL: name, **({ULTRASERVER_LABEL: us} if us else {}), **(labels or {})},
+        },
+        "spec": spec,
+        "status": {
+            "allocatable": {"cpu": cpu, "memory": memory, "pods": "110", GPU: str(gpus)},
+            "conditions": list(conditions) if conditions is not None else [ready_condition],
+        },
+    }
+
+
+def container(requests: Mapping[str, str | int]) -> JSON:
+    return {"name": "c", "resources": {"requests": {k: str(v) for k, v in requests.items()}}}
+
+
+def pod(
+    name: str,
+    namespace: str = "ns",
+    *,
+    gang: str | None = None,
+    size: int | str | None = None,
+    node: str | None = None,
+    requests: Mapping[str, str | int] | None = None,
+    phase: str | None = None,
+    conditions: Sequence[JSON] | None = None,
+    labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
+    **metadata: Any,
+) -> JSON:
+    """A pod of one container asking for `requests` (4 GPUs by default), a member of `gang` (of
+    `size`) when given, bound to `node` when given; Running when bound unless `phase` says
+    otherwise. `metadata` adds uid, creationTimestamp, resourceVersion, ..."""
+    spec: JSON = {"containers": [container(requests or {GPU: 4})]}
+    if node:
+        spec["nodeName"] = node
+    status: JSON = {"phase": phase or ("Running" if node else "Pending")}
+    if conditions is not None:
+        status["conditions"] = list(conditions)
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            **metadata,
+            "labels": {**({GANG_LABEL: gang} if gang else {}), **(labels or {})},
+            "annotations": {
+                **({GANG_SIZE_ANNOTATION: str(size)} if size is not None else {}),
+                **(annotations or {}),
+            },
+        },
+        "spec": spec,
+        "status": status,
+    }
+
+
+def podset(
+    count: int,
+    name: str = "main",
+    *,
+    requests: Mapping[str, str | int] | None = None,
+    annotations: Mapping[str, str] | None = None,
+) -> JSON:
+    """A podSet of `count` pods of one container asking for `requests` (4 GPUs by default)."""
+    template: JSON = {"spec": {"containers": [container(requests or {GPU: 4})]}}
+    if annotations is not None:
+        template["metadata"] = {"annotations": dict(annotations)}
+    return {"name": name, "count": count, "template": template}
+
+
+def check_state(
+    name: str = "gang", state: str = "Pending", *, pinned: Mapping[str, str] | None = None, **fields: Any
+) -> JSON:
+    """An admission check's entry in a Workload's status; `pinned` is the nodeSelector of its
+    podSetUpdate for podSet main."""
+    entry: JSON = {"name": name, "state": state, **fields}
+    if pinned is not None:
+        entry["podSetUpdates"] = [{"name": "main", "nodeSelector": dict(pinned)}]
+    return entry
+
+
+def workload(
+    name: str = "wl",
+    namespace: str = "ns",
+    *podsets: JSON,
+    queue: str | None = None,
+    reserved_by: str | None = None,
+    conditions: Sequence[JSON] = (),
+    checks: Sequence[JSON] = (),
+    **metadata: Any,
+) -> JSON:
+    """A Kueue Workload of `podsets` (none: no spec) in `queue`; with quota reserved by ClusterQueue
+    `reserved_by` (its podSetAssignments: every podSet whole), `conditions` and the admission
+    `checks`' entries in its status when given. `metadata` adds uid, resourceVersion,
+    annotations, ownerReferences, ..."""
+    wl: JSON = {
+        "apiVersion": KUEUE,
+        "kind": "Workload",
+        "metadata": {"name": name, "namespace": namespace, **metadata},
+    }
+    spec: JSON = {
+        **({"queueName": queue} if queue else {}),
+        **({"podSets": list(podsets)} if podsets else {}),
+    }
+    if spec:
+        wl["spec"] = spec
+    status: JSON = {}
+    if reserved_by is not None:
+        assignments = [{"name": ps["name"], "count": ps["count"]} for ps in podsets]
+        status["admission"] = {"clusterQueue": reserved_by, "podSetAssignments": assignments}
+    if checks:
+        status["admissionChecks"] = list(checks)
+    if conditions:
+        status["conditions"] = list(conditions)
+    if status:
+        wl["status"] = status
+    return wl

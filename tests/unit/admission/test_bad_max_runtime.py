@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from gangplugin.admission.controller import GangAdmission
 from gangplugin.core.names import MAX_RUNTIME_ANNOTATION
-from tests.support.caches import NOW, WORKLOADS, Caches, standard, workload
+from gangplugin.kube.client import WORKLOADS
+from tests.support.caches import NOW, standard, team_workload
 
 
 def verdict(max_runtime: str | None = None, **annotations: str) -> tuple[bool, str]:
-    caches = Caches()
-    standard(caches)
-    wl = workload("wl", 2)
+    caches = standard()
+    wl = team_workload("wl", 2)
     template = wl["spec"]["podSets"][0]["template"]["metadata"]["annotations"]
     template.update(annotations)
     if max_runtime is not None:

@@ -3,36 +3,24 @@ when what they stand for changed."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from gangplugin.admission.capacity import Assumed, CapacityView, Promise
 from gangplugin.core.admission import with_selector
 from gangplugin.core.placement import Gang, PlacementPolicy, PodSet, place
 from gangplugin.core.topology import ULTRASERVER_LABEL
+from tests.support import objects
 
 GPU = "nvidia.com/gpu"
 LEVELS = ("topology.kubernetes.io/zone", ULTRASERVER_LABEL, "kubernetes.io/hostname")
 
 
-def node(name: str, us: str) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "labels": {ULTRASERVER_LABEL: us, "kubernetes.io/hostname": name}},
-        "status": {
-            "allocatable": {"cpu": "8", "memory": "64Gi", "pods": "110", GPU: "4"},
-            "conditions": [{"type": "Ready", "status": "True"}],
-        },
-    }
+node = partial(objects.node, cpu="8", memory="64Gi")
 
 
 def pod(name: str, node_name: str, gpus: int = 4) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "namespace": "ns"},
-        "spec": {
-            "nodeName": node_name,
-            "containers": [{"name": "c", "resources": {"requests": {GPU: str(gpus)}}}],
-        },
-        "status": {"phase": "Running"},
-    }
+    return objects.pod(name, node=node_name, requests={GPU: gpus})
 
 
 def gang(name: str, count: int, us: str) -> Gang:

@@ -15,7 +15,8 @@ from gangplugin.core.dispatch import DispatchRecord, Verdict
 from gangplugin.core.names import DISPATCH_ANNOTATION
 from gangplugin.kube.client import WORKLOADS
 from gangplugin.kube.resources import ADMISSION_CHECKS
-from tests.support.caches import NOW, Caches, cond, serving, workload
+from tests.support.caches import NOW, Caches, cond, serving, team_workload
+from tests.support.objects import admission_check, check_state
 
 US = "topology.k8s.aws/ultraserver-id"
 RECORD = DispatchRecord(
@@ -40,12 +41,10 @@ RECORD = DispatchRecord(
 
 
 def dispatched(name: str, *, record: DispatchRecord | None, **status: Any) -> dict[str, Any]:
-    wl = workload(name, 6, check=None)
+    wl = team_workload(name, 6, check=None)
     wl["status"] = {
         "conditions": [cond("QuotaReserved")],
-        "admissionChecks": [
-            {"name": "multikueue", "state": "Pending", "message": "", "lastTransitionTime": "x"}
-        ],
+        "admissionChecks": [check_state("multikueue", "Pending", message="", lastTransitionTime="x")],
         **status,
     }
     if record is not None:
@@ -56,10 +55,7 @@ def dispatched(name: str, *, record: DispatchRecord | None, **status: Any) -> di
 @pytest.fixture
 def caches() -> Caches:
     c = Caches()
-    c.put(
-        ADMISSION_CHECKS,
-        {"metadata": {"name": "multikueue"}, "spec": {"controllerName": "kueue.x-k8s.io/multikueue"}},
-    )
+    c.put(ADMISSION_CHECKS, admission_check("multikueue", controller="kueue.x-k8s.io/multikueue"))
     c.put(WORKLOADS, dispatched("g", record=RECORD, nominatedClusterNames=["b"]))
     return c
 

@@ -8,42 +8,25 @@ from typing import Any
 import pytest
 
 from gangplugin.core.errors import InputError
-from gangplugin.core.names import ADMISSION_CHECK_CONTROLLER, REQUIRED_TOPOLOGY_ANNOTATION
+from gangplugin.core.names import REQUIRED_TOPOLOGY_ANNOTATION
 from gangplugin.extender.pods import gang_pod_from_k8s
 from gangplugin.extender.reservations import GangReservations
 from gangplugin.kube.gangpolicies import GangPolicies
-from tests.support.extender import NODES, Objects, node, pod
+from tests.support import objects
+from tests.support.extender import NODES, Objects, pod
+from tests.support.objects import node
 
 RACK = "example.com/rack"
 
 
 def policies(spares: int = 0, topology: str | None = None, check: str = "gang") -> GangPolicies:
-    workload = {
-        "metadata": {"name": "train", "namespace": "ns"},
-        "status": {"admissionChecks": [{"name": check, "state": "Ready"}]},
-    }
-    ac = {
-        "metadata": {"name": "gang"},
-        "spec": {
-            "controllerName": ADMISSION_CHECK_CONTROLLER,
-            "parameters": {"apiGroup": "gangplugin.io", "kind": "GangPolicy", "name": "us"},
-        },
-    }
+    workload = objects.workload("train", "ns", checks=[objects.check_state(check, "Ready")])
     spec: dict[str, Any] = {"sparesPerUltraServer": spares}
     if topology:
         spec["topologyName"] = topology
-    policy = {
-        "apiVersion": "gangplugin.io/v1alpha1",
-        "kind": "GangPolicy",
-        "metadata": {"name": "us"},
-        "spec": spec,
-    }
-    topo = {
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "Topology",
-        "metadata": {"name": "racks"},
-        "spec": {"levels": [{"nodeLabel": RACK}, {"nodeLabel": "kubernetes.io/hostname"}]},
-    }
+    policy = objects.gang_policy("us", **spec)
+    topo = objects.topology("racks", RACK, "kubernetes.io/hostname")
+    ac = objects.admission_check("gang", policy="us")
     return GangPolicies(Objects(workload), Objects(ac), Objects(policy), Objects(topo))
 
 

@@ -22,7 +22,8 @@ from gangplugin.extender.pods import gang_pod_from_k8s
 from gangplugin.extender.server import ExtenderHandlers, make_app
 from gangplugin.localcluster.pki import CertificateAuthority
 from gangplugin.runtime.asgi import serve
-from tests.support.extender import NODES, Recorder, free_port, make_cache, node, pod, post, run, until
+from tests.support.extender import NODES, Recorder, free_port, make_cache, pod, post, run, until
+from tests.support.objects import node
 
 
 def test_bad_input_gets_4xx_or_an_error_and_the_server_keeps_serving():

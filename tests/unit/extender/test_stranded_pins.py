@@ -13,7 +13,8 @@ from gangplugin.core.gangplan import GangPod, stranded_pin
 from gangplugin.core.topology import Node, Taint, build_snapshot
 from gangplugin.extender.ungater import Ungater
 from gangplugin.kube.client import Client
-from tests.support.extender import WORKLOAD, add, cache_of, node, ungate_pod
+from tests.support.extender import WORKLOAD, add, cache_of, ungate_pod
+from tests.support.objects import node
 
 JOB = {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "job-uid", "controller": True}
 

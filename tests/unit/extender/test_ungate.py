@@ -10,7 +10,8 @@ from gangplugin.core.names import PLACEMENT_GATE
 from gangplugin.extender.pods import gang_pod_from_k8s
 from gangplugin.extender.reservations import GangReservations
 from gangplugin.extender.ungater import pin_patch
-from tests.support.extender import HOST, add, cache_of, node, pod, ungate_pod
+from tests.support.extender import HOST, add, cache_of, pod, ungate_pod
+from tests.support.objects import node
 
 US = "topology.k8s.aws/ultraserver-id"
 
