@@ -31,6 +31,7 @@ from tests.support.gangs import (
     epoch,
     events_of,
     node_us,
+    rejected,
     requeued,
     retries,
     running_gang,
@@ -253,10 +254,14 @@ def test_node_failure_replaced_from_spare(cluster: E2ECluster, namespace: str, g
 
 
 def _seventeen_in_one_ultraserver(
-    client: Client, namespace: str, queue: str
+    client: Client, namespace: str, gang_queue: Any, recovery_timeout: str
 ) -> tuple[str, dict[str, Any], dict[str, tuple[str, str]]]:
-    """A 17-pod gang Running in one UltraServer of 18 (its 18th node left as the spare):
+    """A 17-pod gang Running in one UltraServer of 18 (its 18th node left as the spare), in a
+    queue that replaces a failed node from the spare within `recovery_timeout`:
     (job, Workload, pod name -> (uid, node))."""
+    queue = gang_queue(
+        nodeFailure="ReplaceFromSpare", sparesPerUltraServer=1, recoveryTimeout=recovery_timeout
+    )
     job = submit(client, namespace, queue, 17)
     pods = running_gang(client, namespace, job, 17)
     wait_for(lambda: is_true(workload(client, namespace, job), "PodsReady"), 60, "PodsReady")
@@ -273,8 +278,7 @@ def test_node_failure_in_a_full_ultraserver_is_replaced_by_its_spare(
     client = cluster.client
     # Long enough that no busy machine runs it out: that the gang was never requeued (no
     # GangRequeued below) is what shows it was whole again within recoveryTimeout.
-    queue = gang_queue(nodeFailure="ReplaceFromSpare", sparesPerUltraServer=1, recoveryTimeout="10m")
-    job, wl, before = _seventeen_in_one_ultraserver(client, namespace, queue)
+    job, wl, before = _seventeen_in_one_ultraserver(client, namespace, gang_queue, "10m")
     domain = check_of(wl)["podSetUpdates"][0]["nodeSelector"][US]
     in_domain = sorted(n for n, us in node_us(client).items() if us == domain)
     (spare,) = sorted(set(in_domain) - {node for _, node in before.values()})
@@ -308,8 +312,7 @@ def test_two_failed_nodes_with_one_spare_requeue_the_gang_whole_without_deleting
     cluster: E2ECluster, namespace: str, gang_queue: Any
 ) -> None:
     client = cluster.client
-    queue = gang_queue(nodeFailure="ReplaceFromSpare", sparesPerUltraServer=1, recoveryTimeout="10s")
-    job, wl, before = _seventeen_in_one_ultraserver(client, namespace, queue)
+    job, wl, before = _seventeen_in_one_ultraserver(client, namespace, gang_queue, "10s")
     victims = sorted(node for _, node in before.values())[:2]
     for v in victims:
         fail_nodes(client, v)
@@ -451,15 +454,6 @@ def test_workload_naming_an_unknown_topology_level_is_rejected(
         metadata={"annotations": {"gangplugin.io/required-topology": "example.com/rack"}},
     )
     client.create(JOBS, job)
-    wl = wait_for(
-        lambda: (w := workload_of(client, namespace, name)) and w["spec"].get("active") is False and w,
-        60,
-        "the Workload deactivated",
-    )
-    (rejected,) = [
-        e for e in events_of(client, namespace, wl["metadata"]["name"]) if e["reason"] == "GangRejected"
-    ]
-    assert (
-        "gangplugin.io/required-topology" in rejected["message"] and "example.com/rack" in rejected["message"]
-    )
+    _, event = rejected(client, namespace, name)
+    assert "gangplugin.io/required-topology" in event["message"] and "example.com/rack" in event["message"]
     assert not job_pods(client, namespace, name)

@@ -50,6 +50,7 @@ from tests.support.gangs import (
     check_of,
     events_of,
     node_us,
+    rejected,
     requeued,
     retries,
     workload,
@@ -353,13 +354,6 @@ def test_rayjob_in_k8sjobmode_is_refused_with_the_fix(
     name = unique("k8sjob")
     kind = Kind("rayjob-k8sjobmode", rayjob.resource, lambda: obj, rayjob.pods + 1, rayjob.gpu_pods)
     kind.submit(client, name, namespace, gang_queue())
-    wl = wait_for(
-        lambda: (w := workload(client, namespace, name)) and w["spec"].get("active") is False and w,
-        60,
-        "the RayJob's Workload deactivated",
-    )
-    (rejected,) = [
-        e for e in events_of(client, namespace, wl["metadata"]["name"]) if e["reason"] == "GangRejected"
-    ]
-    assert "RayJob spec.submissionMode" in rejected["message"] and "HTTPMode" in rejected["message"], rejected
+    wl, event = rejected(client, namespace, name)
+    assert "RayJob spec.submissionMode" in event["message"] and "HTTPMode" in event["message"], event
     assert not gang_pods(client, namespace, wl)

@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 
 from gangplugin.core.timeutil import format_time
-from gangplugin.kube.client import EVENTS, JOBS, NODES, PODS, WORKLOADS, ApiError, Client
+from gangplugin.kube.client import EVENTS, JOBS, JSON, NODES, PODS, WORKLOADS, ApiError, Client, Resource
 from gangplugin.kube.kueue_records import conditions
 from gangplugin.kube.lease import LEASES
 from gangplugin.kube.resources import GANG_POLICIES, TRAINING_PLANS
@@ -406,18 +406,9 @@ class Injector(threading.Thread):
         ]
         spec, field = rng.choice(variants)
         body = gang_policy(name, **spec)
-        refused = self._refused(
-            "bad-policy", f"GangPolicy {name} {spec}", lambda: self.client.create(GANG_POLICIES, body), field
+        return self._bad_object(
+            "bad-policy", f"GangPolicy {name} {spec}", GANG_POLICIES, body, field, "Valid"
         )
-        if refused is None:
-            # Only what needs another object may get in while no webhook answers: it must say so.
-            self._expect(
-                f"GangPolicy {name} {spec}",
-                lambda: _refusal_naming(self.client.get_or_none(GANG_POLICIES, name), "Valid", field),
-                f"a Valid=False condition naming {field}",
-                cleanup=lambda: self.client.delete(GANG_POLICIES, name),
-            )
-        return True
 
     def _bad_plan(self, rng: random.Random) -> bool:
         self._bad += 1
@@ -432,12 +423,20 @@ class Injector(threading.Thread):
         block_change, spec_change, field = rng.choice(variants)
         body = training_plan(name, PLAN, [{**block, **block_change}], flavor="p5", lead="15s", **spec_change)
         what = f"TrainingPlan {name} {block_change or spec_change}"
-        if self._refused("bad-plan", what, lambda: self.client.create(TRAINING_PLANS, body), field) is None:
+        return self._bad_object("bad-plan", what, TRAINING_PLANS, body, field, "Accepted")
+
+    def _bad_object(
+        self, kind: str, what: str, res: Resource, body: JSON, field: str, condition: str
+    ) -> bool:
+        """Create the bad object `body`: refused naming `field`, or let in (only what needs another
+        object may get in while no webhook answers) with its `condition` False, naming it."""
+        name = body["metadata"]["name"]
+        if self._refused(kind, what, lambda: self.client.create(res, body), field) is None:
             self._expect(
                 what,
-                lambda: _refusal_naming(self.client.get_or_none(TRAINING_PLANS, name), "Accepted", field),
-                f"an Accepted=False condition naming {field}",
-                cleanup=lambda: self.client.delete(TRAINING_PLANS, name),
+                lambda: _refusal_naming(self.client.get_or_none(res, name), condition, field),
+                f"the condition {condition}=False naming {field}",
+                cleanup=lambda: self.client.delete(res, name),
             )
         return True
 

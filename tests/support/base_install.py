@@ -207,9 +207,12 @@ def gangplugin_scheduler(cluster: E2ECluster, local: LocalCluster, tmp_path: Pat
         stop(proc)
 
 
-def run_gang(client: Client, namespace: str, queue: str) -> None:
+def run_gang(
+    client: Client, namespace: str, queue: str, scheduler: str | None = "gangplugin-scheduler"
+) -> list[dict[str, Any]]:
     """A 4-pod gang in one UltraServer, queued in `queue`, admitted by Kueue through gangplugin's
-    check and scheduled by the gangplugin-scheduler through the extender: all bound and Ready."""
+    check and bound by `scheduler` (None: the cluster's default-scheduler, which has no
+    extender): its pods, all bound and Ready."""
     job = gpu_job(
         unique("job"),
         namespace,
@@ -218,7 +221,8 @@ def run_gang(client: Client, namespace: str, queue: str) -> None:
         4,
         metadata={"annotations": {"gangplugin.io/required-topology": US}},
     )
-    job["spec"]["template"]["spec"]["schedulerName"] = "gangplugin-scheduler"
+    if scheduler is not None:
+        job["spec"]["template"]["spec"]["schedulerName"] = scheduler
     client.create(JOBS, job)
     job_name = job["metadata"]["name"]
 
@@ -238,6 +242,6 @@ def run_gang(client: Client, namespace: str, queue: str) -> None:
         for e in client.list(EVENTS, namespace)["items"]
         if e.get("reason") == "Scheduled" and e["involvedObject"]["name"].startswith(job_name)
     ]
-    assert {e.get("reportingComponent") or e["source"]["component"] for e in scheduled} == {
-        "gangplugin-scheduler"
-    }
+    bound_by = {e.get("reportingComponent") or e["source"]["component"] for e in scheduled}
+    assert bound_by == {scheduler or "default-scheduler"}
+    return pods

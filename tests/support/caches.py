@@ -18,7 +18,7 @@ from gangplugin.admission.controller import GangAdmission
 from gangplugin.api.component import new_server
 from gangplugin.api.gangs import GangService
 from gangplugin.api.plans import PlanService
-from gangplugin.api.proto import gangs_pb2_grpc, plans_pb2_grpc
+from gangplugin.api.proto import gangs_pb2, gangs_pb2_grpc, plans_pb2_grpc
 from gangplugin.kube import kueue_records as rec
 from gangplugin.kube.client import CLUSTER_QUEUES, LOCAL_QUEUES, NODES, Client, Resource
 from gangplugin.kube.dispatcher import Dispatcher
@@ -182,3 +182,13 @@ def served(caches: Caches, stop: threading.Event | None = None) -> Iterator[str]
     finally:
         stop.set()
         server.stop(0)
+
+
+def explain(caches: Caches, name: str) -> gangs_pb2.GangExplanation:
+    """gangctl explain's question, ExplainGang of gang `name` in team-a, over the served caches."""
+    with serving(caches) as channel:
+        stub = gangs_pb2_grpc.GangServiceStub(channel)
+        reply: gangs_pb2.GangExplanation = stub.ExplainGang(
+            gangs_pb2.ExplainGangRequest(namespace="team-a", name=name), timeout=10
+        )
+    return reply

@@ -91,6 +91,21 @@ def running_gang(client: Client, namespace: str, job: str, pods: int) -> list[di
     return wait_for(ready, 120, f"{pods} Ready pods of {job}")
 
 
+def rejected(
+    client: Client, namespace: str, job: str, timeout: float = 60
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The job's Workload once Kueue deactivated it, and the one GangRejected Event our check gave it."""
+    wl = wait_for(
+        lambda: (w := workload_of(client, namespace, job)) and w["spec"].get("active") is False and w,
+        timeout,
+        f"the Workload of {job} deactivated",
+    )
+    (event,) = [
+        e for e in events_of(client, namespace, wl["metadata"]["name"]) if e["reason"] == "GangRejected"
+    ]
+    return wl, event
+
+
 def domain_of(client: Client, namespace: str, job: str) -> str:
     check = check_of(workload(client, namespace, job))
     return str(check["podSetUpdates"][0]["nodeSelector"][US])

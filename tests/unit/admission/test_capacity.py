@@ -93,12 +93,18 @@ def assumed(name: str, count: int, us: str, view: CapacityView, levels: tuple[st
     return Assumed("41", True, ("fp", ()), "ns", g, placement, PlacementPolicy())
 
 
-def test_an_admission_not_yet_in_the_cache_stays_charged_in_every_level_order() -> None:
-    nodes = [node(f"a{i}", "us-1") for i in range(3)]
-    view = view_of(nodes)
+def assumed_g1() -> CapacityView:
+    """A view of three 4-GPU nodes in us-1 into which g1 (2 pods) was just admitted: assumed, its
+    Workload not yet in the cache."""
+    view = view_of([node(f"a{i}", "us-1") for i in range(3)])
     a = assumed("g1", 2, "us-1", view)
     with view.locked():
         view.assume("ns/g1", a)
+    return view
+
+
+def test_an_admission_not_yet_in_the_cache_stays_charged_in_every_level_order() -> None:
+    view = assumed_g1()
     # the next pass: the cache still shows g1 Pending, so it is in no promise; still charged
     assert free_gpus(view, []) == 4
     assert free_gpus(view, []) == 4
@@ -111,11 +117,8 @@ def test_an_admission_not_yet_in_the_cache_stays_charged_in_every_level_order() 
 
 
 def test_an_assumed_admission_becomes_a_promise_without_being_charged_twice() -> None:
-    nodes = [node(f"a{i}", "us-1") for i in range(3)]
-    view = view_of(nodes)
-    a = assumed("g1", 2, "us-1", view)
+    view = assumed_g1()
     with view.locked():
-        view.assume("ns/g1", a)
         view.forget("ns/g1")
     p = Promise("ns/g1", ("fp", ()), "ns", lambda: gang("g1", 2, "us-1"), PlacementPolicy())
     assert free_gpus(view, [p]) == 4

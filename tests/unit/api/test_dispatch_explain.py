@@ -15,7 +15,7 @@ from gangplugin.core.dispatch import DispatchRecord, Verdict
 from gangplugin.core.names import DISPATCH_ANNOTATION
 from gangplugin.kube.client import WORKLOADS
 from gangplugin.kube.resources import ADMISSION_CHECKS
-from tests.support.caches import NOW, Caches, cond, serving, team_workload
+from tests.support.caches import NOW, Caches, cond, explain, serving, team_workload
 from tests.support.objects import admission_check, check_state
 
 US = "topology.k8s.aws/ultraserver-id"
@@ -58,15 +58,6 @@ def caches() -> Caches:
     c.put(ADMISSION_CHECKS, admission_check("multikueue", controller="kueue.x-k8s.io/multikueue"))
     c.put(WORKLOADS, dispatched("g", record=RECORD, nominatedClusterNames=["b"]))
     return c
-
-
-def explain(caches: Caches, name: str) -> gangs_pb2.GangExplanation:
-    with serving(caches) as channel:
-        stub = gangs_pb2_grpc.GangServiceStub(channel)
-        reply: gangs_pb2.GangExplanation = stub.ExplainGang(
-            gangs_pb2.ExplainGangRequest(namespace="team-a", name=name), timeout=10
-        )
-    return reply
 
 
 def test_a_nominated_gang_shows_every_worker_s_verdict(caches: Caches) -> None:

@@ -8,10 +8,9 @@ from typing import Any
 
 import pytest
 
-from gangplugin.api.proto import gangs_pb2, gangs_pb2_grpc
 from gangplugin.kube.client import CLUSTER_QUEUES, PODS, WORKLOADS
 from gangplugin.kube.resources import ADMISSION_CHECKS, GANG_POLICIES
-from tests.support.caches import NOW, Caches, serving, standard, team_pod, team_workload
+from tests.support.caches import NOW, Caches, explain, standard, team_pod, team_workload
 from tests.support.objects import admission_check, gang_policy
 
 US = "topology.k8s.aws/ultraserver-id"
@@ -46,17 +45,8 @@ def caches() -> Caches:
     return c
 
 
-def explain(caches: Caches, name: str = "high") -> gangs_pb2.GangExplanation:
-    with serving(caches) as channel:
-        stub = gangs_pb2_grpc.GangServiceStub(channel)
-        reply: gangs_pb2.GangExplanation = stub.ExplainGang(
-            gangs_pb2.ExplainGangRequest(namespace="team-a", name=name), timeout=10
-        )
-    return reply
-
-
 def test_explain_names_the_victims_of_one_ultraserver_and_why(caches: Caches) -> None:
-    e = explain(caches)
+    e = explain(caches, "high")
     assert e.evaluated and not e.fits_now
     # Freeing us-1 costs 8 GPUs (low1), us-2 12 (low2): the fewest GPUs win.
     assert e.reason.startswith(f"preempting team-a/low1 (8 GPUs) to free {US}=us-1 for team-a/high")
@@ -66,7 +56,7 @@ def test_explain_names_the_victims_of_one_ultraserver_and_why(caches: Caches) ->
 
 def test_equal_priority_is_not_preempted_and_the_reason_says_so(caches: Caches) -> None:
     caches.put(WORKLOADS, prioritized(team_workload("high", 4), 10))
-    e = explain(caches)
+    e = explain(caches, "high")
     assert not e.fits_now and "preempting" not in e.reason
     assert "protected by withinClusterQueue: LowerPriority, priority 10 >= 10" in e.reason
 
@@ -74,7 +64,7 @@ def test_equal_priority_is_not_preempted_and_the_reason_says_so(caches: Caches) 
 def test_gang_policy_preemption_never_turns_it_off(caches: Caches) -> None:
     caches.put(GANG_POLICIES, gang_policy("calm", preemption="Never"))
     caches.put(ADMISSION_CHECKS, admission_check("gang", policy="calm"))
-    e = explain(caches)
+    e = explain(caches, "high")
     assert not e.fits_now and e.reason.startswith("needs 4 pods") and "preempt" not in e.reason
 
 
@@ -91,5 +81,5 @@ def test_a_domain_held_for_another_preemptor_is_not_offered(caches: Caches) -> N
     caches.put(WORKLOADS, prioritized(team_workload("other", 2), 0))
     e = explain(caches, "other")
     assert not e.fits_now and "us-1" not in list(e.domains)
-    h = explain(caches)
+    h = explain(caches, "high")
     assert h.reason.startswith("preempting team-a/low1: evicting the rest")

@@ -19,10 +19,11 @@ import pytest
 
 from gangplugin.extender.barrier import Barrier
 from gangplugin.extender.pods import gang_pod_from_k8s
+from gangplugin.extender.reservations import GangReservations
 from gangplugin.extender.server import ExtenderHandlers, make_app
 from gangplugin.localcluster.pki import CertificateAuthority
 from gangplugin.runtime.asgi import serve
-from tests.support.extender import NODES, Recorder, free_port, make_cache, pod, post, run, until
+from tests.support.extender import NODES, Recorder, add, free_port, make_cache, pod, post, run, until
 from tests.support.objects import node
 
 
@@ -58,11 +59,16 @@ def test_bad_input_gets_4xx_or_an_error_and_the_server_keeps_serving():
     run(go, cache)
 
 
-def test_gang_is_bound_only_when_every_member_has_a_node():
+def gang_of_three() -> tuple[GangReservations, list[dict[str, Any]]]:
+    """`make_cache()` holding the three members of gang g (namespace ns), none bound."""
     cache = make_cache()
     members = [pod(f"m{i}", "g", 3) for i in range(3)]
-    for m in members:
-        cache.on_pod("ADDED", None, gang_pod_from_k8s(m))
+    add(cache, *members)
+    return cache, members
+
+
+def test_gang_is_bound_only_when_every_member_has_a_node():
+    cache, members = gang_of_three()
 
     async def go(client, rec):  # type: ignore[no-untyped-def]
         targets = []
@@ -95,10 +101,7 @@ def test_gang_is_bound_only_when_every_member_has_a_node():
 
 
 def test_incomplete_gang_times_out_with_an_error_for_every_waiter_and_no_binding():
-    cache = make_cache()
-    members = [pod(f"m{i}", "g", 3) for i in range(3)]
-    for m in members:
-        cache.on_pod("ADDED", None, gang_pod_from_k8s(m))
+    cache, members = gang_of_three()
 
     async def go(client, rec):  # type: ignore[no-untyped-def]
         targets = []
