@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from hypothesis import HealthCheck, settings
 
@@ -20,7 +21,7 @@ SETTINGS = settings(
 )
 
 
-def node(name: str, us: str | None = "us-1", zone: str | None = "z1", **kw) -> Node:
+def node(name: str, us: str | None = "us-1", zone: str | None = "z1", **kw: Any) -> Node:
     labels = {HOSTNAME_LABEL: name}
     if us is not None:
         labels[ULTRASERVER_LABEL] = us
@@ -39,7 +40,7 @@ def ultraservers(count: int, size: int, zone: str = "z1", prefix: str = "") -> l
 
 
 def gang(
-    count: int, gpus: int = 4, *, required: str | None = None, preferred: str | None = None, **kw
+    count: int, gpus: int = 4, *, required: str | None = None, preferred: str | None = None, **kw: Any
 ) -> Gang:
     requests = {GPU: gpus, "cpu": 1000}
     return Gang(

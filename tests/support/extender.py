@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import httpx
 import orjson
@@ -28,6 +28,8 @@ from gangplugin.kube.gangpolicies import GangPolicies
 from gangplugin.runtime.asgi import serve
 from tests.support import objects
 from tests.support.objects import GPU, node
+
+T = TypeVar("T")
 
 
 def pod(name: str, gang: str | None = None, size: Any = None, node_name: str | None = None) -> dict[str, Any]:
@@ -77,8 +79,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run(coro_fn, cache: GangReservations, timeout: float = 2.0):  # type: ignore[no-untyped-def]
-    async def main():  # type: ignore[no-untyped-def]
+def run(
+    coro_fn: Callable[[httpx.AsyncClient, Recorder], Awaitable[T]],
+    cache: GangReservations,
+    timeout: float = 2.0,
+) -> T:
+    """`coro_fn(client, recorder)` against the extender app served on loopback over `cache`."""
+
+    async def main() -> T:
         rec = Recorder()
         barrier = rec.barrier = Barrier(cache, rec, timeout, rec.refused)
         app = make_app(ExtenderHandlers(cache), barrier)
@@ -185,6 +193,7 @@ class Api:
         if path.endswith("/events"):
             return httpx.Response(201, content=orjson.dumps(body))
         name = path.rsplit("/", 1)[1]
+        assert body is not None, f"{request.method} {path} without a body"
         pinned = dict(self.pods[name])
         pinned["spec"] = {
             **pinned["spec"],

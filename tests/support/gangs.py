@@ -95,11 +95,12 @@ def rejected(
     client: Client, namespace: str, job: str, timeout: float = 60
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The job's Workload once Kueue deactivated it, and the one GangRejected Event our check gave it."""
-    wl = wait_for(
-        lambda: (w := workload_of(client, namespace, job)) and w["spec"].get("active") is False and w,
-        timeout,
-        f"the Workload of {job} deactivated",
-    )
+
+    def deactivated() -> dict[str, Any] | None:
+        wl = workload_of(client, namespace, job)
+        return wl if wl is not None and wl["spec"].get("active") is False else None
+
+    wl = wait_for(deactivated, timeout, f"the Workload of {job} deactivated")
     (event,) = [
         e for e in events_of(client, namespace, wl["metadata"]["name"]) if e["reason"] == "GangRejected"
     ]
@@ -120,7 +121,7 @@ def assert_whole_in_domain(
 ) -> str:
     check = check_of(workload(client, namespace, job))
     (update,) = check["podSetUpdates"]
-    domain = update["nodeSelector"][US]
+    domain: str = update["nodeSelector"][US]
     assert update["labels"][BIND_MODE_LABEL] == mode
     us = node_us(client)
     nodes = [p["spec"]["nodeName"] for p in pods]

@@ -50,7 +50,8 @@ def condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
 
 
 def workload_of(client: Client, namespace: str, job_name: str) -> dict[str, Any] | None:
-    for wl in client.list(WORKLOADS, namespace)["items"]:
+    items: list[dict[str, Any]] = client.list(WORKLOADS, namespace)["items"]
+    for wl in items:
         if any(o.get("name") == job_name for o in wl["metadata"].get("ownerReferences", [])):
             return wl
     return None

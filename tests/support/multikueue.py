@@ -8,6 +8,7 @@ import threading
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from gangplugin.kube.client import PODS, WORKLOADS, Client
@@ -50,8 +51,8 @@ class Monitor:
             pods: Informer[Any] = Informer(
                 client, PODS, lambda o: o, namespace=namespace, name=f"mon-{name}-pods"
             )
-            wls.add_handler(lambda _k, _o, new, w=name: self._workload(w, new), self._dispatcher)
-            pods.add_handler(lambda _k, _o, new, w=name: self._pod(w, new), self._dispatcher)
+            wls.add_handler(partial(self._workload, name), self._dispatcher)
+            pods.add_handler(partial(self._pod, name), self._dispatcher)
             self._informers += [wls, pods]
 
     def start(self) -> None:
@@ -68,7 +69,7 @@ class Monitor:
     def caught_up(self) -> None:
         assert self._dispatcher.caught_up(60)
 
-    def _workload(self, worker: str, wl: Mapping[str, Any] | None) -> None:
+    def _workload(self, worker: str, _kind: str, _old: object, wl: Mapping[str, Any] | None) -> None:
         if wl is None:
             return
         with self._lock:
@@ -77,7 +78,7 @@ class Monitor:
             s.quota_reserved |= is_true(wl, "QuotaReserved")
             s.admitted |= is_true(wl, "Admitted") or (is_true(wl, "QuotaReserved") and _gang_check_ready(wl))
 
-    def _pod(self, worker: str, pod: Mapping[str, Any] | None) -> None:
+    def _pod(self, worker: str, _kind: str, _old: object, pod: Mapping[str, Any] | None) -> None:
         if pod is None or not (pod.get("spec") or {}).get("nodeName"):
             return
         job = ((pod.get("metadata") or {}).get("labels") or {}).get(JOB_NAME_LABEL)
