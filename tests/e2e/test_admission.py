@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from gangplugin.core.names import BIND_MODE_LABEL, GANG_LABEL, GANG_SIZE_ANNOTATION
-from gangplugin.kube.client import EVENTS, JOBS, PODS, ApiError, Client, Resource
+from gangplugin.kube.client import EVENTS, JOBS, PODS, ApiError, Client
 from gangplugin.kube.kueue_records import is_true
 from gangplugin.kube.resources import GANG_POLICIES, TOPOLOGIES
 from gangplugin.localcluster.cluster import REPO
@@ -40,7 +40,7 @@ from tests.support.gangs import (
 )
 from tests.support.kube import condition, job_pods, unique, wait_for, workload_of
 from tests.support.nodes import fail_nodes, heal_nodes
-from tests.support.objects import gang_policy, gpu_job, pod_group_member
+from tests.support.objects import JOBSETS, gang_policy, gpu_job, pod_group_member
 from tests.support.scrape import wait_decided
 
 
@@ -68,9 +68,6 @@ def test_gang_admitted_into_one_ultraserver(cluster: E2ECluster, namespace: str,
         assert pod["spec"]["nodeSelector"][HOSTNAME] == pod["spec"]["nodeName"]
         assert not pod["spec"].get("schedulingGates"), pod["spec"]
     assert any(e["reason"] == "GangAdmitted" for e in events_of(client, namespace, wl["metadata"]["name"]))
-
-
-JOBSETS = Resource("jobset.x-k8s.io/v1alpha2", "jobsets")
 
 
 @pytest.mark.compat

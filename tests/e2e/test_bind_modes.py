@@ -35,11 +35,10 @@ from tests.support.gangs import (
     submit_one_per_zone,
     workload,
 )
+from tests.support.grpcauth import SERVICE_ACCOUNTS
 from tests.support.kube import condition, job_pods, unique, wait_for, wait_until
 from tests.support.nodes import fail_nodes, heal_nodes
 from tests.support.objects import GB200, gpu_job, trainer_pod_spec
-
-SERVICE_ACCOUNTS = Resource("v1", "serviceaccounts")
 
 
 def _holds_node(pod: dict[str, Any]) -> bool:

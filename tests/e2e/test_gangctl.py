@@ -13,17 +13,16 @@ from typing import Any
 
 import yaml
 
-from gangplugin.kube.client import JOBS, Resource
+from gangplugin.kube.client import JOBS
 from tests.support import grpcauth
 from tests.support.cli import Running
 from tests.support.cluster import E2ECluster
 from tests.support.kube import unique, wait_for, workload_of
-from tests.support.objects import gpu_job
+from tests.support.objects import JOBSETS, gpu_job
 
 GANGCTL = str(Path(sys.executable).parent / "gangctl")
 US = "topology.k8s.aws/ultraserver-id"
 REPO = Path(__file__).resolve().parents[2]
-JOBSETS = Resource("jobset.x-k8s.io/v1alpha2", "jobsets")
 VIEWER = [{"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["get", "list", "watch"]}]
 
 

@@ -29,9 +29,12 @@ import yaml
 
 from gangplugin.core.names import GANG_LABEL
 from gangplugin.kube.client import PODS, Client, Resource
+from gangplugin.kube.lease import LEASES
+from gangplugin.kube.resources import SECRETS
 from gangplugin.localcluster.cluster import LocalCluster
+from gangplugin.localcluster.manifests import CRDS
 from tests.support import base_install, containers
-from tests.support.base_install import LEASES, NAMESPACE, refused, run_gang
+from tests.support.base_install import NAMESPACE, refused, run_gang
 from tests.support.cluster import E2ECluster
 from tests.support.grpcauth import service_account_token
 from tests.support.kube import gang_queues, wait_for
@@ -39,8 +42,6 @@ from tests.support.manifests import CHART, cached_binary
 
 US = "topology.k8s.aws/ultraserver-id"
 DEPLOYMENTS = Resource("apps/v1", "deployments")
-SECRETS = Resource("v1", "secrets")
-CRDS = Resource("apiextensions.k8s.io/v1", "customresourcedefinitions", namespaced=False)
 CLUSTER_ROLES = Resource("rbac.authorization.k8s.io/v1", "clusterroles", namespaced=False)
 WEBHOOKS = {
     "validating": Resource(

@@ -37,9 +37,10 @@ import pytest
 from gangplugin.core.leader import ElectionConfig
 from gangplugin.core.names import LEADER_LABEL
 from gangplugin.kube.client import PODS, ApiError, Client
+from gangplugin.kube.lease import LEASES
 from gangplugin.localcluster.cluster import REPO, LocalCluster
 from tests.support import base_install, containers
-from tests.support.base_install import LEASES, NAMESPACE, refused, run_gang
+from tests.support.base_install import NAMESPACE, refused, run_gang
 from tests.support.cluster import E2ECluster
 from tests.support.containers import build_image, engine
 from tests.support.grpcauth import service_account_token

@@ -21,6 +21,7 @@ import yaml
 from gangplugin.core.names import GANG_LABEL
 from gangplugin.kube.client import EVENTS, JOBS, NODES, ApiError, Client, Resource
 from gangplugin.kube.kueue_records import is_true
+from gangplugin.kube.lease import LEASES
 from gangplugin.localcluster.cluster import LocalCluster, cache_dir
 from tests.support.cluster import E2ECluster, e2e_local_cluster
 from tests.support.grpcauth import service_account_token
@@ -29,7 +30,6 @@ from tests.support.manifests import kubectl, render
 from tests.support.objects import gpu_job
 
 NAMESPACE = "gangplugin-system"
-LEASES = Resource("coordination.k8s.io/v1", "leases")
 US = "topology.k8s.aws/ultraserver-id"
 # kind -> (plural, namespaced): what the least-privilege tests create for real.
 RBAC_KINDS = {

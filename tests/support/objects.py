@@ -12,7 +12,12 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from gangplugin.core.names import GANG_LABEL, GANG_SIZE_ANNOTATION, REQUIRED_TOPOLOGY_ANNOTATION
+from gangplugin.core.names import (
+    ADMISSION_CHECK_CONTROLLER,
+    GANG_LABEL,
+    GANG_SIZE_ANNOTATION,
+    REQUIRED_TOPOLOGY_ANNOTATION,
+)
 from gangplugin.core.timeutil import format_time
 from gangplugin.core.topology import HOSTNAME_LABEL, ULTRASERVER_LABEL
 from gangplugin.kube.client import CLUSTER_QUEUES, LOCAL_QUEUES, Resource
@@ -21,11 +26,12 @@ from gangplugin.kube.resources import RESOURCE_FLAVORS
 JSON = dict[str, Any]
 GPU = "nvidia.com/gpu"
 KUEUE = "kueue.x-k8s.io/v1beta2"
-GANG_CHECK_CONTROLLER = "gangplugin.io/gang"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 GB200 = "ml.p6e-gb200.36xlarge"
 P5 = "ml.p5.48xlarge"
+# Kinds gangplugin itself does not read.
 WORKLOAD_PRIORITY_CLASSES = Resource(KUEUE, "workloadpriorityclasses", namespaced=False)
+JOBSETS = Resource("jobset.x-k8s.io/v1alpha2", "jobsets")
 
 
 def trainer_container(
@@ -121,6 +127,7 @@ def pod_group_member(
 
 
 def gang_policy(name: str, **spec: Any) -> JSON:
+    """A GangPolicy of `spec`, as a user writes it (camelCase fields)."""
     return {
         "apiVersion": "gangplugin.io/v1alpha1",
         "kind": "GangPolicy",
@@ -129,7 +136,9 @@ def gang_policy(name: str, **spec: Any) -> JSON:
     }
 
 
-def admission_check(name: str, policy: str | None = None, controller: str = GANG_CHECK_CONTROLLER) -> JSON:
+def admission_check(
+    name: str, policy: str | None = None, controller: str = ADMISSION_CHECK_CONTROLLER
+) -> JSON:
     """An AdmissionCheck of `controller` (our gang check by default), with GangPolicy `policy`
     as its parameters when given."""
     spec: JSON = {"controllerName": controller}
@@ -188,6 +197,7 @@ def cluster_queue(
 
 
 def workload_priority_class(name: str, value: int) -> JSON:
+    """A Kueue WorkloadPriorityClass (a job picks it with label kueue.x-k8s.io/priority-class)."""
     return {"apiVersion": KUEUE, "kind": "WorkloadPriorityClass", "metadata": {"name": name}, "value": value}
 
 
@@ -297,6 +307,7 @@ def node(
 
 
 def container(requests: Mapping[str, str | int]) -> JSON:
+    """The one container of a unit test's pod or podSet template, asking for `requests`."""
     return {"name": "c", "resources": {"requests": {k: str(v) for k, v in requests.items()}}}
 
 
