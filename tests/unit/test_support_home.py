@@ -5,6 +5,7 @@ none of the suites it serves."""
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -40,32 +41,28 @@ def test_the_suites_hold_only_tests_and_their_fixtures() -> None:
     assert helpers == [], f"helpers belong in tests/support/: {helpers}"
 
 
+def imports_where(folder: str, wrong: Callable[[str], bool]) -> list[str]:
+    """Where a module under `folder` imports one that `wrong` holds for."""
+    return sorted({f"{p.relative_to(ROOT)}: {m}" for p in sources(folder) for m in imported(p) if wrong(m)})
+
+
 @pytest.mark.parametrize("folder", ["tests", "bench"])
 def test_no_module_imports_a_test_module_or_imports_relatively(folder: str) -> None:
-    wrong = {
-        f"{p.relative_to(ROOT)}: {m}"
-        for p in sources(folder)
-        for m in imported(p)
-        if m.startswith(".") or any(part.startswith("test_") for part in m.split("."))
-    }
-    assert not wrong, sorted(wrong)
+    def test_module_or_relative(m: str) -> bool:
+        return m.startswith(".") or any(part.startswith("test_") for part in m.split("."))
+
+    assert imports_where(folder, test_module_or_relative) == []
 
 
 def test_the_home_imports_none_of_the_suites_it_serves() -> None:
-    wrong = {
-        f"{p.relative_to(ROOT)}: {m}"
-        for p in sources("tests/support")
-        for m in imported(p)
-        if m.startswith(("tests.e2e", "tests.unit", "tests.soak"))
-    }
-    assert not wrong, sorted(wrong)
+    assert (
+        imports_where("tests/support", lambda m: m.startswith(("tests.e2e", "tests.unit", "tests.soak")))
+        == []
+    )
 
 
 def test_the_benches_share_only_the_home_and_run_the_soak() -> None:
-    wrong = {
-        f"{p.relative_to(ROOT)}: {m}"
-        for p in sources("bench")
-        for m in imported(p)
-        if m.startswith("tests.") and not m.startswith(("tests.support", "tests.soak"))
-    }
-    assert not wrong, sorted(wrong)
+    def other_tests(m: str) -> bool:
+        return m.startswith("tests.") and not m.startswith(("tests.support", "tests.soak"))
+
+    assert imports_where("bench", other_tests) == []
