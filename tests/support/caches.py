@@ -59,11 +59,18 @@ class Caches:
         assert self.dispatcher.caught_up(10)
 
 
+def gpu_node(name: str, us: str) -> dict[str, Any]:
+    """A GB200 node of 4 GPUs in UltraServer `us`, zone us-east-1a, Ready since CREATED."""
+    labels = {"topology.kubernetes.io/zone": "us-east-1a", "node.kubernetes.io/instance-type": objects.GB200}
+    ready = objects.condition("Ready", lastTransitionTime=CREATED)
+    return objects.node(name, us, labels=labels, conditions=[ready])
+
+
 def cond(kind: str, status: str = "True", reason: str = "R") -> dict[str, Any]:
     return objects.condition(kind, status, reason=reason, message="", lastTransitionTime=CREATED)
 
 
-def team_workload(
+def workload(
     name: str,
     count: int,
     *,
@@ -115,7 +122,7 @@ def owned(
     return wl
 
 
-def team_pod(
+def pod(
     name: str, gang: str, *, node: str | None = None, ready: bool = False, size: int | None = None
 ) -> dict[str, Any]:
     """A pod of `gang` (podSet main) in team-a, bound to `node` when given."""
@@ -147,11 +154,9 @@ def standard(caches: Caches | None = None) -> Caches:
     caches.put(CLUSTER_QUEUES, {"metadata": {"name": "plain"}, "spec": {}})
     for name in ("training", "plain"):
         caches.put(LOCAL_QUEUES, objects.local_queue(name, "team-a"))
-    ready = objects.condition("Ready", lastTransitionTime=CREATED)
-    labels = {"topology.kubernetes.io/zone": "us-east-1a", "node.kubernetes.io/instance-type": objects.GB200}
     for us in (1, 2):
         for i in range(4):
-            caches.put(NODES, objects.node(f"us{us}-{i}", f"us-{us}", labels=labels, conditions=[ready]))
+            caches.put(NODES, gpu_node(f"us{us}-{i}", f"us-{us}"))
     return caches
 
 

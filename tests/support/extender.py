@@ -215,7 +215,7 @@ class Api:
 US1 = [f"us-1-{i}" for i in range(4)]
 
 
-def train_workload(state: str = "Ready", count: int = 3, domain: str = "us-1") -> JSON:
+def workload(state: str = "Ready", count: int = 3, domain: str = "us-1") -> JSON:
     """The Workload of gang `train` (`count` 4-GPU pods) with our check in `state`, admitted
     into UltraServer `domain` when Ready."""
     pinned = {ULTRASERVER_LABEL: domain} if state == "Ready" else None
@@ -233,7 +233,7 @@ def train_workload(state: str = "Ready", count: int = 3, domain: str = "us-1") -
 def reservations(*ultraservers: list[str]) -> GangReservations:
     ac = objects.admission_check("gang", policy="p")
     policy = objects.gang_policy("p")
-    policies = GangPolicies(Objects(train_workload()), Objects(ac), Objects(policy), Objects())
+    policies = GangPolicies(Objects(workload()), Objects(ac), Objects(policy), Objects())
     res = GangReservations(policy_of=policy_of(policies), admitted_of=admitted_of(policies, Objects()))
     for names in ultraservers:
         for name in names:

@@ -7,12 +7,12 @@ from __future__ import annotations
 from gangplugin.admission.controller import GangAdmission
 from gangplugin.core.names import MAX_RUNTIME_ANNOTATION
 from gangplugin.kube.client import WORKLOADS
-from tests.support.caches import NOW, standard, team_workload
+from tests.support.caches import NOW, standard, workload
 
 
 def verdict(max_runtime: str | None = None, **annotations: str) -> tuple[bool, str]:
     caches = standard()
-    wl = team_workload("wl", 2)
+    wl = workload("wl", 2)
     template = wl["spec"]["podSets"][0]["template"]["metadata"]["annotations"]
     template.update(annotations)
     if max_runtime is not None:

@@ -22,7 +22,7 @@ from gangplugin.core.simulate import Job, Settings, replay
 from gangplugin.core.topology import ULTRASERVER_LABEL, Node
 from gangplugin.kube.client import WORKLOADS
 from gangplugin.kube.resources import ADMISSION_CHECKS, GANG_POLICIES
-from tests.support.caches import NOW, Caches, serving, standard, team_workload
+from tests.support.caches import NOW, Caches, serving, standard, workload
 from tests.support.fakeapi import FakeApi
 from tests.support.objects import admission_check, gang_policy
 
@@ -34,8 +34,8 @@ def caches() -> Caches:
     c = standard()
     c.put(GANG_POLICIES, gang_policy("one-at-a-time", admission="Sequential"))
     c.put(ADMISSION_CHECKS, admission_check("gang", policy="one-at-a-time"))
-    c.put(WORKLOADS, team_workload("first", 2, check="Ready", admitted=True, pinned={US: "us-1"}))
-    c.put(WORKLOADS, team_workload("second", 2))
+    c.put(WORKLOADS, workload("first", 2, check="Ready", admitted=True, pinned={US: "us-1"}))
+    c.put(WORKLOADS, workload("second", 2))
     return c
 
 

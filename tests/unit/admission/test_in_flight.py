@@ -12,14 +12,14 @@ import httpx
 from gangplugin.admission.controller import GangAdmission
 from gangplugin.kube.client import JSON, WORKLOADS
 from gangplugin.runtime.admissions import AdmissionsInFlight, Subscriber
-from tests.support.caches import NOW, standard, team_workload
+from tests.support.caches import NOW, standard, workload
 from tests.support.fakeapi import FakeApi
 
 
 def run_pass(write: httpx.Response | None) -> tuple[list[tuple[str, Any, int]], FakeApi]:
     """One pass over a gang that fits; `write`: the API server's answer to its status write."""
     caches = standard()
-    caches.put(WORKLOADS, team_workload("train", 2))
+    caches.put(WORKLOADS, workload("train", 2))
     api = FakeApi()
     if write is not None:
         api.lists = [write]

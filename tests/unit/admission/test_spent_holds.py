@@ -15,7 +15,7 @@ from gangplugin.admission.controller import GangAdmission
 from gangplugin.core.names import BACKOFF_UNTIL_ANNOTATION, PREEMPTION_ANNOTATION
 from gangplugin.kube.client import PODS, WORKLOADS, Client
 from gangplugin.kube.kueue_records import spent_holds
-from tests.support.caches import NOW, Caches, standard, team_pod, team_workload
+from tests.support.caches import NOW, Caches, pod, standard, workload
 
 HOLD = orjson.dumps(
     {"level": "topology.k8s.aws/ultraserver-id", "domain": "us-1", "nodes": [], "victims": ["team-a/v"]}
@@ -25,9 +25,7 @@ BEFORE, AFTER = "2027-01-15T07:59:00Z", "2027-01-15T08:10:00Z"  # around CREATED
 
 
 def admitted(annotations: dict[str, str]) -> dict[str, Any]:
-    wl = team_workload(
-        "wl", 2, check="Ready", admitted=True, pinned={"topology.k8s.aws/ultraserver-id": "us-1"}
-    )
+    wl = workload("wl", 2, check="Ready", admitted=True, pinned={"topology.k8s.aws/ultraserver-id": "us-1"})
     wl["metadata"]["annotations"] = annotations
     return wl
 
@@ -58,7 +56,7 @@ def watch_once(annotations: dict[str, str]) -> Api:
     standard(caches)
     caches.put(WORKLOADS, admitted(annotations))
     for i in range(2):
-        caches.put(PODS, team_pod(f"p{i}", "wl", node=f"us1-{i}", ready=True, size=2))
+        caches.put(PODS, pod(f"p{i}", "wl", node=f"us1-{i}", ready=True, size=2))
     controller = GangAdmission(caches.client, caches.informer, caches.dispatcher, clock=lambda: NOW)
     caches.replay()
     controller.watchdog.run("team-a/wl")

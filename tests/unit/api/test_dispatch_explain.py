@@ -15,7 +15,7 @@ from gangplugin.core.dispatch import DispatchRecord, Verdict
 from gangplugin.core.names import DISPATCH_ANNOTATION
 from gangplugin.kube.client import WORKLOADS
 from gangplugin.kube.resources import ADMISSION_CHECKS
-from tests.support.caches import NOW, Caches, cond, explain, serving, team_workload
+from tests.support.caches import NOW, Caches, cond, explain, serving, workload
 from tests.support.objects import admission_check, check_state
 
 US = "topology.k8s.aws/ultraserver-id"
@@ -41,7 +41,7 @@ RECORD = DispatchRecord(
 
 
 def dispatched(name: str, *, record: DispatchRecord | None, **status: Any) -> dict[str, Any]:
-    wl = team_workload(name, 6, check=None)
+    wl = workload(name, 6, check=None)
     wl["status"] = {
         "conditions": [cond("QuotaReserved")],
         "admissionChecks": [check_state("multikueue", "Pending", message="", lastTransitionTime="x")],

@@ -26,7 +26,7 @@ from gangplugin.extender.barrier import Barrier
 from gangplugin.extender.server import ExtenderHandlers, make_app
 from gangplugin.kube.client import PODS, WORKLOADS
 from gangplugin.runtime.asgi import serve
-from tests.support.caches import serving, standard, team_pod, team_workload
+from tests.support.caches import pod, serving, standard, workload
 from tests.support.extender import NODES, Recorder, free_port, make_cache
 
 EXAMPLES = int(os.environ.get("GANGPLUGIN_FUZZ_EXAMPLES", "60"))
@@ -88,9 +88,9 @@ def message_of(cls: type[Message], depth: int = 0) -> st.SearchStrategy[Message]
 @pytest.fixture(scope="module")
 def channel() -> Iterator[grpc.Channel]:
     caches = standard()
-    caches.put(WORKLOADS, team_workload("fits", 3))
-    caches.put(WORKLOADS, team_workload("run", 2, check="Ready", admitted=True))
-    caches.put(PODS, team_pod("pg-0", "pg", node="us2-0", size=2))
+    caches.put(WORKLOADS, workload("fits", 3))
+    caches.put(WORKLOADS, workload("run", 2, check="Ready", admitted=True))
+    caches.put(PODS, pod("pg-0", "pg", node="us2-0", size=2))
     with serving(caches) as ch:
         yield ch
 

@@ -10,7 +10,7 @@ import pytest
 
 from gangplugin.api.proto import gangs_pb2, gangs_pb2_grpc
 from gangplugin.kube.client import PODS, WORKLOADS
-from tests.support.caches import Caches, owned, serving, standard, team_pod, team_workload
+from tests.support.caches import Caches, owned, pod, serving, standard, workload
 
 US = "topology.k8s.aws/ultraserver-id"
 
@@ -20,16 +20,16 @@ def caches() -> Caches:
     c = standard()
     c.put(
         WORKLOADS,
-        team_workload("run", 2, check="Ready", admitted=True, pinned={US: "us-1"}, message="gang admitted"),
+        workload("run", 2, check="Ready", admitted=True, pinned={US: "us-1"}, message="gang admitted"),
     )
     for i in range(2):
-        c.put(PODS, team_pod(f"run-{i}", "run", node=f"us1-{i}", ready=True))
-    c.put(WORKLOADS, team_workload("fits", 3, message="gang does not fit now: (an older pass)"))
-    c.put(WORKLOADS, team_workload("big", 6, message="gang does not fit now", retries=2))
-    c.put(WORKLOADS, team_workload("queued", 2, check=None))
-    c.put(WORKLOADS, team_workload("other", 2, queue="plain", check=None))  # not a gang: no gang check
-    c.put(PODS, team_pod("pg-0", "pg", node="us2-0", ready=True, size=3))
-    c.put(PODS, team_pod("pg-1", "pg", size=3))
+        c.put(PODS, pod(f"run-{i}", "run", node=f"us1-{i}", ready=True))
+    c.put(WORKLOADS, workload("fits", 3, message="gang does not fit now: (an older pass)"))
+    c.put(WORKLOADS, workload("big", 6, message="gang does not fit now", retries=2))
+    c.put(WORKLOADS, workload("queued", 2, check=None))
+    c.put(WORKLOADS, workload("other", 2, queue="plain", check=None))  # not a gang: no gang check
+    c.put(PODS, pod("pg-0", "pg", node="us2-0", ready=True, size=3))
+    c.put(PODS, pod("pg-1", "pg", size=3))
     return c
 
 
@@ -98,13 +98,13 @@ def test_explain_uses_the_admission_decision_over_promised_capacity(caches: Cach
 def test_explain_counts_capacity_promised_to_an_admitted_gang(caches: Caches) -> None:
     # 2 pods fit best in us-1 (2 nodes free) unless "run", grown to 4 pods admitted into us-1
     # with 2 not bound yet, has them promised: then us-2 is the answer.
-    caches.put(WORKLOADS, team_workload("fits", 2))
+    caches.put(WORKLOADS, workload("fits", 2))
     with serving(caches) as channel:
         e = stub(channel).ExplainGang(
             gangs_pb2.ExplainGangRequest(namespace="team-a", name="fits"), timeout=10
         )
     assert e.fits_now and list(e.domains) == ["us-1"]
-    caches.put(WORKLOADS, team_workload("run", 4, check="Ready", admitted=True, pinned={US: "us-1"}))
+    caches.put(WORKLOADS, workload("run", 4, check="Ready", admitted=True, pinned={US: "us-1"}))
     with serving(caches) as channel:
         e = stub(channel).ExplainGang(
             gangs_pb2.ExplainGangRequest(namespace="team-a", name="fits"), timeout=10
@@ -146,12 +146,12 @@ def test_watch_streams_changes_of_one_gang(caches: Caches) -> None:
         first = next(call)
         assert (first.type, first.gang.name, first.gang.pods_bound) == ("ADDED", "pg", 1)
         # A change to another gang is not sent; the third pod bound is.
-        caches.put(PODS, team_pod("run-0", "run", node="us1-0", ready=False))
-        caches.put(PODS, team_pod("pg-2", "pg", node="us2-2", ready=True, size=3))
+        caches.put(PODS, pod("run-0", "run", node="us1-0", ready=False))
+        caches.put(PODS, pod("pg-2", "pg", node="us2-2", ready=True, size=3))
         second = next(call)
         assert (second.type, second.gang.pods_bound, second.gang.pods_total) == ("MODIFIED", 2, 3)
         for name in ("pg-0", "pg-1", "pg-2"):
-            caches.delete(PODS, team_pod(name, "pg"))
+            caches.delete(PODS, pod(name, "pg"))
         events = [next(call)]
         while events[-1].type != "DELETED":
             events.append(next(call))
@@ -169,7 +169,7 @@ def test_watch_ends_when_the_server_stops(caches: Caches) -> None:
 
 
 def test_gangs_carry_their_owner_and_bind_mode(caches: Caches) -> None:
-    caches.put(WORKLOADS, owned(team_workload("job-train-1a2b3", 2)))
+    caches.put(WORKLOADS, owned(workload("job-train-1a2b3", 2)))
     with serving(caches) as channel:
         reply = stub(channel).ListGangs(gangs_pb2.ListGangsRequest(namespace="team-a"), timeout=10)
     by_name = {g.name: g for g in reply.gangs}
@@ -181,10 +181,8 @@ def test_gangs_carry_their_owner_and_bind_mode(caches: Caches) -> None:
 
 
 def test_get_and_explain_by_the_job_that_owns_the_gang(caches: Caches) -> None:
-    caches.put(WORKLOADS, owned(team_workload("job-train-1a2b3", 2)))
-    caches.put(
-        WORKLOADS, owned(team_workload("jobset-x-9f8e7", 2), "JobSet", "x", "jobset.x-k8s.io/v1alpha2")
-    )
+    caches.put(WORKLOADS, owned(workload("job-train-1a2b3", 2)))
+    caches.put(WORKLOADS, owned(workload("jobset-x-9f8e7", 2), "JobSet", "x", "jobset.x-k8s.io/v1alpha2"))
     with serving(caches) as channel:
         s = stub(channel)
         job = gangs_pb2.Owner(kind="job", name="train")  # the kind in any case, the group optional
@@ -230,8 +228,8 @@ def test_bad_owner_requests(caches: Caches, request_: gangs_pb2.GetGangRequest, 
 
 def test_a_job_owning_several_gangs_is_asked_for_by_name(caches: Caches) -> None:
     lws = ("LeaderWorkerSet", "vllm", "leaderworkerset.x-k8s.io/v1")
-    caches.put(WORKLOADS, owned(team_workload("vllm-0-aaaaa", 2), *lws))
-    caches.put(WORKLOADS, owned(team_workload("vllm-1-bbbbb", 2), *lws))
+    caches.put(WORKLOADS, owned(workload("vllm-0-aaaaa", 2), *lws))
+    caches.put(WORKLOADS, owned(workload("vllm-1-bbbbb", 2), *lws))
     request_ = gangs_pb2.GetGangRequest(
         namespace="team-a", owner=gangs_pb2.Owner(kind="LeaderWorkerSet", name="vllm")
     )
@@ -247,10 +245,10 @@ def test_watch_by_owner_waits_for_the_workload_to_appear(caches: Caches) -> None
             gangs_pb2.WatchGangsRequest(namespace="team-a", owner=gangs_pb2.Owner(kind="Job", name="train")),
             timeout=20,
         )
-        caches.put(WORKLOADS, team_workload("unrelated", 2))  # not sent: another owner
-        caches.put(WORKLOADS, owned(team_workload("job-train-1a2b3", 2)))
+        caches.put(WORKLOADS, workload("unrelated", 2))  # not sent: another owner
+        caches.put(WORKLOADS, owned(workload("job-train-1a2b3", 2)))
         first = next(call)
         assert (first.type, first.gang.name, first.gang.owner.name) == ("ADDED", "job-train-1a2b3", "train")
-        caches.delete(WORKLOADS, owned(team_workload("job-train-1a2b3", 2)))
+        caches.delete(WORKLOADS, owned(workload("job-train-1a2b3", 2)))
         assert next(call).type == "DELETED"
         call.cancel()

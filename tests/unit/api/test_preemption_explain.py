@@ -10,7 +10,7 @@ import pytest
 
 from gangplugin.kube.client import CLUSTER_QUEUES, PODS, WORKLOADS
 from gangplugin.kube.resources import ADMISSION_CHECKS, GANG_POLICIES
-from tests.support.caches import NOW, Caches, explain, standard, team_pod, team_workload
+from tests.support.caches import NOW, Caches, explain, pod, standard, workload
 from tests.support.objects import admission_check, gang_policy
 
 US = "topology.k8s.aws/ultraserver-id"
@@ -37,11 +37,11 @@ def caches() -> Caches:
     c = standard()
     c.put(CLUSTER_QUEUES, queue("LowerPriority"))
     for name, us, n in (("low1", "us-1", 2), ("low2", "us-2", 3)):
-        wl = team_workload(name, n, check="Ready", admitted=True, pinned={US: us}, message="gang admitted")
+        wl = workload(name, n, check="Ready", admitted=True, pinned={US: us}, message="gang admitted")
         c.put(WORKLOADS, prioritized(wl, 10))
         for i in range(n):
-            c.put(PODS, team_pod(f"{name}-{i}", name, node=f"us{us[-1]}-{i}", ready=True))
-    c.put(WORKLOADS, prioritized(team_workload("high", 4, message="gang does not fit now"), 1000))
+            c.put(PODS, pod(f"{name}-{i}", name, node=f"us{us[-1]}-{i}", ready=True))
+    c.put(WORKLOADS, prioritized(workload("high", 4, message="gang does not fit now"), 1000))
     return c
 
 
@@ -55,7 +55,7 @@ def test_explain_names_the_victims_of_one_ultraserver_and_why(caches: Caches) ->
 
 
 def test_equal_priority_is_not_preempted_and_the_reason_says_so(caches: Caches) -> None:
-    caches.put(WORKLOADS, prioritized(team_workload("high", 4), 10))
+    caches.put(WORKLOADS, prioritized(workload("high", 4), 10))
     e = explain(caches, "high")
     assert not e.fits_now and "preempting" not in e.reason
     assert "protected by withinClusterQueue: LowerPriority, priority 10 >= 10" in e.reason
@@ -71,14 +71,14 @@ def test_gang_policy_preemption_never_turns_it_off(caches: Caches) -> None:
 def test_a_domain_held_for_another_preemptor_is_not_offered(caches: Caches) -> None:
     """ "other" (2 pods) would fit beside low1 in us-1, but us-1 is held for "high"'s
     preemption: it is offered us-2's last node... which is too small, so it waits."""
-    held = team_workload("high", 4)
+    held = workload("high", 4)
     held["metadata"]["annotations"] = {
         "gangplugin.io/preemption": json.dumps(
             {"level": US, "domain": "us-1", "victims": ["team-a/low1"], "quotaReservedAt": NOW, "at": NOW}
         )
     }
     caches.put(WORKLOADS, prioritized(held, 1000))
-    caches.put(WORKLOADS, prioritized(team_workload("other", 2), 0))
+    caches.put(WORKLOADS, prioritized(workload("other", 2), 0))
     e = explain(caches, "other")
     assert not e.fits_now and "us-1" not in list(e.domains)
     h = explain(caches, "high")

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from gangplugin.kube.client import PODS, WORKLOADS
-from tests.support.caches import Caches, owned, served, standard, team_pod, team_workload
+from tests.support.caches import Caches, owned, pod, served, standard, workload
 from tests.support.cli import GANGCTL, Running
 
 
@@ -20,14 +20,12 @@ def caches() -> Caches:
     c = standard()
     c.put(
         WORKLOADS,
-        team_workload(
-            "run", 2, check="Ready", admitted=True, pinned={"topology.k8s.aws/ultraserver-id": "us-1"}
-        ),
+        workload("run", 2, check="Ready", admitted=True, pinned={"topology.k8s.aws/ultraserver-id": "us-1"}),
     )
     for i in range(2):
-        c.put(PODS, team_pod(f"run-{i}", "run", node=f"us1-{i}", ready=True))
-    c.put(WORKLOADS, owned(team_workload("job-train-1a2b3", 3)))
-    c.put(PODS, team_pod("pg-0", "pg", node="us2-0", size=2))
+        c.put(PODS, pod(f"run-{i}", "run", node=f"us1-{i}", ready=True))
+    c.put(WORKLOADS, owned(workload("job-train-1a2b3", 3)))
+    c.put(PODS, pod("pg-0", "pg", node="us2-0", size=2))
     return c
 
 
@@ -110,7 +108,7 @@ def test_get_watch_prints_a_row_per_change(caches: Caches, address: str) -> None
         rows = {watch.next().split()[0] for _ in range(3)}
         assert head.split() == ["NAME", "QUEUE", "READY", "DOMAIN", "PHASE", "AGE"]
         assert rows == {"job-train-1a2b3", "pg", "run"}
-        caches.put(PODS, team_pod("pg-1", "pg", node="us2-1", ready=True, size=2))  # pg's 2nd pod is bound
+        caches.put(PODS, pod("pg-1", "pg", node="us2-1", ready=True, size=2))  # pg's 2nd pod is bound
         change = watch.next()
         assert change.split()[:5] == ["pg", "-", "1/2", "us-2", "Admitted"]
         assert change.index("Admitted") == head.index("PHASE")  # aligned under the header
@@ -123,10 +121,10 @@ def test_wait_for_a_job_typed_before_kueue_made_its_workload(caches: Caches, add
     try:
         assert wait.next() == "waiting for the gang of job/fresh in namespace team-a to be ready (timeout 1m)"
         caches.put(
-            WORKLOADS, owned(team_workload("job-fresh-4c5d6", 1, check="Ready", admitted=True), name="fresh")
+            WORKLOADS, owned(workload("job-fresh-4c5d6", 1, check="Ready", admitted=True), name="fresh")
         )
         assert wait.next().endswith("job-fresh-4c5d6: Admitted    0/1 bound, 0/1 Ready")
-        caches.put(PODS, team_pod("fresh-0", "job-fresh-4c5d6", node="us2-3", ready=True))
+        caches.put(PODS, pod("fresh-0", "job-fresh-4c5d6", node="us2-3", ready=True))
         while not (line := wait.next()).startswith("gang "):
             pass
         assert line == "gang team-a/job-fresh-4c5d6 is ready: 1/1 pods Ready"

@@ -19,7 +19,7 @@ from gangplugin.extender.pods import gang_pod_from_k8s
 from gangplugin.extender.reservations import UNSEEN_ADMISSION, AdmissionUnseen, GangReservations
 from gangplugin.extender.shared import admitted_of, policy_of
 from gangplugin.kube.gangpolicies import GangPolicies
-from tests.support.extender import US1, Objects, add, passed, pod, reservations, train_workload, ungate_pod
+from tests.support.extender import US1, Objects, add, passed, pod, reservations, ungate_pod, workload
 from tests.support.objects import admission_check, gang_policy, node
 
 
@@ -36,7 +36,7 @@ def test_a_kueue_gang_is_not_planned_before_its_admission_reaches_the_reservatio
     with pytest.raises(AdmissionUnseen, match="has not reached the gang reservations"):
         res.filter(gang_pod_from_k8s(members[0]), US1, now=0.0)
     assert not res.plans  # nothing reserved for it
-    res.on_workload("ADDED", None, train_workload())
+    res.on_workload("ADDED", None, workload())
     _, plan = res.filter(gang_pod_from_k8s(members[0]), US1, now=0.0)
     assert plan is not None and plan.feasible
 
@@ -45,7 +45,7 @@ def test_the_ungater_does_not_pin_a_gang_before_its_admission_reaches_the_reserv
     res = reservations(US1)
     add(res, *(ungate_pod(f"p{i}", "train", 3) for i in range(3)))
     assert res.pins(("ns", "train"), now=0.0) == ([], UNSEEN_ADMISSION)
-    res.on_workload("ADDED", None, train_workload())
+    res.on_workload("ADDED", None, workload())
     pins, why = res.pins(("ns", "train"), now=0.0)
     assert len(pins) == 3, why
 
@@ -88,14 +88,14 @@ def test_a_workload_listed_before_its_admission_check_is_promised_once_the_check
     arrives before its AdmissionCheck is promised nothing then; the check's arrival reads it
     again (`recheck`), so the gang is not left waiting for its admission for good."""
     checks = Objects()
-    policies = GangPolicies(Objects(train_workload()), checks, Objects(gang_policy("p")), Objects())
+    policies = GangPolicies(Objects(workload()), checks, Objects(gang_policy("p")), Objects())
     res = GangReservations(policy_of=policy_of(policies), admitted_of=admitted_of(policies, Objects()))
     for name in US1:
         res.on_node("ADDED", None, node(name, "us-1"))
     add(res, *(ungate_pod(f"p{i}", "train", 3) for i in range(3)))
-    res.on_workload("ADDED", None, train_workload())  # before the AdmissionCheck: not ours yet
+    res.on_workload("ADDED", None, workload())  # before the AdmissionCheck: not ours yet
     assert res.pins(("ns", "train"), now=0.0) == ([], UNSEEN_ADMISSION)
     checks.objs["gang"] = admission_check("gang", policy="p")
-    res.recheck([train_workload()])
+    res.recheck([workload()])
     pins, why = res.pins(("ns", "train"), now=0.0)
     assert len(pins) == 3, why
