@@ -24,9 +24,10 @@ from gangplugin.extender.reservations import GangReservations
 from gangplugin.extender.server import ExtenderHandlers, make_app
 from gangplugin.extender.shared import admitted_of, policy_of
 from gangplugin.kube.client import JSON
-from gangplugin.kube.gangpolicies import GangPolicies
+from gangplugin.readmodel.records import node_record
 from gangplugin.runtime.asgi import serve
 from tests.support import objects
+from tests.support.caches import model_of
 from tests.support.objects import GPU, node
 
 T = TypeVar("T")
@@ -47,7 +48,7 @@ NODES = [f"n{i}" for i in range(4)]
 def make_cache() -> GangReservations:
     cache = GangReservations()
     for n in NODES:
-        cache.on_node("ADDED", None, node(n, "us-1"))
+        cache.on_node("ADDED", None, node_record(node(n, "us-1")))
     return cache
 
 
@@ -135,7 +136,7 @@ def cache_of(us_sizes: dict[str, int]) -> GangReservations:
     cache = GangReservations()
     for us, count in us_sizes.items():
         for i in range(count):
-            cache.on_node("ADDED", None, node(f"{us}-{i}", us))
+            cache.on_node("ADDED", None, node_record(node(f"{us}-{i}", us)))
     return cache
 
 
@@ -233,11 +234,11 @@ def workload(state: str = "Ready", count: int = 3, domain: str = "us-1") -> JSON
 def reservations(*ultraservers: list[str]) -> GangReservations:
     ac = objects.admission_check("gang", policy="p")
     policy = objects.gang_policy("p")
-    policies = GangPolicies(Objects(workload()), Objects(ac), Objects(policy), Objects())
-    res = GangReservations(policy_of=policy_of(policies), admitted_of=admitted_of(policies, Objects()))
+    _, model = model_of(workloads=[workload()], checks=[ac], policies=[policy])
+    res = GangReservations(policy_of=policy_of(model), admitted_of=admitted_of(model))
     for names in ultraservers:
         for name in names:
-            res.on_node("ADDED", None, node(name, name.rsplit("-", 1)[0]))
+            res.on_node("ADDED", None, node_record(node(name, name.rsplit("-", 1)[0])))
     return res
 
 

@@ -18,8 +18,10 @@ from gangplugin.admission.admit import AdmissionPass
 from gangplugin.extender.pods import gang_pod_from_k8s
 from gangplugin.extender.reservations import UNSEEN_ADMISSION, AdmissionUnseen, GangReservations
 from gangplugin.extender.shared import admitted_of, policy_of
-from gangplugin.kube.gangpolicies import GangPolicies
-from tests.support.extender import US1, Objects, add, passed, pod, reservations, ungate_pod, workload
+from gangplugin.kube.resources import ADMISSION_CHECKS
+from gangplugin.readmodel.records import node_record
+from tests.support.caches import model_of
+from tests.support.extender import US1, add, passed, pod, reservations, ungate_pod, workload
 from tests.support.objects import admission_check, gang_policy, node
 
 
@@ -87,15 +89,14 @@ def test_a_workload_listed_before_its_admission_check_is_promised_once_the_check
     """After a restart the watches list in any order: the Workload of an admitted gang that
     arrives before its AdmissionCheck is promised nothing then; the check's arrival reads it
     again (`recheck`), so the gang is not left waiting for its admission for good."""
-    checks = Objects()
-    policies = GangPolicies(Objects(workload()), checks, Objects(gang_policy("p")), Objects())
-    res = GangReservations(policy_of=policy_of(policies), admitted_of=admitted_of(policies, Objects()))
+    caches, model = model_of(workloads=[workload()], policies=[gang_policy("p")])
+    res = GangReservations(policy_of=policy_of(model), admitted_of=admitted_of(model))
     for name in US1:
-        res.on_node("ADDED", None, node(name, "us-1"))
+        res.on_node("ADDED", None, node_record(node(name, "us-1")))
     add(res, *(ungate_pod(f"p{i}", "train", 3) for i in range(3)))
     res.on_workload("ADDED", None, workload())  # before the AdmissionCheck: not ours yet
     assert res.pins(("ns", "train"), now=0.0) == ([], UNSEEN_ADMISSION)
-    checks.objs["gang"] = admission_check("gang", policy="p")
+    caches.put(ADMISSION_CHECKS, admission_check("gang", policy="p"))
     res.recheck([workload()])
     pins, why = res.pins(("ns", "train"), now=0.0)
     assert len(pins) == 3, why

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from gangplugin.admission.writes import as_admitted
 from gangplugin.core.topology import ULTRASERVER_LABEL
 from gangplugin.extender.pods import gang_pod_from_k8s
 from gangplugin.extender.reservations import GangReservations
 from gangplugin.extender.shared import admitted_of, policy_of
-from gangplugin.kube.admitted import as_admitted
 from gangplugin.kube.client import JSON
-from gangplugin.kube.gangpolicies import GangPolicies
-from tests.support.extender import US1, Objects, add, passed, pod, reservations, ungate_pod, workload
+from gangplugin.readmodel.records import node_record
+from tests.support.caches import model_of
+from tests.support.extender import US1, add, passed, pod, reservations, ungate_pod, workload
 from tests.support.objects import admission_check, node
 
 US2 = [f"us-2-{i}" for i in range(4)]
@@ -66,7 +67,7 @@ def test_a_promise_made_before_its_nodes_were_seen_is_made_once_they_arrive() ->
     res.on_workload("ADDED", None, workload())
     assert passed(res, []) == ()
     for name in US1:
-        res.on_node("ADDED", None, node(name, "us-1"))
+        res.on_node("ADDED", None, node_record(node(name, "us-1")))
     assert len(passed(res, US1)) == 1
 
 
@@ -159,8 +160,8 @@ def test_an_admitted_workload_whose_gang_policy_is_gone_is_logged_once_not_on_ev
     """Every AdmissionCheck, GangPolicy and ResourceFlavor event reads every Workload again; one
     GangPolicy deleted under an admitted Workload was logged 470 times in a test session."""
     ac = admission_check("gang", policy="gone")
-    policies = GangPolicies(Objects(workload()), Objects(ac), Objects(), Objects())
-    res = GangReservations(policy_of=policy_of(policies), admitted_of=admitted_of(policies, Objects()))
+    _, model = model_of(workloads=[workload()], checks=[ac])
+    res = GangReservations(policy_of=policy_of(model), admitted_of=admitted_of(model))
     other = {**workload(), "metadata": {**workload()["metadata"], "name": "other"}}
     with caplog.at_level("WARNING", logger="gangplugin.extender.shared"):
         for _ in range(5):

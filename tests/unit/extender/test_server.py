@@ -22,6 +22,7 @@ from gangplugin.extender.pods import gang_pod_from_k8s
 from gangplugin.extender.reservations import GangReservations
 from gangplugin.extender.server import ExtenderHandlers, make_app
 from gangplugin.localcluster.pki import CertificateAuthority
+from gangplugin.readmodel.records import node_record
 from gangplugin.runtime.asgi import serve
 from tests.support.extender import NODES, Recorder, add, free_port, make_cache, pod, post, run, until
 from tests.support.objects import node
@@ -128,7 +129,7 @@ def test_bind_refuses_what_the_pod_or_its_gangs_plan_does_not_allow():
     cache = make_cache()
     tainted = node("n-tainted", "us-1")
     tainted["spec"] = {"taints": [{"key": "dedicated", "value": "infer", "effect": "NoSchedule"}]}
-    cache.on_node("ADDED", None, tainted)
+    cache.on_node("ADDED", None, node_record(tainted))
     picky = pod("picky")
     picky["spec"]["nodeSelector"] = {"no-such-label": "x"}
     members = [pod(f"m{i}", "g", 2) for i in range(2)]
