@@ -118,6 +118,18 @@ async def post(client: httpx.AsyncClient, path: str, body: Any) -> tuple[int, An
     return resp.status_code, orjson.loads(resp.content)
 
 
+async def filtered(client: httpx.AsyncClient, pod: JSON, nodes: list[str] = NODES) -> tuple[int, Any]:
+    """kube-scheduler's filter call for `pod` over `nodes`."""
+    return await post(client, "/filter", {"Pod": pod, "NodeNames": nodes})
+
+
+async def bind(client: httpx.AsyncClient, name: str, node: str, uid: str | None = None) -> tuple[int, Any]:
+    """kube-scheduler's bind call: pod `name` of namespace ns (uid `uid-<name>` unless told) onto
+    `node`."""
+    body = {"PodName": name, "PodNamespace": "ns", "PodUID": uid or f"uid-{name}", "Node": node}
+    return await post(client, "/bind", body)
+
+
 HOST = "kubernetes.io/hostname"
 
 

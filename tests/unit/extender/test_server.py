@@ -24,7 +24,19 @@ from gangplugin.extender.server import ExtenderHandlers, make_app
 from gangplugin.localcluster.pki import CertificateAuthority
 from gangplugin.readmodel.records import node_record
 from gangplugin.runtime.asgi import serve
-from tests.support.extender import NODES, Recorder, add, free_port, make_cache, pod, post, run, until
+from tests.support.extender import (
+    NODES,
+    Recorder,
+    add,
+    bind,
+    filtered,
+    free_port,
+    make_cache,
+    pod,
+    post,
+    run,
+    until,
+)
 from tests.support.objects import node
 
 
@@ -43,14 +55,14 @@ def test_bad_input_gets_4xx_or_an_error_and_the_server_keeps_serving():
         status, body = await post(client, "/bind", {"PodName": "a"})
         assert status == 400 and "PodNamespace" in body["Error"]
         # gang-size disagreeing between members of one gang: an Error result naming the field
-        status, body = await post(client, "/filter", {"Pod": pod("a", "g", 2), "NodeNames": NODES})
+        status, body = await filtered(client, pod("a", "g", 2))
         assert status == 200 and "gang-size" in body["Error"] and "disagrees" in body["Error"]
-        status, body = await post(client, "/filter", {"Pod": pod("z", "h", "lots"), "NodeNames": NODES})
+        status, body = await filtered(client, pod("z", "h", "lots"))
         assert status == 200 and "not a whole number" in body["Error"]
         status, body = await post(client, "/bind", {"PodName": "ghost", "PodNamespace": "ns", "Node": "n0"})
         assert status == 200 and "unknown" in body["Error"]
         # still serving: a plain GPU pod passes where it fits
-        status, body = await post(client, "/filter", {"Pod": pod("solo"), "NodeNames": NODES})
+        status, body = await filtered(client, pod("solo"))
         assert status == 200 and body["Error"] == "" and body["NodeNames"] == NODES
         status, body = await post(client, "/prioritize", {"Pod": pod("solo"), "NodeNames": NODES})
         assert status == 200 and {h["Host"] for h in body} == set(NODES)
@@ -74,26 +86,15 @@ def test_gang_is_bound_only_when_every_member_has_a_node():
     async def go(client, rec):  # type: ignore[no-untyped-def]
         targets = []
         for m in members:
-            status, body = await post(client, "/filter", {"Pod": m, "NodeNames": NODES})
+            status, body = await filtered(client, m)
             assert status == 200 and body["Error"] == "" and len(body["NodeNames"]) == 1
             targets.append(body["NodeNames"][0])
             assert body["FailedNodes"] == {}  # nobody sees reasons for a pod that found its node
         assert len(set(targets)) == 3
-        binds = [
-            asyncio.create_task(
-                post(
-                    client,
-                    "/bind",
-                    {"PodName": f"m{i}", "PodNamespace": "ns", "PodUID": f"uid-m{i}", "Node": t},
-                )
-            )
-            for i, t in enumerate(targets[:2])
-        ]
+        binds = [asyncio.create_task(bind(client, f"m{i}", t)) for i, t in enumerate(targets[:2])]
         await until(lambda: rec.waiting("g") == {"m0", "m1"}, "m0 and m1 waiting at the barrier")
         assert rec.calls == [] and not any(b.done() for b in binds)  # two of three: nobody bound
-        last = await post(
-            client, "/bind", {"PodName": "m2", "PodNamespace": "ns", "PodUID": "uid-m2", "Node": targets[2]}
-        )
+        last = await bind(client, "m2", targets[2])
         results = [await b for b in binds] + [last]
         assert all(r == (200, {"Error": ""}) for r in results)
         assert sorted(c[1] for c in rec.calls) == ["m0", "m1", "m2"]
@@ -105,16 +106,8 @@ def test_incomplete_gang_times_out_with_an_error_for_every_waiter_and_no_binding
     cache, members = gang_of_three()
 
     async def go(client, rec):  # type: ignore[no-untyped-def]
-        targets = []
-        for m in members:
-            _, body = await post(client, "/filter", {"Pod": m, "NodeNames": NODES})
-            targets.append(body["NodeNames"][0])
-        waits = [
-            post(
-                client, "/bind", {"PodName": f"m{i}", "PodNamespace": "ns", "PodUID": f"uid-m{i}", "Node": t}
-            )
-            for i, t in enumerate(targets[:2])
-        ]
+        targets = [(await filtered(client, m))[1]["NodeNames"][0] for m in members]
+        waits = [bind(client, f"m{i}", t) for i, t in enumerate(targets[:2])]
         results = await asyncio.gather(*waits)
         for status, body in results:
             assert status == 200 and "only 2 of 3 pods had a node" in body["Error"]
@@ -137,9 +130,8 @@ def test_bind_refuses_what_the_pod_or_its_gangs_plan_does_not_allow():
         cache.on_pod("ADDED", None, gang_pod_from_k8s(p))
 
     async def go(client, rec):  # type: ignore[no-untyped-def]
-        async def bind(name: str, to: str, uid: str | None = None) -> Any:
-            body = {"PodName": name, "PodNamespace": "ns", "PodUID": uid or f"uid-{name}", "Node": to}
-            status, answer = await post(client, "/bind", body)
+        async def bind_error(name: str, to: str, uid: str | None = None) -> Any:
+            status, answer = await bind(client, name, to, uid)
             assert status == 200
             return answer["Error"]
 
@@ -147,17 +139,17 @@ def test_bind_refuses_what_the_pod_or_its_gangs_plan_does_not_allow():
             return f"refusing to bind pod ns/{name} to node {to}: {why}"
 
         got = [
-            await bind("picky", "n1"),
-            await bind("plain", "n-tainted"),
-            await bind("plain", "n1", uid="uid-of-another-pod"),
-            await bind("bound", "n1"),
-            await bind("plain", "no-such-node"),
-            await bind("m0", "n1"),  # no filter call planned gang g yet
+            await bind_error("picky", "n1"),
+            await bind_error("plain", "n-tainted"),
+            await bind_error("plain", "n1", uid="uid-of-another-pod"),
+            await bind_error("bound", "n1"),
+            await bind_error("plain", "no-such-node"),
+            await bind_error("m0", "n1"),  # no filter call planned gang g yet
         ]
-        _, planned = await post(client, "/filter", {"Pod": members[0], "NodeNames": NODES})
+        _, planned = await filtered(client, members[0])
         target = planned["NodeNames"][0]
         elsewhere = next(n for n in NODES[1:] if n != target)
-        got.append(await bind("m0", elsewhere))
+        got.append(await bind_error("m0", elsewhere))
         want = [
             refusal("picky", "n1", "the pod does not allow that node (not matching nodeSelector/affinity)"),
             refusal(
@@ -174,7 +166,7 @@ def test_bind_refuses_what_the_pod_or_its_gangs_plan_does_not_allow():
         assert got == want
         assert rec.calls == []
         assert rec.refusals == [(w.split()[4].removeprefix("ns/"), w) for w in want]
-        assert await bind("plain", "n1") == ""  # what the pod allows is bound
+        assert await bind_error("plain", "n1") == ""  # what the pod allows is bound
         assert rec.calls == [("ns", "plain", "uid-plain", "n1")]
 
     run(go, cache)
@@ -188,13 +180,13 @@ def test_second_gang_waits_whole_while_the_first_holds_the_capacity():
         cache.on_pod("ADDED", None, gang_pod_from_k8s(p))
 
     async def go(client, rec):  # type: ignore[no-untyped-def]
-        _, first = await post(client, "/filter", {"Pod": a[0], "NodeNames": NODES})
+        _, first = await filtered(client, a[0])
         assert len(first["NodeNames"]) == 1
-        _, other = await post(client, "/filter", {"Pod": b[0], "NodeNames": NODES})
+        _, other = await filtered(client, b[0])
         assert other["NodeNames"] == [] and set(other["FailedNodes"]) == set(NODES)
         assert all("cannot be placed whole" in r for r in other["FailedNodes"].values())
         # a plain pod may take the one node gang a did not reserve, and only that one
-        _, solo = await post(client, "/filter", {"Pod": pod("solo"), "NodeNames": NODES})
+        _, solo = await filtered(client, pod("solo"))
         assert len(solo["NodeNames"]) == 1
 
     run(go, cache)
