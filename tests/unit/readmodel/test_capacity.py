@@ -3,6 +3,7 @@ what they stand for changed."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -27,6 +28,14 @@ def pod(name: str, node_name: str, gpus: int = 4) -> dict[str, Any]:
 def gang(name: str, count: int, us: str) -> Gang:
     ps = PodSet("main", count, {GPU: 4})
     return with_selector(Gang((ps,), name), {ULTRASERVER_LABEL: us})
+
+
+def promise(name: str, fingerprint: Any, unbound: Callable[[], Gang]) -> Promise:
+    """Gang `name`'s promise (namespace ns, the default placement policy): `unbound` builds what
+    is left to place, `fingerprint` tells when that changed."""
+    return Promise(
+        key=f"ns/{name}", fingerprint=fingerprint, namespace="ns", gang=unbound, policy=PlacementPolicy()
+    )
 
 
 def view_of(nodes: list[dict[str, Any]]) -> LiveCapacity:
@@ -73,20 +82,12 @@ def test_promises_are_charged_once_and_redone_only_when_changed() -> None:
 
         return build
 
-    p = Promise(
-        key="ns/g1", fingerprint=("us-1", ()), namespace="ns", gang=make("g1", 2), policy=PlacementPolicy()
-    )
+    p = promise("g1", ("us-1", ()), make("g1", 2))
     assert free_gpus(view, [p]) == 8
     assert free_gpus(view, [p]) == 8 and calls == ["g1"]  # unchanged: kept, not redone
     # one pod of the gang got bound: the promise shrinks to the other pod
     view.on_pod(None, pod_record(pod("g1-0", "a0")))
-    p2 = Promise(
-        key="ns/g1",
-        fingerprint=("us-1", (("main", 1),)),
-        namespace="ns",
-        gang=make("g1", 1),
-        policy=PlacementPolicy(),
-    )
+    p2 = promise("g1", ("us-1", (("main", 1),)), make("g1", 1))
     assert free_gpus(view, [p2]) == 8 and calls == ["g1", "g1"]
     # the gang is gone (evicted, finished): its promise is released
     view.on_pod(pod_record(pod("g1-0", "a0")), None)
@@ -137,13 +138,7 @@ def test_an_assumed_admission_becomes_a_promise_without_being_charged_twice() ->
     view = assumed_g1()
     with view.locked():
         view.forget("ns/g1")
-    p = Promise(
-        key="ns/g1",
-        fingerprint=("fp", ()),
-        namespace="ns",
-        gang=lambda: gang("g1", 2, "us-1"),
-        policy=PlacementPolicy(),
-    )
+    p = promise("g1", ("fp", ()), lambda: gang("g1", 2, "us-1"))
     assert free_gpus(view, [p]) == 4
 
 
@@ -158,13 +153,7 @@ def test_a_promise_where_another_gangs_pods_bound_is_placed_again() -> None:
         def unbound() -> Gang:  # what is left to promise once `bound` pods are bound
             return gang(name, 2 - bound, "us-1") if bound < 2 else Gang((), name)
 
-        return Promise(
-            key=f"ns/{name}",
-            fingerprint=("us-1", bound),
-            namespace="ns",
-            gang=unbound,
-            policy=PlacementPolicy(),
-        )
+        return promise(name, ("us-1", bound), unbound)
 
     a, b = promise_of("a", 0), promise_of("b", 0)
     with view.locked():
@@ -186,13 +175,7 @@ def test_a_promise_that_no_longer_fits_whole_keeps_the_room_left_from_the_next_g
     UltraServer. The broken promise keeps what room is left; once the room is back, the promise
     is whole again."""
     view = view_of([node(f"n{i}", "us-1") for i in range(6)])
-    p = Promise(
-        key="ns/g1",
-        fingerprint=("us-1", ()),
-        namespace="ns",
-        gang=lambda: gang("g1", 5, "us-1"),
-        policy=PlacementPolicy(),
-    )
+    p = promise("g1", ("us-1", ()), lambda: gang("g1", 5, "us-1"))
     assert free_gpus(view, [p]) == 4
     for name, at in (("plain-1", "n0"), ("plain-2", "n1")):
         view.on_pod(None, pod_record(pod(name, at)))
