@@ -16,8 +16,13 @@ from typing import Any
 import pytest
 import yaml
 
-from gangplugin.core.names import BIND_MODE_LABEL, GANG_LABEL, GANG_SIZE_ANNOTATION
-from gangplugin.kube.client import EVENTS, JOBS, PODS, ApiError, Client
+from gangplugin.core.names import (
+    BIND_MODE_LABEL,
+    GANG_LABEL,
+    GANG_SIZE_ANNOTATION,
+    REQUIRED_TOPOLOGY_ANNOTATION,
+)
+from gangplugin.kube.client import EVENTS, PODS, ApiError, Client
 from gangplugin.kube.kueue_records import is_true
 from gangplugin.kube.resources import GANG_POLICIES, TOPOLOGIES
 from gangplugin.localcluster.cluster import REPO
@@ -40,7 +45,7 @@ from tests.support.gangs import (
 )
 from tests.support.kube import condition, job_pods, unique, wait_for, workload_of
 from tests.support.nodes import fail_nodes, heal_nodes
-from tests.support.objects import JOBSETS, gang_policy, gpu_job, pod_group_member
+from tests.support.objects import JOBSETS, gang_policy, pod_group_member
 from tests.support.scrape import wait_decided
 
 
@@ -440,17 +445,8 @@ def test_workload_naming_an_unknown_topology_level_is_rejected(
     cluster: E2ECluster, namespace: str, gang_queue: Any
 ) -> None:
     client = cluster.client
-    queue = gang_queue()
-    name = unique("job")
-    job = gpu_job(
-        name,
-        namespace,
-        queue,
-        2,
-        4,
-        metadata={"annotations": {"gangplugin.io/required-topology": "example.com/rack"}},
-    )
-    client.create(JOBS, job)
+    rack = {REQUIRED_TOPOLOGY_ANNOTATION: "example.com/rack"}
+    name = submit(client, namespace, gang_queue(), 2, annotations=rack)
     _, event = rejected(client, namespace, name)
     assert "gangplugin.io/required-topology" in event["message"] and "example.com/rack" in event["message"]
     assert not job_pods(client, namespace, name)

@@ -12,7 +12,7 @@ import time
 from datetime import datetime
 from typing import Any
 
-from gangplugin.core.names import BIND_MODE_LABEL
+from gangplugin.core.names import BIND_MODE_LABEL, REQUIRED_TOPOLOGY_ANNOTATION
 from gangplugin.core.policy import PINNED_BIND_MODES
 from gangplugin.kube.client import EVENTS, JOBS, NODES, PODS, WORKLOADS, ApiError, Client
 from gangplugin.kube.kueue_records import is_true
@@ -35,15 +35,15 @@ def submit(
     labels: dict[str, str] | None = None,
     name: str | None = None,
     affinity: dict[str, Any] | None = None,
+    annotations: dict[str, str] | None = None,
 ) -> str:
+    """A Job of `pods` 4-GPU pods in `queue`, named `name` (else a new job-... name), its pod
+    template annotated `annotations` (by default: required in one UltraServer); its name."""
     name = name or unique("job")
+    if annotations is None:
+        annotations = {REQUIRED_TOPOLOGY_ANNOTATION: US}
     job = gpu_job(
-        name,
-        namespace,
-        queue,
-        pods,
-        4,
-        metadata={"annotations": {"gangplugin.io/required-topology": US}, "labels": labels or {}},
+        name, namespace, queue, pods, 4, metadata={"annotations": annotations, "labels": labels or {}}
     )
     if affinity is not None:
         job["spec"]["template"]["spec"]["affinity"] = affinity
