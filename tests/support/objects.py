@@ -365,13 +365,18 @@ def podset(
 
 
 def check_state(
-    name: str = "gang", state: str = "Pending", *, pinned: Mapping[str, str] | None = None, **fields: Any
+    name: str = "gang",
+    state: str = "Pending",
+    *,
+    pinned: Mapping[str, str] | None = None,
+    podsets: Sequence[str] = ("main",),
+    **fields: Any,
 ) -> JSON:
     """An admission check's entry in a Workload's status; `pinned` is the nodeSelector of its
-    podSetUpdate for podSet main."""
+    podSetUpdate for each of `podsets`."""
     entry: JSON = {"name": name, "state": state, **fields}
     if pinned is not None:
-        entry["podSetUpdates"] = [{"name": "main", "nodeSelector": dict(pinned)}]
+        entry["podSetUpdates"] = [{"name": ps, "nodeSelector": dict(pinned)} for ps in podsets]
     return entry
 
 
