@@ -147,13 +147,10 @@ def workload(
             name, "team-a", main, queue=queue, creationTimestamp=CREATED, resourceVersion="1"
         )
     state = objects.check_state(
-        "gang",
-        check,
-        pinned=pinned or None,
-        message=message,
-        lastTransitionTime=CREATED,
-        **({"retryCount": retries} if retries else {}),
+        "gang", check, pinned=pinned or None, message=message, lastTransitionTime=CREATED
     )
+    if retries:
+        state["retryCount"] = retries
     return objects.workload(
         name,
         "team-a",
