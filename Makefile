@@ -38,7 +38,7 @@ status: venv ## show whether the local cluster runs
 	$(PY) -m gangplugin.localcluster status
 
 # Lint, then hack/test.sh: the unit tests and the full e2e suite on the newest supported Kueue
-# (tests/e2e/conftest.py), split in two lanes, and beside them a third: the compatibility set
+# (tests/support/cluster.py), split in two lanes, and beside them a third: the compatibility set
 # (tests marked `compat`) on the oldest Kueue, then tests/e2e/test_multikueue.py's three control
 # planes. Each lane is a pytest session on a local cluster of its own; against a cluster KUBECONFIG
 # names, one session runs everything.

@@ -42,6 +42,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's root: tests.support
+
 import _cluster
 import yaml
 from _peers import report, runs

@@ -18,7 +18,7 @@ import signal
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the soak's package: tests/soak
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's root: tests.soak
 
 from gangplugin.localcluster.cluster import REPO, LocalCluster, Ports
 from tests.soak.run import SoakConfig, run_soak, start_second_replica, text_report

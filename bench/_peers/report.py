@@ -74,21 +74,19 @@ def rows(results: Mapping[str, Reps]) -> list[Row]:
             goal=lambda o, _t, _p: o == 100,
             goal_text="100%",
         ),
-        Row(
-            "quality: UltraServers fragmented",
-            figure("fragmented UltraServers"),
-            False,
-            "{:.0f}",
-            goal=lambda o, t, _p: o < t or o == 0,
-            goal_text="fewer than each",
-        ),
-        Row(
-            "quality: GPUs stranded",
-            figure("stranded GPUs"),
-            False,
-            "{:.0f}",
-            goal=lambda o, t, _p: o < t or o == 0,
-            goal_text="fewer than each",
+        *(
+            Row(
+                f"quality: {label}",
+                figure(key),
+                False,
+                "{:.0f}",
+                goal=lambda o, t, _p: o < t or o == 0,
+                goal_text="fewer than each",
+            )
+            for label, key in (
+                ("UltraServers fragmented", "fragmented UltraServers"),
+                ("GPUs stranded", "stranded GPUs"),
+            )
         ),
         Row(
             "quality: largest gang one UltraServer takes (pods)", figure("largest whole gang"), True, "{:.0f}"

@@ -113,6 +113,22 @@ def apply_webhooks(
         client.apply(WEBHOOK_KINDS[cfg["kind"]], cfg, field_manager=FIELD_MANAGER)
 
 
+def wait_webhooks_answer(
+    client: Client, resource: Resource, probe: dict[str, Any], timeout: float, what: str
+) -> None:
+    """Until a dry-run create of `probe` goes through `what`'s mutating and validating webhooks
+    (the controller's process being up is not enough: the API server must reach its webhooks)."""
+
+    def ok() -> bool:
+        try:
+            client.request("POST", resource.path(), body=probe, params={"dryRun": "All"})
+            return True
+        except ApiError:
+            return False
+
+    wait(ok, timeout, f"{what}'s webhooks to answer")
+
+
 def install_upstream(
     client: Client,
     spec: ClusterSpec,

@@ -28,19 +28,20 @@ import pytest
 import yaml
 
 from gangplugin.core.names import GANG_LABEL
-from gangplugin.kube.client import EVENTS, JOBS, NODES, PODS, Client, Resource
-from gangplugin.localcluster.cluster import REPO, LocalCluster, cache_dir
-from tests.e2e import base_install, containers
-from tests.e2e.base_install import LEASES, NAMESPACE, refused
-from tests.e2e.conftest import E2ECluster
-from tests.e2e.grpcauth import service_account_token
-from tests.e2e.kube import gang_queues, gpu_job, is_true, job_pods, unique, wait_for, workload_of
+from gangplugin.kube.client import PODS, Client, Resource
+from gangplugin.kube.lease import LEASES
+from gangplugin.kube.resources import SECRETS
+from gangplugin.localcluster.cluster import LocalCluster
+from gangplugin.localcluster.manifests import CRDS
+from tests.support import base_install, containers
+from tests.support.base_install import NAMESPACE, refused, run_gang
+from tests.support.cluster import E2ECluster
+from tests.support.grpcauth import service_account_token
+from tests.support.kube import gang_queues, wait_for
+from tests.support.manifests import CHART, cached_binary
 
-CHART = REPO / "deploy" / "helm" / "gangplugin"
 US = "topology.k8s.aws/ultraserver-id"
 DEPLOYMENTS = Resource("apps/v1", "deployments")
-SECRETS = Resource("v1", "secrets")
-CRDS = Resource("apiextensions.k8s.io/v1", "customresourcedefinitions", namespaced=False)
 CLUSTER_ROLES = Resource("rbac.authorization.k8s.io/v1", "clusterroles", namespaced=False)
 WEBHOOKS = {
     "validating": Resource(
@@ -55,18 +56,9 @@ GENERATED = ("gangplugin-ca", "gangplugin-serving-tls", "gangplugin-extender-cli
 UNSCHEDULABLE = {"gangplugin.io/e2e": "a-container-stands-for-this-pod"}
 
 
-def helm_bin() -> Path:
-    path = cache_dir() / "bin" / "helm"
-    if not path.exists():
-        raise AssertionError(
-            f"{path} is missing: build helm.sh/helm/v3 at HELM_VERSION (hack/build-upstream.sh)"
-        )
-    return path
-
-
 def helm(cluster: E2ECluster, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(helm_bin()), f"--kubeconfig={cluster.kubeconfig}", "--namespace", NAMESPACE, *args],
+        [str(cached_binary("helm")), f"--kubeconfig={cluster.kubeconfig}", "--namespace", NAMESPACE, *args],
         capture_output=True,
         text=True,
         check=False,
@@ -217,44 +209,12 @@ def test_helm_installs_the_chart_and_its_image_admits_a_gang(
             _point_webhooks_at(client, webhook)
 
             with gang_queues(client, namespace) as make_queue:
-                queue = make_queue(gpu_quota=64)  # its GangPolicy went through the chart's webhook
-                job = gpu_job(
-                    unique("helm"),
-                    namespace,
-                    queue,
-                    4,
-                    4,
-                    metadata={"annotations": {"gangplugin.io/required-topology": US}},
-                )
-                client.create(JOBS, job)
-                job_name = job["metadata"]["name"]
-
-                def running() -> list[dict[str, Any]] | None:
-                    pods = job_pods(client, namespace, job_name)
-                    done = len(pods) == 4 and all(
-                        p["spec"].get("nodeName") and is_true(p, "Ready") for p in pods
-                    )
-                    return pods if done else None
-
-                pods = wait_for(running, 180, f"the gang of {job_name} bound and Ready")
-            wl = workload_of(client, namespace, job_name)
-            assert wl is not None and is_true(wl, "Admitted")
+                # Its GangPolicy went through the chart's webhook; the default-scheduler binds it.
+                pods = run_gang(client, namespace, make_queue(gpu_quota=64), scheduler=None)
             for pod in pods:
                 labels = pod["metadata"]["labels"]
                 assert GANG_LABEL in labels and labels["gangplugin.io/bind-mode"] == "Ungate", labels
                 assert not pod["spec"].get("schedulingGates"), "the ungater released every pod"
-            node_us = {
-                n["metadata"]["name"]: n["metadata"]["labels"].get(US) for n in client.list(NODES)["items"]
-            }
-            assert len({node_us[p["spec"]["nodeName"]] for p in pods}) == 1
-            scheduled = [
-                e
-                for e in client.list(EVENTS, namespace)["items"]
-                if e.get("reason") == "Scheduled" and e["involvedObject"]["name"].startswith(job_name)
-            ]
-            assert {e.get("reportingComponent") or e["source"]["component"] for e in scheduled} == {
-                "default-scheduler"
-            }
         finally:
             if name is not None:
                 containers.keep_logs_and_remove(name, log)

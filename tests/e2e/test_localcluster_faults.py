@@ -12,12 +12,10 @@ from typing import Any
 
 import pytest
 
-from gangplugin.kube.client import NODES, Client, Resource
+from gangplugin.kube.client import CLUSTER_QUEUES, NODES, Client
 from gangplugin.localcluster.cluster import ClusterError, LocalCluster, Ports, alive
-from tests.e2e.conftest import e2e_kueue_version, e2e_port_base
-from tests.e2e.kube import wait_for
-
-CLUSTER_QUEUES = Resource("kueue.x-k8s.io/v1beta2", "clusterqueues", namespaced=False)
+from tests.support.cluster import e2e_kueue_version, e2e_port_base
+from tests.support.kube import wait_for
 
 
 def _ports(k: int) -> Ports:

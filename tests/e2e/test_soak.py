@@ -17,9 +17,9 @@ from collections.abc import Iterator
 import pytest
 
 from gangplugin.localcluster.cluster import REPO, ClusterError, LocalCluster, Ports
-from tests.e2e.conftest import e2e_port_base
 from tests.soak.faults import KINDS
 from tests.soak.run import SoakConfig, run_soak, start_second_replica, text_report
+from tests.support.cluster import e2e_port_base
 
 PORT_OFFSET = 100  # clear of the session's cluster and of test_podgroup_mode's (+50)
 MINUTES = 3.0

@@ -24,15 +24,17 @@ from typing import Any
 import httpx
 
 from gangplugin.core.timeutil import format_time
-from gangplugin.kube.client import EVENTS, JOBS, NODES, PODS, WORKLOADS, ApiError, Client
+from gangplugin.kube.client import EVENTS, JOBS, JSON, NODES, PODS, WORKLOADS, ApiError, Client, Resource
+from gangplugin.kube.kueue_records import conditions
 from gangplugin.kube.lease import LEASES
 from gangplugin.kube.resources import GANG_POLICIES, TRAINING_PLANS
 from gangplugin.localcluster.cluster import GANGPLUGIN_NAMESPACE, ClusterError, LocalCluster
-from gangplugin.localcluster.nodes import NOT_READY_LABEL
 from tests.soak import observer as obs
 from tests.soak.observer import Observer, Violation, Window
 from tests.soak.queues import MODES, PLAN, TEAMS, queue_name
 from tests.soak.stream import GB200, US, GangSpec, Stream, job_manifest
+from tests.support.nodes import fail_nodes, heal_nodes
+from tests.support.objects import capacity_block, gang_policy, training_plan
 
 KINDS = (
     "kill-leader",
@@ -297,7 +299,7 @@ class Injector(threading.Thread):
                         try:
                             heal(n)
                             break
-                        except (ApiError, httpx.HTTPError, OSError, RuntimeError):
+                        except (ApiError, httpx.HTTPError, OSError, RuntimeError, AssertionError):
                             if time.monotonic() > deadline:
                                 raise  # left as it is: the clean-up check reports the node
                             time.sleep(1)
@@ -314,31 +316,15 @@ class Injector(threading.Thread):
         timer.start()
         return True
 
-    def _fail(self, name: str) -> None:
-        now = format_time(datetime.now(UTC).replace(microsecond=0))
-        self.client.patch(NODES, name, {"metadata": {"labels": {NOT_READY_LABEL: "true"}}})
-        node = self.client.get(NODES, name)
-        down = {
-            "type": "Ready",
-            "status": "False",
-            "reason": "SoakNodeDown",
-            "message": "made NotReady by the soak's fault injector",
-            "lastHeartbeatTime": now,
-            "lastTransitionTime": now,
-        }
-        conds = [c for c in node["status"]["conditions"] if c["type"] != "Ready"] + [down]
-        self.client.patch(NODES, name, {"status": {"conditions": conds}}, subresource="status")
-
-    def _revive(self, name: str) -> None:
-        self.client.patch(NODES, name, {"metadata": {"labels": {NOT_READY_LABEL: None}}})
-        deadline = time.monotonic() + 90
-        while not obs.is_true(self.client.get(NODES, name), "Ready"):  # kwok initializes it again
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{name} not Ready 90s after it was healed")
-            time.sleep(0.5)
-
     def _node_notready(self, rng: random.Random) -> bool:
-        return self._node_fault("node-notready", rng, rng.randint(1, 3), self._fail, self._revive)
+        def fail(name: str) -> None:
+            fail_nodes(
+                self.client, name, reason="SoakNodeDown", message="made NotReady by the soak's fault injector"
+            )
+
+        return self._node_fault(
+            "node-notready", rng, rng.randint(1, 3), fail, lambda n: heal_nodes(self.client, n, timeout=90)
+        )
 
     def _cordon(self, rng: random.Random) -> bool:
         def cordon(n: str, on: bool) -> None:
@@ -419,77 +405,38 @@ class Injector(threading.Thread):
             ({"topologyName": "no-such-topology"}, "topologyName"),
         ]
         spec, field = rng.choice(variants)
-        body = {
-            "apiVersion": "gangplugin.io/v1alpha1",
-            "kind": "GangPolicy",
-            "metadata": {"name": name},
-            "spec": spec,
-        }
-        refused = self._refused(
-            "bad-policy", f"GangPolicy {name} {spec}", lambda: self.client.create(GANG_POLICIES, body), field
+        body = gang_policy(name, **spec)
+        return self._bad_object(
+            "bad-policy", f"GangPolicy {name} {spec}", GANG_POLICIES, body, field, "Valid"
         )
-        if refused is None:
-            # Only what needs another object may get in while no webhook answers: it must say so.
-            self._expect(
-                f"GangPolicy {name} {spec}",
-                lambda: any(
-                    c.get("type") == "Valid" and c.get("status") == "False" and field in c.get("message", "")
-                    for c in ((self.client.get_or_none(GANG_POLICIES, name) or {}).get("status") or {}).get(
-                        "conditions"
-                    )
-                    or []
-                ),
-                f"a Valid=False condition naming {field}",
-                cleanup=lambda: self.client.delete(GANG_POLICIES, name),
-            )
-        return True
 
     def _bad_plan(self, rng: random.Random) -> bool:
         self._bad += 1
         name = f"soak-bad-{self._bad:03d}"
         start = datetime.now(UTC).replace(microsecond=0) + timedelta(minutes=5)
-        block = {
-            "instanceType": "ml.p5.48xlarge",
-            "instanceCount": 2,
-            "availabilityZone": "us-east-1b",
-            "startTime": format_time(start),
-            "endTime": format_time(start + timedelta(minutes=10)),
-        }
+        block = capacity_block(start, start + timedelta(minutes=10))
         variants = [
             ({"instanceCount": 3}, {}, "instanceCount"),
             ({"endTime": format_time(start - timedelta(minutes=1))}, {}, "endTime"),
             ({}, {"clusterQueue": "no-such-queue"}, "no-such-queue"),
         ]
         block_change, spec_change, field = rng.choice(variants)
-        body = {
-            "apiVersion": "gangplugin.io/v1alpha1",
-            "kind": "TrainingPlan",
-            "metadata": {"name": name},
-            "spec": {
-                "targetResource": "training-job",
-                "clusterQueue": PLAN,
-                "flavor": "p5",
-                "resourcesPerInstance": {"nvidia.com/gpu": 8},
-                "testOverrides": {"anyBlockTimes": True, "terminationLead": "15s"},
-                "reservedCapacity": [{**block, **block_change}],
-                **spec_change,
-            },
-        }
+        body = training_plan(name, PLAN, [{**block, **block_change}], flavor="p5", lead="15s", **spec_change)
         what = f"TrainingPlan {name} {block_change or spec_change}"
-        if self._refused("bad-plan", what, lambda: self.client.create(TRAINING_PLANS, body), field) is None:
+        return self._bad_object("bad-plan", what, TRAINING_PLANS, body, field, "Accepted")
+
+    def _bad_object(
+        self, kind: str, what: str, res: Resource, body: JSON, field: str, condition: str
+    ) -> bool:
+        """Create the bad object `body`: refused naming `field`, or let in (only what needs another
+        object may get in while no webhook answers) with its `condition` False, naming it."""
+        name = body["metadata"]["name"]
+        if self._refused(kind, what, lambda: self.client.create(res, body), field) is None:
             self._expect(
                 what,
-                lambda: any(
-                    c.get("type") == "Accepted"
-                    and c.get("status") == "False"
-                    and field in c.get("message", "")
-                    for c in ((self.client.get_or_none(TRAINING_PLANS, name) or {}).get("status") or {}).get(
-                        "conditions"
-                    )
-                    or []
-                ),
-                f"an Accepted=False condition naming {field}",
-                cleanup=lambda: self.client.delete(TRAINING_PLANS, name),
+                lambda: _refusal_naming(self.client.get_or_none(res, name), condition, field),
+                f"the condition {condition}=False naming {field}",
+                cleanup=lambda: self.client.delete(res, name),
             )
         return True
 
@@ -635,3 +582,9 @@ def _quietly(evidence: Callable[[], list[dict[str, Any]]]) -> list[dict[str, Any
         return evidence()
     except (ApiError, httpx.HTTPError, OSError):
         return []
+
+
+def _refusal_naming(obj: dict[str, Any] | None, kind: str, field: str) -> bool:
+    """Whether the object's `kind` condition is False with a message naming `field`."""
+    c = conditions(obj or {}).get(kind) or {}
+    return c.get("status") == "False" and field in c.get("message", "")

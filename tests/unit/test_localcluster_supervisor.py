@@ -17,7 +17,7 @@ import pytest
 from gangplugin.localcluster.errors import ClusterError
 from gangplugin.localcluster.probes import http_ok
 from gangplugin.localcluster.supervisor import Process, Supervisor, alive, port_free, read_state
-from tests.e2e.kube import wait_for
+from tests.support.kube import wait_for
 
 
 def _free_port() -> int:

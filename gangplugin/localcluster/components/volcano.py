@@ -30,7 +30,7 @@ from typing import Any
 import yaml
 
 from gangplugin.core.topology import DEFAULT_LEVELS, ULTRASERVER_LABEL
-from gangplugin.kube.client import ApiError, Client, Resource
+from gangplugin.kube.client import Client, Resource
 from gangplugin.localcluster import manifests, nodes
 from gangplugin.localcluster.components.base import Component
 from gangplugin.localcluster.errors import ClusterError
@@ -236,15 +236,7 @@ class VolcanoWebhookManager(Component):
             "metadata": {"name": "gangplugin-webhook-probe"},
             "spec": {"weight": 1},
         }
-
-        def ok() -> bool:
-            try:
-                client.request("POST", QUEUES.path(), body=probe, params={"dryRun": "All"})
-                return True
-            except ApiError:
-                return False
-
-        wait(ok, 120, "Volcano's webhooks to answer")
+        manifests.wait_webhooks_answer(client, QUEUES, probe, 120, "Volcano")
 
 
 @dataclass(frozen=True)

@@ -22,35 +22,18 @@ from gangplugin.core.simulate import Job, Settings, replay
 from gangplugin.core.topology import ULTRASERVER_LABEL, Node
 from gangplugin.kube.client import WORKLOADS
 from gangplugin.kube.resources import ADMISSION_CHECKS, GANG_POLICIES
-from tests.unit.api.cluster import NOW, Caches, serving, standard, workload
-from tests.unit.kube.fakeapi import FakeApi
+from tests.support.caches import NOW, Caches, serving, standard, workload
+from tests.support.fakeapi import FakeApi
+from tests.support.objects import admission_check, gang_policy
 
 US = ULTRASERVER_LABEL
 
 
 @pytest.fixture
 def caches() -> Caches:
-    c = Caches()
-    standard(c)
-    c.put(
-        GANG_POLICIES,
-        {
-            "apiVersion": "gangplugin.io/v1alpha1",
-            "kind": "GangPolicy",
-            "metadata": {"name": "one-at-a-time"},
-            "spec": {"admission": "Sequential"},
-        },
-    )
-    c.put(
-        ADMISSION_CHECKS,
-        {
-            "metadata": {"name": "gang"},
-            "spec": {
-                "controllerName": "gangplugin.io/gang",
-                "parameters": {"apiGroup": "gangplugin.io", "kind": "GangPolicy", "name": "one-at-a-time"},
-            },
-        },
-    )
+    c = standard()
+    c.put(GANG_POLICIES, gang_policy("one-at-a-time", admission="Sequential"))
+    c.put(ADMISSION_CHECKS, admission_check("gang", policy="one-at-a-time"))
     c.put(WORKLOADS, workload("first", 2, check="Ready", admitted=True, pinned={US: "us-1"}))
     c.put(WORKLOADS, workload("second", 2))
     return c

@@ -15,7 +15,8 @@ from gangplugin.core.dispatch import DispatchRecord, WorkerVerdict
 from gangplugin.core.names import DISPATCH_ANNOTATION
 from gangplugin.kube.client import WORKLOADS
 from gangplugin.kube.resources import ADMISSION_CHECKS
-from tests.unit.api.cluster import NOW, Caches, cond, serving, workload
+from tests.support.caches import NOW, Caches, cond, explain, serving, workload
+from tests.support.objects import admission_check, check_state
 
 US = "topology.k8s.aws/ultraserver-id"
 RECORD = DispatchRecord(
@@ -43,9 +44,7 @@ def dispatched(name: str, *, record: DispatchRecord | None, **status: Any) -> di
     wl = workload(name, 6, check=None)
     wl["status"] = {
         "conditions": [cond("QuotaReserved")],
-        "admissionChecks": [
-            {"name": "multikueue", "state": "Pending", "message": "", "lastTransitionTime": "x"}
-        ],
+        "admissionChecks": [check_state("multikueue", "Pending", message="", lastTransitionTime="x")],
         **status,
     }
     if record is not None:
@@ -56,21 +55,9 @@ def dispatched(name: str, *, record: DispatchRecord | None, **status: Any) -> di
 @pytest.fixture
 def caches() -> Caches:
     c = Caches()
-    c.put(
-        ADMISSION_CHECKS,
-        {"metadata": {"name": "multikueue"}, "spec": {"controllerName": "kueue.x-k8s.io/multikueue"}},
-    )
+    c.put(ADMISSION_CHECKS, admission_check("multikueue", controller="kueue.x-k8s.io/multikueue"))
     c.put(WORKLOADS, dispatched("g", record=RECORD, nominatedClusterNames=["b"]))
     return c
-
-
-def explain(caches: Caches, name: str) -> gangs_pb2.GangExplanation:
-    with serving(caches) as channel:
-        stub = gangs_pb2_grpc.GangServiceStub(channel)
-        reply: gangs_pb2.GangExplanation = stub.ExplainGang(
-            gangs_pb2.ExplainGangRequest(namespace="team-a", name=name), timeout=10
-        )
-    return reply
 
 
 def test_a_nominated_gang_shows_every_worker_s_verdict(caches: Caches) -> None:

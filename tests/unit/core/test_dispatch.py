@@ -31,7 +31,7 @@ from gangplugin.core.plans import CapacityBlock, TrainingPlan
 from gangplugin.core.policy import GangPolicy
 from gangplugin.core.states import CheckState
 from gangplugin.core.topology import INSTANCE_TYPE_LABEL, ULTRASERVER_LABEL, BoundPod, build_snapshot
-from tests.unit.core.clusters import GPU, LEVELS, gang, ultraservers
+from tests.support.core import GPU, LEVELS, gang, ultraservers
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC).timestamp()
 GB200 = FlavorQuota("gb200", {}, {"cpu": 10**9, GPU: 10**6})

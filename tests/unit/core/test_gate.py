@@ -32,7 +32,7 @@ from gangplugin.core.preemption import (
     RunningGang,
 )
 from gangplugin.core.topology import ULTRASERVER_LABEL, BoundPod, Snapshot, build_snapshot
-from tests.unit.core.clusters import GPU, LEVELS, gang, node, ultraservers
+from tests.support.core import GPU, LEVELS, gang, node, ultraservers
 
 US = ULTRASERVER_LABEL
 LOWER = {"q": ClusterQueueState("q", preemption=QueuePreemption(within_cluster_queue="LowerPriority"))}

@@ -29,9 +29,7 @@ from gangplugin.core.preemption import (
 )
 from gangplugin.core.topology import BoundPod, Node, Snapshot, build_snapshot
 from gangplugin.core.victim_search import DomainFit, least_gpus, search
-
-from .clusters import GPU, LEVELS
-from .test_preemption import SETTINGS
+from tests.support.core import GPU, LEVELS, SETTINGS
 
 QUEUES = {
     "q": ClusterQueueState("q", preemption=QueuePreemption(within_cluster_queue="LowerOrNewerEqualPriority"))

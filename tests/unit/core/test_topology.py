@@ -12,8 +12,7 @@ from gangplugin.core.topology import (
     build_snapshot,
     validate_levels,
 )
-
-from .clusters import GPU, LEVELS, node, ultraservers
+from tests.support.core import GPU, LEVELS, node, ultraservers
 
 
 def domain_of(snap: Snapshot, node_name: str, level: int):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 import pytest
@@ -19,15 +20,9 @@ from gangplugin.kube.kueue_records import (
     quota_of,
     requeue_at,
 )
+from tests.support.objects import admission_check, gang_policy
 
-
-def policy(**spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "gangplugin.io/v1alpha1",
-        "kind": "GangPolicy",
-        "metadata": {"name": "p"},
-        "spec": spec,
-    }
+policy = partial(gang_policy, "p")
 
 
 def test_full_policy() -> None:
@@ -90,13 +85,7 @@ def test_bad_policy_names_the_field(spec: dict[str, Any], field: str) -> None:
 
 
 def test_check_parameters() -> None:
-    ac = {
-        "spec": {
-            "controllerName": "gangplugin.io/gang",
-            "parameters": {"apiGroup": "gangplugin.io", "kind": "GangPolicy", "name": "seq"},
-        }
-    }
-    assert policy_name_of_check(ac) == "seq"
+    assert policy_name_of_check(admission_check("gang", policy="seq")) == "seq"
     assert policy_name_of_check({"spec": {"controllerName": "gangplugin.io/gang"}}) is None
     with pytest.raises(InputError) as err:
         policy_name_of_check({"spec": {"parameters": {"apiGroup": "x", "kind": "Y", "name": "z"}}})
@@ -176,13 +165,10 @@ def test_unparsable_plan_is_none_in_the_cache() -> None:
 
 
 def test_gang_policy_preemption_is_parsed_and_checked() -> None:
-    def policy(spec: dict[str, Any]) -> dict[str, Any]:
-        return {"apiVersion": "gangplugin.io/v1alpha1", "kind": "GangPolicy", "spec": spec}
-
-    assert gang_policy_from_k8s(policy({})).preemption == "ClusterQueue"
-    assert gang_policy_from_k8s(policy({"preemption": "Never"})).preemption == "Never"
+    assert gang_policy_from_k8s(policy()).preemption == "ClusterQueue"
+    assert gang_policy_from_k8s(policy(preemption="Never")).preemption == "Never"
     with pytest.raises(InputError, match="ClusterQueue, Never") as err:
-        gang_policy_from_k8s(policy({"preemption": "Sometimes"}))
+        gang_policy_from_k8s(policy(preemption="Sometimes"))
     assert err.value.field == "spec.preemption"
 
 

@@ -12,7 +12,7 @@ import orjson
 from gangplugin.core.leader import ElectionConfig
 from gangplugin.kube.client import Client
 from gangplugin.kube.lease import LeaderElector
-from tests.unit.kube.fakeapi import Clock
+from tests.support.fakeapi import Clock
 
 
 class LeaseApi:

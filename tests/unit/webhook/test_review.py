@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from functools import partial
 from typing import Any
 
 import orjson
@@ -10,27 +11,10 @@ import pytest
 
 from gangplugin.core.errors import InputError
 from gangplugin.webhook.review import gang_policy_validator, gate_review, review
+from tests.support.objects import gang_policy, topology
 
-TOPOLOGY = {
-    "apiVersion": "kueue.x-k8s.io/v1beta2",
-    "kind": "Topology",
-    "metadata": {"name": "aws"},
-    "spec": {
-        "levels": [
-            {"nodeLabel": "topology.k8s.aws/ultraserver-id"},
-            {"nodeLabel": "kubernetes.io/hostname"},
-        ]
-    },
-}
-
-
-def policy(**spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "gangplugin.io/v1alpha1",
-        "kind": "GangPolicy",
-        "metadata": {"name": "p"},
-        "spec": spec,
-    }
+TOPOLOGY = topology("aws", "topology.k8s.aws/ultraserver-id", "kubernetes.io/hostname")
+policy = partial(gang_policy, "p")
 
 
 def request(obj: Any, operation: str = "CREATE") -> dict[str, Any]:

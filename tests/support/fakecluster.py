@@ -170,10 +170,10 @@ class FakeCluster:
             self._watches.setdefault(coll, []).append(q)
         try:
             while not self.closed.is_set():
-                line = q.get()
-                if line is None:
+                next_line = q.get()
+                if next_line is None:
                     return
-                yield line
+                yield next_line
         finally:
             with self._lock:
                 self._watches[coll].remove(q)

@@ -20,14 +20,16 @@ import yaml
 
 from gangplugin.core.names import GANG_LABEL
 from gangplugin.kube.client import EVENTS, JOBS, NODES, ApiError, Client, Resource
+from gangplugin.kube.kueue_records import is_true
+from gangplugin.kube.lease import LEASES
 from gangplugin.localcluster.cluster import LocalCluster, cache_dir
-from tests.e2e.conftest import E2ECluster, e2e_local_cluster
-from tests.e2e.grpcauth import service_account_token
-from tests.e2e.kube import gpu_job, is_true, job_pods, unique, wait_for, workload_of
-from tests.unit.test_manifests import kubectl, render
+from tests.support.cluster import E2ECluster, e2e_local_cluster
+from tests.support.grpcauth import service_account_token
+from tests.support.kube import job_pods, unique, wait_for, workload_of
+from tests.support.manifests import kubectl, render
+from tests.support.objects import gpu_job
 
 NAMESPACE = "gangplugin-system"
-LEASES = Resource("coordination.k8s.io/v1", "leases")
 US = "topology.k8s.aws/ultraserver-id"
 # kind -> (plural, namespaced): what the least-privilege tests create for real.
 RBAC_KINDS = {
@@ -205,9 +207,12 @@ def gangplugin_scheduler(cluster: E2ECluster, local: LocalCluster, tmp_path: Pat
         stop(proc)
 
 
-def run_gang(client: Client, namespace: str, queue: str) -> None:
+def run_gang(
+    client: Client, namespace: str, queue: str, scheduler: str | None = "gangplugin-scheduler"
+) -> list[dict[str, Any]]:
     """A 4-pod gang in one UltraServer, queued in `queue`, admitted by Kueue through gangplugin's
-    check and scheduled by the gangplugin-scheduler through the extender: all bound and Ready."""
+    check and bound by `scheduler` (None: the cluster's default-scheduler, which has no
+    extender): its pods, all bound and Ready."""
     job = gpu_job(
         unique("job"),
         namespace,
@@ -216,7 +221,8 @@ def run_gang(client: Client, namespace: str, queue: str) -> None:
         4,
         metadata={"annotations": {"gangplugin.io/required-topology": US}},
     )
-    job["spec"]["template"]["spec"]["schedulerName"] = "gangplugin-scheduler"
+    if scheduler is not None:
+        job["spec"]["template"]["spec"]["schedulerName"] = scheduler
     client.create(JOBS, job)
     job_name = job["metadata"]["name"]
 
@@ -236,6 +242,6 @@ def run_gang(client: Client, namespace: str, queue: str) -> None:
         for e in client.list(EVENTS, namespace)["items"]
         if e.get("reason") == "Scheduled" and e["involvedObject"]["name"].startswith(job_name)
     ]
-    assert {e.get("reportingComponent") or e["source"]["component"] for e in scheduled} == {
-        "gangplugin-scheduler"
-    }
+    bound_by = {e.get("reportingComponent") or e["source"]["component"] for e in scheduled}
+    assert bound_by == {scheduler or "default-scheduler"}
+    return pods

@@ -15,8 +15,9 @@ import yaml
 from gangplugin.core.admission import gang_id
 from gangplugin.core.names import GANG_LABEL
 from gangplugin.kube.client import PODS, Client, Resource
+from gangplugin.kube.kueue_records import is_true
 from gangplugin.localcluster.cluster import REPO
-from tests.e2e.kube import is_true, wait_until, workload_of
+from tests.support.kube import wait_until, workload_of
 
 SAMPLES = REPO / "deploy" / "samples"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"

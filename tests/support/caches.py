@@ -8,7 +8,7 @@ handled it. No API server is called; the client points nowhere.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -17,14 +17,20 @@ import grpc
 from gangplugin.api.component import new_server
 from gangplugin.api.gangs import GangService
 from gangplugin.api.plans import PlanService
-from gangplugin.api.proto import gangs_pb2_grpc, plans_pb2_grpc
-from gangplugin.core.names import GANG_LABEL, GANG_SIZE_ANNOTATION
+from gangplugin.api.proto import gangs_pb2, gangs_pb2_grpc, plans_pb2_grpc
 from gangplugin.kube import kueue_records as rec
-from gangplugin.kube.client import CLUSTER_QUEUES, LOCAL_QUEUES, NODES, PODS, WORKLOADS, Client, Resource
+from gangplugin.kube.client import CLUSTER_QUEUES, JSON, LOCAL_QUEUES, NODES, WORKLOADS, Client, Resource
 from gangplugin.kube.dispatcher import Dispatcher
 from gangplugin.kube.informer import Informer, identity, object_key
-from gangplugin.kube.resources import ADMISSION_CHECKS, TRAINING_PLANS
+from gangplugin.kube.resources import (
+    ADMISSION_CHECKS,
+    GANG_POLICIES,
+    RESOURCE_FLAVORS,
+    TOPOLOGIES,
+    TRAINING_PLANS,
+)
 from gangplugin.readmodel.model import ReadModel
+from tests.support import objects
 
 NOW = 1_800_000_000.0
 CREATED = "2027-01-15T08:00:00Z"  # 1_800_000_000 is 2027-01-15T08:00:00Z
@@ -85,25 +91,37 @@ class Caches:
         assert self.dispatcher.caught_up(10)
 
 
+def model_of(
+    *,
+    workloads: Iterable[JSON] = (),
+    checks: Iterable[JSON] = (),
+    policies: Iterable[JSON] = (),
+    topologies: Iterable[JSON] = (),
+    flavors: Iterable[JSON] = (),
+) -> tuple[Caches, ReadModel]:
+    """Caches holding these objects, and the read model over them."""
+    caches = Caches()
+    for resource, objs in (
+        (WORKLOADS, workloads),
+        (ADMISSION_CHECKS, checks),
+        (GANG_POLICIES, policies),
+        (TOPOLOGIES, topologies),
+        (RESOURCE_FLAVORS, flavors),
+    ):
+        for obj in objs:
+            caches.put(resource, obj)
+    return caches, caches.model()
+
+
 def gpu_node(name: str, us: str) -> dict[str, Any]:
-    labels = {
-        "kubernetes.io/hostname": name,
-        "topology.kubernetes.io/zone": "us-east-1a",
-        "topology.k8s.aws/ultraserver-id": us,
-        "node.kubernetes.io/instance-type": "ml.p6e-gb200.36xlarge",
-    }
-    return {
-        "metadata": {"name": name, "labels": labels},
-        "spec": {},
-        "status": {
-            "allocatable": {"cpu": "144", "memory": "800Gi", "pods": "110", "nvidia.com/gpu": "4"},
-            "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": CREATED}],
-        },
-    }
+    """A GB200 node of 4 GPUs in UltraServer `us`, zone us-east-1a, Ready since CREATED."""
+    labels = {"topology.kubernetes.io/zone": "us-east-1a", "node.kubernetes.io/instance-type": objects.GB200}
+    ready = objects.condition("Ready", lastTransitionTime=CREATED)
+    return objects.node(name, us, labels=labels, conditions=[ready])
 
 
 def cond(kind: str, status: str = "True", reason: str = "R") -> dict[str, Any]:
-    return {"type": kind, "status": status, "reason": reason, "message": "", "lastTransitionTime": CREATED}
+    return objects.condition(kind, status, reason=reason, message="", lastTransitionTime=CREATED)
 
 
 def workload(
@@ -117,45 +135,33 @@ def workload(
     pinned: dict[str, str] | None = None,
     retries: int = 0,
 ) -> dict[str, Any]:
-    template = {
-        "metadata": {"annotations": {"gangplugin.io/required-topology": "topology.k8s.aws/ultraserver-id"}},
-        "spec": {
-            "containers": [{"name": "c", "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "4"}}}]
-        },
-    }
-    wl: dict[str, Any] = {
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "Workload",
-        "metadata": {
-            "name": name,
-            "namespace": "team-a",
-            "creationTimestamp": CREATED,
-            "resourceVersion": "1",
-        },
-        "spec": {"queueName": queue, "podSets": [{"name": "main", "count": count, "template": template}]},
-        "status": {},
-    }
-    if check is not None:
-        state: dict[str, Any] = {
-            "name": "gang",
-            "state": check,
-            "message": message,
-            "lastTransitionTime": CREATED,
-        }
-        if pinned:
-            state["podSetUpdates"] = [{"name": "main", "nodeSelector": pinned}]
-        if retries:
-            state["retryCount"] = retries
-        conditions = [cond("QuotaReserved")] + ([cond("Admitted")] if admitted else [])
-        wl["status"] = {
-            "admission": {
-                "clusterQueue": "training",
-                "podSetAssignments": [{"name": "main", "count": count}],
-            },
-            "admissionChecks": [state],
-            "conditions": conditions,
-        }
-    return wl
+    """A gang's Workload in team-a's `queue`; its quota reserved by ClusterQueue `training` and our
+    check in state `check` (None: neither), Admitted when told."""
+    main = objects.podset(
+        count,
+        requests={"cpu": "1", objects.GPU: "4"},
+        annotations={"gangplugin.io/required-topology": "topology.k8s.aws/ultraserver-id"},
+    )
+    if check is None:
+        return objects.workload(
+            name, "team-a", main, queue=queue, creationTimestamp=CREATED, resourceVersion="1"
+        )
+    state = objects.check_state(
+        "gang", check, pinned=pinned or None, message=message, lastTransitionTime=CREATED
+    )
+    if retries:
+        state["retryCount"] = retries
+    return objects.workload(
+        name,
+        "team-a",
+        main,
+        queue=queue,
+        reserved_by="training",
+        checks=[state],
+        conditions=[cond("QuotaReserved")] + ([cond("Admitted")] if admitted else []),
+        creationTimestamp=CREATED,
+        resourceVersion="1",
+    )
 
 
 def owned(
@@ -170,29 +176,25 @@ def owned(
 def pod(
     name: str, gang: str, *, node: str | None = None, ready: bool = False, size: int | None = None
 ) -> dict[str, Any]:
-    meta: dict[str, Any] = {
-        "name": name,
-        "namespace": "team-a",
-        "uid": f"uid-{name}",
-        "creationTimestamp": CREATED,
-        "labels": {GANG_LABEL: gang, rec.PODSET_LABEL: "main"},
-        "annotations": {GANG_SIZE_ANNOTATION: str(size)} if size is not None else {},
-    }
-    spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "4"}}}]}
-    if node:
-        spec["nodeName"] = node
-    status = {
-        "phase": "Running" if node else "Pending",
-        "conditions": [cond("Ready", "True" if ready else "False")],
-    }
-    return {"metadata": meta, "spec": spec, "status": status}
-
-
-def standard(caches: Caches) -> None:
-    """Two UltraServers of 4 nodes (4 GPUs each); the `training` queues route to check `gang`."""
-    caches.put(
-        ADMISSION_CHECKS, {"metadata": {"name": "gang"}, "spec": {"controllerName": "gangplugin.io/gang"}}
+    """A pod of `gang` (podSet main) in team-a, bound to `node` when given."""
+    return objects.pod(
+        name,
+        "team-a",
+        gang=gang,
+        size=size,
+        node=node,
+        conditions=[cond("Ready", "True" if ready else "False")],
+        labels={rec.PODSET_LABEL: "main"},
+        uid=f"uid-{name}",
+        creationTimestamp=CREATED,
     )
+
+
+def standard(caches: Caches | None = None) -> Caches:
+    """Two UltraServers of 4 nodes (4 GPUs each); the `training` queues route to check `gang`.
+    Into `caches` when given, else new ones."""
+    caches = caches or Caches()
+    caches.put(ADMISSION_CHECKS, objects.admission_check("gang"))
     caches.put(
         CLUSTER_QUEUES,
         {
@@ -201,13 +203,12 @@ def standard(caches: Caches) -> None:
         },
     )
     caches.put(CLUSTER_QUEUES, {"metadata": {"name": "plain"}, "spec": {}})
-    for lq, cq in (("training", "training"), ("plain", "plain")):
-        caches.put(
-            LOCAL_QUEUES, {"metadata": {"name": lq, "namespace": "team-a"}, "spec": {"clusterQueue": cq}}
-        )
+    for name in ("training", "plain"):
+        caches.put(LOCAL_QUEUES, objects.local_queue(name, "team-a"))
     for us in (1, 2):
         for i in range(4):
             caches.put(NODES, gpu_node(f"us{us}-{i}", f"us-{us}"))
+    return caches
 
 
 @contextmanager
@@ -236,4 +237,11 @@ def served(caches: Caches, stop: threading.Event | None = None) -> Iterator[str]
         server.stop(0)
 
 
-__all__ = ["NOW", "PODS", "WORKLOADS", "Caches", "owned", "pod", "served", "serving", "standard", "workload"]
+def explain(caches: Caches, name: str) -> gangs_pb2.GangExplanation:
+    """gangctl explain's question, ExplainGang of gang `name` in team-a, over the served caches."""
+    with serving(caches) as channel:
+        stub = gangs_pb2_grpc.GangServiceStub(channel)
+        reply: gangs_pb2.GangExplanation = stub.ExplainGang(
+            gangs_pb2.ExplainGangRequest(namespace="team-a", name=name), timeout=10
+        )
+    return reply

@@ -11,7 +11,7 @@ import grpc
 
 from gangplugin.kube.client import Client, Resource
 from gangplugin.localcluster.cluster import Ports
-from tests.e2e.conftest import E2ECluster, e2e_port_base
+from tests.support.cluster import E2ECluster, e2e_port_base
 
 SERVICE_ACCOUNTS = Resource("v1", "serviceaccounts")
 ROLES = Resource("rbac.authorization.k8s.io/v1", "roles")

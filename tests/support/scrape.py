@@ -11,7 +11,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from gangplugin.localcluster.cluster import LocalCluster
-from tests.e2e.kube import wait_until
+from tests.support.kube import wait_until
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 

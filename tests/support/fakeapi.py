@@ -14,6 +14,7 @@ import httpx
 import orjson
 
 from gangplugin.kube.client import Client
+from tests.support import objects
 
 Step = bytes | BaseException | httpx.Response
 
@@ -29,7 +30,7 @@ class Clock:
 
 
 def pod(name: str, rv: int, **labels: str) -> dict[str, Any]:
-    return {"metadata": {"name": name, "namespace": "ns", "resourceVersion": str(rv), "labels": labels}}
+    return objects.pod(name, labels=labels, resourceVersion=str(rv))
 
 
 def event(kind: str, obj: dict[str, Any]) -> bytes:

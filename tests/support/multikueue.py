@@ -8,20 +8,15 @@ import threading
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from gangplugin.kube.client import PODS, WORKLOADS, Client
 from gangplugin.kube.dispatcher import Dispatcher
 from gangplugin.kube.informer import Informer, wait_all_synced
+from gangplugin.kube.kueue_records import is_true
 
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
-
-
-def _true(obj: Mapping[str, Any], kind: str) -> bool:
-    return any(
-        c.get("type") == kind and c.get("status") == "True"
-        for c in (obj.get("status") or {}).get("conditions") or []
-    )
 
 
 def _gang_check_ready(wl: Mapping[str, Any]) -> bool:
@@ -56,8 +51,8 @@ class Monitor:
             pods: Informer[Any] = Informer(
                 client, PODS, lambda o: o, namespace=namespace, name=f"mon-{name}-pods"
             )
-            wls.add_handler(lambda _k, _o, new, w=name: self._workload(w, new), self._dispatcher)
-            pods.add_handler(lambda _k, _o, new, w=name: self._pod(w, new), self._dispatcher)
+            wls.add_handler(partial(self._workload, name), self._dispatcher)
+            pods.add_handler(partial(self._pod, name), self._dispatcher)
             self._informers += [wls, pods]
 
     def start(self) -> None:
@@ -74,16 +69,16 @@ class Monitor:
     def caught_up(self) -> None:
         assert self._dispatcher.caught_up(60)
 
-    def _workload(self, worker: str, wl: Mapping[str, Any] | None) -> None:
+    def _workload(self, worker: str, _kind: str, _old: object, wl: Mapping[str, Any] | None) -> None:
         if wl is None:
             return
         with self._lock:
             s = self.seen[wl["metadata"]["name"]].setdefault(worker, Seen())
             s.copy = True
-            s.quota_reserved |= _true(wl, "QuotaReserved")
-            s.admitted |= _true(wl, "Admitted") or (_true(wl, "QuotaReserved") and _gang_check_ready(wl))
+            s.quota_reserved |= is_true(wl, "QuotaReserved")
+            s.admitted |= is_true(wl, "Admitted") or (is_true(wl, "QuotaReserved") and _gang_check_ready(wl))
 
-    def _pod(self, worker: str, pod: Mapping[str, Any] | None) -> None:
+    def _pod(self, worker: str, _kind: str, _old: object, pod: Mapping[str, Any] | None) -> None:
         if pod is None or not (pod.get("spec") or {}).get("nodeName"):
             return
         job = ((pod.get("metadata") or {}).get("labels") or {}).get(JOB_NAME_LABEL)
