@@ -44,7 +44,7 @@ from gangplugin.kube.client import Client
 from gangplugin.localcluster import nodes
 from gangplugin.localcluster.cluster import REPO, LocalCluster, Ports
 from gangplugin.server.main import DEFAULT_COMPONENTS
-from tests.e2e.browser import chromium
+from tests.support.browser import chromium
 
 STATE = "bench-console"
 WITHOUT = ",".join(DEFAULT_COMPONENTS)

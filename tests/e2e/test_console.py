@@ -14,19 +14,12 @@ from playwright.sync_api import BrowserContext, Page
 
 from gangplugin.kube.client import NODES, Client
 from gangplugin.kube.resources import GANG_POLICIES
-from tests.e2e import grpcauth
-from tests.e2e.browser import chromium, console_url, sign_in, signed_out
-from tests.e2e.conftest import E2ECluster
-from tests.e2e.kube import wait_for, wait_until
-from tests.e2e.test_admission import (
-    US,
-    _fail_node,
-    _heal_node,
-    check_of,
-    running_gang,
-    submit,
-    workload,
-)
+from tests.support import grpcauth
+from tests.support.browser import chromium, console_url, sign_in, signed_out
+from tests.support.cluster import E2ECluster
+from tests.support.gangs import US, check_of, running_gang, submit, workload
+from tests.support.kube import wait_for, wait_until
+from tests.support.nodes import fail_nodes, heal_nodes
 
 #: Milliseconds a browser wait may take: the page follows the caches within seconds on an idle
 #: machine; this only bounds a wait for something that must happen.
@@ -132,7 +125,7 @@ def test_a_node_made_not_ready_turns_red_and_its_gangs_replacement_appears_witho
     page = sign_in(browser, admin, "/map")
     page.wait_for_selector(in_ultraserver(chosen, victim) + ".in-use", timeout=WAIT_MS)
     page.evaluate("window.__notReloaded = true")
-    _fail_node(client, victim)
+    fail_nodes(client, victim)
     try:
         page.wait_for_selector(node(page, victim) + ".not-ready", timeout=WAIT_MS)
         assert page.eval_on_selector(node(page, victim), "e => getComputedStyle(e).backgroundColor") == RED
@@ -150,7 +143,7 @@ def test_a_node_made_not_ready_turns_red_and_its_gangs_replacement_appears_witho
         node_obj = client.get(NODES, replaced)
         assert node_obj["metadata"]["labels"][US] == chosen
     finally:
-        _heal_node(client, victim)
+        heal_nodes(client, victim)
 
 
 def _policy(client: Client, name: str) -> dict[str, Any]:

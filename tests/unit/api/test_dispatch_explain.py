@@ -4,52 +4,15 @@ record), and gangctl prints them."""
 
 from __future__ import annotations
 
-from typing import Any
-
-import orjson
 import pytest
 
 from gangplugin.api.proto import gangs_pb2, gangs_pb2_grpc
 from gangplugin.cli.gangs import explain_text
-from gangplugin.core.dispatch import DispatchRecord, WorkerVerdict
-from gangplugin.core.names import DISPATCH_ANNOTATION
 from gangplugin.kube.client import WORKLOADS
 from gangplugin.kube.resources import ADMISSION_CHECKS
-from tests.support.caches import NOW, Caches, cond, explain, serving, workload
-from tests.support.objects import admission_check, check_state
-
-US = "topology.k8s.aws/ultraserver-id"
-RECORD = DispatchRecord(
-    "b",
-    NOW,
-    (),
-    (
-        WorkerVerdict(
-            "b",
-            True,
-            True,
-            "chosen: all 6 pods fit in ultraserver-id b-us1 (best fit)",
-            "gb200",
-            US,
-            ("b-us1",),
-            0,
-        ),
-        WorkerVerdict("a", False, False, "does not fit now: the best domain has room for 4 of 6 pods"),
-    ),
-    "nominated b: chosen: all 6 pods fit",
-)
-
-
-def dispatched(name: str, *, record: DispatchRecord | None, **status: Any) -> dict[str, Any]:
-    wl = workload(name, 6, check=None)
-    wl["status"] = {
-        "conditions": [cond("QuotaReserved")],
-        "admissionChecks": [check_state("multikueue", "Pending", message="", lastTransitionTime="x")],
-        **status,
-    }
-    if record is not None:
-        wl["metadata"]["annotations"] = {DISPATCH_ANNOTATION: orjson.dumps(record.to_dict()).decode()}
-    return wl
+from tests.support.caches import Caches, cond, explain, serving
+from tests.support.dispatched import RECORD, US, dispatched
+from tests.support.objects import admission_check
 
 
 @pytest.fixture

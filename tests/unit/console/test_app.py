@@ -12,8 +12,8 @@ import orjson
 from gangplugin.console.live import Changes, stream
 from gangplugin.console.model import Topic
 from gangplugin.kube.client import PODS, WORKLOADS
-from tests.unit.api.cluster import owned, pod, workload
-from tests.unit.console.world import ADMIN, NOBODY, READER, World, standard
+from tests.support.caches import owned, pod, workload
+from tests.support.console_world import ADMIN, NOBODY, READER, World, standard
 
 US = "topology.k8s.aws/ultraserver-id"
 PAGES = ("/map", "/gangs", "/quota", "/policies", "/gangs/team-a/job-a")

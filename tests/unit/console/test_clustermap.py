@@ -8,8 +8,8 @@ from typing import Any
 
 from gangplugin.console.model import ClusterMap, MapDomain, NodeState
 from gangplugin.kube.client import NODES, PODS, WORKLOADS
-from tests.unit.api.cluster import gpu_node, owned, pod, workload
-from tests.unit.console.world import World, standard
+from tests.support.caches import gpu_node, owned, pod, workload
+from tests.support.console_world import World, standard
 
 US = "topology.k8s.aws/ultraserver-id"
 

@@ -12,9 +12,9 @@ from gangplugin.console.model import GangDetail, Milestone
 from gangplugin.core.gangs import Phase, Pods, explain
 from gangplugin.kube.client import PODS, WORKLOADS
 from gangplugin.kube.resources import ADMISSION_CHECKS
-from tests.unit.api.cluster import cond, owned, pod, workload
-from tests.unit.api.test_dispatch_explain import RECORD, dispatched
-from tests.unit.console.world import World, standard
+from tests.support.caches import cond, owned, pod, workload
+from tests.support.console_world import World, standard
+from tests.support.dispatched import RECORD, dispatched
 
 US = "topology.k8s.aws/ultraserver-id"
 WAIT = "gang does not fit now: 6 pods need 6 nodes of one UltraServer; best is us-1 with room for 3"

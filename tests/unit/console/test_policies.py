@@ -5,7 +5,7 @@ from __future__ import annotations
 from gangplugin.console.model import PolicyField
 from gangplugin.console.policies import field_of, plain_words, policy_patch, policy_settings
 from gangplugin.kube import kueue_records as rec
-from tests.unit.console.world import check, cluster_queue, policy
+from tests.support.console_world import check, cluster_queue, policy
 
 
 def test_settings_in_plain_words() -> None:

@@ -10,7 +10,7 @@ from gangplugin.console.views import plan_row, queue_box, time_axis
 from gangplugin.core.plans import Status
 from gangplugin.kube.client import CLUSTER_QUEUES, LOCAL_QUEUES
 from gangplugin.kube.resources import TRAINING_PLANS
-from tests.unit.console.world import World, cluster_queue, local_queue, standard
+from tests.support.console_world import World, cluster_queue, local_queue, standard
 
 NOW = datetime(2027, 1, 15, 8, 0, tzinfo=UTC)
 

@@ -174,7 +174,7 @@ def standard(world: World) -> None:
     and two UltraServers of 4 GB200 nodes (4 GPUs each)."""
     from gangplugin.kube.client import CLUSTER_QUEUES, LOCAL_QUEUES, NODES
     from gangplugin.kube.resources import ADMISSION_CHECKS, GANG_POLICIES
-    from tests.unit.api.cluster import gpu_node
+    from tests.support.caches import gpu_node
 
     world.put(GANG_POLICIES, policy(sparesPerUltraServer=1, nodeFailure="ReplaceFromSpare"))
     world.put(ADMISSION_CHECKS, check())

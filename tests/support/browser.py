@@ -19,7 +19,7 @@ from pathlib import Path
 from playwright.sync_api import BrowserContext, Page, sync_playwright
 
 from gangplugin.localcluster.cluster import Ports
-from tests.e2e.conftest import e2e_port_base
+from tests.support.cluster import e2e_port_base
 
 CHROMIUM = Path(os.environ.get("GANGPLUGIN_CHROMIUM", "/usr/bin/chromium"))
 FLAGS = (
