@@ -14,7 +14,7 @@ import yaml
 
 from gangplugin.kube.client import NODES, ApiError, Client, Resource
 from gangplugin.localcluster.errors import ClusterError
-from gangplugin.localcluster.probes import wait
+from gangplugin.localcluster.probes import INSTALL_DEADLINE, wait
 from gangplugin.localcluster.spec import ClusterSpec
 
 FIELD_MANAGER = "gangplugin-localcluster"
@@ -59,7 +59,11 @@ def apply_crds(
             }
         client.apply(CRDS, crd, field_manager=FIELD_MANAGER)
         names.append(crd["metadata"]["name"])
-    wait(lambda: all(_established(client, n) for n in names), 30, f"{what}'s CRDs to be established")
+    wait(
+        lambda: all(_established(client, n) for n in names),
+        INSTALL_DEADLINE,
+        f"{what}'s CRDs to be established",
+    )
 
 
 def _established(client: Client, name: str) -> bool:

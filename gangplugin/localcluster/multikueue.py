@@ -27,7 +27,7 @@ from gangplugin.localcluster import manifests
 from gangplugin.localcluster.cluster import LocalCluster
 from gangplugin.localcluster.components.kueue import KUEUE_NAMESPACE
 from gangplugin.localcluster.ports import Ports
-from gangplugin.localcluster.probes import wait
+from gangplugin.localcluster.probes import INSTALL_DEADLINE, wait
 from gangplugin.localcluster.upstream import REPO, versions
 
 ALL_AT_ONCE = "kueue.x-k8s.io/multikueue-dispatcher-all-at-once"
@@ -157,7 +157,11 @@ class MultiKueueClusters:
             }
             client.apply(manifests.resource_for(config), config, field_manager=manifests.FIELD_MANAGER)
             manifests.apply_file(client, MANAGER_QUEUES)
-            wait(lambda: self._active(client), 120, "Kueue on the manager to connect to every worker")
+            wait(
+                lambda: self._active(client),
+                INSTALL_DEADLINE,
+                "Kueue on the manager to connect to every worker",
+            )
         finally:
             client.close()
 
@@ -184,7 +188,11 @@ class MultiKueueClusters:
         self.manager.restart("gangplugin")
         client = Client.from_kubeconfig(self.manager.kubeconfig)
         try:
-            wait(lambda: self._active(client), 120, "Kueue on the manager to connect to every worker")
+            wait(
+                lambda: self._active(client),
+                INSTALL_DEADLINE,
+                "Kueue on the manager to connect to every worker",
+            )
         finally:
             client.close()
 

@@ -36,6 +36,13 @@ def https_ok(url: str, ca: Path | None, client_cert: tuple[Path, Path] | None = 
         return False
 
 
+#: How long an install step may wait for the cluster (CRDs established, webhooks answering, a
+#: controller's first object). Idle, each takes seconds; with the machine loaded many times its
+#: cores (CI beside a Go build) the API server took over 30 s to establish a CRD, so this bound only
+#: catches what will never happen.
+INSTALL_DEADLINE = 300.0
+
+
 def wait(check: Callable[[], bool], timeout: float, what: str) -> None:
     """Until `check()` holds (an API error or a refused connection counts as not yet)."""
     deadline = time.monotonic() + timeout

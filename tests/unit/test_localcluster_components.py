@@ -115,13 +115,20 @@ def test_a_control_plane_with_kueue_only_runs_no_nodes_no_gangplugin_and_no_exte
         cluster.restart("kwok")
 
 
-def test_kueue_s_binary_and_manifests_follow_the_chosen_version(tmp_path: Path) -> None:
+def test_kueue_s_binary_and_manifests_follow_the_chosen_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Kueue's metrics certificate goes to a fixed path of the machine; here, to this test's own,
+    # so the verdict does not depend on whether a cluster ever ran on this machine.
+    monkeypatch.setattr("gangplugin.localcluster.components.kueue.METRICS_CERT_DIR", tmp_path / "certs")
     default = LocalCluster(state_dir=tmp_path / "a", ports=Ports(26000))
     (tmp_path / "a").mkdir()
+    credentials.write(default.spec)
     proc = default.process("kueue")
     assert proc and Path(proc.argv[0]).name == f"kueue-{versions()['KUEUE_VERSION']}"
     newer = LocalCluster(state_dir=tmp_path / "b", ports=Ports(27000), kueue_version="v0.19.2")
     (tmp_path / "b").mkdir()
+    credentials.write(newer.spec)
     proc = newer.process("kueue")
     assert proc and Path(proc.argv[0]).name == "kueue-v0.19.2"
     # JobSet at the version each Kueue is built against.

@@ -19,7 +19,7 @@ from gangplugin.kube.client import Client, Resource
 from gangplugin.localcluster import credentials, kueue_config, manifests
 from gangplugin.localcluster.components.base import Component
 from gangplugin.localcluster.errors import ClusterError
-from gangplugin.localcluster.probes import http_ok
+from gangplugin.localcluster.probes import INSTALL_DEADLINE, http_ok
 from gangplugin.localcluster.spec import ClusterSpec
 from gangplugin.localcluster.supervisor import Process
 
@@ -174,4 +174,4 @@ class Kueue(Component):
             "metadata": {"name": "gangplugin-webhook-probe"},
         }
         flavors = Resource("kueue.x-k8s.io/v1beta2", "resourceflavors", namespaced=False)
-        manifests.wait_webhooks_answer(client, flavors, probe, 60, "Kueue")
+        manifests.wait_webhooks_answer(client, flavors, probe, INSTALL_DEADLINE, "Kueue")
