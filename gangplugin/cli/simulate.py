@@ -27,7 +27,7 @@ from gangplugin.core.optimal import MAX_NODES
 from gangplugin.core.plans import TrainingPlan
 from gangplugin.core.policy import GangPolicy
 from gangplugin.core.preemption import WITHIN_CLUSTER_QUEUE, QueuePreemption
-from gangplugin.core.simulate import GPU, POLICIES, Job, Replay, Settings, replay, scaled
+from gangplugin.core.simulate import GPU, NO_RESERVATION, POLICIES, Job, Replay, Settings, replay, scaled
 from gangplugin.core.timeutil import parse_time
 from gangplugin.core.topology import DEFAULT_LEVELS, INSTANCE_TYPE_LABEL, ULTRASERVER_LABEL, Node
 from gangplugin.kube import records
@@ -74,11 +74,17 @@ def _replays(
     nodes: list[Node], jobs: list[Job], policies: tuple[str, ...], settings: Settings
 ) -> list[Replay]:
     """One replay per policy; by default every policy (`optimal` only on a small cluster, and
-    where the `sim` extra installed its solver)."""
+    where the `sim` extra installed its solver; ours without reservation only when the
+    GangPolicy reserves)."""
     small = len(nodes) <= MAX_NODES
     solver = importlib.util.find_spec("scipy") is not None
     if not policies:
-        policies = tuple(p for p in POLICIES if (small and solver) or p != "optimal")
+        policies = tuple(
+            p
+            for p in POLICIES
+            if ((small and solver) or p != "optimal")
+            and (settings.policy.reservation.on or p != NO_RESERVATION)
+        )
         if small and not solver:
             _note_without_sim_extra()
     elif "optimal" in policies and not small:

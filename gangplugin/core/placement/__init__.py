@@ -59,7 +59,7 @@ from gangplugin.core.placement.model import (
 from gangplugin.core.placement.place import place
 from gangplugin.core.placement.recovery import recover, replace
 from gangplugin.core.placement.spares import held_spares
-from gangplugin.core.placement.wholeness import NeverWhole, never_whole
+from gangplugin.core.placement.wholeness import NeverWhole, holds_whole, never_whole
 
 __all__ = [
     "Assignment",
@@ -75,6 +75,7 @@ __all__ = [
     "fit_counter",
     "gang_levels",
     "held_spares",
+    "holds_whole",
     "never_whole",
     "place",
     "recover",

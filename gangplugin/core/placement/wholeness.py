@@ -132,13 +132,45 @@ def _shapes(gang: Gang) -> tuple[list[tuple[Requests, PodConstraints]], list[int
 def never_whole(snapshot: Snapshot, gang: Gang, policy: PlacementPolicy) -> NeverWhole | None:
     """Why `gang` could never start whole here (see the module docstring), or None when it
     could once enough pods are gone. InputError for a topology label the levels do not have."""
+    return _at_level(snapshot, gang, policy, gang_levels(snapshot, gang).required)
+
+
+def holds_whole(snapshot: Snapshot, gang: Gang, policy: PlacementPolicy, level: int | None) -> bool:
+    """Whether some domain of `level` (None: the cluster) could hold `gang` whole once every
+    pod is gone (the level a reservation for it may take)."""
+    return _at_level(snapshot, gang, policy, level) is None
+
+
+def largest_room(snapshot: Snapshot, gang: Gang, policy: PlacementPolicy, level: int | None) -> int:
+    """Pods of the gang's shapes the roomiest domain of `level` (None: the cluster) could ever
+    hold, every pod gone (spares kept back)."""
     shapes, counts = _shapes(gang)
-    required = gang_levels(snapshot, gang).required
-    key = ("never whole", tuple(shapes), tuple(counts), required, policy.spares_per_ultraserver)
+    key = ("largest room", tuple(shapes), tuple(counts), level, policy.spares_per_ultraserver)
+    if key not in snapshot.node_memo:
+        domains = (
+            [0]
+            if level is None
+            else [d for d in snapshot.by_level[level] if snapshot.domains[d].value is not None]
+        )
+        rooms = [_room(snapshot, d, shapes, policy.spares_per_ultraserver) for d in domains]
+        total = sum(counts)
+        snapshot.node_memo[key] = max(  # the gang's mix of shapes, scaled to what fits
+            (int(min(r / c for r, c in zip(room.per_shape, counts, strict=True)) * total) for room in rooms),
+            default=0,
+        )
+    room: int = snapshot.node_memo[key]
+    return room
+
+
+def _at_level(
+    snapshot: Snapshot, gang: Gang, policy: PlacementPolicy, level: int | None
+) -> NeverWhole | None:
+    shapes, counts = _shapes(gang)
+    key = ("never whole", tuple(shapes), tuple(counts), level, policy.spares_per_ultraserver)
     if key in snapshot.node_memo:
         kept: NeverWhole | None = snapshot.node_memo[key]
         return kept
-    answer = _never_whole(snapshot, gang, shapes, counts, required, policy.spares_per_ultraserver)
+    answer = _never_whole(snapshot, gang, shapes, counts, level, policy.spares_per_ultraserver)
     snapshot.node_memo[key] = answer
     return answer
 

@@ -9,7 +9,9 @@ current with `charge`/`release` (bind/unbind), never rebuilt per event:
 - each admission pass decides the quota-reserved gangs in the order of `admission_queue`, each
   through the admission check's own gate (`core.gate`: Sequential mode, `gang_drain` where
   plans feed the queue, placement `place` with the GangPolicy's spares, off the domains held
-  for other gangs' preemptions), and admits with `charge`;
+  for other gangs' preemptions and reserved for other gangs, `core.reservation`), and admits
+  with `charge`; a gang that has waited the GangPolicy's `reservation.afterWaiting` gets a
+  domain reserved, and the jobs' declared run times (`max_runtime`) say who may backfill it;
 - where the simulated ClusterQueue preempts (`Settings.preemption`, Kueue's `spec.preemption`;
   Kueue's default never does), a gang that does not fit preempts as the check does: victims
   from `find_victims`, evicted whole after the pass (each resumes later with the run time it
@@ -19,7 +21,8 @@ current with `charge`/`release` (bind/unbind), never rebuilt per event:
 - a running gang that would outlive its block is evicted at the termination start (`gang_drain`)
   and requeued; it resumes from its checkpoint with the run time it had left.
 
-Policies differ only in where a gang goes: `gangplugin` (ours), `best-fit` (no spares, no
+Policies differ only in where a gang goes: `gangplugin` (ours), `gangplugin-no-reservation`
+(ours without reservation, shown when the GangPolicy reserves), `best-fit` (no spares, no
 climbing above the preferred level, close to Kueue's TAS BestFit), `first-fit` (topology
 blind: the first nodes by name with room) and, on small clusters, `optimal` (each pass admits
 the packing optimum of the first `MAX_GANGS` waiting gangs, `core/optimal.py`, with our spares;
@@ -46,12 +49,13 @@ from gangplugin.core.simulate.model import (
     scaled,
 )
 from gangplugin.core.simulate.replay import Replayer, replay
-from gangplugin.core.simulate.ways import POLICIES, first_fit
+from gangplugin.core.simulate.ways import NO_RESERVATION, POLICIES, first_fit
 
 __all__ = [
     "CLUSTER_QUEUE",
     "GPU",
     "NAMESPACE",
+    "NO_RESERVATION",
     "POLICIES",
     "Job",
     "Outcome",

@@ -37,6 +37,8 @@ class Job:
     #: Consecutive pods in slices of this many, each in one domain of `slice_required_topology`.
     slice_size: int | None = None
     slice_required_topology: str | None = None
+    #: It checkpoints (`gangplugin.io/checkpointable`): a reserved domain may be cleared of it.
+    checkpointable: bool = False
 
     @property
     def gpus(self) -> int:

@@ -28,6 +28,7 @@ from gangplugin.core.preemption import (
     PreemptionPlan,
 )
 from gangplugin.core.quota import next_quota_change, queue_quota
+from gangplugin.core.reservation import GangEnd, Holder, Reservations
 from gangplugin.core.simulate.events import Event, EventKind, Events
 from gangplugin.core.simulate.model import (
     CLUSTER_QUEUE,
@@ -39,7 +40,14 @@ from gangplugin.core.simulate.model import (
     Sample,
     Settings,
 )
-from gangplugin.core.simulate.state import JobState, SearchedPreemptions, dominated, running_gangs
+from gangplugin.core.simulate.state import (
+    JobState,
+    Refused,
+    SearchedPreemptions,
+    dominated,
+    excluded_nodes,
+    running_gangs,
+)
 from gangplugin.core.simulate.stranded import domain_capacity, stranded
 from gangplugin.core.simulate.ways import spares_held, way
 from gangplugin.core.topology import Node, Snapshot, build_snapshot
@@ -116,8 +124,11 @@ class Replayer:
         self.reserved: dict[str, JobState] = {}  # quota reserved, not admitted
         self.admitted: dict[str, JobState] = {}
         self.unready: list[str] = []  # admitted, pods not all Ready yet (Sequential mode's gate)
-        self.infeasible: list[tuple[Job, AdmissionDecision]] = []  # refused since capacity last came free
+        self.infeasible: list[Refused] = []  # refused since capacity last came free
         self.holds: dict[str, Hold] = {}  # domains held for preempting gangs, by holder
+        self.reserving = self.way.policy.reservation.on
+        self.reservations: dict[str, Holder] = {}  # domains reserved for waiting gangs, by holder
+        self._wakes: set[float] = set()  # instants a wake-up is already scheduled for
         self.searched: dict[str, tuple[int, PreemptionPlan]] = {}  # victim searches, by gang
         self.generation = 0  # bumped whenever what a victim search reads changes
         self.optimum: dict[str, Placement] = {}  # the optimal policy's admissions of this pass, by gang
@@ -156,6 +167,7 @@ class Replayer:
             for event in self.events.due(t):
                 done += 1
                 self._apply(event)
+            self._wakes.discard(t)
             self.tally.quota = self._quota_now(t)
             self._reserve_quota(t)
             self._admission_pass(t)
@@ -332,12 +344,13 @@ class Replayer:
         ordered = [self.reserved[q.key] for q in admission_queue(waiting).candidates]
         drains = {s.job.key: self._drain_of(s, t) for s in ordered} if self.plans else {}
         state = self._preemption_state(t) if self.preempting else None
+        book = self._reservation_book(t, ordered) if self.reserving else None
         if self.policy_name == "optimal" and ordered:
             self._solve_optimum(ordered, drains)
         victims: list[tuple[str, str]] = []  # (victim, preemptor) of this pass
         head: JobState | None = None
         for s in ordered:
-            out = self._decide(s, t, drains.get(s.job.key, (None, None)), state)
+            out = self._decide(s, t, drains.get(s.job.key, (None, None)), state, book)
             if out.preemption is not None and out.preemption.preempts:
                 victims += [(v.key, s.job.key) for v in out.preemption.victims]
             if out.decision is not None and out.decision.ready:
@@ -345,7 +358,7 @@ class Replayer:
                 self._admit(s, out.decision.placement, t)
                 continue
             s.reason = out.message
-            if out.step in ("placement", "preemption"):
+            if out.step in ("placement", "preemption", "reservation"):
                 head = head or s
         self._evict(victims, t)
         tally = self.tally
@@ -369,6 +382,32 @@ class Replayer:
         self.holds = live
         return SearchedPreemptions(live, running, partial(dict, self.queues), self.searched, self._generation)
 
+    def _reservation_book(self, t: float, ordered: list[JobState]) -> Reservations:
+        """The reservations of the waiting gangs, each for as long as its quota reservation."""
+        live = {
+            k: h
+            for k, h in self.reservations.items()
+            if k in self.reserved and h.reservation.live(self.reserved[k].quota_reserved_at)
+        }
+        self.reservations = live
+        running = partial(running_gangs, list(self.admitted.values()), self.queue_name)
+        ends = partial(self._ends, list(self.admitted.values()))
+        return Reservations(live, running, ends, t, {s.job.key: i for i, s in enumerate(ordered)})
+
+    def _ends(self, admitted: list[JobState]) -> dict[str, GangEnd]:
+        """When each admitted job is expected to end: Ready, plus the run time it declares."""
+        out = {}
+        for s in admitted:
+            assert s.admitted_at is not None
+            ready = (
+                s.running_since
+                if s.running_since is not None
+                else s.admitted_at + self.settings.startup_seconds
+            )
+            runtime = s.job.max_runtime
+            out[s.job.key] = GangEnd(None if runtime is None else ready + runtime, s.job.checkpointable)
+        return out
+
     def _generation(self) -> int:
         return self.generation
 
@@ -389,9 +428,12 @@ class Replayer:
         t: float,
         drain: tuple[DrainDecision | None, float | None],
         state: PreemptionState | None,
+        book: Reservations | None,
     ) -> Verdict:
-        """The check's gate for one waiting gang; a preemption it starts is recorded."""
+        """The check's gate for one waiting gang; a preemption it starts, or a reservation it
+        takes, is recorded."""
         key = s.job.key
+        runtime = s.job.max_runtime
         facts = GangFacts(
             contender=Contender(key, s.job.priority, self.queue_name, s.job.arrival),
             policy=self.way.policy,
@@ -403,17 +445,29 @@ class Replayer:
             unready=tuple(self.unready),
             drain=drain[0],
             next_quota_change=drain[1],
+            expected_runtime=None if runtime is None else self.settings.startup_seconds + runtime,
         )
-        out = gate(facts, state, self._place)
+        out = gate(facts, state, self._place, book)
         if out.wake_at is not None:
-            self.events.push(out.wake_at, EventKind.WAKE)
+            self._wake(out.wake_at)
         plan = out.preemption
         if plan is not None and plan.preempts and state is not None:
             state.started(key, plan, out.hold)
             self.generation += 1
             if out.hold is not None:  # given back after the preemptor's readyTimeout
-                self.events.push(t + self.gp.ready_timeout, EventKind.WAKE)
+                self._wake(t + self.gp.ready_timeout)
+        if book is not None:  # taken, kept, moved or given up: as the book has it now
+            if key in book.holders:
+                self.reservations[key] = book.holders[key]
+            else:
+                self.reservations.pop(key, None)
         return out
+
+    def _wake(self, at: float) -> None:
+        """A pass at `at` (once, however many gangs ask for it)."""
+        if at not in self._wakes:
+            self._wakes.add(at)
+            self.events.push(at, EventKind.WAKE)
 
     def _place(
         self, snap: Snapshot, gang: Gang, policy: GangPolicy, annotations: Mapping[str, str]
@@ -427,12 +481,13 @@ class Replayer:
                 chosen is not None, why, placement=chosen or Placement(False, None, (), (), why)
             )
         # a holder has more room than the gangs kept off its domain
-        known = None if s.job.key in self.holds else dominated(s.job, self.infeasible)
+        excluded = excluded_nodes(gang)
+        known = None if s.job.key in self.holds else dominated(s.job, excluded, self.infeasible)
         if known is not None:
             return known
         decision = self.way.place(snap, gang, policy, annotations)
         if not decision.ready:
-            self.infeasible.append((s.job, decision))
+            self.infeasible.append(Refused(s.job, excluded, decision))
         return decision
 
     def _evict(self, victims: list[tuple[str, str]], t: float) -> None:
@@ -445,7 +500,7 @@ class Replayer:
             v.reason = f"preempted by {preemptor}"
             self._requeue(v)
         if victims:
-            self.events.push(t, EventKind.WAKE)
+            self._wake(t)
 
     # -- the result ------------------------------------------------------------------------
 

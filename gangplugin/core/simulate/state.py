@@ -48,16 +48,35 @@ class JobState:
         return self.reserved_at
 
 
-def dominated(job: Job, infeasible: Iterable[tuple[Job, AdmissionDecision]]) -> AdmissionDecision | None:
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A job placement refused since capacity last came free, and the nodes it was kept off."""
+
+    job: Job
+    excluded: frozenset[str]
+    decision: AdmissionDecision
+
+
+def excluded_nodes(gang: Gang) -> frozenset[str]:
+    """The nodes a gang was kept off (domains held or reserved for others)."""
+    if len(gang.podsets) == 1:
+        return gang.podsets[0].excluded_nodes
+    return frozenset().union(*(ps.excluded_nodes for ps in gang.podsets))
+
+
+def dominated(job: Job, excluded: frozenset[str], infeasible: Iterable[Refused]) -> AdmissionDecision | None:
     """The refusal of a job known not to fit since capacity last came free that needs no more
-    than `job` (so `job` cannot fit either: capacity only shrinks between releases)."""
-    for other, refusal in infeasible:
+    than `job`, and was kept off no node `job` may use (so `job` cannot fit either: capacity
+    only shrinks between releases)."""
+    for other in infeasible:
+        o = other.job
         if (
-            other.pods <= job.pods
-            and other.gpus_per_pod <= job.gpus_per_pod
-            and other.topology() == job.topology()
+            o.pods <= job.pods
+            and o.gpus_per_pod <= job.gpus_per_pod
+            and o.topology() == job.topology()
+            and (other.excluded is excluded or other.excluded <= excluded)
         ):
-            return refusal
+            return other.decision
     return None
 
 

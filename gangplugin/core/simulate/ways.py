@@ -1,8 +1,9 @@
 """The policies a replay compares, each as the way it decides a gang: the GangPolicy its gate
 reads, how it places a gang, and whether it preempts.
 
-`gangplugin` is the check's own placement (with the GangPolicy's spares); `best-fit` the same
-with no spares and no climbing above the preferred level (close to Kueue's TAS BestFit);
+`gangplugin` is the check's own placement (with the GangPolicy's spares and reservation);
+`gangplugin-no-reservation` the same without reservation; `best-fit` the same with no spares,
+no reservation and no climbing above the preferred level (close to Kueue's TAS BestFit);
 `first-fit` is topology blind (the first nodes by name with room); `optimal` admits the
 packing optimum of the first waiting gangs (`core/optimal.py`, our spares kept free)."""
 
@@ -15,10 +16,12 @@ from gangplugin.core.admission import AdmissionDecision, decide
 from gangplugin.core.gate import Placer
 from gangplugin.core.optimal import optimal_admissions
 from gangplugin.core.placement import Assignment, Gang, Placement, PlacementPolicy
-from gangplugin.core.policy import GangPolicy
+from gangplugin.core.policy import GangPolicy, ReservationPolicy
 from gangplugin.core.topology import Snapshot
 
-POLICIES = ("gangplugin", "best-fit", "first-fit", "optimal")
+#: Ours with the GangPolicy's reservation turned off: what reservation costs and gives.
+NO_RESERVATION = "gangplugin-no-reservation"
+POLICIES = ("gangplugin", NO_RESERVATION, "best-fit", "first-fit", "optimal")
 
 
 def first_fit(snapshot: Snapshot, gang: Gang, order: Sequence[int]) -> Placement:
@@ -61,8 +64,10 @@ class Way:
 
 
 def way(name: str, policy: GangPolicy, snapshot: Snapshot, explain: bool) -> Way:
-    """The policy's way; `explain` says why a gang does not fit (costly)."""
-    if name in ("gangplugin", "best-fit"):
+    """The policy's way; `explain` says why a gang does not fit (costly). Only ours reserves."""
+    if name != "gangplugin":
+        policy = replace(policy, reservation=ReservationPolicy())
+    if name in ("gangplugin", NO_RESERVATION, "best-fit"):
 
         def placed(
             snap: Snapshot, gang: Gang, gp: GangPolicy, annotations: Mapping[str, str]
@@ -99,4 +104,5 @@ def way(name: str, policy: GangPolicy, snapshot: Snapshot, explain: bool) -> Way
 def spares_held(policy_name: str, policy: GangPolicy) -> int:
     """Spare nodes per UltraServer the policy keeps out of every gang's reach: ours and the
     optimum's are the GangPolicy's; best-fit and first-fit hold none."""
-    return policy.placement.spares_per_ultraserver if policy_name in ("gangplugin", "optimal") else 0
+    ours = ("gangplugin", NO_RESERVATION, "optimal")
+    return policy.placement.spares_per_ultraserver if policy_name in ours else 0
