@@ -16,7 +16,7 @@ from gangplugin.core.admission import (
     release,
 )
 from gangplugin.core.drain import DrainDecision, gang_drain
-from gangplugin.core.gate import GangFacts, PreemptionState, Verdict, gate
+from gangplugin.core.gate import GangFacts, GateStep, GateVerdict, PreemptionState, gate
 from gangplugin.core.optimal import MAX_GANGS, optimal_admissions
 from gangplugin.core.placement import Gang, Placement
 from gangplugin.core.policy import GangPolicy, requeue_decision
@@ -50,6 +50,7 @@ from gangplugin.core.simulate.state import (
 )
 from gangplugin.core.simulate.stranded import domain_capacity, stranded
 from gangplugin.core.simulate.ways import spares_held, way
+from gangplugin.core.states import CheckState
 from gangplugin.core.topology import Node, Snapshot, build_snapshot
 from gangplugin.core.watchdog import GangObservation, watch
 
@@ -205,7 +206,7 @@ class Replayer:
         rq = requeue_decision(self.gp, s.retries, verdict.reason, t, s.job.arrival)
         self._stop(s, t)
         s.reason = rq.message
-        if rq.state == "Retry":
+        if rq.state is CheckState.RETRY:
             s.retries += 1
             self.events.push(t + (rq.requeue_after_seconds or 0), EventKind.REQUEUE, s.job.key, s.attempt)
         else:
@@ -334,7 +335,7 @@ class Replayer:
             QueuedWorkload(
                 key=k,
                 policy=None,
-                state="Pending",
+                state=CheckState.PENDING,
                 quota_reserved=True,
                 quota_reserved_at=r.quota_reserved_at,
                 created_at=r.job.arrival,
@@ -358,7 +359,7 @@ class Replayer:
                 self._admit(s, out.decision.placement, t)
                 continue
             s.reason = out.message
-            if out.step in ("placement", "preemption", "reservation"):
+            if out.step in (GateStep.PLACEMENT, GateStep.PREEMPTION, GateStep.RESERVATION):
                 head = head or s
         self._evict(victims, t)
         tally = self.tally
@@ -429,7 +430,7 @@ class Replayer:
         drain: tuple[DrainDecision | None, float | None],
         state: PreemptionState | None,
         book: Reservations | None,
-    ) -> Verdict:
+    ) -> GateVerdict:
         """The check's gate for one waiting gang; a preemption it starts, or a reservation it
         takes, is recorded."""
         key = s.job.key

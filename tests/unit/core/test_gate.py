@@ -12,10 +12,10 @@ from gangplugin.core.drain import DrainDecision
 from gangplugin.core.errors import InputError
 from gangplugin.core.gate import (
     ORDER,
-    WAITING_REASONS,
     Backoff,
     GangFacts,
     PreemptionState,
+    WaitingReason,
     gate,
     resume,
     waiting_reason,
@@ -271,7 +271,7 @@ def test_why_a_gang_waits_is_the_step_that_held_it_back() -> None:
         waiting_reason(gate(facts(named(gang(6)), snap, policy=reserving), reservations=book)) == "Reserved"
     )
     held["Reserved"] = facts(named(gang(1)))
-    assert set(held) | {"Preempting"} == set(WAITING_REASONS)
+    assert set(held) | {"Preempting"} == set(WaitingReason)
 
 
 def test_a_misspelt_key_holds_the_gang_naming_it_and_the_closest_known_one() -> None:

@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from gangplugin.core.errors import InputError
-from gangplugin.core.gate import GangFacts, PreemptionState, Verdict, gate, waiting_reason
+from gangplugin.core.gate import GangFacts, GateVerdict, PreemptionState, gate, waiting_reason
 from gangplugin.core.placement import Gang
 from gangplugin.core.policy import GangPolicy, ReservationPolicy
 from gangplugin.core.preemption import ClusterQueueState, Contender, QueuePreemption, RunningGang
@@ -128,7 +128,7 @@ def test_only_gangs_that_end_before_the_reserved_start_run_in_the_domain_meanwhi
     reservations = book([A, B, C], ENDS, ["ns/big", "ns/short", "ns/long", "ns/unknown", "ns/urgent"])
     assert gate(facts("ns/big", gang(4, required=US), snap), reservations=reservations).reservation
 
-    def decide(key: str, runtime: float | None, priority: int = 0) -> Verdict:
+    def decide(key: str, runtime: float | None, priority: int = 0) -> GateVerdict:
         f = facts(key, gang(1, required=US), snap, expected_runtime=runtime)
         return gate(replace(f, contender=Contender(key, priority, "q", 0.0)), reservations=reservations)
 
