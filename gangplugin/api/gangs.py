@@ -19,8 +19,10 @@ from typing import Any
 import grpc
 
 from gangplugin.api.proto import gangs_pb2, gangs_pb2_grpc
+from gangplugin.core.admission import NOT_NOW
 from gangplugin.core.errors import InputError
 from gangplugin.core.gangs import Evaluation, Phase, explain
+from gangplugin.core.gate import GateStep
 from gangplugin.core.states import CheckState
 from gangplugin.kube.client import JSON
 from gangplugin.readmodel import decisions
@@ -33,6 +35,8 @@ log = logging.getLogger(__name__)
 Key = tuple[str, str]  # (namespace, gang name)
 #: Concurrent WatchGangs streams; each holds a server thread.
 MAX_WATCHES = 8
+#: The gate's steps whose message tells a waiting gang more than placement's reason does.
+_TOLD = (GateStep.WHOLE, GateStep.RESERVATION)
 
 
 def _check_field(field: str, value: str) -> None:
@@ -153,9 +157,12 @@ class GangService(gangs_pb2_grpc.GangServiceServicer):
             blocker = verdict.blocked_by
             return Evaluation(False, f"waiting for gang {blocker} to be Ready", blocked_by=blocker)
         placement = verdict.decision.placement if verdict.decision is not None else None
-        if placement is None or verdict.preemption is not None:  # the message says whom it preempts
+        # The message says whom it preempts, that it can never start whole, what it reserved
+        if placement is None or verdict.preemption is not None or verdict.step in _TOLD:
             return Evaluation(False, verdict.message)
-        return Evaluation(placement.feasible, placement.reason, placement.level, tuple(placement.domains))
+        # (a gang kept off domains reserved for others: the message names them too)
+        reason = placement.reason if placement.feasible else verdict.message.removeprefix(NOT_NOW)
+        return Evaluation(placement.feasible, reason, placement.level, tuple(placement.domains))
 
     def explanation(self, gang: GangSummary, wl: JSON | None) -> gangs_pb2.GangExplanation:
         evaluation = None

@@ -87,6 +87,9 @@ RESERVATION_ANNOTATION = f"{GROUP}/reservation"
 # The Warning Event (and check message) on a Workload held for an unknown key of ours on a pod
 # template (core.keys).
 UNKNOWN_KEY_REASON = "UnknownKey"
+# The Warning Event (and check message) on a Workload whose gang can never start whole here
+# (larger than every domain of its required level, or than the cluster).
+NEVER_WHOLE_REASON = "CannotStartWhole"
 # MultiKueue (on a manager cluster): the dispatcherName that hands the choice of a worker to
 # gangplugin (Kueue's External dispatcher mode), and what it records on the manager's Workload
 # (core.dispatch.DispatchRecord as JSON).

@@ -1,0 +1,123 @@
+"""Explain (the admission pass's own facts and gate) of big gangs: the domain a long-waiting
+gang would reserve and when it should start there, read from what its neighbours declare (a
+Job's activeDeadlineSeconds, gangplugin.io/max-runtime); a younger gang kept off that domain
+naming the reservation; a gang that can never start whole."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from gangplugin.api.proto import gangs_pb2, gangs_pb2_grpc
+from gangplugin.core.timeutil import format_time, from_seconds
+from gangplugin.kube.client import JOBS, PODS, WORKLOADS
+from gangplugin.kube.resources import ADMISSION_CHECKS, GANG_POLICIES
+from tests.unit.api.cluster import CREATED, NOW, Caches, owned, pod, serving, standard, workload
+
+US = "topology.k8s.aws/ultraserver-id"
+
+
+def job(name: str, deadline: int | None, started: str = CREATED) -> dict[str, Any]:
+    spec = {"activeDeadlineSeconds": deadline} if deadline is not None else {}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": "team-a", "uid": f"uid-{name}"},
+        "spec": spec,
+        "status": {"startTime": started},
+    }
+
+
+def running(caches: Caches, name: str, us: int, nodes: int, deadline: int | None) -> None:
+    """A gang admitted into us-`us` on its first `nodes` nodes, owned by a Job with that deadline."""
+    wl = owned(workload(name, nodes, check="Ready", admitted=True, pinned={US: f"us-{us}"}), name=name)
+    caches.put(JOBS, job(name, deadline))
+    caches.put(WORKLOADS, wl)
+    for i in range(nodes):
+        caches.put(PODS, pod(f"{name}-{i}", name, node=f"us{us}-{i}", ready=True))
+
+
+def big_gang_cluster() -> Caches:
+    """us-1: "a" on 3 nodes, its Job's deadline 1h; us-2: "b" on 3 nodes, no deadline; "big"
+    (4 pods, one UltraServer) waits. The check's policy reserves after 1m (explain and the
+    pass read the clock 90s after the quota reservation)."""
+    c = Caches()
+    standard(c)
+    c.put(
+        GANG_POLICIES,
+        {
+            "apiVersion": "gangplugin.io/v1alpha1",
+            "kind": "GangPolicy",
+            "metadata": {"name": "reserving"},
+            "spec": {"reservation": {"afterWaiting": "1m"}},
+        },
+    )
+    params = {"apiGroup": "gangplugin.io", "kind": "GangPolicy", "name": "reserving"}
+    c.put(
+        ADMISSION_CHECKS,
+        {
+            "metadata": {"name": "gang"},
+            "spec": {"controllerName": "gangplugin.io/gang", "parameters": params},
+        },
+    )
+    running(c, "a", 1, 3, 3600)
+    running(c, "b", 2, 3, None)
+    c.put(WORKLOADS, workload("big", 4, message="gang does not fit now"))
+    return c
+
+
+@pytest.fixture
+def caches() -> Caches:
+    return big_gang_cluster()
+
+
+def explain(caches: Caches, name: str) -> gangs_pb2.GangExplanation:
+    with serving(caches) as channel:
+        stub = gangs_pb2_grpc.GangServiceStub(channel)
+        reply: gangs_pb2.GangExplanation = stub.ExplainGang(
+            gangs_pb2.ExplainGangRequest(namespace="team-a", name=name), timeout=10
+        )
+    return reply
+
+
+def test_the_waiting_big_gang_reserves_where_a_deadline_says_it_starts_soonest(caches: Caches) -> None:
+    e = explain(caches, "big")
+    assert e.evaluated and not e.fits_now
+    start = format_time(from_seconds(int(NOW) + 3600))  # a's Job started at NOW, 1h deadline
+    assert f"{US}=us-1 reserved for this gang since" in e.reason
+    assert f"expected start {start} when team-a/a end" in e.reason
+    assert e.reason.startswith("gang does not fit now: needs 4 pods")
+
+
+def test_a_younger_gang_is_kept_off_the_reserved_domain_unless_it_ends_before(caches: Caches) -> None:
+    reservation = {"level": US, "domain": "us-1", "quotaReservedAt": NOW, "at": NOW}
+    big = workload("big", 4, message="reserved")
+    big["metadata"]["annotations"] = {"gangplugin.io/reservation": json.dumps(reservation)}
+    caches.put(WORKLOADS, big)
+    late = owned(workload("late", 1), name="late")
+    late["metadata"]["creationTimestamp"] = "2027-01-15T08:00:30Z"
+    late["status"]["conditions"][0]["lastTransitionTime"] = "2027-01-15T08:00:30Z"  # quota after big's
+    caches.put(JOBS, job("late", 7200))
+    caches.put(WORKLOADS, late)
+    e = explain(caches, "late")  # us-1's free node is reserved: us-2's it may take
+    assert e.fits_now and list(e.domains) == ["us-2"]
+    caches.put(PODS, pod("b-3", "b", node="us2-3", ready=True))  # us-2 full now
+    e = explain(caches, "late")
+    assert not e.fits_now
+    assert f"not counting {US}=us-1 is reserved for team-a/big" in e.reason
+    assert "this gang would end after it" in e.reason
+    caches.put(JOBS, job("late", 600))  # it would end before big's start: it backfills us-1
+    e = explain(caches, "late")
+    assert e.fits_now and list(e.domains) == ["us-1"]
+
+
+def test_a_gang_that_can_never_start_whole_is_told_so(caches: Caches) -> None:
+    caches.put(WORKLOADS, workload("huge", 5, message="gang does not fit now"))
+    e = explain(caches, "huge")
+    assert not e.fits_now
+    assert e.reason.startswith(
+        f"can never start whole: it needs 5 pods (20 GPUs) in one {US}; the largest, us-1, has room for 4"
+    )
+    assert "preferred-topology instead of required-topology" in e.reason
