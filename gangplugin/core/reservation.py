@@ -383,9 +383,7 @@ class Reservations:
                 continue
             excluded |= self.nodes(key, snapshot)
             when = "its start unknown" if start.at is None else f"from {_time(start.at)}"
-            notes.append(
-                f"{h.reservation.where} is reserved for {key} ({when}; this gang would end after it)"
-            )
+            notes.append(f"{h.reservation.where}, reserved for {key} ({when}; this gang would end after it)")
         return frozenset(excluded), tuple(notes)
 
     def release(self, key: str) -> None:

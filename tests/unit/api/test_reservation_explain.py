@@ -106,7 +106,7 @@ def test_a_younger_gang_is_kept_off_the_reserved_domain_unless_it_ends_before(ca
     caches.put(PODS, pod("b-3", "b", node="us2-3", ready=True))  # us-2 full now
     e = explain(caches, "late")
     assert not e.fits_now
-    assert f"not counting {US}=us-1 is reserved for team-a/big" in e.reason
+    assert f"not counting {US}=us-1, reserved for team-a/big" in e.reason
     assert "this gang would end after it" in e.reason
     caches.put(JOBS, job("late", 600))  # it would end before big's start: it backfills us-1
     e = explain(caches, "late")

@@ -139,8 +139,7 @@ def test_only_gangs_that_end_before_the_reserved_start_run_in_the_domain_meanwhi
     long = decide("ns/long", 5_000.0)
     assert long.decision is not None and not long.decision.ready
     assert (
-        "us-1 is reserved for ns/big (from 1970-01-01T00:50:00Z; this gang would end after it)"
-        in long.message
+        "us-1, reserved for ns/big (from 1970-01-01T00:50:00Z; this gang would end after it)" in long.message
     )
     unknown = decide("ns/unknown", None)  # declares no run time: never backfills
     assert unknown.decision is not None and not unknown.decision.ready
