@@ -108,15 +108,21 @@ def gpu_job(
 
 
 def queue_objects(
-    name: str, namespace: str, gpu_quota: int, instance_type: str, stop_policy: str = "None"
+    name: str,
+    namespace: str,
+    gpu_quota: int,
+    instance_type: str,
+    stop_policy: str = "None",
+    node_labels: dict[str, str] | None = None,
 ) -> list[tuple[Resource, dict[str, Any]]]:
-    """A ResourceFlavor, a ClusterQueue with `gpu_quota` GPUs and a LocalQueue, all named `name`."""
+    """A ResourceFlavor (of `instance_type` nodes, with `node_labels` too), a ClusterQueue with
+    `gpu_quota` GPUs and a LocalQueue, all named `name`."""
     lq_res = Resource("kueue.x-k8s.io/v1beta2", "localqueues")
     flavor = {
         "apiVersion": "kueue.x-k8s.io/v1beta2",
         "kind": "ResourceFlavor",
         "metadata": {"name": name},
-        "spec": {"nodeLabels": {"node.kubernetes.io/instance-type": instance_type}},
+        "spec": {"nodeLabels": {"node.kubernetes.io/instance-type": instance_type, **(node_labels or {})}},
     }
     cq = {
         "apiVersion": "kueue.x-k8s.io/v1beta2",
@@ -153,12 +159,13 @@ def queue_objects(
 
 @contextlib.contextmanager
 def gang_queues(client: Client, namespace: str) -> Iterator[Callable[..., str]]:
-    """Yields `make(gpu_quota=288, **policy_spec)` -> the name of a new GangPolicy, its
-    AdmissionCheck, and a GB200 ResourceFlavor, ClusterQueue (Active, requiring the check) and
-    LocalQueue; deletes the cluster-scoped ones afterwards."""
+    """Yields `make(gpu_quota=288, node_labels=None, **policy_spec)` -> the name of a new
+    GangPolicy, its AdmissionCheck, and a GB200 ResourceFlavor (its nodes those with
+    `node_labels` too), ClusterQueue (Active, requiring the check) and LocalQueue; deletes the
+    cluster-scoped ones afterwards."""
     made: list[tuple[Any, str]] = []
 
-    def make(gpu_quota: int = 288, **spec: Any) -> str:
+    def make(gpu_quota: int = 288, node_labels: dict[str, str] | None = None, **spec: Any) -> str:
         name = unique("gq")
         client.create(
             GANG_POLICIES,
@@ -183,7 +190,7 @@ def gang_queues(client: Client, namespace: str) -> Iterator[Callable[..., str]]:
             },
         )
         made.append((ADMISSION_CHECKS, name))
-        for res, obj in queue_objects(name, namespace, gpu_quota, GB200):
+        for res, obj in queue_objects(name, namespace, gpu_quota, GB200, node_labels=node_labels):
             if obj["kind"] == "ClusterQueue":
                 obj["spec"]["admissionChecksStrategy"] = {"admissionChecks": [{"name": name}]}
             client.create(res, obj)
