@@ -17,13 +17,13 @@ import grpc
 from gangplugin.api.component import new_server
 from gangplugin.api.gangs import GangService
 from gangplugin.api.plans import PlanService
-from gangplugin.api.proto import gangs_pb2_grpc, plans_pb2_grpc
+from gangplugin.api.proto import gangs_pb2, gangs_pb2_grpc, plans_pb2_grpc
 from gangplugin.core.names import GANG_LABEL, GANG_SIZE_ANNOTATION
 from gangplugin.kube import kueue_records as rec
 from gangplugin.kube.client import CLUSTER_QUEUES, LOCAL_QUEUES, NODES, PODS, WORKLOADS, Client, Resource
 from gangplugin.kube.dispatcher import Dispatcher
 from gangplugin.kube.informer import Informer, identity, object_key
-from gangplugin.kube.resources import ADMISSION_CHECKS, TRAINING_PLANS
+from gangplugin.kube.resources import ADMISSION_CHECKS, GANG_POLICIES, TRAINING_PLANS
 from gangplugin.readmodel.model import ReadModel
 
 NOW = 1_800_000_000.0
@@ -237,3 +237,35 @@ def served(caches: Caches, stop: threading.Event | None = None) -> Iterator[str]
 
 
 __all__ = ["NOW", "PODS", "WORKLOADS", "Caches", "owned", "pod", "served", "serving", "standard", "workload"]
+
+
+def gang_check(caches: Caches, policy: str, spec: dict[str, Any]) -> None:
+    """The check "gang" (gangplugin's, the one `standard` queues require) with a GangPolicy
+    named `policy` of `spec` as its parameters."""
+    caches.put(
+        GANG_POLICIES,
+        {
+            "apiVersion": "gangplugin.io/v1alpha1",
+            "kind": "GangPolicy",
+            "metadata": {"name": policy},
+            "spec": spec,
+        },
+    )
+    params = {"apiGroup": "gangplugin.io", "kind": "GangPolicy", "name": policy}
+    caches.put(
+        ADMISSION_CHECKS,
+        {
+            "metadata": {"name": "gang"},
+            "spec": {"controllerName": "gangplugin.io/gang", "parameters": params},
+        },
+    )
+
+
+def explain(caches: Caches, name: str) -> gangs_pb2.GangExplanation:
+    """ExplainGang of team-a/`name`, served over the caches."""
+    with serving(caches) as channel:
+        stub = gangs_pb2_grpc.GangServiceStub(channel)
+        reply: gangs_pb2.GangExplanation = stub.ExplainGang(
+            gangs_pb2.ExplainGangRequest(namespace="team-a", name=name), timeout=10
+        )
+    return reply

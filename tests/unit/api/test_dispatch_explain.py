@@ -15,7 +15,7 @@ from gangplugin.core.dispatch import DispatchRecord, WorkerVerdict
 from gangplugin.core.names import DISPATCH_ANNOTATION
 from gangplugin.kube.client import WORKLOADS
 from gangplugin.kube.resources import ADMISSION_CHECKS
-from tests.unit.api.cluster import NOW, Caches, cond, serving, workload
+from tests.unit.api.cluster import NOW, Caches, cond, explain, serving, workload
 
 US = "topology.k8s.aws/ultraserver-id"
 RECORD = DispatchRecord(
@@ -62,15 +62,6 @@ def caches() -> Caches:
     )
     c.put(WORKLOADS, dispatched("g", record=RECORD, nominatedClusterNames=["b"]))
     return c
-
-
-def explain(caches: Caches, name: str) -> gangs_pb2.GangExplanation:
-    with serving(caches) as channel:
-        stub = gangs_pb2_grpc.GangServiceStub(channel)
-        reply: gangs_pb2.GangExplanation = stub.ExplainGang(
-            gangs_pb2.ExplainGangRequest(namespace="team-a", name=name), timeout=10
-        )
-    return reply
 
 
 def test_a_nominated_gang_shows_every_worker_s_verdict(caches: Caches) -> None:

@@ -10,11 +10,9 @@ from typing import Any
 
 import pytest
 
-from gangplugin.api.proto import gangs_pb2, gangs_pb2_grpc
 from gangplugin.core.timeutil import format_time, from_seconds
 from gangplugin.kube.client import JOBS, PODS, WORKLOADS
-from gangplugin.kube.resources import ADMISSION_CHECKS, GANG_POLICIES
-from tests.unit.api.cluster import CREATED, NOW, Caches, owned, pod, serving, standard, workload
+from tests.unit.api.cluster import CREATED, NOW, Caches, explain, gang_check, owned, pod, standard, workload
 
 US = "topology.k8s.aws/ultraserver-id"
 
@@ -45,23 +43,7 @@ def big_gang_cluster() -> Caches:
     pass read the clock 90s after the quota reservation)."""
     c = Caches()
     standard(c)
-    c.put(
-        GANG_POLICIES,
-        {
-            "apiVersion": "gangplugin.io/v1alpha1",
-            "kind": "GangPolicy",
-            "metadata": {"name": "reserving"},
-            "spec": {"reservation": {"afterWaiting": "1m"}},
-        },
-    )
-    params = {"apiGroup": "gangplugin.io", "kind": "GangPolicy", "name": "reserving"}
-    c.put(
-        ADMISSION_CHECKS,
-        {
-            "metadata": {"name": "gang"},
-            "spec": {"controllerName": "gangplugin.io/gang", "parameters": params},
-        },
-    )
+    gang_check(c, "reserving", {"reservation": {"afterWaiting": "1m"}})
     running(c, "a", 1, 3, 3600)
     running(c, "b", 2, 3, None)
     c.put(WORKLOADS, workload("big", 4, message="gang does not fit now"))
@@ -71,15 +53,6 @@ def big_gang_cluster() -> Caches:
 @pytest.fixture
 def caches() -> Caches:
     return big_gang_cluster()
-
-
-def explain(caches: Caches, name: str) -> gangs_pb2.GangExplanation:
-    with serving(caches) as channel:
-        stub = gangs_pb2_grpc.GangServiceStub(channel)
-        reply: gangs_pb2.GangExplanation = stub.ExplainGang(
-            gangs_pb2.ExplainGangRequest(namespace="team-a", name=name), timeout=10
-        )
-    return reply
 
 
 def test_the_waiting_big_gang_reserves_where_a_deadline_says_it_starts_soonest(caches: Caches) -> None:
