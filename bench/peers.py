@@ -24,7 +24,10 @@ into equal slices of at most 18, each required in one. Per repetition, on an emp
 - recovery: a 32-pod gang in two slices of 16; the nodes of 1, then 3, of its pods fail
   (NotReady); the time until it runs whole again, none of its pods on a failed node;
 - preemption: every UltraServer full of low-priority 2-pod gangs; a high-priority 18-pod gang
-  requiring one UltraServer: the time until it runs, and the GPUs evicted.
+  requiring one UltraServer: the time until it runs, and the GPUs evicted;
+- starvation (bench/_peers/starvation.py, not run unless asked): a stream of 2-4 pod gangs asking
+  for a little more than the nodes hold, an 18-pod gang mid-stream: the time until it runs, and
+  its UltraServer's idle GPU-hours meanwhile.
 Every time runs from the submission of the gang's object, for every system alike.
 
 Results are kept per system in .local/bench-peers/results-<nodes>.json as each repetition ends:
@@ -46,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's r
 
 import _cluster
 import yaml
-from _peers import report, runs
+from _peers import report, runs, starvation
 from _peers.runs import Limits, Run
 from _peers.systems import GB200, GPU, SYSTEMS, Capacity, System
 
@@ -55,6 +58,9 @@ from gangplugin.kube.shape import INSTANCE_TYPE, nodes_from_shape
 from gangplugin.localcluster.cluster import REPO, ClusterError, LocalCluster, Ports
 
 STATE = REPO / ".local"
+#: Every part, by name; those run unless --parts says otherwise first.
+PARTS = {**runs.PARTS, "starvation": starvation.starvation}
+DEFAULT_PARTS = tuple(runs.PARTS)
 T0 = time.monotonic()
 
 
@@ -67,7 +73,7 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--nodes", type=int, action="append", help="cluster sizes (default 500 and 5000)")
     ap.add_argument("--reps", type=int, default=3, help="repetitions per system and size (default 3)")
     ap.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated, in run order")
-    ap.add_argument("--parts", default=",".join(runs.PARTS), help=f"comma-separated: {','.join(runs.PARTS)}")
+    ap.add_argument("--parts", default=",".join(DEFAULT_PARTS), help=f"comma-separated: {','.join(PARTS)}")
     ap.add_argument("--seed", type=int, default=1, help="the workload's seed, the same for every system")
     ap.add_argument("--settle", type=float, default=30.0, help="seconds without a bind: the burst settled")
     ap.add_argument("--stream", type=float, default=180.0, help="seconds of stream arrivals")
@@ -79,8 +85,8 @@ def parse() -> argparse.Namespace:
     args.parts = [p for p in args.parts.split(",") if p]
     if unknown := [s for s in args.systems if s not in SYSTEMS]:
         ap.error(f"--systems: unknown {', '.join(unknown)}; choose among {', '.join(SYSTEMS)}")
-    if unknown := [p for p in args.parts if p not in runs.PARTS]:
-        ap.error(f"--parts: unknown {', '.join(unknown)}; choose among {', '.join(runs.PARTS)}")
+    if unknown := [p for p in args.parts if p not in PARTS]:
+        ap.error(f"--parts: unknown {', '.join(unknown)}; choose among {', '.join(PARTS)}")
     return args
 
 
@@ -164,7 +170,7 @@ def run_system(
             figures: dict[str, Any] = {}
             for part in args.parts:
                 try:
-                    figures.update(runs.PARTS[part](run, args.seed))
+                    figures.update(PARTS[part](run, args.seed))
                 except Exception as err:  # one part's failure costs its figures, not the run's
                     log(f"  {part} failed: {type(err).__name__}: {err}")
                     figures[f"{part} error"] = f"{type(err).__name__}: {err}"
@@ -193,6 +199,8 @@ def main() -> None:
         print(report.render(results))
         if note := report.simulator_note(results):
             print(note)
+        if starved := starvation.render(results):
+            print(starved)
     sys.stdout.flush()
 
 

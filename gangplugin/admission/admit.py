@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from gangplugin.admission.preempt import Preemptions
+from gangplugin.admission.reserve import recording
 from gangplugin.admission.writes import CheckWriter, as_admitted
 from gangplugin.core.admission import with_selector
 from gangplugin.core.errors import InputError
@@ -31,17 +32,19 @@ from gangplugin.core.gate import (
     gate,
     waiting_reason,
 )
-from gangplugin.core.names import UNKNOWN_KEY_REASON
+from gangplugin.core.names import NEVER_WHOLE_REASON, UNKNOWN_KEY_REASON
 from gangplugin.core.states import CheckState
 from gangplugin.core.topology import Snapshot
 from gangplugin.kube.client import JSON, WORKLOADS, ApiError, Client
 from gangplugin.readmodel.capacity import Assumed, Promise
-from gangplugin.readmodel.decisions import gang_facts, preemption_state
+from gangplugin.readmodel.decisions import gang_facts, preemption_state, reservations
 from gangplugin.readmodel.model import Entry, Queue, ReadModel, fingerprint
 from gangplugin.runtime import metrics
 from gangplugin.runtime.admissions import AdmissionsInFlight
 
 log = logging.getLogger(__name__)
+#: The Warning Event (its reason) of a gang held for something that is the user's to fix.
+_WARNINGS = {GateStep.KEYS: UNKNOWN_KEY_REASON, GateStep.WHOLE: NEVER_WHOLE_REASON}
 
 
 def _outcome(write: Callable[[], bool | None]) -> bool | Exception | None:
@@ -131,6 +134,7 @@ class AdmissionPass:
         decisions no longer depend on each other."""
         unready = {k: list(v) for k, v in queue.order.unready.items()}
         gov = preemption_state(self.model, queue, now)
+        book = reservations(self.model, queue, now, gov)
         out = _Decided()
         with self.capacity.locked():
             snapshot = self._snapshots(queue.admitted())
@@ -143,7 +147,7 @@ class AdmissionPass:
                 entry = queue.entries[q.key]
                 decide_start, cpu_start = time.monotonic(), time.thread_time()
                 facts = gang_facts(self.model, entry.wl, q.policy, snapshot, unready, now)
-                verdict = gate(facts, gov)
+                verdict = gate(facts, gov, reservations=book)
                 metrics.ADMISSION_DECISION.observe(time.monotonic() - decide_start)
                 metrics.ADMISSION_DECISION_CPU.observe(time.thread_time() - cpu_start)
                 self._act(entry, facts, verdict, gov, unready, out)
@@ -187,23 +191,26 @@ class AdmissionPass:
         if plan is not None and plan.preempts:
             gov.started(key, plan, verdict.hold)
             preempt = partial(
-                self.preemptions.execute, wl, check, plan, verdict.hold, verdict.message, facts.now
+                self.preemptions.execute,
+                check=check,
+                plan=plan,
+                hold=verdict.hold,
+                message=verdict.message,
+                now=facts.now,
             )
-            out.writes.append((None, preempt))
+            out.writes.append((None, recording(self.writer, wl, verdict, preempt)))
         elif verdict.rejected:
             out.writes.append((None, partial(self.writer.reject, wl, check, verdict.message, facts.now)))
         elif verdict.decision is None or not verdict.decision.ready:
-            warning = UNKNOWN_KEY_REASON if verdict.step is GateStep.KEYS else None
             pending = partial(
                 self.writer.write_check,
-                wl,
-                check,
-                CheckState.PENDING,
-                verdict.message,
+                check=check,
+                state=CheckState.PENDING,
+                message=verdict.message,
                 now=facts.now,
-                warning=warning,
+                warning=_WARNINGS.get(verdict.step),
             )
-            out.writes.append((None, pending))
+            out.writes.append((None, recording(self.writer, wl, verdict, pending)))
         else:
             self._assume(entry, verdict, unready)
             admit = partial(

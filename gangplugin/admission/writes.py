@@ -80,9 +80,10 @@ class CheckWriter:
         log.info("workload %s/%s: check %s -> %s: %s", meta["namespace"], meta["name"], check, state, message)
         return True
 
-    def annotate(self, wl: JSON, annotations: dict[str, str]) -> JSON | None:
-        """Merge `annotations` into the Workload's metadata, conditional on its resourceVersion:
-        the Workload as written, or None when it changed meanwhile or the write failed (logged)."""
+    def annotate(self, wl: JSON, annotations: dict[str, str | None]) -> JSON | None:
+        """Merge `annotations` into the Workload's metadata (None removes one), conditional on
+        its resourceVersion: the Workload as written, or None when it changed meanwhile or the
+        write failed (logged)."""
         meta = wl["metadata"]
         patch = {"metadata": {"annotations": annotations, "resourceVersion": meta["resourceVersion"]}}
         try:

@@ -33,6 +33,7 @@ Key = tuple[str, str]  # (namespace, gang name)
 MAX_WATCHES = 8
 
 
+#: The gate's steps whose message tells a waiting gang more than placement's reason does.
 def _check_field(field: str, value: str) -> None:
     if not value:
         raise InputError(field, "is required")

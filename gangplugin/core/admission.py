@@ -21,6 +21,8 @@ from gangplugin.core.topology import BoundPod, Snapshot
 
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 PROMISED_PREFIX = "~promised"
+#: How the check's message of a gang that does not fit now begins.
+NOT_NOW = "gang does not fit now: "
 
 
 def gang_id(workload_name: str) -> str:
@@ -134,7 +136,7 @@ def decide(
     does not fit (see `place`)."""
     placement = place(snapshot, gang, policy, explain=explain)
     if not placement.feasible:
-        return AdmissionDecision(False, f"gang does not fit now: {placement.reason}", placement=placement)
+        return AdmissionDecision(False, f"{NOT_NOW}{placement.reason}", placement=placement)
     domain = pinned_domain(snapshot, gang, placement)
     size = str(sum(ps.count for ps in gang.podsets))
     labels = {GANG_LABEL: gang_label, **({BIND_MODE_LABEL: bind_mode} if bind_mode else {})}

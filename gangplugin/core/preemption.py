@@ -40,6 +40,7 @@ from gangplugin.core.placement import (
     held_spares,
     place,
 )
+from gangplugin.core.resources import ACCELERATORS
 from gangplugin.core.timeutil import format_time
 from gangplugin.core.topology import BoundPod, Snapshot
 from gangplugin.core.victim_search import DomainFit, Pods, least_gpus, search
@@ -452,9 +453,6 @@ def exclude_nodes(gang: Gang, nodes: frozenset[str]) -> Gang:
     return Gang(
         tuple(replace(ps, excluded_nodes=ps.excluded_nodes | nodes) for ps in gang.podsets), gang.name
     )
-
-
-ACCELERATORS = ("nvidia.com/gpu", "aws.amazon.com/neuron", "aws.amazon.com/neuroncore")
 
 
 def gang_gpus(gang: Gang) -> int:

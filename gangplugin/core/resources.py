@@ -17,6 +17,8 @@ from gangplugin.core.errors import InputError
 CPU = "cpu"
 MEMORY = "memory"
 PODS = "pods"
+#: The accelerators a gang is costed in (a preemption's GPUs, a reservation's GPUs in use).
+ACCELERATORS = ("nvidia.com/gpu", "aws.amazon.com/neuron", "aws.amazon.com/neuroncore")
 
 _SUFFIX: dict[str, Decimal] = {
     "": Decimal(1),

@@ -137,6 +137,9 @@ class Snapshot:
         # callers asking the same question again before anything changes: an admission pass
         # refusing 1,000 waiting gangs of one shape. Emptied by every change.
         self.memo: dict[Hashable, Any] = {}
+        # Answers read off the nodes alone (what a domain could ever hold), kept while pods come
+        # and go; emptied when a node changes.
+        self.node_memo: dict[Hashable, Any] = {}
         # (pod shape, constraints) -> (pods of it per node, summed per domain): `fit_counts`
         self._fits: dict[tuple[Requests, PodConstraints], tuple[dict[int, int], list[int]]] = {}
 
@@ -323,6 +326,7 @@ class Snapshot:
         if i is not None and self.nodes[i] == node:
             return  # a heartbeat: nothing placement reads changed, so what is kept stays
         self._changed()
+        self.node_memo.clear()
         self._fits.clear()  # a node's domains may change: counted again when next asked
         if i is None:
             i = len(self.nodes)
@@ -353,6 +357,7 @@ class Snapshot:
         if i is None:
             return
         self._changed()
+        self.node_memo.clear()
         self._fits.clear()
         self._detach(i)
         for key in self._pods_on[i]:

@@ -28,7 +28,7 @@ from gangplugin.core.states import CheckState
 from gangplugin.core.topology import Snapshot
 from gangplugin.core.watchdog import GangObservation
 from gangplugin.kube import kueue_records as rec
-from gangplugin.kube.client import CLUSTER_QUEUES, JSON, LOCAL_QUEUES, NODES, PODS, WORKLOADS
+from gangplugin.kube.client import CLUSTER_QUEUES, JOBS, JSON, LOCAL_QUEUES, NODES, PODS, WORKLOADS
 from gangplugin.kube.dispatcher import Dispatcher
 from gangplugin.kube.informer import Informer, object_key
 from gangplugin.kube.resources import (
@@ -40,6 +40,7 @@ from gangplugin.kube.resources import (
 )
 from gangplugin.readmodel.capacity import LiveCapacity, Promise
 from gangplugin.readmodel.checks import Checks, OurCheck
+from gangplugin.readmodel.ends import JobDeadline, job_deadline
 from gangplugin.readmodel.gangs import Gangs
 from gangplugin.readmodel.pods import PodIndex
 from gangplugin.readmodel.records import (
@@ -109,7 +110,9 @@ class Queue:
 
 
 class ReadModel:
-    def __init__(self, informer: InformerFactory, dispatcher: Dispatcher) -> None:
+    def __init__(self, informer: InformerFactory, dispatcher: Dispatcher, *, jobs: bool = False) -> None:
+        """`jobs`: keep a cache of batch Jobs' deadlines too (what a reservation reads of how
+        long a Job runs; this cluster's model only, not a MultiKueue worker's)."""
         self.dispatcher = dispatcher
         self.workloads: Informer[JSON] = informer(WORKLOADS)
         self.admission_checks: Informer[JSON] = informer(ADMISSION_CHECKS)
@@ -121,6 +124,7 @@ class ReadModel:
         self.plans: Informer[TrainingPlan | None] = informer(TRAINING_PLANS, rec.plan_or_none)
         self.nodes: Informer[NodeRecord] = informer(NODES, node_record)
         self.pods: Informer[PodRecord] = informer(PODS, pod_record)
+        self.jobs: Informer[JobDeadline] | None = informer(JOBS, job_deadline) if jobs else None
         self.checks = Checks(self.admission_checks, self.policies, self.topologies)
         self.index = PodIndex()
         self.gangs = Gangs(self.pods, self.index, self.flavors, self.plans)

@@ -73,7 +73,7 @@ class Caches:
         """The read model over these caches (made once, on the test dispatcher, and told of the
         objects already in them)."""
         if self._model is None:
-            self._model = ReadModel(self.informer, self.dispatcher)
+            self._model = ReadModel(self.informer, self.dispatcher, jobs=True)
             self.replay()
         return self._model
 

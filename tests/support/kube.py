@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from gangplugin.core.resources import canonical
@@ -74,17 +74,18 @@ def wait_active(client: Client, cluster_queue: str, timeout: float = 60) -> None
 
 @contextlib.contextmanager
 def gang_queues(client: Client, namespace: str) -> Iterator[Callable[..., str]]:
-    """Yields `make(gpu_quota=288, **policy_spec)` -> the name of a new GangPolicy, its
-    AdmissionCheck, and a GB200 ResourceFlavor, ClusterQueue (Active, requiring the check) and
-    LocalQueue; deletes the cluster-scoped ones afterwards."""
+    """Yields `make(gpu_quota=288, node_labels=None, **policy_spec)` -> the name of a new
+    GangPolicy, its AdmissionCheck, and a GB200 ResourceFlavor (its nodes those with
+    `node_labels` too), ClusterQueue (Active, requiring the check) and LocalQueue; deletes the
+    cluster-scoped ones afterwards."""
     made: list[tuple[Any, str]] = []
 
-    def make(gpu_quota: int = 288, **spec: Any) -> str:
+    def make(gpu_quota: int = 288, node_labels: Mapping[str, str] | None = None, **spec: Any) -> str:
         name = unique("gq")
         for res, obj in [
             (GANG_POLICIES, gang_policy(name, **spec)),
             (ADMISSION_CHECKS, admission_check(name, policy=name)),
-            *queue_objects(name, namespace, gpu_quota, GB200, checks=[name]),
+            *queue_objects(name, namespace, gpu_quota, GB200, checks=[name], node_labels=node_labels),
         ]:
             client.create(res, obj)
             if not res.namespaced:

@@ -218,11 +218,12 @@ def queue_objects(
     instance_type: str,
     stop_policy: str = "None",
     checks: Sequence[str] = (),
+    node_labels: Mapping[str, str] | None = None,
 ) -> list[tuple[Resource, JSON]]:
-    """A ResourceFlavor, a ClusterQueue with `gpu_quota` GPUs (requiring `checks`) and a
-    LocalQueue, all named `name`."""
+    """A ResourceFlavor (of `instance_type` nodes, with `node_labels` too), a ClusterQueue with
+    `gpu_quota` GPUs (requiring `checks`) and a LocalQueue, all named `name`."""
     return [
-        (RESOURCE_FLAVORS, resource_flavor(name, instance_type)),
+        (RESOURCE_FLAVORS, resource_flavor(name, instance_type, **(node_labels or {}))),
         (CLUSTER_QUEUES, cluster_queue(name, name, gpu_quota, checks=checks, stopPolicy=stop_policy)),
         (LOCAL_QUEUES, local_queue(name, namespace)),
     ]

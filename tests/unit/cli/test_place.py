@@ -51,10 +51,12 @@ def test_required_is_answered_infeasible_with_exit_0():
         "gangpolicy_spares.yaml",
     )
     assert result["feasible"] is False and result["assignments"] == [] and result["level"] is None
-    assert (
-        "in one topology.k8s.aws/ultraserver-id; best is us-1 with room for 17 (1 more held as spare)"
-        in result["reason"]
+    # 36 pods in UltraServers of 18 nodes: not a wait, a gang that can never start whole
+    assert result["reason"].startswith(
+        "can never start whole: it needs 36 pods (144 GPUs) in one topology.k8s.aws/ultraserver-id; "
+        "the largest, us-1, has room for 17 of its 36 pods (18 nodes, 1 held as spare); split it into slices"
     )
+    assert "gangplugin.io/preferred-topology instead of required-topology" in result["reason"]
 
 
 def test_spares_and_bound_pods_with_yaml_and_table_output():
@@ -289,3 +291,22 @@ def test_a_misspelt_kueue_podset_key_on_a_workload_is_refused_too(tmp_path):
     assert out.returncode == 2
     assert "spec.podSets[0].template.metadata.annotations" in out.stderr
     assert "did you mean kueue.x-k8s.io/podset-required-topology?" in out.stderr
+
+
+def test_a_pytorchjob_one_ultraserver_cannot_hold_is_told_it_can_never_start_whole(tmp_path):
+    """Issue 33's held-out job: 1 master + 18 workers required in one UltraServer of 18 nodes
+    with one spare never fits; `place` says so with the numbers and the fix, as the check does."""
+
+    def eighteen(j):
+        j["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = 18
+
+    (tmp_path / "jobs").mkdir()
+    job = _copy_with(tmp_path, "jobs/pytorchjob.yaml", eighteen)
+    args = ["--nodes", str(FIXTURES / "gb200_nodes.yaml"), "--workload", str(job)]
+    out = gangctl(*args, "--policy", str(FIXTURES / "gangpolicy_spares.yaml"), "-o", "json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    reason = json.loads(out.stdout)["reason"]
+    assert reason.startswith(
+        "can never start whole: it needs 19 pods (76 GPUs) in one topology.k8s.aws/ultraserver-id; "
+        "the largest, us-1, has room for 17 of its 19 pods (18 nodes, 1 held as spare); split it into slices"
+    )

@@ -172,6 +172,34 @@ def test_gang_policy_preemption_is_parsed_and_checked() -> None:
     assert err.value.field == "spec.preemption"
 
 
+def test_gang_policy_reservation_is_off_unless_asked_and_parsed_when_asked() -> None:
+    from gangplugin.core.policy import ReservationPolicy
+
+    assert gang_policy_from_k8s(policy()).reservation == ReservationPolicy() and not ReservationPolicy().on
+    asked = {
+        "afterWaiting": "10m",
+        "level": "topology.k8s.aws/ultraserver-id",
+        "maxCheckpointableEvictions": 3,
+    }
+    got = gang_policy_from_k8s(policy(reservation=asked)).reservation
+    assert got == ReservationPolicy(600.0, "topology.k8s.aws/ultraserver-id", 3) and got.on
+    assert gang_policy_from_k8s(policy(reservation={"afterWaiting": "0s"})).reservation.after_waiting == 0.0
+    with pytest.raises(InputError, match="not a whole number") as err:
+        gang_policy_from_k8s(policy(reservation={"afterWaiting": "1m", "maxCheckpointableEvictions": "2"}))
+    assert err.value.field == "spec.reservation.maxCheckpointableEvictions"
+
+
+def test_reservation_round_trips() -> None:
+    from gangplugin.core.names import RESERVATION_ANNOTATION
+    from gangplugin.core.reservation import Reservation
+    from gangplugin.kube.kueue_records import reservation_annotation, reservation_from_k8s
+
+    taken = Reservation("topology.k8s.aws/ultraserver-id", "us-2", 10.0, 20.0)
+    wl = {"metadata": {"annotations": {RESERVATION_ANNOTATION: reservation_annotation(taken)}}}
+    assert reservation_from_k8s(wl) == taken and taken.live(10.0) and not taken.live(11.0)
+    assert reservation_from_k8s({"metadata": {}}) is None
+
+
 def test_cluster_queue_state_reads_kueue_preemption_cohort_and_borrowing() -> None:
     from gangplugin.kube.kueue_records import cluster_queue_state
 

@@ -234,7 +234,7 @@ def test_a_gang_that_fits_only_in_b_is_nominated_to_b_and_a_says_why(two: Setup)
     assert rec.nominated == "b" and rec.nominated_at == NOW
     by = {v.worker: v for v in rec.verdicts}
     assert by["b"].chosen and by["b"].level == US and by["b"].domains == ("b-us1",)
-    assert not by["a"].fits and by["a"].reason.startswith("gang does not fit now:")
+    assert not by["a"].fits and by["a"].reason.startswith("can never start whole: it needs 6 pods")
     # the annotation went first, then the status, on the version the annotation made
     annotation, status = two.manager.writes
     assert "annotations" in annotation[2]["metadata"] and status[1].endswith("/status")
