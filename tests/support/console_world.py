@@ -60,16 +60,18 @@ class ApiServer:
         if request.url.path.endswith("/tokenreviews"):
             token = orjson.loads(request.content)["spec"]["token"]
             user = USERS.get(token)
-            status = {"authenticated": True, "user": {"username": user}} if user else {"authenticated": False}
-            return httpx.Response(201, content=orjson.dumps({"status": status}))
+            review: dict[str, object] = {"authenticated": bool(user)}
+            if user:
+                review["user"] = {"username": user}
+            return httpx.Response(201, content=orjson.dumps({"status": review}))
         if request.url.path.endswith("/subjectaccessreviews"):
             spec = orjson.loads(request.content)["spec"]
             self.reviews.append(spec)
             allowed = self.allowed(spec["user"], spec["resourceAttributes"])
             return httpx.Response(201, content=orjson.dumps({"status": {"allowed": allowed}}))
         self.writes.append(request)
-        status, body = self.answer_write
-        return httpx.Response(status, content=orjson.dumps(body))
+        code, body = self.answer_write
+        return httpx.Response(code, content=orjson.dumps(body))
 
 
 class World:
