@@ -8,7 +8,7 @@
 #   hack/build-upstream.sh extras     what some tests add: the newest Kueue and its JobSet, the job
 #                                     controllers (training-operator, Trainer, LWS, KubeRay), helm
 #   hack/build-upstream.sh nodes      the real nodes (GANGPLUGIN_WITH=real-nodes): kubelet, kube-proxy,
-#                                     CoreDNS and pause
+#                                     CoreDNS and pause; and kind (`make kind-up`'s config check)
 #   hack/build-upstream.sh peers      the bench's peers: Volcano and KAI Scheduler (or one:
 #                                     volcano, kai)
 #   Groups combine (`make build` and CI: cluster extras); their builds share two lanes side by
@@ -157,6 +157,9 @@ coredns_plugins=(cache errors forward health kubernetes loadbalance log loop met
 build_nodes() {
   local v="${KUBERNETES_VERSION}" cv="${COREDNS_VERSION}" missing=() n p
   build_pause
+  # kind, for `make kind-up`'s config check (tests/e2e/test_kind_config.py): a module of its own,
+  # whose few dependencies share nothing with the rest.
+  build_install kind "${KIND_VERSION}" sigs.k8s.io/kind "-s -w"
   for n in kubelet kube-proxy; do cached "$n" "$v" || missing+=("$n"); done
   cached coredns "${cv}" || missing+=(coredns)
   ((${#missing[@]})) || return 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -15,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from gangplugin.kube.client import NODES, PODS, Client, Resource
+from gangplugin.kube.client import NODES, PODS, ApiError, Client, Resource
 from gangplugin.kube.shape import ULTRASERVER
 from gangplugin.localcluster.cluster import REPO, LocalCluster, Ports, cache_dir
 from gangplugin.localcluster.realnodes.images import GANGPLUGIN, NodeImages
@@ -33,11 +34,13 @@ JOB_LABEL = "training.kubeflow.org/job-name"
 COMPONENTS = ("kube-controller-manager", "kube-scheduler", "training-operator", "kueue", "real-nodes")
 # A rank's readiness probe looks every second; a step every half second.
 STEP_SECONDS = "0.5"
+# Bounds a job's deletion with its pods (5 s of grace each) on a busy machine.
+GONE = 300.0
 
 
-def real_node_cluster(base: int, kueue_version: str, log: Any = print) -> LocalCluster:
+def real_node_cluster(base: int, kueue_version: str, log: Any = print, name: str = "") -> LocalCluster:
     return LocalCluster(
-        state_dir=REPO / ".local" / f"e2e-real-nodes-{base}",
+        state_dir=REPO / ".local" / (name or f"e2e-real-nodes-{base}"),
         ports=Ports(base),
         log=log,
         components=COMPONENTS,
@@ -87,6 +90,19 @@ def helm_install(local: LocalCluster, values: dict[str, Any], tmp_path: Path) ->
         local, "install", "gangplugin", str(CHART), "--create-namespace", "-f", str(tmp_path / "values.yaml")
     )
     assert out.returncode == 0, out.stderr
+
+
+def service_answers(client: Client, name: str, namespace: str = NAMESPACE) -> bool:
+    """A TCP connection to Service `name`'s address and first port is accepted: kube-proxy
+    routes it to a ready pod (the host's connections take the same rules as kube-apiserver's)."""
+    svc = client.get_or_none(SERVICES, name, namespace)
+    if not svc:
+        return False
+    try:
+        with socket.create_connection((svc["spec"]["clusterIP"], svc["spec"]["ports"][0]["port"]), timeout=2):
+            return True
+    except OSError:
+        return False
 
 
 def gangplugin_pods(client: Client) -> list[dict[str, Any]]:
@@ -240,17 +256,18 @@ def ultraserver_of(client: Client) -> dict[str, str]:
 
 @contextlib.contextmanager
 def submitted(client: Client, job: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    """`job` created, and deleted afterwards (its pods with it)."""
+    """`job` created, and deleted afterwards with its pods (waited for: the next test's gangs
+    find the nodes as they were)."""
+    namespace, name = job["metadata"]["namespace"], job["metadata"]["name"]
     made = client.create(PYTORCHJOBS, job)
     try:
         yield made
     finally:
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(ApiError):
             client.request(
-                "DELETE",
-                PYTORCHJOBS.path(job["metadata"]["namespace"], job["metadata"]["name"]),
-                body={"propagationPolicy": "Foreground"},
+                "DELETE", PYTORCHJOBS.path(namespace, name), body={"propagationPolicy": "Foreground"}
             )
+        wait_gone(client, namespace, name, GONE)
 
 
 def wait_gone(client: Client, namespace: str, job: str, timeout: float) -> None:
@@ -259,6 +276,13 @@ def wait_gone(client: Client, namespace: str, job: str, timeout: float) -> None:
         timeout,
         f"{job}'s pods gone",
     )
+
+
+def save_logs(local: LocalCluster, client: Client) -> None:
+    """gangplugin's pods' logs into the cluster's log folder, before they go with the release."""
+    for pod in client.list(PODS, NAMESPACE)["items"]:
+        name = pod["metadata"]["name"]
+        (local.log_dir / f"pod-{name}.log").write_text(logs(local, NAMESPACE, name))
 
 
 def now() -> float:

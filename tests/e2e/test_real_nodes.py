@@ -104,7 +104,13 @@ def installed(
     wait_for(
         lambda: rn.deployment_ready(client, "gangplugin-scheduler"), START, "the gangplugin-scheduler Ready"
     )
+    # Routed once kube-proxy has the ready pods: what kube-apiserver and the scheduler dial.
+    for service in ("gangplugin-webhook", "gangplugin-extender"):
+        wait_for(
+            lambda service=service: rn.service_answers(client, service), START, f"Service {service} routed"
+        )
     yield
+    rn.save_logs(real, client)
     # The last test uninstalls it and checks what is left.
     rn.helm(real, "uninstall", "gangplugin", "--ignore-not-found", "--wait", "--timeout", "3m")
 
@@ -173,25 +179,29 @@ def test_real_nodes_run_pods_with_their_gpus_cluster_dns_and_services(
             "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8000}]},
         },
     )
-    script = (
-        "import os, socket, urllib.request; "
-        "print('gpus', os.environ.get('NVIDIA_VISIBLE_DEVICES')); "
-        "print('dns', socket.gethostbyname('web')); "
-        "print('http', urllib.request.urlopen('http://web/', timeout=10).status)"
+    wait_for(lambda: rn.ready(client.get(PODS, "web", namespace)), START, "the web pod Ready")
+    # Until kube-proxy has the Service's endpoint (a moment after the pod is Ready), as a client would.
+    script = "\n".join(
+        (
+            "import os, socket, time, urllib.request",
+            "print('gpus', os.environ.get('NVIDIA_VISIBLE_DEVICES'))",
+            "print('dns', socket.gethostbyname('web'))",
+            "for _ in range(120):",
+            "    try:",
+            "        print('http', urllib.request.urlopen('http://web/', timeout=5).status)",
+            "        break",
+            "    except OSError:",
+            "        time.sleep(1)",
+            "time.sleep(3600)  # holding its GPUs",
+        )
     )
     gpus = {"requests": {"cpu": "10m", "nvidia.com/gpu": "3"}, "limits": {"nvidia.com/gpu": "3"}}
     client.create(PODS, _pod("client", namespace, worker, second, ["python3", "-c", script], resources=gpus))
-    wait_for(lambda: rn.ready(client.get(PODS, "web", namespace)), START, "the web pod Ready")
-    done = wait_until(
-        lambda: (
-            _phase(client, namespace, "client") in ("Succeeded", "Failed")
-            and _phase(client, namespace, "client")
-        ),
+    out = wait_until(
+        lambda: "http" in (text := rn.logs(real, namespace, "client")) and text,
         START,
-        lambda: f"the client pod to finish: {client.get(PODS, 'client', namespace).get('status')}",
+        lambda: f"the client pod's answer: {client.get(PODS, 'client', namespace).get('status')}",
     )
-    out = rn.logs(real, namespace, "client")
-    assert done == "Succeeded", out
     lines = dict(line.split(" ", 1) for line in out.splitlines())
     svc = client.get(rn.SERVICES, "web", namespace)
     assert lines["dns"] == svc["spec"]["clusterIP"], "CoreDNS answered with the Service's address"
@@ -351,7 +361,13 @@ def test_a_gang_that_cannot_fit_starts_no_rank_until_room_frees(
                 c = check_of(wl) if wl else {}
                 return c if c.get("state") == "Pending" and "fit" in c.get("message", "") else None
 
-            check = wait_for(waiting, START, f"{names[2]}'s check Pending for want of room")
+            check = wait_until(
+                waiting,
+                START,
+                lambda: (
+                    f"{names[2]}'s check Pending for want of room: {_job_state(client, namespace, names[2])}"
+                ),
+            )
             assert not is_true(workload_of(client, namespace, names[2]), "Admitted"), check
             assert client.list(PODS, namespace, label_selector=f"{rn.JOB_LABEL}={names[2]}")["items"] == []
             client.request(
@@ -521,6 +537,7 @@ def test_helm_uninstall_removes_what_it_installed_and_keeps_the_crds(
     real: LocalCluster, cluster: E2ECluster, installed: None
 ) -> None:
     client = cluster.client
+    rn.save_logs(real, client)
     out = rn.helm(real, "uninstall", "gangplugin", "--wait", "--timeout", "3m")
     assert out.returncode == 0, out.stderr
     assert client.get_or_none(rn.DEPLOYMENTS, "gangplugin", rn.NAMESPACE) is None

@@ -43,6 +43,8 @@ class KubeApiserver(Component):
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
                 f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",
                 f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
+                # A real node's name resolves nowhere: its kubelet by its address.
+                "--kubelet-preferred-address-types=InternalIP,Hostname",
                 "--authorization-mode=Node,RBAC",
                 "--allow-privileged=true",
                 "--enable-priority-and-fairness=false",

@@ -35,6 +35,7 @@ from gangplugin.localcluster.realnodes.configs import (
     write_node,
 )
 from gangplugin.localcluster.realnodes.pool import GPU, KIND_LABEL, Pool, RealNode, plan, recorded
+from gangplugin.localcluster.realnodes.runner import EXITED
 from gangplugin.localcluster.spec import ClusterSpec
 from gangplugin.localcluster.supervisor import Process
 from gangplugin.localcluster.upstream import REPO, versions
@@ -104,6 +105,8 @@ class RealNodes(Component):
         pool = plan(spec)
         pool.write()
         network.up(pool)
+        cgroups.create(pool.cgroup)
+        cgroups.weigh(pool.cgroup, 2 * len(pool.nodes))  # each node as a 2-core machine
         built = node_images.build()
         built.write(pool.directory / "images.json")
         return (*(self._node(spec, pool, node, built) for node in pool.nodes), self._kube_proxy(spec, pool))
@@ -180,8 +183,16 @@ class RealNodes(Component):
     def started(self, spec: ClusterSpec, client: Client, log: Callable[[str], None]) -> None:
         pool = plan(spec)
         t0 = time.monotonic()
+
+        def all_ready() -> bool:
+            for node in pool.nodes:
+                exited = node.directory / EXITED
+                if exited.exists():
+                    raise ClusterError(f"real node {node.name} stopped: {exited.read_text()}")
+            return all(node_ready(client, n) for n in pool.nodes)
+
         wait(
-            lambda: all(node_ready(client, n) for n in pool.nodes),
+            all_ready,
             READY_TIMEOUT,
             "every real node Ready with its GPUs",
         )
@@ -200,7 +211,18 @@ class RealNodes(Component):
             cgroups.kill(node.cgroup)
         cgroups.remove(pool.cgroup)
         network.down(pool)
-        shutil.rmtree(pool.directory, ignore_errors=True)
+        # Each node's containerd store stays, with the images it loaded: the next `up` loads
+        # only what changed (six nodes loading them all took minutes on a busy machine). Its
+        # record of this cluster's containers goes with the kubelet's next start.
+        for node in pool.nodes:
+            for entry in node.directory.glob("*"):
+                if entry.name == "containerd":
+                    continue
+                if entry.is_dir():
+                    shutil.rmtree(entry, ignore_errors=True)
+                else:
+                    entry.unlink()
+        (pool.directory / "pool.json").unlink(missing_ok=True)
 
 
 def node_ready(client: Client, node: RealNode) -> bool:

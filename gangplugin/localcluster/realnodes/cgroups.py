@@ -19,15 +19,11 @@ PIDS = "pids"
 
 
 def hierarchies() -> list[Path]:
-    """The mounted cgroup v1 hierarchies with controllers (not the v2 `unified` one, not the
-    named `systemd` one): the kubelet needs its cgroupRoot in each it uses."""
+    """The mounted cgroup v1 hierarchies (not the v2 `unified` one): the kubelet checks its
+    cgroupRoot in each, the named `systemd` one included."""
     if not (ROOT / "memory").is_dir():
         return []
-    return sorted(
-        p
-        for p in ROOT.iterdir()
-        if p.is_dir() and not p.is_symlink() and p.name not in ("unified", "systemd")
-    )
+    return sorted(p for p in ROOT.iterdir() if p.is_dir() and not p.is_symlink() and p.name != "unified")
 
 
 def create(path: str) -> None:
@@ -43,6 +39,14 @@ def create(path: str) -> None:
             if hierarchy.name == "cpuset":
                 for knob in ("cpuset.cpus", "cpuset.mems"):
                     (current / knob).write_text((parent / knob).read_text())
+
+
+def weigh(path: str, cpus: int) -> None:
+    """Give `path` the CPU weight of `cpus` busy processes. A cgroup of the cpu controller is one
+    scheduling entity beside each process of its parent: a pool's cgroup at the default weight
+    (1,024, one process's) gave all its nodes, their kubelets, runtimes and pods together the
+    share of one process on a machine busy with others' (an image took minutes to load)."""
+    (ROOT / "cpu" / path.strip("/") / "cpu.shares").write_text(str(1024 * cpus))
 
 
 def enter(path: str, pid: int) -> None:

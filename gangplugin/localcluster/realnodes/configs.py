@@ -72,6 +72,8 @@ def containerd_config(node: RealNode, pause_version: str) -> str:
     d = node.directory
     # restrict_oom_score_adj: root here lacks CAP_SYS_RESOURCE, so runc cannot lower a
     # container's oom_score_adj below containerd's own (the pause container asks for -998).
+    # Unprivileged ports, as containerd 2 has by default: a non-root CoreDNS binds port 53 in
+    # its pod (CoreDNS's own image grants it by a file capability, which a scratch build lacks).
     # Its streaming server (exec, attach, port-forward, which the kubelet proxies) on loopback
     # at a port of the cluster's. The plugins that would read /opt or need other filesystems off.
     return f"""version = 2
@@ -92,6 +94,8 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "{PAUSE_IMAGE.format(version=pause_version)}"
   restrict_oom_score_adj = true
+  enable_unprivileged_ports = true
+  enable_unprivileged_icmp = true
   stream_server_address = "127.0.0.1"
   stream_server_port = "{node.stream_port}"
   [plugins."io.containerd.grpc.v1.cri".containerd]

@@ -14,6 +14,9 @@ from gangplugin.localcluster.upstream import REPO
 
 WORKER = "localhost/gangplugin-worker"
 GANGPLUGIN = "localhost/gangplugin"
+# hack/node-images.sh's name for it: the training-operator is told it before the images exist.
+PYTORCH_INIT = "localhost/pytorch-init:busybox"
+PYTORCH_INIT_TEMPLATE = REPO / "deploy" / "real-nodes" / "pytorch-init-template.yaml"
 SCRIPT = REPO / "hack" / "node-images.sh"
 # debootstrap and a pip install inside `make image` on a cold machine.
 BUILD_TIMEOUT = 3600

@@ -119,7 +119,7 @@ def plan(spec: ClusterSpec) -> Pool:
     if len(shaped) > MAX_NODES:
         raise ClusterError(f"{shape} has {len(shaped)} nodes; a real-node pool runs at most {MAX_NODES}")
     net, ports, directory = Network(spec.ports.base), spec.ports, pool_dir(spec)
-    cgroup = f"/gangplugin/real-nodes-{spec.ports.base}"
+    cgroup = f"/gangplugin-real-nodes-{spec.ports.base}"
     nodes = []
     for i, node in enumerate(shaped):
         name = node["metadata"]["name"]

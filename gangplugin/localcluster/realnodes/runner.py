@@ -12,11 +12,13 @@ cleaned up from outside by `cgroups.kill`. Each boot starts from an empty /run, 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import threading
 import time
 from pathlib import Path
@@ -27,6 +29,9 @@ from gangplugin.localcluster.realnodes.configs import NodeRun
 
 SOCKET_TIMEOUT = 60.0
 STOP_GRACE = 10.0
+# Written when the node stops by itself (a program of it failed), with why: `up` says so at once
+# rather than waiting for the node to be Ready.
+EXITED = "exited"
 
 
 def say(message: str) -> None:
@@ -49,6 +54,7 @@ def tail(path: Path, lines: int = 20) -> str:
 def boot(run: NodeRun) -> None:
     """The node's cgroup and mount namespace: a fresh /run, the node's directories mounted."""
     (run.directory / "booted").unlink(missing_ok=True)
+    (run.directory / EXITED).unlink(missing_ok=True)
     run.socket.unlink(missing_ok=True)
     cgroups.enter(f"{run.cgroup}/{cgroups.RUNTIME}", os.getpid())
     runtime = run.binds["/run"]
@@ -58,17 +64,54 @@ def boot(run: NodeRun) -> None:
         subprocess.run(["mount", "--bind", str(mine), host], check=True)
 
 
-def load_images(run: NodeRun) -> None:
-    """Every image archive into containerd's k8s.io namespace (the CRI's), unpacked for it: a
-    digest it holds already costs a read of the archive."""
+def archived(archive: Path) -> tuple[str, str] | None:
+    """The name and manifest digest an OCI archive holds (None: not an OCI layout)."""
+    try:
+        with tarfile.open(archive) as tar:
+            member = tar.extractfile("index.json")
+            index = json.load(member) if member else {}
+        (manifest,) = index["manifests"]
+        return manifest["annotations"]["org.opencontainers.image.ref.name"], manifest["digest"]
+    except (OSError, KeyError, ValueError, tarfile.TarError):
+        return None
+
+
+def held(run: NodeRun) -> set[tuple[str, str]]:
+    """The (name, digest) of every image the node's containerd holds."""
+    out = subprocess.run(
+        [run.ctr, "--address", str(run.socket), "-n", "k8s.io", "images", "ls"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+    return {(f[0], f[2]) for f in (line.split() for line in out.splitlines()[1:]) if len(f) > 2}
+
+
+def load_images(run: NodeRun, stopping: threading.Event) -> bool:
+    """Every image archive into containerd's k8s.io namespace (the CRI's), unpacked for it, but
+    those it holds already (its store outlives the cluster: `down` keeps it); False when told to
+    stop meanwhile, or when an import failed (said why)."""
+    have = held(run)
     for archive in run.images:
+        if archived(archive) in have:
+            continue
         t0 = time.monotonic()
-        subprocess.run(
+        ctr = subprocess.Popen(
             [run.ctr, "--address", str(run.socket), "-n", "k8s.io", "images", "import", str(archive)],
-            check=True,
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
         )
+        while ctr.poll() is None:
+            if stopping.wait(0.2):
+                ctr.kill()
+                ctr.wait()
+                return False
+        if ctr.returncode != 0:
+            output = ctr.stdout.read().decode(errors="replace") if ctr.stdout else ""
+            fail(run, f"loading {archive} failed ({ctr.returncode}): {output}")
+            return False
         say(f"loaded {archive.name} in {time.monotonic() - t0:.1f}s")
+    return True
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
@@ -79,6 +122,11 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+def fail(run: NodeRun, message: str) -> None:
+    say(message)
+    (run.directory / EXITED).write_text(message)
 
 
 def run_node(run: NodeRun) -> int:
@@ -93,13 +141,16 @@ def run_node(run: NodeRun) -> int:
     deadline = time.monotonic() + SOCKET_TIMEOUT
     while not run.socket.exists():
         if containerd.poll() is not None or time.monotonic() > deadline or stopping.is_set():
-            say(f"containerd did not start; {logs['containerd']}:\n{tail(logs['containerd'])}")
+            fail(run, f"containerd did not start; {logs['containerd']}:\n{tail(logs['containerd'])}")
             stop(containerd)
             return 1
         time.sleep(0.1)
     say("containerd serves")
     (run.directory / "booted").touch()  # the supervisor's health check: the next node may boot
-    load_images(run)
+    if not load_images(run, stopping):
+        stop(containerd)
+        cgroups.kill(run.cgroup, spare=os.getpid())
+        return 1
     plugin = threading.Thread(
         target=deviceplugin.serve, args=(run.name, run.gpus, stopping, logs["gpus"]), daemon=True
     )
@@ -110,7 +161,7 @@ def run_node(run: NodeRun) -> int:
     while not stopping.wait(0.5):
         for name, proc in (("containerd", containerd), ("kubelet", kubelet)):
             if proc.poll() is not None:
-                say(f"{name} exited with status {proc.returncode}; {logs[name]}:\n{tail(logs[name])}")
+                fail(run, f"{name} exited with status {proc.returncode}; {logs[name]}:\n{tail(logs[name])}")
                 status = 1
                 stopping.set()
     say("stopping the node")
