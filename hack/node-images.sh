@@ -71,7 +71,10 @@ from_binary "registry.k8s.io/kube-scheduler:${KUBERNETES_VERSION}" kube-schedule
 init_ctx="${work}/pytorch-init"
 mkdir -p "${init_ctx}/bin"
 cp deploy/real-nodes/images/pytorch-init/Containerfile "${init_ctx}/"
-(cd "${work}" && quiet apt-get download busybox-static && dpkg-deb -x busybox-static_*.deb "${work}/busybox")
+# (apt's package lists may be missing on a fresh machine: fetched then.)
+(cd "${work}" && { apt-get download busybox-static >>"${build_log}" 2>&1 ||
+  { quiet apt-get update -qq && quiet apt-get download busybox-static; }; } &&
+  dpkg-deb -x busybox-static_*.deb "${work}/busybox")
 cp "${work}/busybox/bin/busybox" "${init_ctx}/bin/busybox"
 for applet in sh seq nslookup sleep; do ln -s busybox "${init_ctx}/bin/${applet}"; done
 quiet "${engine[@]}" build -t "${PYTORCH_INIT_IMAGE}" "${init_ctx}"

@@ -25,7 +25,7 @@ from gangplugin.core.admission import (
 from gangplugin.core.drain import DrainDecision, gang_drain
 from gangplugin.core.errors import InputError
 from gangplugin.core.keys import KUEUE_PODSET_PREFIX
-from gangplugin.core.names import GANG_LABEL, GROUP
+from gangplugin.core.names import GANG_LABEL, GROUP, READY_AT_ANNOTATION
 from gangplugin.core.placement import Gang
 from gangplugin.core.plans import TrainingPlan
 from gangplugin.core.policy import GangPolicy
@@ -307,7 +307,15 @@ class AdmissionView:
 
     def ever_ready(self, wl: Mapping[str, Any]) -> bool:
         """Whether the gang was fully Ready since its current admission: Kueue's PodsReady
-        condition (set because waitForPodsReady is on, with a timeout that never fires)."""
+        condition (set because waitForPodsReady is on, with a timeout that never fires), or,
+        where Kueue's says only that the job runs, the watchdog's READY_AT_ANNOTATION."""
+        if rec.pods_ready_means_running(wl):
+            raw = ((wl.get("metadata") or {}).get("annotations") or {}).get(READY_AT_ANNOTATION)
+            try:
+                at = rec.epoch(raw, READY_AT_ANNOTATION) if raw else None
+            except InputError:
+                at = None
+            return at is not None and at >= condition_time(wl, "Admitted")
         c = rec.conditions(wl).get("PodsReady")
         if c is None:
             return False
@@ -333,6 +341,8 @@ class AdmissionView:
         pr = rec.conditions(wl).get("PodsReady") or {}
         if ever and pr.get("status") == "False":
             since.append(condition_time(wl, "PodsReady"))
+        if ever and rec.pods_ready_means_running(wl):  # Kueue's PodsReady stays True: the pods say
+            since += [t for p in bound if not rec.pod_ready(p) and (t := rec.ready_changed(p)) is not None]
         return GangObservation(
             size=size,
             bound=len(bound),

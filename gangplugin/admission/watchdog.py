@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,7 +19,7 @@ from gangplugin.core.admission import (
 )
 from gangplugin.core.drain import DrainDecision
 from gangplugin.core.errors import InputError
-from gangplugin.core.names import BACKOFF_UNTIL_ANNOTATION, PLAN_DRAINING_REASON
+from gangplugin.core.names import BACKOFF_UNTIL_ANNOTATION, PLAN_DRAINING_REASON, READY_AT_ANNOTATION
 from gangplugin.core.placement import Assignment, recover
 from gangplugin.core.policy import GangPolicy, RequeueDecision, requeue_decision
 from gangplugin.core.timeutil import format_time
@@ -63,6 +64,13 @@ class Watchdog:
         ns = wl["metadata"]["namespace"]
         gang = gang_id(wl["metadata"]["name"])
         obs = self.view.observe(wl, self._pods(ns, gang, now))
+        if obs.ready >= obs.size and not obs.ever_ready and rec.pods_ready_means_running(wl):
+            # Kueue's PodsReady cannot say it for this kind: said here, once (the Workload's event
+            # runs this again), and taken as said now.
+            self.writer.annotate(
+                wl, {READY_AT_ANNOTATION: format_time(datetime.fromtimestamp(int(now), UTC))}
+            )
+            obs = replace(obs, ever_ready=True)
         metrics.GANG_READY.update(key, obs.admitted_at, obs.ready >= obs.size, now)
         try:
             drain = self.view.drain(wl, now, obs.admitted_at)

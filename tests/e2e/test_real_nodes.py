@@ -33,6 +33,7 @@ from gangplugin.localcluster.realnodes import cgroups
 from gangplugin.localcluster.realnodes.images import WORKER
 from gangplugin.localcluster.realnodes.pool import Pool
 from tests.e2e import realnodes as rn
+from tests.e2e.base_install import refused
 from tests.e2e.conftest import E2ECluster, e2e_kueue_version, e2e_local_cluster, e2e_port_base
 from tests.e2e.kube import is_true, unique, wait_for, wait_until, workload_of
 from tests.e2e.test_admission import check_of, events_of, requeued
@@ -226,7 +227,7 @@ def test_real_nodes_run_pods_with_their_gpus_cluster_dns_and_services(
         ),
     )
 
-    def refused() -> str | None:
+    def short_of_gpus() -> str | None:
         msgs = [
             e["message"]
             for e in client.list(EVENTS, namespace)["items"]
@@ -234,7 +235,7 @@ def test_real_nodes_run_pods_with_their_gpus_cluster_dns_and_services(
         ]
         return next((m for m in msgs if "Insufficient nvidia.com/gpu" in m), None)
 
-    wait_for(refused, START, "the 2-GPU pod refused for want of GPUs")
+    wait_for(short_of_gpus, START, "the 2-GPU pod refused for want of GPUs")
 
 
 def test_the_chart_runs_gangplugin_on_the_real_nodes_through_its_services(
@@ -256,7 +257,7 @@ def test_the_chart_runs_gangplugin_on_the_real_nodes_through_its_services(
     for res in WEBHOOKS:
         for hook in client.get(res, "gangplugin")["webhooks"]:
             assert "service" in hook["clientConfig"] and "url" not in hook["clientConfig"]
-    with pytest.raises(ApiError) as refused:
+    with pytest.raises(ApiError) as bad:
         client.create(
             GANG_POLICIES,
             {
@@ -266,7 +267,7 @@ def test_the_chart_runs_gangplugin_on_the_real_nodes_through_its_services(
                 "spec": {"readyTimeout": "soon"},
             },
         )
-    assert "readyTimeout" in str(refused.value), refused.value
+    assert "readyTimeout" in str(bad.value), bad.value
     # Metrics, scraped from each pod as Prometheus would (HTTPS, the chart's CA).
     ca = base64.b64decode(client.get(SECRETS, "gangplugin-ca", rn.NAMESPACE)["data"]["ca.crt"]).decode()
     context = ssl.create_default_context(cadata=ca)
@@ -412,7 +413,13 @@ def test_a_rank_never_ready_gets_the_gang_requeued_whole_and_no_rank_left_runnin
             lambda: f"every rank of {name} running: {_job_state(client, namespace, name)}",
         )
         uids = {p["metadata"]["uid"] for p in met.pods.values()}
-        assert not rn.ready(met.pods[2]) and all(rn.ready(p) for r, p in met.pods.items() if r != 2)
+
+        def others_ready() -> dict[int, dict[str, Any]] | None:
+            pods = {rn.rank_of(p): p for p in rn.job_pods(client, namespace, name)}
+            return pods if all(rn.ready(p) for r, p in pods.items() if r != 2) and len(pods) == 4 else None
+
+        pods = wait_for(others_ready, START, f"{name}'s ranks but rank 2 Ready")
+        assert not rn.ready(pods[2]), "its probe answers 503 for good"
 
         def requeued_whole() -> dict[str, Any] | None:
             wl = workload_of(client, namespace, name)
@@ -538,6 +545,8 @@ def test_helm_uninstall_removes_what_it_installed_and_keeps_the_crds(
 ) -> None:
     client = cluster.client
     rn.save_logs(real, client)
+    for log in real.log_dir.glob("pod-gangplugin-*.log"):
+        assert refused(log) == [], f"the chart's ServiceAccount was refused by the API server ({log})"
     out = rn.helm(real, "uninstall", "gangplugin", "--wait", "--timeout", "3m")
     assert out.returncode == 0, out.stderr
     assert client.get_or_none(rn.DEPLOYMENTS, "gangplugin", rn.NAMESPACE) is None
