@@ -42,7 +42,7 @@ from gangplugin.core.placement import (
     held_spares,
     place,
 )
-from gangplugin.core.resources import PODS
+from gangplugin.core.resources import ACCELERATORS, PODS
 from gangplugin.core.timeutil import format_time
 from gangplugin.core.topology import BoundPod, Snapshot
 
@@ -593,9 +593,6 @@ def exclude_nodes(gang: Gang, nodes: frozenset[str]) -> Gang:
     return Gang(
         tuple(replace(ps, excluded_nodes=ps.excluded_nodes | nodes) for ps in gang.podsets), gang.name
     )
-
-
-ACCELERATORS = ("nvidia.com/gpu", "aws.amazon.com/neuron", "aws.amazon.com/neuroncore")
 
 
 def gang_gpus(gang: Gang) -> int:

@@ -17,6 +17,8 @@ from gangplugin.core.errors import InputError
 CPU = "cpu"
 MEMORY = "memory"
 PODS = "pods"
+# The devices gangs are made of: what makes a node taken, and what a preemption costs.
+ACCELERATORS = ("nvidia.com/gpu", "aws.amazon.com/neuron", "aws.amazon.com/neuroncore")
 
 _SUFFIX: dict[str, Decimal] = {
     "": Decimal(1),
