@@ -458,7 +458,7 @@ group_units() {
   case "$1" in
     cluster) echo etcd:120 kubernetes:1022 kueue:446 jobset:221 kwok:149 ;;
     extras) echo controllers:612 training_operator:218 kuberay:265 helm:160 ;;
-    nodes) echo nodes:600 ;;
+    nodes) echo nodes:140 ;;  # after the cluster group (2026-12-03): kubelet, kube-proxy, CoreDNS 126, kind 10
     peers) echo kai:440 volcano:600 ;;
     volcano) echo volcano:600 ;;
     kai) echo kai:440 ;;

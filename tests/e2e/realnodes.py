@@ -191,21 +191,21 @@ def rank_of(pod: dict[str, Any]) -> int:
 
 def logs(local: LocalCluster, namespace: str, pod: str) -> str:
     """A pod's output as `kubectl logs` reads it (kube-apiserver, the node's kubelet, its
-    containerd); empty when the container has not started or its node is gone."""
-    out = subprocess.run(
-        [
-            str(cache_dir() / "bin" / "kubectl"),
-            f"--kubeconfig={local.kubeconfig}",
-            "-n",
-            namespace,
-            "logs",
-            pod,
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
+    containerd); empty when the container has not started or its node is lost."""
+    kubectl = str(cache_dir() / "bin" / "kubectl")
+    argv = [
+        kubectl,
+        f"--kubeconfig={local.kubeconfig}",
+        "--request-timeout=15s",
+        "-n",
+        namespace,
+        "logs",
+        pod,
+    ]
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
+    except subprocess.TimeoutExpired:  # its node lost: its kubelet answers nothing
+        return ""
     return out.stdout
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shutil
 import signal
+import socket
 import sys
 import time
 from collections.abc import Callable
@@ -105,6 +106,11 @@ class RealNodes(Component):
         pool = plan(spec)
         pool.write()
         network.up(pool)
+        if not reachable(pool.network.gateway, spec.ports.apiserver):
+            raise ClusterError(
+                "kube-apiserver does not listen where the real nodes' pods reach it (it was started "
+                "without them): stop the cluster and start it with real-nodes (GANGPLUGIN_WITH=real-nodes)"
+            )
         cgroups.create(pool.cgroup)
         cgroups.weigh(pool.cgroup, 2 * len(pool.nodes))  # each node as a 2-core machine
         built = node_images.build()
@@ -223,6 +229,14 @@ class RealNodes(Component):
                 else:
                     entry.unlink()
         (pool.directory / "pool.json").unlink(missing_ok=True)
+
+
+def reachable(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=5):
+            return True
+    except OSError:
+        return False
 
 
 def node_ready(client: Client, node: RealNode) -> bool:
