@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from gangplugin.kube.client import NODES, PODS, ApiError, Client, Resource
+from gangplugin.kube.resources import GANG_POLICIES
 from gangplugin.kube.shape import ULTRASERVER
 from gangplugin.localcluster.cluster import REPO, LocalCluster, Ports, cache_dir
 from gangplugin.localcluster.realnodes.images import GANGPLUGIN, NodeImages
@@ -90,6 +91,21 @@ def helm_install(local: LocalCluster, values: dict[str, Any], tmp_path: Path) ->
         local, "install", "gangplugin", str(CHART), "--create-namespace", "-f", str(tmp_path / "values.yaml")
     )
     assert out.returncode == 0, out.stderr
+
+
+def webhook_answers(client: Client) -> bool:
+    """kube-apiserver gets an answer from gangplugin's validating webhook through its Service: a
+    server-side dry run of a valid GangPolicy passes. After a node holding one of gangplugin's
+    pods was lost and came back, kube-apiserver's next webhook call may still go down its
+    connection to that pod and fail ("use of closed network connection"); it dials anew after."""
+    policy = {"apiVersion": "gangplugin.io/v1alpha1", "kind": "GangPolicy", "metadata": {"name": "probe"}}
+    try:
+        client.request("POST", GANG_POLICIES.path(), body=policy, params={"dryRun": "All"})
+    except ApiError as err:
+        if "failed calling webhook" in str(err):
+            return False
+        raise
+    return True
 
 
 def service_answers(client: Client, name: str, namespace: str = NAMESPACE) -> bool:

@@ -491,6 +491,7 @@ def test_the_leader_s_pod_killed_or_its_node_lost_hands_over_and_nothing_is_lost
         finally:
             power_on(real, node)
             wait_for(lambda: rn.node_ready(client, node), START, f"{node} Ready again")
+            wait_for(lambda: rn.webhook_answers(client), START, "the webhook answering again")
 
 
 def test_a_lost_node_s_ranks_come_back_on_the_spare_and_meet_again(
@@ -539,6 +540,7 @@ def test_a_lost_node_s_ranks_come_back_on_the_spare_and_meet_again(
         finally:
             power_on(real, lost)
             wait_for(lambda: rn.node_ready(client, lost), START, f"{lost} Ready again")
+            wait_for(lambda: rn.webhook_answers(client), START, "the webhook answering again")
 
 
 def test_helm_uninstall_removes_what_it_installed_and_keeps_the_crds(
