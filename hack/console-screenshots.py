@@ -21,12 +21,13 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from tests.e2e.browser import chromium  # noqa: E402
+from tests.e2e.kube import gpu_job, is_true, wait_for  # noqa: E402
+
 from gangplugin.kube.client import CLUSTER_QUEUES, JOBS, NODES, WORKLOADS, ApiError, Client  # noqa: E402
 from gangplugin.kube.resources import TRAINING_PLANS  # noqa: E402
 from gangplugin.localcluster.cluster import LocalCluster  # noqa: E402
 from gangplugin.localcluster.nodes import NOT_READY_LABEL  # noqa: E402
-from tests.e2e.browser import chromium  # noqa: E402
-from tests.e2e.kube import gpu_job, is_true, wait_for  # noqa: E402
 
 US = "topology.k8s.aws/ultraserver-id"
 PAGE = {"width": 1280, "height": 820}

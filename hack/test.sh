@@ -5,10 +5,13 @@
 #   lane 2  the e2e files of LANE2_FILES, on the newest Kueue too                     (ports 25000)
 #   lane 3  the compat set (`-m compat`) on the oldest Kueue (24000), then the short soak and
 #           MultiKueue, each on clusters of their own (26100; 27000-29999)
+#   lane 4  the real nodes (REAL_NODES_FILES): real kubelets, gangplugin installed by its chart,
+#           real jobs as gangs, on a cluster of their own (22000; one pool per machine)
 # An e2e session mostly waits on controllers' timers (backoffs, Kueue's requeue, kwok's stages),
 # so on 2 cores the lanes together take about as long as lane 1 alone; no verdict depends on that
 # (every wait is for a condition). Against a cluster KUBECONFIG names, one session runs it all
-# (there is one Kueue, and the tests share that cluster), then MultiKueue's own clusters.
+# (there is one Kueue, and the tests share that cluster), then MultiKueue's own clusters and the
+# real nodes' (always a local cluster of their own).
 # Each lane's output goes to .local/test-lane<N>.log and is printed when the lanes are done.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -16,6 +19,8 @@ PY=${PY:-.venv/bin/python}
 OLDEST_KUEUE=$(sed -n 's/^KUEUE_VERSION=//p' hack/versions.env)
 MULTIKUEUE=tests/e2e/test_multikueue.py
 SOAK=tests/e2e/test_soak.py # its own cluster, a quarter of lane 1's time before it moved here
+# A session of their own: the real-node cluster takes the session's ports.
+REAL_NODES_FILES=(tests/e2e/test_real_nodes.py tests/e2e/test_kind_config.py)
 LANE2_FILES=(
   tests/e2e/test_jobs_kinds.py tests/e2e/test_jobs_samples.py tests/e2e/test_node_failures.py
   tests/e2e/test_localcluster_faults.py tests/e2e/test_drain.py tests/e2e/test_plans.py
@@ -35,34 +40,37 @@ pytest_run() {
 
 if [ -n "${KUBECONFIG:-}" ]; then
   echo "make test: KUBECONFIG names the cluster (one Kueue): one session, then MultiKueue's clusters"
-  pytest_run tests --ignore="$MULTIKUEUE" --ignore="$SOAK" && pytest_run "$MULTIKUEUE" "$SOAK"
+  pytest_run tests --ignore="$MULTIKUEUE" --ignore="$SOAK" --ignore=tests/e2e/test_real_nodes.py &&
+    pytest_run "$MULTIKUEUE" "$SOAK" && pytest_run tests/e2e/test_real_nodes.py
   exit
 fi
 
 mkdir -p .local
 ignore=(--ignore="$MULTIKUEUE" --ignore="$SOAK")
-for f in "${LANE2_FILES[@]}"; do ignore+=(--ignore="$f"); done
+for f in "${LANE2_FILES[@]}" "${REAL_NODES_FILES[@]}"; do ignore+=(--ignore="$f"); done
 lane1() { GANGPLUGIN_E2E_PORT_BASE=23000 pytest_run tests "${ignore[@]}"; }
 lane2() { GANGPLUGIN_E2E_PORT_BASE=25000 pytest_run "${LANE2_FILES[@]}"; }
 lane3() {
   GANGPLUGIN_KUEUE_VERSION="$OLDEST_KUEUE" GANGPLUGIN_E2E_PORT_BASE=24000 \
-    pytest_run -m compat tests/e2e --ignore="$MULTIKUEUE" --ignore="$SOAK"
+    pytest_run -m compat tests/e2e --ignore="$MULTIKUEUE" --ignore="$SOAK" --ignore=tests/e2e/test_real_nodes.py
   local rc=$?
   GANGPLUGIN_E2E_PORT_BASE=26000 pytest_run "$SOAK" "$MULTIKUEUE" || rc=$?
   return "$rc"
 }
 
+lane4() { GANGPLUGIN_E2E_PORT_BASE=22000 pytest_run "${REAL_NODES_FILES[@]}"; }
+
 start=$(date +%s)
 pids=()
-for n in 1 2 3; do
+for n in 1 2 3 4; do
   "lane$n" >".local/test-lane$n.log" 2>&1 &
   pids+=($!)
 done
 failed=()
-for n in 1 2 3; do
+for n in 1 2 3 4; do
   wait "${pids[$((n - 1))]}" || failed+=("$n")
 done
-for n in 1 2 3; do
+for n in 1 2 3 4; do
   echo "================ make test: lane $n (.local/test-lane$n.log) ================"
   cat ".local/test-lane$n.log"
 done

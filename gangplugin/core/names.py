@@ -78,6 +78,12 @@ PREEMPTION_ANNOTATION = f"{GROUP}/preemption"
 # it out of the queue until then: no quota, no nodes); the check holds it back too, should it get
 # quota sooner. A drain or a preemption requeues with no backoff.
 BACKOFF_UNTIL_ANNOTATION = f"{GROUP}/backoff-until"
+# On a Workload whose Kueue PodsReady says that its job runs, not that its pods are Ready
+# (Kubeflow's kinds, PyTorchJob and MPIJob among them: Kueue reads the job's Running condition):
+# when (RFC 3339) the watchdog first saw every pod of the gang Ready since its admission. It stands
+# for PodsReady in the readiness watch of those gangs: with Kueue's, a rank whose readiness probe
+# never passed was never timed out (seen on real nodes).
+READY_AT_ANNOTATION = f"{GROUP}/ready-at"
 PREEMPTED_REASON = "Preempted"
 # Reservation for big gangs: on a gang that has waited longer than its GangPolicy's
 # spec.reservation.afterWaiting, the domain reserved for it (JSON; the state a restarted

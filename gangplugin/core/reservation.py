@@ -54,7 +54,7 @@ from gangplugin.core.preemption import (
 )
 from gangplugin.core.resources import ACCELERATORS, PODS
 from gangplugin.core.timeutil import format_time
-from gangplugin.core.topology import HOSTNAME_LABEL, ULTRASERVER_LABEL, Snapshot
+from gangplugin.core.topology import HOSTNAME_LABEL, ULTRASERVER_LABEL, Snapshot, holds_accelerator
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,7 +207,7 @@ def _fits(
         with without(snapshot, gone):
             return place(snapshot, inside, policy, explain=False).feasible
     freed: dict[int, dict[str, int]] = {}
-    left: dict[int, int] = {}  # pods leaving each node
+    left: dict[int, int] = {}  # pods holding an accelerator leaving each node
     for g in gone:
         for key in g.pods:
             usage = snapshot.pod_usage(*key)
@@ -218,7 +218,7 @@ def _fits(
             for r, q in requests.items():
                 extra[r] = extra.get(r, 0) + q
             extra[PODS] += 1
-            left[n] = left.get(n, 0) + 1
+            left[n] = left.get(n, 0) + holds_accelerator(requests)
     fit = fit_counter(ps)
     idle: dict[str, list[tuple[str, int]]] = {}  # per UltraServer, its nodes idle then
     room = 0
@@ -228,7 +228,7 @@ def _fits(
         if member is None or not snapshot.usable[i]:
             continue
         us = member.labels.get(ULTRASERVER_LABEL)
-        if us is not None and snapshot.pod_count[i] - left.get(i, 0) == 0:
+        if us is not None and snapshot.accelerated[i] - left.get(i, 0) == 0:
             idle.setdefault(us, []).append((member.name, i))  # as `Snapshot.spare_nodes` holds them
         if snapshot.allows(i, ps.constraints):
             per_node[i] = fit(snapshot.free[i], freed.get(i, {}))

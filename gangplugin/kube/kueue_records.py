@@ -162,6 +162,28 @@ def check_state(wl: Mapping[str, Any], name: str) -> JSON | None:
     return None
 
 
+# API groups of the job kinds whose Kueue integration sets a Workload's PodsReady from the job's
+# Running condition rather than from its pods' readiness (Kueue v0.17-v0.19, `PodsReady()` of the
+# Kubeflow jobs and MPIJob).
+PODS_READY_MEANS_RUNNING = ("kubeflow.org",)
+
+
+def pods_ready_means_running(wl: Mapping[str, Any]) -> bool:
+    owners = (wl.get("metadata") or {}).get("ownerReferences") or []
+    return any(str(o.get("apiVersion", "")).split("/")[0] in PODS_READY_MEANS_RUNNING for o in owners)
+
+
+def ready_changed(pod: Mapping[str, Any]) -> float | None:
+    """When the pod's Ready condition last changed (None: not said)."""
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Ready" and c.get("lastTransitionTime"):
+            try:
+                return epoch(c["lastTransitionTime"], "status.conditions[Ready].lastTransitionTime")
+            except InputError:
+                return None
+    return None
+
+
 def pod_ready(pod: Mapping[str, Any]) -> bool:
     return any(
         c.get("type") == "Ready" and c.get("status") == "True"

@@ -288,14 +288,26 @@ class LocalCluster:
         self._log(f"cluster up in {time.monotonic() - t0:.1f}s; export KUBECONFIG={self.kubeconfig}")
 
     def _start(self, comp: Component) -> None:
-        proc = comp.process(self.spec)
-        if proc is not None:
+        for proc in comp.processes(self.spec):
             self._supervisor.start(proc)
 
     def process(self, name: str) -> Process | None:
-        """The process of component `name` (or "gangplugin-<n>", another gangplugin replica) as
-        `up` or `restart` starts it (None: nothing to run); for a test that runs it otherwise."""
-        return self._component(name).process(self.spec)
+        """The process of component `name` (or "gangplugin-<n>", another gangplugin replica, or
+        one of a component's several, "real-node-<node>") as `up` or `restart` starts it (None:
+        nothing to run); for a test that runs it otherwise."""
+        return self._named_process(name)
+
+    def _named_process(
+        self, name: str, *, extender: bool = True, args: tuple[str, ...] = (), lead: bool = True
+    ) -> Process | None:
+        try:
+            comp = self._component(name, extender=extender, args=args, lead=lead)
+        except ClusterError:
+            for other in self._chosen:
+                if (proc := other.process_named(self.spec, name)) is not None:
+                    return proc
+            raise
+        return comp.process(self.spec)
 
     def _component(
         self, name: str, *, extender: bool = True, args: tuple[str, ...] = (), lead: bool = True
@@ -327,9 +339,8 @@ class LocalCluster:
         (or start it, if it was not running); `extender` chooses kube-scheduler's configuration,
         `args` are more `gangplugin serve` flags, `lead=False` lets replica 1 come back as a
         follower (tests and benchmarks use these)."""
-        comp = self._component(name, extender=extender, args=args, lead=lead)
+        proc = self._named_process(name, extender=extender, args=args, lead=lead)
         self._supervisor.stop(name, kill)
-        proc = comp.process(self.spec)
         if proc is None:
             raise ClusterError(f"{name} has nothing to run")
         self._supervisor.start(proc)
@@ -341,6 +352,8 @@ class LocalCluster:
     def down(self, *, quiet: bool = False) -> None:
         """Stop every recorded process (TERM, then KILL) and forget the state."""
         self._supervisor.stop_all(quiet=quiet)
+        for comp in self._chosen:
+            comp.stopped(self.spec)
         # etcd's data goes with the cluster: the next `up` starts clean.
         shutil.rmtree(data_dir(self.spec), ignore_errors=True)
 

@@ -178,15 +178,19 @@ _KINDS: dict[tuple[str, str], Resource] = {
     ("v1", "Pod"): Resource("v1", "pods"),
     ("v1", "Service"): Resource("v1", "services"),
     ("batch/v1", "Job"): Resource("batch/v1", "jobs"),
+    ("apps/v1", "Deployment"): Resource("apps/v1", "deployments"),
+    ("rbac.authorization.k8s.io/v1", "ClusterRole"): Resource(
+        "rbac.authorization.k8s.io/v1", "clusterroles", namespaced=False
+    ),
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): Resource(
+        "rbac.authorization.k8s.io/v1", "clusterrolebindings", namespaced=False
+    ),
     ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): CRDS,
     ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicy"): Resource(
         "admissionregistration.k8s.io/v1", "mutatingadmissionpolicies", namespaced=False
     ),
     ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicyBinding"): Resource(
         "admissionregistration.k8s.io/v1", "mutatingadmissionpolicybindings", namespaced=False
-    ),
-    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): Resource(
-        "rbac.authorization.k8s.io/v1", "clusterrolebindings", namespaced=False
     ),
     ("gangplugin.io/v1alpha1", "GangPolicy"): Resource(
         "gangplugin.io/v1alpha1", "gangpolicies", namespaced=False

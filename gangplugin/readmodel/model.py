@@ -320,6 +320,8 @@ class ReadModel:
                     since.append(node.ready_since)
         if ever and pr is not None and not pr.status:
             since.append(pr.at)
+        if ever and record.pods_ready_means_running:  # Kueue's PodsReady stays True: the pods say
+            since += [t for p in bound if not p.ready and (t := p.ready_changed) is not None]
         return GangObservation(
             size=record.size,
             bound=len(bound),

@@ -16,7 +16,7 @@ from typing import Any
 from gangplugin.core.admission import QueuedWorkload, gang_id
 from gangplugin.core.errors import InputError
 from gangplugin.core.keys import KUEUE_PODSET_PREFIX
-from gangplugin.core.names import GANG_LABEL, GANG_SIZE_ANNOTATION, GROUP
+from gangplugin.core.names import GANG_LABEL, GANG_SIZE_ANNOTATION, GROUP, READY_AT_ANNOTATION
 from gangplugin.core.states import CheckState
 from gangplugin.core.topology import FINISHED_PHASES, BoundPod, Node
 from gangplugin.kube import kueue_records as rec
@@ -99,6 +99,7 @@ class PodRecord:
     placement: tuple[tuple[str, str], ...]
     bound: BoundPod | None
     scheduled_at: float | None = None  # when it got its node (PodScheduled True; None: not yet)
+    ready_changed: float | None = None  # when its Ready condition last changed (None: not said)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -165,6 +166,7 @@ def pod_record(obj: JSON) -> PodRecord:
         ),
         bound=bound,
         scheduled_at=_scheduled_at(obj),
+        ready_changed=rec.ready_changed(obj),
     )
 
 
@@ -214,6 +216,10 @@ class WorkloadRecord:
     cluster_queue: str
     queue_name: str
     size: int
+    # A kind whose PodsReady Kueue sets when the job runs, not when its pods are Ready (Kubeflow's):
+    # the watchdog says when the gang was fully Ready instead (READY_AT_ANNOTATION, `ready_at`).
+    pods_ready_means_running: bool = False
+    ready_at: float | None = None
 
     def check(self, names: Mapping[str, object] | frozenset[str]) -> CheckEntry | None:
         """The entry of the first of `names` the Workload carries."""
@@ -242,8 +248,11 @@ class WorkloadRecord:
     def ever_ready(self) -> bool:
         """Whether the gang was fully Ready since its current admission: its PodsReady is newer
         than its Admitted, and True, or a recovery from a failed node (WaitForRecovery,
-        Recovered: it ran, and is being made whole). The one Sequential rule: every reader of
-        "admitted and not Ready yet" counts by it."""
+        Recovered: it ran, and is being made whole); for a kind whose PodsReady says only that it
+        runs, the watchdog's READY_AT_ANNOTATION since its admission. The one Sequential rule:
+        every reader of "admitted and not Ready yet" counts by it."""
+        if self.pods_ready_means_running:
+            return self.ready_at is not None and self.ready_at >= self.admitted_at
         pr = self.pods_ready
         if pr is None or pr.at < self.admitted_at:
             return False  # none, or left over from an earlier admission
@@ -308,4 +317,14 @@ def workload_record(wl: Mapping[str, Any]) -> WorkloadRecord:
         cluster_queue=str((status.get("admission") or {}).get("clusterQueue") or ""),
         queue_name=str(spec.get("queueName") or ""),
         size=size,
+        pods_ready_means_running=rec.pods_ready_means_running(wl),
+        ready_at=_annotated_time(meta, READY_AT_ANNOTATION),
     )
+
+
+def _annotated_time(meta: Mapping[str, Any], key: str) -> float | None:
+    raw = (meta.get("annotations") or {}).get(key)
+    try:
+        return rec.epoch(raw, key) if raw else None
+    except InputError:
+        return None
