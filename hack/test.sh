@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The tests `make test` runs after lint, in three lanes side by side, each a pytest session on a
-# local cluster of its own (ports 1,000 apart, below the kernel's ephemeral range):
-#   lane 1  the unit tests and most of the e2e suite, on the newest supported Kueue   (ports 23000)
-#   lane 2  the e2e files of LANE2_FILES, on the newest Kueue too                     (ports 25000)
-#   lane 3  the compat set (`-m compat`) on the oldest Kueue (24000), then the short soak and
-#           MultiKueue, each on clusters of their own (26100; 27000-29999)
+# local cluster of its own (ports 1,000 apart from GANGPLUGIN_TEST_PORT_BASE, default 23000, up
+# to base+6,999; keep them below the kernel's ephemeral range):
+#   lane 1  the unit tests and most of the e2e suite, on the newest supported Kueue   (base)
+#   lane 2  the e2e files of LANE2_FILES, on the newest Kueue too                     (base+2000)
+#   lane 3  the compat set (`-m compat`) on the oldest Kueue (base+1000), then the short soak and
+#           MultiKueue, each on clusters of their own (base+3100; base+4000 to base+6999)
 # An e2e session mostly waits on controllers' timers (backoffs, Kueue's requeue, kwok's stages),
 # so on 2 cores the lanes together take about as long as lane 1 alone; no verdict depends on that
 # (every wait is for a condition). Against a cluster KUBECONFIG names, one session runs it all
@@ -14,6 +15,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 OLDEST_KUEUE=$(sed -n 's/^KUEUE_VERSION=//p' hack/versions.env)
+BASE=${GANGPLUGIN_TEST_PORT_BASE:-23000}
 MULTIKUEUE=tests/e2e/test_multikueue.py
 SOAK=tests/e2e/test_soak.py # its own cluster, a quarter of lane 1's time before it moved here
 LANE2_FILES=(
@@ -42,13 +44,13 @@ fi
 mkdir -p .local
 ignore=(--ignore="$MULTIKUEUE" --ignore="$SOAK")
 for f in "${LANE2_FILES[@]}"; do ignore+=(--ignore="$f"); done
-lane1() { GANGPLUGIN_E2E_PORT_BASE=23000 pytest_run tests "${ignore[@]}"; }
-lane2() { GANGPLUGIN_E2E_PORT_BASE=25000 pytest_run "${LANE2_FILES[@]}"; }
+lane1() { GANGPLUGIN_E2E_PORT_BASE=$BASE pytest_run tests "${ignore[@]}"; }
+lane2() { GANGPLUGIN_E2E_PORT_BASE=$((BASE + 2000)) pytest_run "${LANE2_FILES[@]}"; }
 lane3() {
-  GANGPLUGIN_KUEUE_VERSION="$OLDEST_KUEUE" GANGPLUGIN_E2E_PORT_BASE=24000 \
+  GANGPLUGIN_KUEUE_VERSION="$OLDEST_KUEUE" GANGPLUGIN_E2E_PORT_BASE=$((BASE + 1000)) \
     pytest_run -m compat tests/e2e --ignore="$MULTIKUEUE" --ignore="$SOAK"
   local rc=$?
-  GANGPLUGIN_E2E_PORT_BASE=26000 pytest_run "$SOAK" "$MULTIKUEUE" || rc=$?
+  GANGPLUGIN_E2E_PORT_BASE=$((BASE + 3000)) pytest_run "$SOAK" "$MULTIKUEUE" || rc=$?
   return "$rc"
 }
 
