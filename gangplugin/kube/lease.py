@@ -15,6 +15,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -81,8 +82,28 @@ def lease_to_k8s(record: LeaseRecord, namespace: str, name: str, current: JSON |
     return {"apiVersion": LEASES.api_version, "kind": "Lease", "metadata": meta, "spec": spec}
 
 
+@dataclass(frozen=True, slots=True)
+class Renewal:
+    """One renewal of a held Lease, on the monotonic clock: when it was due (a retry period after
+    the last try ended), when the renewing code began (late when it waited for a core or the
+    GIL) and when the API server had answered it."""
+
+    due: float
+    began: float
+    done: float
+
+    @property
+    def latency(self) -> float:
+        return self.done - self.due
+
+    @property
+    def wakeup(self) -> float:
+        return self.began - self.due
+
+
 class LeaderElector:
-    """Holds the Lease `namespace/name` for `identity` while `run` runs."""
+    """Holds the Lease `namespace/name` for `identity` while `run` runs; `on_renewed` hears of
+    every renewal once it leads."""
 
     def __init__(
         self,
@@ -93,8 +114,10 @@ class LeaderElector:
         config: ElectionConfig,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
+        on_renewed: Callable[[Renewal], None] = lambda _r: None,
     ) -> None:
         self.client, self.namespace, self.name, self.identity = client, namespace, name, identity
+        self.on_renewed = on_renewed
         self.config = config.validate()
         self.clock, self.monotonic = clock, monotonic
         self.leading = threading.Event()
@@ -163,8 +186,15 @@ class LeaderElector:
                 return
         self.leading.set()
         on_started()
-        while not stop.wait(self.config.retry_period):
-            if self._try():
+        due = self.monotonic() + self.config.retry_period
+        while not stop.wait(max(0.0, due - self.monotonic())):
+            began = self.monotonic()
+            renewed = self._try()
+            done = self.monotonic()
+            if renewed:
+                self.on_renewed(Renewal(due, began, done))
+            due = done + self.config.retry_period
+            if renewed:
                 continue
             if self.holder not in (None, self.identity):
                 self._lost = f"lease {self.lease} is now held by {self.holder}"

@@ -18,10 +18,10 @@ from types import ModuleType
 from gangplugin.core.leader import ElectionConfig
 from gangplugin.kube.client import ApiError
 from gangplugin.kube.informer import wait_all_synced
-from gangplugin.kube.lease import LeaderElector, label_leader_pod
+from gangplugin.kube.lease import LeaderElector, Renewal, label_leader_pod
 from gangplugin.runtime.components import Runtime
 from gangplugin.runtime.memory import freeze_long_lived
-from gangplugin.runtime.metrics import LEADER
+from gangplugin.runtime.metrics import LEADER, RENEW_LATENCY, RENEW_WAKEUP
 
 log = logging.getLogger("gangplugin.serve")
 
@@ -37,6 +37,11 @@ class Election:
     identity: str
     config: ElectionConfig
     pod: str | None = None  # this replica's pod (in its namespace), labelled while it leads
+
+
+def _observe(renewal: Renewal) -> None:
+    RENEW_LATENCY.observe(renewal.latency)
+    RENEW_WAKEUP.observe(renewal.wakeup)
 
 
 def needs_leader(module: ModuleType) -> bool:
@@ -93,7 +98,9 @@ class Server:
     def _start_election(self) -> None:
         e = self.election
         assert e is not None
-        elector = self.elector = LeaderElector(self.runtime.client, e.namespace, e.name, e.identity, e.config)
+        elector = self.elector = LeaderElector(
+            self.runtime.client, e.namespace, e.name, e.identity, e.config, on_renewed=_observe
+        )
         LEADER.labels(elector.lease).set(0)
         if e.pod:
             self._label(False)  # a leader that restarted in the same pod is a follower now
