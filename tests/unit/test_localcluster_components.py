@@ -40,11 +40,13 @@ KUEUE_WEBHOOKS = [
 
 
 def test_every_port_of_every_component_is_its_own_and_below_the_next_base(tmp_path: Path) -> None:
-    cluster = LocalCluster(state_dir=tmp_path, components=[c.name for c in REGISTRY])
-    comps = [*CONTROL_PLANE, *REGISTRY, Gangplugin(replica=2), Gangplugin(replica=3)]
-    ports = [p for c in comps for name, p in c.listens(cluster.spec).items() if "extender" not in name]
-    ports.append(cluster.ports.gangplugin_extender)  # shared by the replicas: only the leader binds it
+    cluster = LocalCluster(state_dir=tmp_path, components=[c.name for c in REGISTRY], gangplugin_replicas=3)
+    ports = [p for c in (*CONTROL_PLANE, *REGISTRY) for p in c.listens(cluster.spec).values()]
     assert len(ports) == len(set(ports))
+    own = [p for n in (1, 2, 3) for p in Gangplugin(replica=n).replica_ports(cluster.spec).values()]
+    assert (
+        len(own) == len(set(own)) and cluster.ports.gangplugin_extender not in own
+    )  # only the leader binds it
     assert all(cluster.ports.base <= p < cluster.ports.base + 1000 for p in ports)
 
 

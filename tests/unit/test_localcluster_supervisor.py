@@ -54,7 +54,9 @@ def test_started_processes_are_seen_from_another_shell_and_stopped_newest_first(
     pids = sup.running()
     assert list(pids) == ["first", "second"]
     assert all(os.getpgid(pid) == pid for pid in pids.values()), "each in a process group of its own"
-    assert read_state(tmp_path) == {"processes": pids, "options": {"ports": 26000}}
+    state = read_state(tmp_path)
+    assert state["processes"] == pids and state["options"] == {"ports": 26000}
+    assert state["commands"]["first"]["argv"][:3] == [sys.executable, "-m", "http.server"]
     assert (tmp_path / "logs" / "first.log").exists()
 
     other_shell = Supervisor(tmp_path, _quiet)

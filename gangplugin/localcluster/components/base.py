@@ -47,6 +47,12 @@ class Component:
         """Its command line and health check (None: nothing to run); may write its config files."""
         raise NotImplementedError(f"{type(self).__name__} runs no process")
 
+    def processes(self, spec: ClusterSpec) -> tuple[Process, ...]:
+        """Every process it runs, started in this order, each waited for until healthy: its
+        `process`, or none (gangplugin: one per replica)."""
+        proc = self.process(spec)
+        return () if proc is None else (proc,)
+
     def started(self, spec: ClusterSpec, client: Client, log: Callable[[str], None]) -> None:
         """What follows once it is healthy: waiting for its webhooks, objects that need the
         components before it running (the local queues need Kueue's webhooks)."""
