@@ -51,12 +51,12 @@ def test_every_port_of_every_component_is_its_own_and_below_the_next_base(tmp_pa
 
 
 def test_clusters_nine_ports_apart_share_no_port(tmp_path: Path) -> None:
-    # tests/e2e/test_localcluster_faults.py runs up to five clusters so beside the session's.
+    # tests/e2e/test_localcluster_faults.py runs up to six clusters so beside the session's.
     def ports(base: int) -> set[int]:
         spec = LocalCluster(state_dir=tmp_path / str(base), ports=Ports(base)).spec
         return {p for c in choose(DEFAULT) for p in c.listens(spec).values()}
 
-    sets = [ports(26000 + 9 * k) for k in range(6)]
+    sets = [ports(26000 + 9 * k) for k in range(7)]
     assert all(not (a & b) for i, a in enumerate(sets) for b in sets[i + 1 :])
     assert max(max(s) for s in sets) < 27000
 
