@@ -1,11 +1,13 @@
 """Leader election on a coordination.k8s.io/v1 Lease: the I/O around `core.leader`.
 
 One thread tries to acquire the Lease every retry period and, once it holds it, renews it every
-retry period. Writes carry the resourceVersion read (optimistic concurrency): of two replicas
-writing at once, one gets 409 Conflict and simply has not acquired. `lost_reason` is checked by
-`gangplugin serve`'s main thread on its own clock, so a renewal stuck in a slow HTTP call cannot
-keep a replica acting past its renew deadline. Deadlines run on the monotonic clock; the wall
-clock only stamps acquireTime and renewTime.
+retry period (`gangplugin serve` runs it in a process of its own: `renewer.py`). Writes carry
+the resourceVersion read (optimistic concurrency): of two replicas writing at once, one gets 409
+Conflict and simply has not acquired. A leader renews with one PUT of the Lease it last wrote
+(client-go's optimistic renewal); after a failed try it reads the Lease again first.
+`lost_reason` is checked on its own clock, so a renewal stuck in a slow HTTP call cannot keep a
+replica acting past its renew deadline. Deadlines run on the monotonic clock; the wall clock
+only stamps acquireTime and renewTime.
 """
 
 from __future__ import annotations
@@ -123,7 +125,8 @@ class LeaderElector:
         self.leading = threading.Event()
         self.holder: str | None = None  # who holds it, as last read
         self._observed: Observation | None = None
-        self._last_renewed = 0.0
+        self._written: JSON | None = None  # the Lease as this replica last wrote it, while it leads
+        self.last_renewed = 0.0  # monotonic: when the last successful try began
         self._lost: str | None = None
 
     @property
@@ -134,7 +137,11 @@ class LeaderElector:
         """One try; True when this replica holds the Lease afterwards."""
         now = round(self.clock(), 6)  # MicroTime precision, so what we write reads back equal
         mono = self.monotonic()  # before the calls: a slow write must not push the deadline out
-        current = self.client.get_or_none(LEASES, self.name, self.namespace)
+        written, self._written = self._written, None  # a failed try reads the Lease again
+        if written is not None and self.leading.is_set():
+            current: JSON | None = written
+        else:
+            current = self.client.get_or_none(LEASES, self.name, self.namespace)
         lease = record_from_k8s(current) if current is not None else None
         d = decide(lease, self._observed, self.identity, now, self.config, mono)
         self._observed = d.observed
@@ -146,9 +153,9 @@ class LeaderElector:
         body = lease_to_k8s(d.record, self.namespace, self.name, current)
         try:
             if d.action is Action.CREATE:
-                self.client.create(LEASES, body, self.namespace)
+                self._written = self.client.create(LEASES, body, self.namespace)
             else:
-                self.client.request("PUT", LEASES.path(self.namespace, self.name), body=body)
+                self._written = self.client.request("PUT", LEASES.path(self.namespace, self.name), body=body)
         except ApiError as err:
             if err.status == 409:  # someone else wrote it first; read again next time
                 return False
@@ -156,7 +163,7 @@ class LeaderElector:
         if not self.leading.is_set():
             log.info("lease %s: %s", self.lease, d.reason, extra={"identity": self.identity})
         self._observed = Observation(d.record, mono)
-        self._last_renewed = mono
+        self.last_renewed = mono
         self.holder = self.identity
         return True
 
@@ -164,7 +171,7 @@ class LeaderElector:
         """Why this replica must stop acting now (None while it may go on)."""
         if self._lost is not None:
             return self._lost
-        if self.leading.is_set() and lost(self._last_renewed, self.monotonic(), self.config):
+        if self.leading.is_set() and lost(self.last_renewed, self.monotonic(), self.config):
             return f"lease {self.lease} not renewed within {self.config.renew_deadline:g}s"
         return None
 
@@ -178,9 +185,12 @@ class LeaderElector:
     def _sleep(self, stop: threading.Event) -> bool:
         return stop.wait(self.config.retry_period * random.uniform(1.0, JITTER))
 
-    def run(self, stop: threading.Event, on_started: Callable[[], None]) -> None:
-        """Acquire (calling `on_started` once), then renew until `stop` (releasing the Lease) or
-        until a renewal fails past the deadline or finds another holder (`lost_reason` says so)."""
+    def run(
+        self, stop: threading.Event, on_started: Callable[[], None], release: threading.Event | None = None
+    ) -> None:
+        """Acquire (calling `on_started` once), then renew until `stop` (releasing the Lease,
+        unless `release` is given and not set) or until a renewal fails past the deadline or
+        finds another holder (`lost_reason` says so)."""
         while not self._try():
             if self._sleep(stop):
                 return
@@ -202,7 +212,8 @@ class LeaderElector:
                 self._lost = why
                 self.leading.clear()
                 return
-        self.release()
+        if release is None or release.is_set():
+            self.release()
 
     def release(self) -> None:
         """Give the Lease up (a clean shutdown): a successor takes over without waiting it out."""

@@ -252,6 +252,7 @@ def serve(
             leader_election_identity or _default_identity(),
             config,
             os.environ.get("POD_NAME") or None,
+            kubeconfig,
         )
     try:
         runtime = Runtime(Client.from_kubeconfig(kubeconfig))
