@@ -10,6 +10,7 @@ import click
 
 from gangplugin.kube.client import JOBS, PODS, WORKLOADS, Client
 from gangplugin.localcluster.cluster import REPO, ClusterError, LocalCluster
+from gangplugin.localcluster.probes import Deadline
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -73,9 +74,9 @@ def run_sample(cluster: LocalCluster, timeout: float = 120.0) -> None:
             f"\nsubmitted Job {ns}/{name} ({job['spec']['parallelism']} pods) to LocalQueue "
             f"{job['metadata']['labels']['kueue.x-k8s.io/queue-name']}"
         )
-        deadline = time.monotonic() + timeout
+        deadline = Deadline(timeout)
         reported: set[str] = set()
-        while time.monotonic() < deadline:
+        while not deadline.passed():
             wls = [
                 w
                 for w in client.list(WORKLOADS, ns)["items"]

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from gangplugin.localcluster.errors import ClusterError
+from gangplugin.localcluster.probes import Deadline
 
 # How long a stopped process gets to exit before the next, harder step.
 STOP_GRACE = 15.0
@@ -110,8 +111,8 @@ def port_free(port: int) -> bool:
 def wait_port_free(port: int, timeout: float = PORT_FREE_TIMEOUT) -> None:
     """Until 127.0.0.1:`port` can be bound (a killed process's sockets are closed), or `timeout`:
     then the program starting there says itself what holds it."""
-    deadline = time.monotonic() + timeout
-    while not port_free(port) and time.monotonic() < deadline:
+    deadline = Deadline(timeout)
+    while not port_free(port) and not deadline.passed():
         time.sleep(0.2)
 
 
@@ -208,8 +209,8 @@ class Supervisor:
             child = launch(self.state_dir, proc.name, proc.command())
             state["processes"][proc.name] = child.pid
             state.setdefault("commands", {})[proc.name] = proc.command()
-        deadline = time.monotonic() + proc.startup_timeout
-        while time.monotonic() < deadline:
+        deadline = Deadline(proc.startup_timeout)  # of an idle machine
+        while not deadline.passed():
             if child.poll() is not None:
                 raise ClusterError(
                     f"{proc.name} exited with status {child.returncode} while starting; "

@@ -30,6 +30,7 @@ from gangplugin.kube.lease import LEASES
 from gangplugin.kube.resources import GANG_POLICIES, TRAINING_PLANS
 from gangplugin.localcluster.cluster import GANGPLUGIN_NAMESPACE, ClusterError, LocalCluster
 from gangplugin.localcluster.nodes import NOT_READY_LABEL
+from gangplugin.localcluster.probes import Deadline
 from tests.soak import observer as obs
 from tests.soak.observer import Observer, Violation, Window
 from tests.soak.queues import MODES, PLAN, TEAMS, queue_name
@@ -184,10 +185,10 @@ class Injector(threading.Thread):
         return False
 
     def _await_leader(self) -> None:
-        deadline = time.monotonic() + 120
+        deadline = Deadline(120)
         while not self._leading():
-            if time.monotonic() > deadline:
-                raise RuntimeError("no gangplugin replica leads 120s after a replica was restarted")
+            if deadline.passed():
+                raise RuntimeError("no gangplugin replica leads 120s (of an idle machine) after a restart")
             time.sleep(0.5)
 
     def _kill(self, kind: str, name: str, rng: random.Random, wait_leader: bool) -> bool:
@@ -225,9 +226,9 @@ class Injector(threading.Thread):
     def _healed(self, name: str, since: float) -> None:
         w = self._window("process-exited", start=since)
         try:
-            deadline = time.monotonic() + 600  # the keeper's backoff reaches 5 minutes
+            deadline = Deadline(600)  # the keeper's backoff reaches 5 minutes
             while name not in self.cluster.running_processes():
-                if time.monotonic() > deadline:
+                if deadline.passed():
                     raise RuntimeError(f"the keeper did not start {name} again in 600s")
                 time.sleep(0.5)
             if name.startswith("gangplugin"):
@@ -360,7 +361,7 @@ class Injector(threading.Thread):
             hurt(n)
 
         def healed() -> None:
-            deadline = time.monotonic() + 180
+            deadline = Deadline(180)
             try:
                 for n in nodes:
                     while True:  # the API may be down (another fault): keep trying
@@ -368,7 +369,7 @@ class Injector(threading.Thread):
                             heal(n)
                             break
                         except (ApiError, httpx.HTTPError, OSError, RuntimeError):
-                            if time.monotonic() > deadline:
+                            if deadline.passed():
                                 raise  # left as it is: the clean-up check reports the node
                             time.sleep(1)
             finally:
@@ -396,10 +397,10 @@ class Injector(threading.Thread):
 
     def _revive(self, name: str) -> None:
         self.client.patch(NODES, name, {"metadata": {"labels": {NOT_READY_LABEL: None}}})
-        deadline = time.monotonic() + 90
+        deadline = Deadline(90)
         while not obs.is_true(self.client.get(NODES, name), "Ready"):  # kwok initializes it again
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{name} not Ready 90s after it was healed")
+            if deadline.passed():
+                raise RuntimeError(f"{name} not Ready 90s (of an idle machine) after it was healed")
             time.sleep(0.5)
 
     def _node_notready(self, rng: random.Random) -> bool:
