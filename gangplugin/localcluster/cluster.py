@@ -42,6 +42,9 @@ SHAPE_ENV = "GANGPLUGIN_SHAPE"
 REPLICAS_ENV = "GANGPLUGIN_REPLICAS"
 DEFAULT_REPLICAS = 2  # `gangplugin serve` processes, as the Helm chart installs it
 SAMPLE_SHAPE = REPO / "deploy" / "local" / "cluster-shape.yaml"
+# One request of `up`'s installs: large CRDs applied while kwok creates thousands of nodes, on a
+# machine others load too, can take longer than a client's usual 30 s.
+SETUP_REQUEST_TIMEOUT = 120.0
 
 
 def _names(listed: str) -> list[str]:
@@ -253,7 +256,7 @@ class LocalCluster:
         # The supervisor records what already runs before it starts more.
         self._supervisor.stop("kueue")
         kueue = self._component("kueue")
-        client = Client.from_kubeconfig(self.kubeconfig)
+        client = Client.from_kubeconfig(self.kubeconfig, timeout=SETUP_REQUEST_TIMEOUT)
         try:
             # As in `up`: every install at once, then each started in the registry's order.
             with ThreadPoolExecutor(len(added) + 1) as pool:
@@ -287,7 +290,7 @@ class LocalCluster:
         control_plane, rest = self._chosen[: len(CONTROL_PLANE)], self._chosen[len(CONTROL_PLANE) :]
         for comp in control_plane:
             self._start(comp)
-        client = Client.from_kubeconfig(self.kubeconfig)
+        client = Client.from_kubeconfig(self.kubeconfig, timeout=SETUP_REQUEST_TIMEOUT)
         try:
             # Every install at once, from the start: the API server establishes the CRDs of the
             # later components while the earlier ones start.
