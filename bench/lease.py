@@ -20,8 +20,9 @@ starts them. Phases, each `--minutes` long, measured on the leader's /metrics:
 `heavy` and `loaded` are repeated `--reps` times. Per phase: renewals; renew latency (from when
 a renewal was due, a retry period after the last try, to the API server's answer: the renew
 deadline is 10 s) p50/p99/max, and of it how late the renewing code began (it waited for a core
-or the GIL) p99; kube-apiserver's own time for the Lease PUTs p99; admission passes and their
-p50/max; the machine's 1-minute load average at the end; leader changes (must be 0). Latency
+or the GIL) p99; kube-apiserver's own time for the Lease PUTs p99; etcd's requests that took too
+long (its own warnings, over 100 ms) and the longest; admission passes and their p50/max; the
+machine's 1-minute load average at the end; leader changes (must be 0). Latency
 figures are histogram bucket bounds ("<= 0.5" fell in the bucket ending at 0.5 s), p99 also as a
 ratio to the quiet baseline's.
 """
@@ -43,6 +44,7 @@ from typing import Any
 import _cluster
 import admission
 import httpx
+import orjson
 from _cluster import GB200, GPU
 from scale import delete_workloads, histogram, quantile
 
@@ -90,6 +92,36 @@ class Scrape:
     transitions: int
     gangplugin: str
     apiserver: str
+    etcd_log: int  # bytes of etcd's log so far
+
+
+def etcd_slow(cluster: LocalCluster, since: int) -> tuple[int, float]:
+    """etcd's "took too long" warnings (requests over 100 ms) logged after byte `since`, and the
+    longest of them in seconds."""
+    with (cluster.log_dir / "etcd.log").open("rb") as log:
+        log.seek(since)
+        lines = [line for line in log.read().decode(errors="replace").splitlines() if "took too long" in line]
+    longest = 0.0
+    for line in lines:
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            longest = max(longest, _seconds(orjson.loads(line)["took"]))
+    return len(lines), longest
+
+
+def _seconds(go: str) -> float:
+    """A Go duration as etcd logs it: 2.2s, 123.4ms, 1m2.5s."""
+    total, number = 0.0, ""
+    units = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "µs": 1e-6, "us": 1e-6, "ns": 1e-9}
+    i = 0
+    while i < len(go):
+        if go[i].isdigit() or go[i] == ".":
+            number += go[i]
+            i += 1
+            continue
+        unit = next(u for u in ("ms", "µs", "us", "ns", "h", "m", "s") if go.startswith(u, i))
+        total += float(number) * units[unit]
+        number, i = "", i + len(unit)
+    return total
 
 
 def scrape(cluster: LocalCluster, client: Client) -> Scrape:
@@ -101,7 +133,10 @@ def scrape(cluster: LocalCluster, client: Client) -> Scrape:
         cert=(str(pki / "admin.crt"), str(pki / "admin.key")),
         timeout=30,
     ).text
-    return Scrape(lease["holderIdentity"], lease.get("leaseTransitions", 0), scrape_leader(cluster), api)
+    size = (cluster.log_dir / "etcd.log").stat().st_size
+    return Scrape(
+        lease["holderIdentity"], lease.get("leaseTransitions", 0), scrape_leader(cluster), api, size
+    )
 
 
 def _series(text: str, name: str, labels: tuple[str, ...]) -> list[tuple[float, float]]:
@@ -128,6 +163,8 @@ class Figures:
     most: float
     wakeup_p99: float
     apiserver_p99: float
+    etcd_slow: int
+    etcd_longest: float
     passes: int
     pass_p50: float
     pass_max: float
@@ -135,7 +172,7 @@ class Figures:
     leader_changes: int
 
 
-def figures(phase: str, a: Scrape, b: Scrape) -> Figures:
+def figures(phase: str, a: Scrape, b: Scrape, etcd: tuple[int, float]) -> Figures:
     r0, r1 = histogram(a.gangplugin, RENEW), histogram(b.gangplugin, RENEW)
     w0, w1 = histogram(a.gangplugin, WAKEUP), histogram(b.gangplugin, WAKEUP)
     p0, p1 = histogram(a.gangplugin, PASS), histogram(b.gangplugin, PASS)
@@ -151,6 +188,8 @@ def figures(phase: str, a: Scrape, b: Scrape) -> Figures:
         most=quantile(r1, r0, 1.0),
         wakeup_p99=quantile(w1, w0, 0.99),
         apiserver_p99=quantile(s1, s0, 0.99) if _count(s1, s0) else float("nan"),
+        etcd_slow=etcd[0],
+        etcd_longest=etcd[1],
         passes=passes,
         pass_p50=quantile(p1, p0, 0.5) if passes else 0.0,
         pass_max=quantile(p1, p0, 1.0) if passes else 0.0,
@@ -277,21 +316,23 @@ def phase(name: str, cluster: LocalCluster, client: Client, args: argparse.Names
     if churn is not None:
         churn.close()
         delete_workloads(client, BURST_NS)
-    return figures(name, before, after)
+    return figures(name, before, after, etcd_slow(cluster, before.etcd_log))
 
 
 def row(f: Figures, base: Figures) -> str:
     ratio = f.p99 / base.p99 if base.p99 else float("nan")
     return (
         f"{f.phase:<8} {f.renewals:>8} {f.p50:>7.2f} {f.p99:>7.2f} {ratio:>6.1f}x {f.most:>7.2f} "
-        f"{f.wakeup_p99:>9.2f} {f.apiserver_p99:>9.2f} {f.passes:>7} {f.pass_p50:>7.2f} "
+        f"{f.wakeup_p99:>9.2f} {f.apiserver_p99:>9.2f} {f.etcd_slow:>6} {f.etcd_longest:>7.2f} "
+        f"{f.passes:>7} {f.pass_p50:>7.2f} "
         f"{f.pass_max:>7.1f} {f.load:>6.1f} {f.leader_changes:>8}"
     )
 
 
 HEADER = (
     f"{'phase':<8} {'renewals':>8} {'p50 s':>7} {'p99 s':>7} {'/quiet':>7} {'max s':>7} "
-    f"{'wakeup99':>9} {'apisrv99':>9} {'passes':>7} {'pass50':>7} {'passmax':>7} {'load1':>6} {'leader±':>8}"
+    f"{'wakeup99':>9} {'apisrv99':>9} {'etcd>':>6} {'etcdmax':>7} {'passes':>7} {'pass50':>7} "
+    f"{'passmax':>7} {'load1':>6} {'leader±':>8}"
 )
 
 
