@@ -9,6 +9,7 @@ import ssl
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 
@@ -62,6 +63,23 @@ def https_ok(url: str, ca: Path | None, client_cert: tuple[Path, Path] | None = 
         return httpx.get(url, verify=ctx, timeout=2.0).status_code == 200
     except (httpx.HTTPError, OSError):  # ssl.SSLError is an OSError
         return False
+
+
+T = TypeVar("T")
+
+
+def persist(call: Callable[[], T], what: str, timeout: float = 300.0) -> T:
+    """An idempotent request (a server-side apply), again while the API server is too busy to
+    answer it (a timeout, 429, 5xx: CRDs applied while kwok creates thousands of nodes on a
+    loaded machine), within `timeout` seconds of an idle machine."""
+    deadline = Deadline(timeout)
+    while True:
+        try:
+            return call()
+        except (httpx.TimeoutException, ApiError) as err:
+            if (isinstance(err, ApiError) and err.status != 429 and err.status < 500) or deadline.passed():
+                raise ClusterError(f"{what}: {err}") from err
+        time.sleep(1.0)
 
 
 def wait(check: Callable[[], bool], timeout: float, what: str) -> None:
