@@ -11,6 +11,8 @@
 # (every wait is for a condition). Against a cluster KUBECONFIG names, one session runs it all
 # (there is one Kueue, and the tests share that cluster), then MultiKueue's own clusters.
 # Each lane's output goes to .local/test-lane<N>.log and is printed when the lanes are done.
+# GANGPLUGIN_TEST_HOG=<n> runs n busy loops per core beside the lanes, for the whole run: a loaded
+# machine, on which every verdict must be the same (the lanes print the load they saw).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
@@ -54,6 +56,18 @@ lane3() {
   return "$rc"
 }
 
+hogs=()
+stop_hogs() { ((${#hogs[@]})) && kill "${hogs[@]}" 2>/dev/null; hogs=(); }
+trap stop_hogs EXIT
+for _ in $(seq $((${GANGPLUGIN_TEST_HOG:-0} * $(nproc)))); do
+  bash -c 'while :; do :; done' &
+  hogs+=($!)
+done
+((${#hogs[@]})) && echo "make test: ${#hogs[@]} busy loops beside the lanes"
+# The 1-minute load average every 30 s, for the figures: what the machine was doing meanwhile.
+(while :; do cut -d' ' -f1 /proc/loadavg; sleep 30; done) >.local/test-load.log &
+hogs+=($!)
+
 start=$(date +%s)
 pids=()
 for n in 1 2 3; do
@@ -68,7 +82,10 @@ for n in 1 2 3; do
   echo "================ make test: lane $n (.local/test-lane$n.log) ================"
   cat ".local/test-lane$n.log"
 done
-echo "make test: the lanes took $(($(date +%s) - start))s"
+stop_hogs
+echo "make test: the lanes took $(($(date +%s) - start))s; 1-minute load average min/median/max" \
+  "$(sort -n .local/test-load.log | awk '{v[NR] = $1} END {print v[1] "/" v[int((NR + 1) / 2)] "/" v[NR]}')" \
+  "on $(nproc) cores"
 if ((${#failed[@]})); then
   echo "make test: lane(s) ${failed[*]} failed" >&2
   exit 1
