@@ -58,12 +58,8 @@ class RenewerProcess:
         on_renewed: Callable[[Renewal], None] = lambda _r: None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.target, self.config, self.on_renewed, self.monotonic = (
-            target,
-            target.config,
-            on_renewed,
-            monotonic,
-        )
+        self.target, self.config = target, target.config
+        self.on_renewed, self.monotonic = on_renewed, monotonic
         self.leading = threading.Event()
         self.holder: str | None = None
         self._lost: str | None = None
