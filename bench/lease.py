@@ -2,9 +2,12 @@
 loaded machine: does the leader renew on time whatever the passes and the machine do?
 
 Run: .venv/bin/python bench/lease.py [--nodes 5000] [--waiting 1000] [--burst 300] [--minutes 3]
-     [--reps 2] [--load 4]
+     [--reps 2] [--load 4] [--baseline <checkout>]
 (starts its own local cluster, `.local/bench-lease`, ports GANGPLUGIN_PORT_BASE or 30000, and
 stops it at the end; `--nodes 500 --waiting 100 --minutes 1 --reps 1` checks it in minutes).
+`--baseline` names another checkout of gangplugin (e.g. `git archive` of the commit before a
+change): every repetition then runs the heavy and loaded phases with this checkout's `gangplugin
+serve` and with that one's (its replicas rolled with PYTHONPATH set to it), on the same cluster.
 
 The cluster: `--nodes` kwok nodes shaped like HyperPod (bench/_cluster.py), 30% of them running
 gangs (pods created bound), `gangplugin serve`'s replicas with leader election as `make up`
@@ -70,6 +73,7 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--minutes", type=float, default=3.0, help="length of each phase")
     ap.add_argument("--reps", type=int, default=2, help="repetitions of the heavy and loaded phases")
     ap.add_argument("--load", type=float, default=4.0, help="busy loops per core in the loaded phase")
+    ap.add_argument("--baseline", help="another checkout whose gangplugin serve to measure alike")
     return ap.parse_args()
 
 
@@ -127,12 +131,9 @@ def _seconds(go: str) -> float:
 def scrape(cluster: LocalCluster, client: Client) -> Scrape:
     pki = cluster.pki_dir
     lease = client.get(LEASES, "gangplugin", GANGPLUGIN_NAMESPACE)["spec"]
-    api = httpx.get(
-        f"https://127.0.0.1:{cluster.ports.apiserver}/metrics",
-        verify=str(pki / "ca.crt"),
-        cert=(str(pki / "admin.crt"), str(pki / "admin.key")),
-        timeout=30,
-    ).text
+    admin = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+    admin.load_cert_chain(pki / "admin.crt", pki / "admin.key")
+    api = httpx.get(f"https://127.0.0.1:{cluster.ports.apiserver}/metrics", verify=admin, timeout=30).text
     size = (cluster.log_dir / "etcd.log").stat().st_size
     return Scrape(
         lease["holderIdentity"], lease.get("leaseTransitions", 0), scrape_leader(cluster), api, size
@@ -306,7 +307,9 @@ def hog(per_core: float) -> Iterator[int]:
 
 
 def phase(name: str, cluster: LocalCluster, client: Client, args: argparse.Namespace, rep: int) -> Figures:
-    burst = [admission.workload(f"b{rep}-{name}-{i:04d}", BURST_NS) for i in range(args.burst)]
+    burst = [
+        admission.workload(f"b{rep}-{name.replace('/', '-')}-{i:04d}", BURST_NS) for i in range(args.burst)
+    ]
     before = scrape(cluster, client)
     churn = Churn(client) if name != "quiet" else None
     if churn is not None:
@@ -322,7 +325,7 @@ def phase(name: str, cluster: LocalCluster, client: Client, args: argparse.Names
 def row(f: Figures, base: Figures) -> str:
     ratio = f.p99 / base.p99 if base.p99 else float("nan")
     return (
-        f"{f.phase:<8} {f.renewals:>8} {f.p50:>7.2f} {f.p99:>7.2f} {ratio:>6.1f}x {f.most:>7.2f} "
+        f"{f.phase:<12} {f.renewals:>8} {f.p50:>7.2f} {f.p99:>7.2f} {ratio:>6.1f}x {f.most:>7.2f} "
         f"{f.wakeup_p99:>9.2f} {f.apiserver_p99:>9.2f} {f.etcd_slow:>6} {f.etcd_longest:>7.2f} "
         f"{f.passes:>7} {f.pass_p50:>7.2f} "
         f"{f.pass_max:>7.1f} {f.load:>6.1f} {f.leader_changes:>8}"
@@ -330,14 +333,26 @@ def row(f: Figures, base: Figures) -> str:
 
 
 HEADER = (
-    f"{'phase':<8} {'renewals':>8} {'p50 s':>7} {'p99 s':>7} {'/quiet':>7} {'max s':>7} "
+    f"{'phase':<12} {'renewals':>8} {'p50 s':>7} {'p99 s':>7} {'/quiet':>7} {'max s':>7} "
     f"{'wakeup99':>9} {'apisrv99':>9} {'etcd>':>6} {'etcdmax':>7} {'passes':>7} {'pass50':>7} "
     f"{'passmax':>7} {'load1':>6} {'leader±':>8}"
 )
 
 
+def switch(cluster: LocalCluster, checkout: str | None, waiting: int) -> None:
+    """Every gangplugin replica rolled to `checkout`'s code (None: this one's), and the check
+    holding the waiting gangs again."""
+    if checkout:
+        os.environ["PYTHONPATH"] = checkout
+    else:
+        os.environ.pop("PYTHONPATH", None)
+    cluster.restart("gangplugin")
+    wait_held(cluster, waiting)
+
+
 def main() -> None:
     args = parse()
+    builds = {"this": None, **({"base": args.baseline} if args.baseline else {})}
     shape = _cluster.hyperpod_shape(args.nodes)
     t0 = time.monotonic()
     cluster = _cluster.start("bench-lease", shape, ",".join(DEFAULT_COMPONENTS))
@@ -356,19 +371,22 @@ def main() -> None:
         submit(client, [waiting_gang(f"w-{i:04d}") for i in range(args.waiting)])
         wait_held(cluster, args.waiting)
         for rep in range(args.reps):
-            rows.append(phase("heavy", cluster, client, args, rep))
-            print(row(rows[-1], base), flush=True)
-            with hog(args.load):
-                rows.append(phase("loaded", cluster, client, args, rep))
-            print(row(rows[-1], base), flush=True)
+            for label, checkout in builds.items():
+                if len(builds) > 1:
+                    switch(cluster, checkout, args.waiting)
+                rows.append(phase(f"heavy/{label}", cluster, client, args, rep))
+                print(row(rows[-1], base), flush=True)
+                with hog(args.load):
+                    rows.append(phase(f"loaded/{label}", cluster, client, args, rep))
+                print(row(rows[-1], base), flush=True)
     finally:
         client.close()
         cluster.down(quiet=True)
     print(f"\nmedian (min-max) over {args.reps} repetitions; the quiet baseline p99 <= {base.p99:.2f} s")
-    for name in ("heavy", "loaded"):
+    for name in (f"{p}/{b}" for b in builds for p in ("heavy", "loaded")):
         got = [f for f in rows if f.phase == name]
         print(
-            f"  {name:<7} renew p99 {_cluster.spread([f.p99 for f in got])} s, "
+            f"  {name:<12} renew p99 {_cluster.spread([f.p99 for f in got])} s, "
             f"max {_cluster.spread([f.most for f in got])} s (goal: p99 < 2 s), leader changes "
             f"{sum(f.leader_changes for f in got)} (goal: 0), "
             f"pass max {_cluster.spread([f.pass_max for f in got])} s"
