@@ -8,6 +8,8 @@ stops it at the end; `--nodes 500 --waiting 100 --minutes 1 --reps 1` checks it 
 `--baseline` names another checkout of gangplugin (e.g. `git archive` of the commit before a
 change): every repetition then runs the heavy and loaded phases with this checkout's `gangplugin
 serve` and with that one's (its replicas rolled with PYTHONPATH set to it), on the same cluster.
+`--control-plane-nice 0,-10` runs them again for each niceness of etcd and kube-apiserver (every
+thread of theirs reniced), to tell a slow interpreter from a starved API server.
 
 The cluster: `--nodes` kwok nodes shaped like HyperPod (bench/_cluster.py), 30% of them running
 gangs (pods created bound), `gangplugin serve`'s replicas with leader election as `make up`
@@ -74,6 +76,9 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--reps", type=int, default=2, help="repetitions of the heavy and loaded phases")
     ap.add_argument("--load", type=float, default=4.0, help="busy loops per core in the loaded phase")
     ap.add_argument("--baseline", help="another checkout whose gangplugin serve to measure alike")
+    ap.add_argument(
+        "--control-plane-nice", help="nicenesses of etcd and kube-apiserver to measure at, comma-separated"
+    )
     return ap.parse_args()
 
 
@@ -325,7 +330,7 @@ def phase(name: str, cluster: LocalCluster, client: Client, args: argparse.Names
 def row(f: Figures, base: Figures) -> str:
     ratio = f.p99 / base.p99 if base.p99 else float("nan")
     return (
-        f"{f.phase:<12} {f.renewals:>8} {f.p50:>7.2f} {f.p99:>7.2f} {ratio:>6.1f}x {f.most:>7.2f} "
+        f"{f.phase:<16} {f.renewals:>8} {f.p50:>7.2f} {f.p99:>7.2f} {ratio:>6.1f}x {f.most:>7.2f} "
         f"{f.wakeup_p99:>9.2f} {f.apiserver_p99:>9.2f} {f.etcd_slow:>6} {f.etcd_longest:>7.2f} "
         f"{f.passes:>7} {f.pass_p50:>7.2f} "
         f"{f.pass_max:>7.1f} {f.load:>6.1f} {f.leader_changes:>8}"
@@ -333,7 +338,7 @@ def row(f: Figures, base: Figures) -> str:
 
 
 HEADER = (
-    f"{'phase':<12} {'renewals':>8} {'p50 s':>7} {'p99 s':>7} {'/quiet':>7} {'max s':>7} "
+    f"{'phase':<16} {'renewals':>8} {'p50 s':>7} {'p99 s':>7} {'/quiet':>7} {'max s':>7} "
     f"{'wakeup99':>9} {'apisrv99':>9} {'etcd>':>6} {'etcdmax':>7} {'passes':>7} {'pass50':>7} "
     f"{'passmax':>7} {'load1':>6} {'leader±':>8}"
 )
@@ -350,9 +355,19 @@ def switch(cluster: LocalCluster, checkout: str | None, waiting: int) -> None:
     wait_held(cluster, waiting)
 
 
+def renice(cluster: LocalCluster, nice: int) -> None:
+    """Every thread of etcd and kube-apiserver at `nice` (threads they make later inherit it)."""
+    for name in ("etcd", "kube-apiserver"):
+        pid = cluster.running_processes()[name]
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(ProcessLookupError):
+                os.setpriority(os.PRIO_PROCESS, int(tid), nice)
+
+
 def main() -> None:
     args = parse()
     builds = {"this": None, **({"base": args.baseline} if args.baseline else {})}
+    nices = [int(n) for n in args.control_plane_nice.split(",")] if args.control_plane_nice else [None]
     shape = _cluster.hyperpod_shape(args.nodes)
     t0 = time.monotonic()
     cluster = _cluster.start("bench-lease", shape, ",".join(DEFAULT_COMPONENTS))
@@ -371,22 +386,27 @@ def main() -> None:
         submit(client, [waiting_gang(f"w-{i:04d}") for i in range(args.waiting)])
         wait_held(cluster, args.waiting)
         for rep in range(args.reps):
-            for label, checkout in builds.items():
-                if len(builds) > 1:
-                    switch(cluster, checkout, args.waiting)
-                rows.append(phase(f"heavy/{label}", cluster, client, args, rep))
-                print(row(rows[-1], base), flush=True)
-                with hog(args.load):
-                    rows.append(phase(f"loaded/{label}", cluster, client, args, rep))
-                print(row(rows[-1], base), flush=True)
+            for nice in nices:
+                if nice is not None:
+                    renice(cluster, nice)
+                for label, checkout in builds.items():
+                    if len(builds) > 1:
+                        switch(cluster, checkout, args.waiting)
+                    tag = label if nice is None else f"{label}{nice:+d}"
+                    rows.append(phase(f"heavy/{tag}", cluster, client, args, rep))
+                    print(row(rows[-1], base), flush=True)
+                    with hog(args.load):
+                        rows.append(phase(f"loaded/{tag}", cluster, client, args, rep))
+                    print(row(rows[-1], base), flush=True)
     finally:
         client.close()
         cluster.down(quiet=True)
     print(f"\nmedian (min-max) over {args.reps} repetitions; the quiet baseline p99 <= {base.p99:.2f} s")
-    for name in (f"{p}/{b}" for b in builds for p in ("heavy", "loaded")):
+    tags = [b if n is None else f"{b}{n:+d}" for n in nices for b in builds]
+    for name in (f"{p}/{t}" for t in tags for p in ("heavy", "loaded")):
         got = [f for f in rows if f.phase == name]
         print(
-            f"  {name:<12} renew p99 {_cluster.spread([f.p99 for f in got])} s, "
+            f"  {name:<16} renew p99 {_cluster.spread([f.p99 for f in got])} s, "
             f"max {_cluster.spread([f.most for f in got])} s (goal: p99 < 2 s), leader changes "
             f"{sum(f.leader_changes for f in got)} (goal: 0), "
             f"pass max {_cluster.spread([f.pass_max for f in got])} s"

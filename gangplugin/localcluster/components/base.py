@@ -11,6 +11,12 @@ from gangplugin.kube.client import Client
 from gangplugin.localcluster.spec import ClusterSpec
 from gangplugin.localcluster.supervisor import Process
 
+# etcd and kube-apiserver run at this niceness: every controller's request, the leader Lease's
+# renewals among them, crosses them, and in a real cluster they have nodes of their own; here
+# they get the CPU they need before a Go build or busy loops beside the cluster do. (Without
+# root, `nice` says it cannot and runs them as they are.)
+CONTROL_PLANE_NICE = -10
+
 
 @dataclass(frozen=True)
 class Component:
