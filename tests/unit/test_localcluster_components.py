@@ -284,3 +284,15 @@ def test_adding_components_needs_a_running_cluster_and_is_nothing_for_those_it_r
         cluster.add("kuberay", build=False)
     with pytest.raises(ClusterError, match="unknown component ray"):
         LocalCluster(state_dir=tmp_path).add("ray", build=False)
+
+
+def test_the_control_plane_runs_niced_and_is_started_again_so(tmp_path: Path) -> None:
+    """etcd and kube-apiserver get a busy machine's CPU before the rest (a real control plane has
+    nodes of its own); the command the keeper starts again keeps that."""
+    cluster = LocalCluster(state_dir=tmp_path)
+    for name in ("etcd", "kube-apiserver"):
+        proc = cluster.process(name)
+        assert proc is not None and proc.nice < 0
+        assert proc.command()["argv"][:3] == ["nice", "-n", str(proc.nice)]
+    kueue = cluster.process("kueue")
+    assert kueue is not None and kueue.command()["argv"][0] == kueue.argv[0]
