@@ -42,6 +42,7 @@ import ssl
 import statistics
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -276,7 +277,7 @@ class Churn:
                 "metadata": {k: meta[k] for k in ("name", "namespace", "labels", "annotations") if k in meta},
                 "spec": {k: pod["spec"][k] for k in ("containers", "nodeName")},
             }
-            with contextlib.suppress(httpx.HTTPError, ApiError):
+            with contextlib.suppress(httpx.HTTPError, ApiError, RuntimeError):  # RuntimeError: closed
                 self.client.request(
                     "DELETE", PODS.path(meta["namespace"], meta["name"]), params={"gracePeriodSeconds": "0"}
                 )
@@ -313,7 +314,7 @@ def hog(per_core: float) -> Iterator[int]:
 
 def phase(name: str, cluster: LocalCluster, client: Client, args: argparse.Namespace, rep: int) -> Figures:
     burst = [
-        admission.workload(f"b{rep}-{name.replace('/', '-')}-{i:04d}", BURST_NS) for i in range(args.burst)
+        admission.workload(f"b{rep}-{uuid.uuid4().hex[:6]}-{i:04d}", BURST_NS) for i in range(args.burst)
     ]
     before = scrape(cluster, client)
     churn = Churn(client) if name != "quiet" else None
