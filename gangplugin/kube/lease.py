@@ -105,7 +105,8 @@ class Renewal:
 
 class LeaderElector:
     """Holds the Lease `namespace/name` for `identity` while `run` runs; `on_renewed` hears of
-    every renewal once it leads."""
+    every renewal once it leads; while `may_renew` says no (the process it is held for is
+    stopped), it does not renew, and past the deadline it has lost."""
 
     def __init__(
         self,
@@ -117,9 +118,10 @@ class LeaderElector:
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
         on_renewed: Callable[[Renewal], None] = lambda _r: None,
+        may_renew: Callable[[], bool] = lambda: True,
     ) -> None:
         self.client, self.namespace, self.name, self.identity = client, namespace, name, identity
-        self.on_renewed = on_renewed
+        self.on_renewed, self.may_renew = on_renewed, may_renew
         self.config = config.validate()
         self.clock, self.monotonic = clock, monotonic
         self.leading = threading.Event()
@@ -197,12 +199,20 @@ class LeaderElector:
         self.leading.set()
         on_started()
         due = self.monotonic() + self.config.retry_period
+        paused = False
         while not stop.wait(max(0.0, due - self.monotonic())):
             began = self.monotonic()
-            renewed = self._try()
+            if not self.may_renew():
+                if not paused:
+                    log.warning(
+                        "lease %s: not renewed while the process it is held for is stopped", self.lease
+                    )
+                paused, renewed = True, False
+            else:
+                paused, renewed = False, self._try()
             done = self.monotonic()
             if renewed:
-                self.on_renewed(Renewal(due, began, done))
+                self._renewed(Renewal(due, began, done))
             due = done + self.config.retry_period
             if renewed:
                 continue
@@ -214,6 +224,17 @@ class LeaderElector:
                 return
         if release is None or release.is_set():
             self.release()
+
+    def _renewed(self, r: Renewal) -> None:
+        if r.latency > self.config.retry_period:  # a fifth of the way to the renew deadline
+            log.warning(
+                "lease %s renewed %.1fs after it was due (began %.1fs late; answered in %.1fs)",
+                self.lease,
+                r.latency,
+                r.wakeup,
+                r.done - r.began,
+            )
+        self.on_renewed(r)
 
     def release(self) -> None:
         """Give the Lease up (a clean shutdown): a successor takes over without waiting it out."""

@@ -7,10 +7,10 @@ The child (spawned: a fresh interpreter, no lock of the parent's threads) runs `
 with a client and connection of its own, and writes the monotonic instant its last successful
 try began into memory it shares with the parent. The parent judges the renew deadline from that
 memory alone (`lost_reason`), so neither its judgement nor the renewals wait on one of its own
-threads. The child renews only while the parent shows it is alive (the parent's main thread beats
-into shared memory): a stopped or stuck parent loses the Lease, and finds that out (the deadline
-passed) the moment it runs again, before it writes anything (`Client.fence`). The child dies with
-the parent, and ignores SIGTERM: the parent decides when to release the Lease.
+threads: a parent starved of CPU or of the GIL keeps its Lease. A parent that is stopped
+(SIGSTOP, a debugger) is not renewed for: past the deadline it loses the Lease, and finds that out
+the moment it runs again, before it writes anything (`Client.fence`). The child dies with the
+parent, and ignores SIGTERM: the parent decides when to release the Lease.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 from gangplugin.core.leader import ElectionConfig
@@ -50,13 +51,15 @@ class ElectionTarget:
 
 class RenewerProcess:
     """The parent's side: `run` (a thread of the parent) starts the child and relays what it
-    says; `lost_reason` and `beat` are for the main thread."""
+    says; `lost_reason` is for the main thread. `watched` is the process whose being stopped
+    stops the renewals (default: this one)."""
 
     def __init__(
         self,
         target: ElectionTarget,
         on_renewed: Callable[[Renewal], None] = lambda _r: None,
         monotonic: Callable[[], float] = time.monotonic,
+        watched: int | None = None,
     ) -> None:
         self.target, self.config = target, target.config
         self.on_renewed, self.monotonic = on_renewed, monotonic
@@ -65,22 +68,21 @@ class RenewerProcess:
         self._lost: str | None = None
         ctx = multiprocessing.get_context("spawn")
         self._renewed_at = ctx.RawValue(ctypes.c_double, 0.0)
-        self._heartbeat = ctx.RawValue(ctypes.c_double, monotonic())
         self._conn, child_conn = ctx.Pipe()
         self._child = ctx.Process(
             target=_child_main,
-            args=(target, child_conn, self._renewed_at, self._heartbeat, _parent_logs()),
+            args=(target, child_conn, self._renewed_at, watched or os.getpid(), _parent_logs()),
             name="gangplugin-lease",
             daemon=True,
         )
 
+    def running(self) -> bool:
+        """The renewing process runs (it ends once this replica lost or released the Lease)."""
+        return self._child.is_alive()
+
     @property
     def lease(self) -> str:
         return f"{self.target.namespace}/{self.target.name}"
-
-    def beat(self) -> None:
-        """The parent is alive: the child may go on renewing for it."""
-        self._heartbeat.value = self.monotonic()
 
     def lost_reason(self) -> str | None:
         """Why this replica must stop acting now (None while it may go on); reads shared memory
@@ -95,7 +97,6 @@ class RenewerProcess:
     def run(self, stop: threading.Event, on_started: Callable[[], None]) -> None:
         """Start the child and relay its news until `stop` (then the child releases the Lease)
         or until the child ends (then this replica has lost it, if it led)."""
-        self.beat()
         self._child.start()
         threading.Thread(target=self._stop_on, args=(stop,), name="leader-election-stop", daemon=True).start()
         try:
@@ -167,11 +168,20 @@ def _log_like_parent(level: int, formatter: type[logging.Formatter] | None) -> N
     logging.getLogger("httpx").setLevel(max(logging.WARNING, level))  # a request every 2 s
 
 
+def stopped(pid: int) -> bool:
+    """`pid` is stopped (SIGSTOP, or at a debugger's breakpoint): it cannot act now."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state in ("T", "t")
+
+
 def _child_main(
     target: ElectionTarget,
     conn: Connection,
     renewed_at: ctypes.c_double,
-    heartbeat: ctypes.c_double,
+    watched: int,
     logs: tuple[int, type[logging.Formatter] | None],
 ) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a SIGTERM to the group: the parent decides
@@ -193,7 +203,13 @@ def _child_main(
         send("renewed", r.due, r.began, r.done)
 
     elector = LeaderElector(
-        client, target.namespace, target.name, target.identity, config, on_renewed=renewed
+        client,
+        target.namespace,
+        target.name,
+        target.identity,
+        config,
+        on_renewed=renewed,
+        may_renew=lambda: not stopped(watched),
     )
     stop, release = threading.Event(), threading.Event()
 
@@ -214,9 +230,6 @@ def _child_main(
             break
         if os.getppid() != parent:
             os._exit(0)  # the parent is gone: nobody acts on this Lease any more
-        if time.monotonic() - heartbeat.value >= config.renew_deadline:
-            stop.set()  # the parent is stopped or stuck: let the Lease expire, do not release it
-            break
         if elector.holder != holder:
             holder = elector.holder
             send("holder", holder)

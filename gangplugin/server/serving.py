@@ -155,8 +155,6 @@ class Server:
         rt = self.runtime
         poll = self.election.config.retry_period / 4 if self.election else 1.0
         while not rt.stop.wait(poll):
-            if self.elector is not None:
-                self.elector.beat()
             why = self.elector.lost_reason() if self.elector is not None else None
             if why is not None:
                 assert self.elector is not None

@@ -1,10 +1,14 @@
 """Leader election in a process of its own, against a Lease API served over HTTP in this test
 (the child process talks to it as it would to kube-apiserver): it acquires and renews on its
-own; a parent that stops beating loses the Lease without releasing it; a parent that stops
-cleanly releases it; and a client fenced by a lost lease writes nothing."""
+own, however busy the parent; while the process it renews for is stopped it does not renew, and
+past the deadline the Lease is lost, not released; a parent that stops cleanly releases it; and
+a client fenced by a lost lease writes nothing."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -101,29 +105,21 @@ def api(tmp_path: Path) -> Iterator[tuple[LeaseServer, str]]:
     server.shutdown()
 
 
-def _start(kubeconfig: str, stop: threading.Event) -> tuple[RenewerProcess, list[Renewal], threading.Event]:
+def _start(
+    kubeconfig: str, stop: threading.Event, watched: int | None = None
+) -> tuple[RenewerProcess, list[Renewal], threading.Event]:
     renewals: list[Renewal] = []
     started = threading.Event()
-    renewer = RenewerProcess(
-        ElectionTarget(kubeconfig, "ns", "gangplugin", "a", FAST), on_renewed=renewals.append
-    )
+    target = ElectionTarget(kubeconfig, "ns", "gangplugin", "a", FAST)
+    renewer = RenewerProcess(target, on_renewed=renewals.append, watched=watched)
     threading.Thread(target=renewer.run, args=(stop, started.set), daemon=True).start()
     return renewer, renewals, started
-
-
-def _beating(renewer: RenewerProcess, until: threading.Event) -> None:
-    def beat() -> None:
-        while not until.wait(0.1):
-            renewer.beat()
-
-    threading.Thread(target=beat, daemon=True).start()
 
 
 def test_the_child_acquires_renews_and_releases_on_a_clean_stop(api: tuple[LeaseServer, str]) -> None:
     server, kubeconfig = api
     stop = threading.Event()
     renewer, renewals, started = _start(kubeconfig, stop)
-    _beating(renewer, stop)
     assert started.wait(60), "the child did not acquire the Lease"
     assert renewer.leading.is_set() and renewer.holder == "a"
     wait_for(lambda: len(renewals) >= 4, 60, "four renewals")
@@ -133,22 +129,27 @@ def test_the_child_acquires_renews_and_releases_on_a_clean_stop(api: tuple[Lease
     wait_for(lambda: server.writes[-1] == "", 30, "the Lease released")
 
 
-def test_a_parent_that_stops_beating_loses_the_lease_without_releasing_it(
-    api: tuple[LeaseServer, str],
-) -> None:
+def test_no_renewal_while_the_process_it_is_held_for_is_stopped(api: tuple[LeaseServer, str]) -> None:
     server, kubeconfig = api
     stop = threading.Event()
-    renewer, _, started = _start(kubeconfig, stop)
-    assert started.wait(60), "the child did not acquire the Lease"
-    # No beat after the start: the parent looks stopped. The child stops renewing once the
-    # renew deadline has passed without one, and the parent's own judgement says so.
-    reason = wait_for(renewer.lost_reason, 30, "the lease to be lost")
-    assert "lease ns/gangplugin" in reason
-    writes = len(server.writes)
-    time.sleep(FAST.retry_period * 3)
-    assert len(server.writes) == writes, "no renewal after the child gave up"
-    assert server.writes[-1] == "a", "not released: it expires, as a stopped leader's must"
-    stop.set()
+    served = subprocess.Popen(["sleep", "300"])  # stands for `gangplugin serve`
+    try:
+        renewer, renewals, started = _start(kubeconfig, stop, watched=served.pid)
+        assert started.wait(60), "the child did not acquire the Lease"
+        wait_for(lambda: len(renewals) >= 2, 60, "renewals")
+        os.kill(served.pid, signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        reason = wait_for(renewer.lost_reason, 30, "the lease to be lost")
+        assert "lease ns/gangplugin" in reason
+        # The renewing process gives up past the deadline: after it ended, nothing more came.
+        wait_for(lambda: not renewer.running(), 30, "the renewing process to end")
+        assert server.writes[-1] == "a", "not released: it expires, as a stopped leader's must"
+        assert all(r.began <= stopped_at for r in renewals), "no renewal began while it was stopped"
+    finally:
+        os.kill(served.pid, signal.SIGCONT)
+        served.kill()
+        served.wait()
+        stop.set()
 
 
 def test_a_fenced_client_writes_nothing_and_reads_on() -> None:
