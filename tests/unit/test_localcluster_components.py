@@ -294,5 +294,5 @@ def test_the_control_plane_runs_niced_and_is_started_again_so(tmp_path: Path) ->
         proc = cluster.process(name)
         assert proc is not None and proc.nice < 0
         assert proc.command()["argv"][:3] == ["nice", "-n", str(proc.nice)]
-    kueue = cluster.process("kueue")
-    assert kueue is not None and kueue.command()["argv"][0] == kueue.argv[0]
+    scheduler = cluster.process("kube-scheduler")
+    assert scheduler is not None and scheduler.command()["argv"][0] == scheduler.argv[0]

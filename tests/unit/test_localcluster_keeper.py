@@ -10,10 +10,9 @@ import sys
 from pathlib import Path
 
 from gangplugin.localcluster.keeper import FIRST_BACKOFF, MAX_BACKOFF, RESET_AFTER, Backoff, Keeper
-from gangplugin.localcluster.probes import http_ok
-from gangplugin.localcluster.supervisor import Process, Supervisor, alive, read_state
+from gangplugin.localcluster.supervisor import Supervisor, alive, read_state
 from tests.e2e.kube import wait_for
-from tests.unit.test_localcluster_supervisor import _free_port
+from tests.unit.test_localcluster_supervisor import _http_server
 
 
 def test_backoff_is_kubelets_at_once_then_doubling_to_five_minutes_reset_after_ten() -> None:
@@ -26,21 +25,6 @@ def test_backoff_is_kubelets_at_once_then_doubling_to_five_minutes_reset_after_t
     assert wait == 0.0 and b.after_exit(ran=1.0)[0] == FIRST_BACKOFF
 
 
-def _server(state_dir: Path) -> Process:
-    port = _free_port()
-    argv = (
-        sys.executable,
-        "-m",
-        "http.server",
-        str(port),
-        "--bind",
-        "127.0.0.1",
-        "--directory",
-        str(state_dir),
-    )
-    return Process("server", argv, health=lambda: http_ok(f"http://127.0.0.1:{port}/"), ports=(port,))
-
-
 def _crash(sup: Supervisor) -> int:
     pid = sup.running()["server"]
     os.killpg(pid, signal.SIGKILL)
@@ -51,7 +35,7 @@ def _crash(sup: Supervisor) -> int:
 def test_what_exits_is_started_again_with_backoff_and_counted(tmp_path: Path) -> None:
     lines: list[str] = []
     sup = Supervisor(tmp_path, lines.append)
-    proc = _server(tmp_path)
+    proc = _http_server("server", tmp_path)
     sup.start(proc)
     keeper = Keeper(tmp_path, lines.append)
     try:
@@ -80,7 +64,7 @@ def test_what_exits_is_started_again_with_backoff_and_counted(tmp_path: Path) ->
 
 def test_what_was_stopped_on_purpose_stays_stopped(tmp_path: Path) -> None:
     sup = Supervisor(tmp_path, lambda _m: None)
-    sup.start(_server(tmp_path))
+    sup.start(_http_server("server", tmp_path))
     keeper = Keeper(tmp_path, lambda _m: None)
     try:
         keeper.tick(100.0)
@@ -93,7 +77,7 @@ def test_what_was_stopped_on_purpose_stays_stopped(tmp_path: Path) -> None:
 
 def test_down_stops_the_keeper_first(tmp_path: Path) -> None:
     sup = Supervisor(tmp_path, lambda _m: None)
-    sup.start(_server(tmp_path))
+    sup.start(_http_server("server", tmp_path))
     sup.keep((sys.executable, "-m", "gangplugin.localcluster.keeper", str(tmp_path)))
     keeper = sup.keeper()
     assert keeper is not None and sup.is_running()
