@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import contextlib
 from collections.abc import Callable, Collection, Iterable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import yaml
 
 from gangplugin.kube.client import NODES, ApiError, Client, Resource
 from gangplugin.localcluster.errors import ClusterError
-from gangplugin.localcluster.probes import INSTALL_DEADLINE, wait
+from gangplugin.localcluster.probes import INSTALL_DEADLINE, persist, wait
 from gangplugin.localcluster.spec import ClusterSpec
 
 FIELD_MANAGER = "gangplugin-localcluster"
@@ -57,8 +58,9 @@ def apply_crds(
                     "conversionReviewVersions": ["v1"],
                 },
             }
-        client.apply(CRDS, crd, field_manager=FIELD_MANAGER)
-        names.append(crd["metadata"]["name"])
+        name = crd["metadata"]["name"]
+        persist(partial(client.apply, CRDS, crd, field_manager=FIELD_MANAGER), f"applying CRD {name}")
+        names.append(name)
     wait(
         lambda: all(_established(client, n) for n in names),
         INSTALL_DEADLINE,
@@ -214,7 +216,10 @@ def resource_for(obj: dict[str, Any]) -> Resource:
 def apply_file(client: Client, path: Path) -> list[dict[str, Any]]:
     """Server-side apply every document of a YAML file (kinds this cluster knows)."""
     return [
-        client.apply(resource_for(doc), doc, field_manager=FIELD_MANAGER)
+        persist(
+            partial(client.apply, resource_for(doc), doc, field_manager=FIELD_MANAGER),
+            f"applying {doc['kind']} {doc['metadata']['name']} from {path.name}",
+        )
         for doc in yaml.safe_load_all(path.read_text())
         if doc
     ]

@@ -8,7 +8,8 @@ and deploy/local/multikueue/manager-queues.yaml.
 The manager's Kueue dispatches with `dispatcher`: gangplugin's (`gangplugin.io/dispatcher`,
 Kueue's External mode, with `gangplugin serve --components multikueue,api` on the manager), or
 one of Kueue's own (AllAtOnce, Incremental; the manager's gangplugin then serves only the API).
-`use(dispatcher)` restarts the manager's Kueue and gangplugin with another one.
+`use(dispatcher)` restarts the manager's Kueue and gangplugin with another one. Each cluster
+runs one `gangplugin serve` (no follower): a test stops a worker's gang check by stopping it.
 """
 
 from __future__ import annotations
@@ -96,6 +97,7 @@ class MultiKueueClusters:
                 shape=shape,
                 gangplugin_args=(),
                 kueue_config={},
+                gangplugin_replicas=1,
             )
             for i, (name, shape) in enumerate(sorted((workers or WORKER_SHAPES).items()))
         }
@@ -112,6 +114,7 @@ class MultiKueueClusters:
             gangplugin_components=("multikueue", "api") if ours else ("api",),
             gangplugin_args=self.gangplugin_args if ours else (),
             kueue_config=manager_kueue_config(dispatcher),
+            gangplugin_replicas=1,
         )
 
     def clusters(self) -> dict[str, LocalCluster]:

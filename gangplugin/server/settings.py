@@ -193,4 +193,5 @@ def election_of(o: ServeOptions) -> Election | None:
         o.leader_election_identity or _default_identity(),
         config,
         os.environ.get("POD_NAME") or None,
+        o.kubeconfig,
     )

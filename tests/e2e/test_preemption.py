@@ -159,7 +159,8 @@ def test_restart_in_the_middle_of_a_preemption_finishes_it_and_holds_nothing_for
     queue = gov.queue(2000, LOWER)
     lows = fill(client, namespace, queue, low, 8)
     local = e2e_local_cluster()
-    local.stop_process("gangplugin")
+    for replica in local.gangplugin_replicas():  # none left to take over
+        local.stop_process(replica)
     try:
         big = submit(client, namespace, queue, 16, high)
         wl = wait_for(

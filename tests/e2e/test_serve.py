@@ -152,8 +152,14 @@ def test_two_replicas_leader_killed_the_other_takes_over_and_no_gang_is_admitted
     lease_name = f"{GANGPLUGIN_NAMESPACE}/gangplugin"
     before = _lease(client)
     assert before["holderIdentity"] == "local-gangplugin-1"
-    standby = get(local, 2, "/readyz")
-    assert standby.status_code == 200 and "standby" in standby.text and "local-gangplugin-1" in standby.text
+    # Replica 2 is ready before its renewing process (a fresh interpreter: seconds on a loaded
+    # machine) has read the Lease: until then its readiness names no holder.
+    standby = wait_for(
+        lambda: (r := get(local, 2, "/readyz")).status_code == 200 and "local-gangplugin-1" in r.text and r,
+        120,
+        "replica 2 to see replica 1 holding the Lease",
+    )
+    assert "standby" in standby.text
     assert value(samples(local, 2), "gangplugin_leader", lease=lease_name) == 0.0
 
     history = _CheckHistory(cluster, namespace)

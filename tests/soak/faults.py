@@ -10,6 +10,7 @@ field, or (what only a controller can see) be reported on the object within a de
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import signal
 import ssl
@@ -29,9 +30,11 @@ from gangplugin.kube.kueue_records import conditions
 from gangplugin.kube.lease import LEASES
 from gangplugin.kube.resources import GANG_POLICIES, TRAINING_PLANS
 from gangplugin.localcluster.cluster import GANGPLUGIN_NAMESPACE, ClusterError, LocalCluster
+from gangplugin.localcluster.probes import Deadline
 from tests.soak import observer as obs
 from tests.soak.observer import Observer, Violation, Window
 from tests.soak.queues import MODES, PLAN, TEAMS, queue_name
+from tests.soak.slowproxy import SlowProxy
 from tests.soak.stream import GB200, US, GangSpec, Stream, job_manifest
 from tests.support.nodes import fail_nodes, heal_nodes
 from tests.support.objects import capacity_block, gang_policy, training_plan
@@ -39,7 +42,10 @@ from tests.support.objects import capacity_block, gang_policy, training_plan
 KINDS = (
     "kill-leader",
     "kill-follower",
+    "sigstop-leader",
     "restart-apiserver",
+    "slow-apiserver",
+    "restart-etcd",
     "restart-scheduler",
     "restart-kueue",
     "node-notready",
@@ -53,7 +59,10 @@ KINDS = (
 SCOPES = {
     "kill-leader": obs.ALL,
     "kill-follower": obs.CONTROL,
+    "sigstop-leader": obs.ALL,
     "restart-apiserver": obs.ALL,
+    "slow-apiserver": obs.ALL,
+    "restart-etcd": obs.ALL,
     "restart-scheduler": obs.BINDING,
     "restart-kueue": obs.CONTROL,
     "node-notready": obs.NODES,
@@ -65,8 +74,6 @@ SCOPES = {
     "bad-plan": obs.NONE,
     "process-exited": obs.ALL,
 }
-# What the supervisor starts again when it exits (kubelet's part for the pods of a real cluster).
-SUPERVISED = ("gangplugin", "gangplugin-2", "kube-scheduler", "kueue", "kube-apiserver")
 FAULT_TAINT = "soak.gangplugin.io/fault"
 REPLY_DEADLINE = 120.0  # a controller's answer to bad input (the check's message, a plan's condition)
 
@@ -103,10 +110,11 @@ class Injector(threading.Thread):
         stream: Stream,
         plan: list[PlannedFault],
         log: Callable[[str], None],
+        proxy: SlowProxy,
     ) -> None:
         super().__init__(name="soak-injector", daemon=True)
         self.cluster, self.client, self.observer, self.stream = cluster, client, observer, stream
-        self.plan, self.log = plan, log
+        self.plan, self.log, self.proxy = plan, log, proxy
         self.start_at = time.time()
         self.stop = threading.Event()
         self.injected: Counter[str] = Counter()
@@ -118,11 +126,12 @@ class Injector(threading.Thread):
         self._heals: list[tuple[threading.Timer, _Once]] = []
         self._checks: list[threading.Thread] = []
         self._bad = 0
-        # Held while a process is killed and started again: the supervisor keeps its hands off.
+        # Held while a process is killed and started again: the exit watcher keeps its hands off.
         self._processes = threading.Lock()
+        self._seen: dict[str, tuple[int, float]] = {}  # name -> (pid, when last seen running)
         self.exits: Counter[str] = Counter()
         self._supervising = threading.Event()
-        self._supervisor = threading.Thread(target=self._supervise, name="soak-supervisor", daemon=True)
+        self._supervisor = threading.Thread(target=self._watch_exits, name="soak-exits", daemon=True)
 
     # -- the plan -------------------------------------------------------------------------------
 
@@ -140,10 +149,10 @@ class Injector(threading.Thread):
                 done = False
             (self.injected if done else self.skipped)[fault.kind] += 1
 
-    def _window(self, kind: str, **where: Any) -> Window:
+    def _window(self, kind: str, start: float | None = None, **where: Any) -> Window:
         with self._lock:
             self._ids += 1
-            w = Window(self._ids, kind, SCOPES[kind], time.time(), **where)
+            w = Window(self._ids, kind, SCOPES[kind], start or time.time(), **where)
         self.observer.fault(w)
         return w
 
@@ -178,10 +187,10 @@ class Injector(threading.Thread):
         return False
 
     def _await_leader(self) -> None:
-        deadline = time.monotonic() + 120
+        deadline = Deadline(120)
         while not self._leading():
-            if time.monotonic() > deadline:
-                raise RuntimeError("no gangplugin replica leads 120s after a replica was restarted")
+            if deadline.passed():
+                raise RuntimeError("no gangplugin replica leads 120s (of an idle machine) after a restart")
             time.sleep(0.5)
 
     def _kill(self, kind: str, name: str, rng: random.Random, wait_leader: bool) -> bool:
@@ -194,31 +203,43 @@ class Injector(threading.Thread):
                 if wait_leader:
                     self._await_leader()
             finally:  # a window never left open: it would excuse everything after it
+                self._seen.clear()  # what the fault changed is no exit
                 self._end(w, process=name)
         return True
 
-    def _supervise(self) -> None:
-        """kubelet's part: a supervised process that exited is started again, as a pod's
-        container is. `gangplugin serve` exits by design when, leading, it cannot renew its
-        Lease within the renew deadline (kube-apiserver down for longer): it restarts as a
-        follower. Each exit is a window (nothing may be blamed on the time it was down)."""
+    def _watch_exits(self) -> None:
+        """The cluster's keeper starts again what exits, as kubelet restarts a pod's container
+        (`gangplugin serve` exits by design when, leading, it cannot renew its Lease within the
+        renew deadline: after kube-apiserver or etcd was down for longer, or the process was
+        stopped). Each exit is a window from when the process was last seen running until it
+        runs again (and a gangplugin replica leads): nothing may be blamed on that time."""
         while self._supervising.is_set():
             with self._processes:
                 running = self.cluster.running_processes()
-                for name in SUPERVISED:
-                    if name in running:
-                        continue
-                    w = self._window("process-exited")
-                    try:
-                        self.cluster.restart(name, lead=False)
-                        if name.startswith("gangplugin"):
-                            self._await_leader()
-                    except (ClusterError, RuntimeError, OSError) as err:
-                        self.log(f"  supervisor: {name} could not be started again: {err}")
-                    finally:
-                        self.exits[name] += 1
-                        self._end(w, process=name)
+                for name in self.cluster.recorded_processes():
+                    pid, last = running.get(name), self._seen.get(name)
+                    if last is not None and pid != last[0]:
+                        self._healed(name, last[1])
+                        pid = self.cluster.running_processes().get(name)
+                    if pid is not None:
+                        self._seen[name] = (pid, time.time())
             time.sleep(1)
+
+    def _healed(self, name: str, since: float) -> None:
+        w = self._window("process-exited", start=since)
+        try:
+            deadline = Deadline(600)  # the keeper's backoff reaches 5 minutes
+            while name not in self.cluster.running_processes():
+                if deadline.passed():
+                    raise RuntimeError(f"the keeper did not start {name} again in 600s")
+                time.sleep(0.5)
+            if name.startswith("gangplugin"):
+                self._await_leader()
+        except (ClusterError, RuntimeError, OSError) as err:
+            self.log(f"  exits: {name} did not come back: {err}")
+        finally:
+            self.exits[name] += 1
+            self._end(w, process=name)
 
     def _kill_leader(self, rng: random.Random) -> bool:
         leader = self._leader()
@@ -237,17 +258,67 @@ class Injector(threading.Thread):
             try:
                 self.cluster.restart(name)
             finally:
+                self._seen.clear()
                 self._end(w, process=name)
         return True
 
     def _restart_apiserver(self, rng: random.Random) -> bool:
         return self._restart("restart-apiserver", "kube-apiserver")
 
+    def _restart_etcd(self, rng: random.Random) -> bool:
+        return self._restart("restart-etcd", "etcd")
+
     def _restart_scheduler(self, rng: random.Random) -> bool:
         return self._restart("restart-scheduler", "kube-scheduler")
 
     def _restart_kueue(self, rng: random.Random) -> bool:
         return self._restart("restart-kueue", "kueue")
+
+    def _sigstop_leader(self, rng: random.Random) -> bool:
+        """The leader's processes stopped (SIGSTOP to its group, as a CPU-starved container)
+        for longer than the renew deadline, then continued: the follower takes the Lease once it
+        expires, and the old leader must stop acting before that (it exits when it sees it could
+        not renew; the keeper starts it again)."""
+        leader = self._leader()
+        pid = self.cluster.running_processes().get(leader or "")
+        if leader is None or pid is None:
+            return False
+        with self._processes:
+            w = self._window("sigstop-leader")
+            try:
+                os.killpg(pid, signal.SIGSTOP)
+                time.sleep(rng.uniform(11, 20))  # past the renew deadline, 10 s
+                os.killpg(pid, signal.SIGCONT)
+                self._await_leader()
+            finally:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, signal.SIGCONT)  # never left stopped
+                self._end(w, process=leader)
+        return True
+
+    def _slow_apiserver(self, rng: random.Random) -> bool:
+        """Every call gangplugin makes held 1-3 s by the proxy its kubeconfig names, for 30-60 s
+        (healed by a timer, as node faults are: the plan goes on meanwhile)."""
+        if self.proxy.slow.is_set():
+            return False
+        w = self._window("slow-apiserver")
+        self.proxy.slow.set()
+
+        def healed() -> None:
+            self.proxy.slow.clear()
+            self._end(w)
+
+        self._later(rng.uniform(30, 60), healed)
+        return True
+
+    def _later(self, seconds: float, heal: Callable[[], None]) -> None:
+        """`heal` after `seconds`, or at once when `heal_all` comes first; exactly once."""
+        heal_once = _Once(heal)
+        timer = threading.Timer(seconds, heal_once)
+        timer.daemon = True
+        with self._lock:
+            self._heals.append((timer, heal_once))
+        timer.start()
 
     # -- nodes ----------------------------------------------------------------------------------
 
@@ -292,7 +363,7 @@ class Injector(threading.Thread):
             hurt(n)
 
         def healed() -> None:
-            deadline = time.monotonic() + 180
+            deadline = Deadline(180)
             try:
                 for n in nodes:
                     while True:  # the API may be down (another fault): keep trying
@@ -300,7 +371,7 @@ class Injector(threading.Thread):
                             heal(n)
                             break
                         except (ApiError, httpx.HTTPError, OSError, RuntimeError, AssertionError):
-                            if time.monotonic() > deadline:
+                            if deadline.passed():
                                 raise  # left as it is: the clean-up check reports the node
                             time.sleep(1)
             finally:
@@ -308,12 +379,7 @@ class Injector(threading.Thread):
                     self._faulted_nodes.difference_update(nodes)
                 self._end(w, nodes=nodes)
 
-        heal_once = _Once(healed)
-        timer = threading.Timer(rng.uniform(15, 45), heal_once)
-        timer.daemon = True
-        with self._lock:
-            self._heals.append((timer, heal_once))
-        timer.start()
+        self._later(rng.uniform(15, 45), healed)
         return True
 
     def _node_notready(self, rng: random.Random) -> bool:

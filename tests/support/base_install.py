@@ -149,12 +149,8 @@ def local_gangplugin_stopped(cluster: E2ECluster) -> Iterator[LocalCluster]:
     runs gangplugin otherwise; restarted afterwards."""
     assert cluster.local, "this test replaces the local cluster's gangplugin (KUBECONFIG must be unset)"
     local = e2e_local_cluster()
-    own = local.running_processes().get("gangplugin")
-    if own:
-        os.killpg(own, signal.SIGTERM)
-        wait_for(
-            lambda: not local.running_processes().get("gangplugin"), 30, "the cluster's gangplugin to stop"
-        )
+    for replica in reversed(local.gangplugin_replicas()):  # the leader last: nobody takes over
+        local.stop_process(replica, signal.SIGTERM)  # forgotten: the keeper leaves it stopped
     try:
         yield local
     finally:

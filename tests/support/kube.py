@@ -12,6 +12,7 @@ from gangplugin.core.resources import canonical
 from gangplugin.kube.client import CLUSTER_QUEUES, PODS, WORKLOADS, ApiError, Client
 from gangplugin.kube.kueue_records import conditions, is_true
 from gangplugin.kube.resources import ADMISSION_CHECKS, GANG_POLICIES
+from gangplugin.localcluster.probes import Deadline
 from tests.support.objects import GB200, admission_check, gang_policy, queue_objects
 
 T = TypeVar("T")
@@ -29,14 +30,19 @@ def wait_until(
 ) -> T:
     """Poll `condition` until it returns something truthy and return that; past `timeout`, fail
     with `describe_state()` (what was awaited and what is seen now) and the condition's last answer.
-    The timeout only bounds a wait for something that must happen: no verdict rests on it."""
-    deadline = time.monotonic() + timeout
+    The timeout only bounds a wait for something that must happen: no verdict rests on it. It is
+    in seconds of an idle machine: on a loaded one they pass slower (`probes.Deadline`), so the
+    bound holds whatever else runs beside the tests."""
+    deadline, began = Deadline(timeout), time.monotonic()
     while True:
         last = condition()
         if last:
             return last
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout:g}s: {describe_state()} (last answer: {last!r})")
+        if deadline.passed():
+            raise AssertionError(
+                f"timed out after {timeout:g}s of an idle machine ({time.monotonic() - began:.0f}s of wall "
+                f"time): {describe_state()} (last answer: {last!r})"
+            )
         time.sleep(interval)
 
 

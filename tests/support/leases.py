@@ -32,7 +32,7 @@ from gangplugin.core.leader import JITTER, ElectionConfig
 from gangplugin.kube.client import Client
 from gangplugin.kube.lease import LEASES
 
-REQUEST_TIMEOUT = 30.0  # gangplugin.kube.client.Client's httpx timeout for one request
+REQUEST_TIMEOUT = 30.0  # Client's default timeout for one request (the renewing process gives up sooner)
 
 
 def worst_case_handover(config: ElectionConfig) -> float:

@@ -29,8 +29,20 @@ def get(local: LocalCluster, replica: int, path: str) -> httpx.Response:
     return httpx.get(f"https://127.0.0.1:{port}{path}", verify=https(local), timeout=5.0)
 
 
-def samples(local: LocalCluster, replica: int = 1) -> Samples:
-    text = get(local, replica, "/metrics").text
+def leader(local: LocalCluster) -> int:
+    """The replica that leads now (its /readyz says so); replica 1 while none answers so."""
+    for n in range(1, len(local.gangplugin_replicas()) + 1):
+        try:
+            if get(local, n, "/readyz").text.startswith("leader"):
+                return n
+        except httpx.HTTPError:
+            continue
+    return 1
+
+
+def samples(local: LocalCluster, replica: int | None = None) -> Samples:
+    """The metrics of `replica`, else of the one that leads (the leader-only series are there)."""
+    text = get(local, leader(local) if replica is None else replica, "/metrics").text
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for family in text_string_to_metric_families(text)
@@ -42,7 +54,7 @@ def value(found: Samples, name: str, **labels: str) -> float:
     return found.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
-def _samples_or_error(local: LocalCluster, replica: int) -> Samples | None:
+def _samples_or_error(local: LocalCluster, replica: int | None) -> Samples | None:
     """None while the replica does not answer (being restarted)."""
     try:
         return samples(local, replica)
@@ -54,7 +66,7 @@ def resource_version(obj: dict[str, Any]) -> int:
     return int(obj["metadata"]["resourceVersion"])
 
 
-def pass_seen(local: LocalCluster, replica: int = 1) -> float:
+def pass_seen(local: LocalCluster, replica: int | None = None) -> float:
     """The Workload resourceVersion the leader's last completed admission pass began with (-1
     while /metrics does not answer: being restarted)."""
     found = _samples_or_error(local, replica)
@@ -62,11 +74,11 @@ def pass_seen(local: LocalCluster, replica: int = 1) -> float:
 
 
 def wait_decided(
-    local: LocalCluster, *workloads: dict[str, Any], replica: int = 1, timeout: float = 60
+    local: LocalCluster, *workloads: dict[str, Any], replica: int | None = None, timeout: float = 60
 ) -> None:
-    """Until an admission pass of the leader (`replica`) that began with each of `workloads` (as
-    read, or newer) in its cache has completed and written its decisions: after this, a Workload
-    the check did not admit is one it chose not to admit."""
+    """Until an admission pass of the leader (`replica`, else the one leading) that began with each
+    of `workloads` (as read, or newer) in its cache has completed and written its decisions: after
+    this, a Workload the check did not admit is one it chose not to admit."""
     want = max(resource_version(wl) for wl in workloads)
     seen: list[float] = []
 
@@ -84,7 +96,7 @@ def wait_decided(
     )
 
 
-def barrier_waiting(local: LocalCluster, namespace: str, gang: str, replica: int = 1) -> int:
+def barrier_waiting(local: LocalCluster, namespace: str, gang: str, replica: int | None = None) -> int:
     """Members of the gang waiting at the extender's bind barrier now (0 also while restarting)."""
     found = _samples_or_error(local, replica)
     return 0 if found is None else int(value(found, BARRIER_WAITING, namespace=namespace, gang=gang))

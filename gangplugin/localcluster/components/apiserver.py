@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gangplugin.localcluster.components.base import Component
+from gangplugin.localcluster.components.base import CONTROL_PLANE_NICE, Component
 from gangplugin.localcluster.probes import https_ok
 from gangplugin.localcluster.realnodes.pool import SERVICE_CIDR, Network
 from gangplugin.localcluster.spec import GENERIC_WORKLOAD_API, GENERIC_WORKLOAD_GATE, ClusterSpec
@@ -59,4 +59,5 @@ class KubeApiserver(Component):
             ),
             startup_timeout=120.0,
             ports=(port,),
+            nice=CONTROL_PLANE_NICE,
         )

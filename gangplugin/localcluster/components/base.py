@@ -11,6 +11,12 @@ from gangplugin.kube.client import Client
 from gangplugin.localcluster.spec import ClusterSpec
 from gangplugin.localcluster.supervisor import Process
 
+# etcd and kube-apiserver run at this niceness: every controller's request, the leader Lease's
+# renewals among them, crosses them, and in a real cluster they have nodes of their own; here
+# they get the CPU they need before a Go build or busy loops beside the cluster do. (Without
+# root, `nice` says it cannot and runs them as they are.)
+CONTROL_PLANE_NICE = -10
+
 
 @dataclass(frozen=True)
 class Component:
@@ -48,8 +54,9 @@ class Component:
         raise NotImplementedError(f"{type(self).__name__} runs no process")
 
     def processes(self, spec: ClusterSpec) -> tuple[Process, ...]:
-        """Every process it runs, started in this order: `process`'s one by default; a component
-        that runs several (the real nodes: one per node) gives each a name of its own."""
+        """Every process it runs, started in this order, each waited for until healthy: `process`'s
+        one by default; a component that runs several (gangplugin: one per replica; the real
+        nodes: one per node) gives each a name of its own."""
         proc = self.process(spec)
         return (proc,) if proc is not None else ()
 

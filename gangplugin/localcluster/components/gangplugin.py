@@ -6,7 +6,7 @@ from __future__ import annotations
 import ssl
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import httpx
@@ -31,9 +31,10 @@ CONSOLE_ADMIN = REPO / "deploy" / "local" / "console-admin.yaml"
 
 @dataclass(frozen=True)
 class Gangplugin(Component):
-    """Replica 1 is the one `up` starts and waits to lead (`lead=False`: ready as a follower
-    too, when another replica holds the Lease); `restart("gangplugin-2")` starts a second one, a
-    follower until the first is gone. `args` are more `serve` flags."""
+    """`spec.gangplugin_replicas` replicas (two, as the Helm chart installs it), electing a
+    leader. Replica 1 is the one `up` starts first and waits to lead (`lead=False`: ready as a
+    follower too, when another replica holds the Lease); the others start after it, followers
+    until it is gone. `args` are more `serve` flags."""
 
     name = "gangplugin"
     requires = ("kueue",)
@@ -45,16 +46,25 @@ class Gangplugin(Component):
         return ()  # this package's own console script, beside the running Python
 
     def listens(self, spec: ClusterSpec) -> dict[str, int]:
-        p = spec.ports
-        health, grpc, webhook = p.gangplugin_replica(self.replica)
+        """Every replica's ports (checked free before `up` starts anything)."""
+        found = {"gangplugin extender": spec.ports.gangplugin_extender}
+        for n in range(1, spec.gangplugin_replicas + 1):
+            found.update(replace(self, replica=n).replica_ports(spec))
+        return found
+
+    def replica_ports(self, spec: ClusterSpec) -> dict[str, int]:
+        """This replica's own ports; not the extender's: only the leader binds it, and another
+        replica may lead."""
+        p, n = spec.ports, self.replica
+        health, grpc, webhook = p.gangplugin_replica(n)
+        name = self.name if n == 1 else f"{self.name}-{n}"
         return {
-            "gangplugin health": health,
-            "gangplugin extender": p.gangplugin_extender,
-            "gangplugin webhook": webhook,
-            "gangplugin grpc": grpc,
-            **({"gangplugin grpc mtls": p.gangplugin_grpc_mtls} if self.replica == 1 else {}),
+            f"{name} health": health,
+            f"{name} webhook": webhook,
+            f"{name} grpc": grpc,
+            **({f"{name} grpc mtls": p.gangplugin_grpc_mtls} if n == 1 else {}),
             **(
-                {"gangplugin console": p.gangplugin_console(self.replica)}
+                {f"{name} console": p.gangplugin_console(n)}
                 if "console" in spec.gangplugin_components
                 else {}
             ),
@@ -67,6 +77,10 @@ class Gangplugin(Component):
         # A cluster that died with gangplugin's webhooks registered keeps them in etcd; with
         # gangplugin not serving yet they would refuse the local GangPolicy.
         manifests.delete_webhooks(client, WEBHOOK_CONFIGURATION)
+
+    def processes(self, spec: ClusterSpec) -> tuple[Process, ...]:
+        every = (replace(self, replica=n).process(spec) for n in range(1, spec.gangplugin_replicas + 1))
+        return tuple(p for p in every if p is not None)
 
     def process(self, spec: ClusterSpec) -> Process | None:
         if not spec.gangplugin_components:
@@ -126,8 +140,7 @@ class Gangplugin(Component):
                 *self.args,
             ),
             health=ready,
-            # Not the extender's port: only the leader binds it, and another replica may lead.
-            ports=tuple(port for name, port in self.listens(spec).items() if name != "gangplugin extender"),
+            ports=tuple(self.replica_ports(spec).values()),
         )
 
     def started(self, spec: ClusterSpec, client: Client, log: Callable[[str], None]) -> None:
