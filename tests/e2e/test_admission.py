@@ -118,7 +118,7 @@ def test_gang_too_big_for_any_ultraserver_waits_with_a_clear_message(
     def pending_with_reason() -> dict[str, Any] | None:
         wl = workload_of(client, namespace, job)
         c = check_of(wl) if wl else {}
-        return c if c.get("state") == "Pending" and "does not fit" in c.get("message", "") else None
+        return c if c.get("state") == "Pending" and "can never start whole" in c.get("message", "") else None
 
     check = wait_for(pending_with_reason, 60, "the check Pending with the reason")
     assert US in check["message"], check["message"]

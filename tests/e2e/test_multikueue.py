@@ -189,8 +189,9 @@ def test_a_gang_that_fits_only_in_b_goes_to_b_with_no_quota_ever_reserved_in_a(
     e = explain(mk, job)
     workers = {w["name"]: w for w in e["workers"]}
     assert workers["worker-b"]["chosen"] and workers["worker-b"]["level"] == US
+    # worker-a's UltraServers are all smaller than the gang: the dispatcher says it never fits there
     assert not workers["worker-a"].get("fits") and workers["worker-a"]["reason"].startswith(
-        "gang does not fit now:"
+        "can never start whole:"
     )
     assert e["worker"] == "worker-b"
 

@@ -21,18 +21,15 @@ from typing import Any
 import httpx
 import pytest
 
-from gangplugin.core.leader import ElectionConfig
 from gangplugin.kube.client import WORKLOADS, Client, Resource
 from gangplugin.kube.lease import LEASES
 from gangplugin.localcluster.cluster import GANGPLUGIN_NAMESPACE, LocalCluster
+from gangplugin.localcluster.components.gangplugin import ELECTION  # the local cluster's Lease timings
 from tests.support.cluster import E2ECluster, local_of
 from tests.support.gangs import US, check_of, events_of, node_us, running_gang, submit, workload
 from tests.support.kube import wait_for
 from tests.support.leases import REQUEST_TIMEOUT, watch_handover, worst_case_handover
 from tests.support.scrape import get, samples, value
-
-ELECTION = ElectionConfig()  # serve's --leader-election-* defaults, which the local cluster keeps
-
 
 VALIDATING_WEBHOOKS = Resource(
     "admissionregistration.k8s.io/v1", "validatingwebhookconfigurations", namespaced=False

@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import yaml
 
+from gangplugin.core.leader import ElectionConfig
 from gangplugin.kube.client import Client
 from gangplugin.localcluster import manifests
 from gangplugin.localcluster.components.base import Component
@@ -21,6 +22,11 @@ from gangplugin.localcluster.upstream import REPO
 
 # Where `gangplugin serve` keeps its leader Lease (as in deploy/manifests).
 GANGPLUGIN_NAMESPACE = "gangplugin-system"
+# The replicas' Lease timings: twice client-go's (the chart keeps its defaults). The local cluster
+# shares a small machine with whatever else runs there; loaded many times its cores, its API server
+# took 5-8 s to answer a Lease PUT, past half of a 10 s renew deadline (one renewal's timeout),
+# and the leader lost the Lease with nothing wrong in it (issue 35's loaded runs).
+ELECTION = ElectionConfig(lease_duration=30.0, renew_deadline=20.0, retry_period=2.0).validate()
 # Its own name: the e2e manifests test dry-runs the base's objects beside it.
 WEBHOOK_CONFIGURATION = "gangplugin-local"
 LOCAL_QUEUES = REPO / "deploy" / "local" / "queues.yaml"
@@ -114,6 +120,9 @@ class Gangplugin(Component):
                 *tls("health"),
                 "--log-format=text",
                 f"--leader-election-namespace={GANGPLUGIN_NAMESPACE}",
+                f"--leader-election-lease-duration={ELECTION.lease_duration:g}s",
+                f"--leader-election-renew-deadline={ELECTION.renew_deadline:g}s",
+                f"--leader-election-retry-period={ELECTION.retry_period:g}s",
                 # Stable per replica: a restarted replica renews its own lease at once.
                 f"--leader-election-identity=local-gangplugin-{replica}",
                 f"--grpc-bind=127.0.0.1:{grpc}",
