@@ -45,10 +45,10 @@ from gangplugin.kube.informer import Informer, wait_all_synced
 from gangplugin.kube.kueue_records import conditions, is_true
 from gangplugin.localcluster.cluster import REPO
 from gangplugin.localcluster.multikueue import DISPATCHERS, MultiKueueClusters
+from tests.support.gangs import US, pinned_ultraserver
 from tests.support.objects import indexed_job, trainer_container
 
 NS = "team-a"
-US = "topology.k8s.aws/ultraserver-id"
 BURST = (6, 4, 4, 3, 2)
 GPUS_PER_POD = 4
 TIMEOUT = 600.0  # what must happen, on a loaded machine
@@ -80,14 +80,6 @@ class Copy:
     present: bool = True  # False once deleted (its worker was given up)
 
 
-def _domain(wl: Mapping[str, Any]) -> str | None:
-    for state in (wl.get("status") or {}).get("admissionChecks") or []:
-        for update in state.get("podSetUpdates") or []:
-            if US in (update.get("nodeSelector") or {}):
-                return str(update["nodeSelector"][US])
-    return None
-
-
 @dataclass
 class Watch:
     """Every worker's copies of the bench's gangs, as the bench's watches see them (monotonic time)."""
@@ -110,7 +102,7 @@ class Watch:
             if c.admitted_at is None and is_true(wl, "Admitted"):
                 c.admitted_at = now
             c.refused = _refused(wl)
-            c.domain = _domain(wl) or c.domain
+            c.domain = pinned_ultraserver(wl) or c.domain
 
     def of(self, name: str) -> dict[str, Copy]:
         with self.lock:

@@ -247,17 +247,16 @@ def save_policy(request: Request, who: Viewer, form: Form) -> Response:
     return _form(request, who, policy_settings(saved, [], []), saved=True)
 
 
+# Each page at its path and, for htmx, its live region at the path + "/view".
+PAGES: list[tuple[str, web.Handler]] = [
+    ("/map", cluster_map),
+    ("/gangs", gangs),
+    ("/gangs/{namespace}/{name}", gang),
+    ("/quota", quota),
+    ("/policies", policies),
+]
 ROUTES: list[tuple[str, web.Handler, list[str]]] = [
-    ("/map", cluster_map, ["GET"]),
-    ("/map/view", cluster_map, ["GET"]),
-    ("/gangs", gangs, ["GET"]),
-    ("/gangs/view", gangs, ["GET"]),
-    ("/gangs/{namespace}/{name}", gang, ["GET"]),
-    ("/gangs/{namespace}/{name}/view", gang, ["GET"]),
-    ("/quota", quota, ["GET"]),
-    ("/quota/view", quota, ["GET"]),
-    ("/policies", policies, ["GET"]),
-    ("/policies/view", policies, ["GET"]),
+    *[(path + view, handler, ["GET"]) for path, handler in PAGES for view in ("", "/view")],
     ("/policies/{name}/edit", edit_policy, ["GET"]),
     ("/policies/{name}", save_policy, ["POST"]),
 ]

@@ -155,12 +155,7 @@ class Client:
         return self.request("GET", res.path(namespace, name))
 
     def get_or_none(self, res: Resource, name: str, namespace: str | None = None) -> JSON | None:
-        try:
-            return self.get(res, name, namespace)
-        except ApiError as err:
-            if err.status == 404:
-                return None
-            raise
+        return none_if_absent(lambda: self.get(res, name, namespace))
 
     def list(
         self,
@@ -233,12 +228,8 @@ class Client:
     def delete(
         self, res: Resource, name: str, namespace: str | None = None, *, propagation: str = "Background"
     ) -> JSON | None:
-        try:
-            return self.request("DELETE", res.path(namespace, name), body={"propagationPolicy": propagation})
-        except ApiError as err:
-            if err.status == 404:
-                return None
-            raise
+        body = {"propagationPolicy": propagation}
+        return none_if_absent(lambda: self.request("DELETE", res.path(namespace, name), body=body))
 
     def watch(
         self,
@@ -268,6 +259,16 @@ class Client:
             for line in resp.iter_lines():
                 if line:
                     yield orjson.loads(line)
+
+
+def none_if_absent(call: Callable[[], JSON]) -> JSON | None:
+    """What `call` answers, or None where the API server says what it asked for is not there (404)."""
+    try:
+        return call()
+    except ApiError as err:
+        if err.status == 404:
+            return None
+        raise
 
 
 def api_error(status: int, content: bytes, retry_after: str | None = None) -> ApiError:

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-from gangplugin.kube.client import ApiError, Client, Resource
+from gangplugin.kube.client import Client, Resource, none_if_absent
 
 
 def _resources(client: Client, group_version: str) -> list[str] | None:
     """The resources `group_version` serves; None when it is not served at all."""
-    try:
-        found = client.request("GET", f"/apis/{group_version}")
-    except ApiError as err:
-        if err.status == 404:
-            return None
-        raise
+    found = none_if_absent(lambda: client.request("GET", f"/apis/{group_version}"))
+    if found is None:
+        return None
     return [str(r.get("name")) for r in found.get("resources") or []]
 
 

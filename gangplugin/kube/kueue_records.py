@@ -6,9 +6,9 @@ Plain dict access (watch-event hot path). Anything unusable raises `InputError(f
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from gangplugin.core.durations import parse_duration
 from gangplugin.core.errors import InputError
@@ -34,6 +34,7 @@ from gangplugin.kube.plan_records import parse_plan
 from gangplugin.kube.records import policy_from_k8s
 
 PODSET_LABEL = "kueue.x-k8s.io/podset"
+T = TypeVar("T")
 
 
 def _duration(spec: Mapping[str, Any], key: str, default: float | None, at: str = "spec") -> float | None:
@@ -297,19 +298,27 @@ def _quantity_positive(value: object) -> bool:
 def hold_from_k8s(wl: Mapping[str, Any]) -> Hold | None:
     """The preemption hold recorded on a Workload (None: none, or unreadable: then nothing is
     held, the safe side)."""
-    raw = ((wl.get("metadata") or {}).get("annotations") or {}).get(PREEMPTION_ANNOTATION)
-    if not raw:
-        return None
-    try:
-        d = json.loads(raw)
-        return Hold(
+    return _from_annotation(
+        wl,
+        PREEMPTION_ANNOTATION,
+        lambda d: Hold(
             d.get("level"),
             d.get("domain"),
             tuple(str(n) for n in d.get("nodes") or ()),
             tuple(str(v) for v in d.get("victims") or ()),
             float(d["quotaReservedAt"]),
             float(d["at"]),
-        )
+        ),
+    )
+
+
+def _from_annotation(wl: Mapping[str, Any], key: str, read: Callable[[Any], T]) -> T | None:
+    """`read` of the JSON in annotation `key`; None when there is none or it is unreadable."""
+    raw = ((wl.get("metadata") or {}).get("annotations") or {}).get(key)
+    if not raw:
+        return None
+    try:
+        return read(json.loads(raw))
     except (ValueError, TypeError, KeyError, AttributeError):
         return None
 
@@ -350,19 +359,16 @@ def hold_annotation(hold: Hold) -> str:
 def reservation_from_k8s(wl: Mapping[str, Any]) -> Reservation | None:
     """The domain reserved for a waiting Workload (None: none, or unreadable: then nothing is
     reserved, the safe side; the next pass reserves again and writes it anew)."""
-    raw = ((wl.get("metadata") or {}).get("annotations") or {}).get(RESERVATION_ANNOTATION)
-    if not raw:
-        return None
-    try:
-        d = json.loads(raw)
-        return Reservation(
+    return _from_annotation(
+        wl,
+        RESERVATION_ANNOTATION,
+        lambda d: Reservation(
             level=str(d["level"]),
             domain=str(d["domain"]),
             quota_reserved_at=float(d["quotaReservedAt"]),
             at=float(d["at"]),
-        )
-    except (ValueError, TypeError, KeyError, AttributeError):
-        return None
+        ),
+    )
 
 
 def reservation_annotation(reservation: Reservation) -> str:

@@ -23,6 +23,7 @@ import yaml
 
 from gangplugin.core.names import DISPATCHER_NAME
 from gangplugin.kube.client import ApiError, Client
+from gangplugin.kube.kueue_records import is_true
 from gangplugin.kube.resources import ADMISSION_CHECKS, MULTIKUEUE_CLUSTERS
 from gangplugin.localcluster import manifests
 from gangplugin.localcluster.cluster import LocalCluster
@@ -160,13 +161,14 @@ class MultiKueueClusters:
             }
             client.apply(manifests.resource_for(config), config, field_manager=manifests.FIELD_MANAGER)
             manifests.apply_file(client, MANAGER_QUEUES)
-            wait(
-                lambda: self._active(client),
-                INSTALL_DEADLINE,
-                "Kueue on the manager to connect to every worker",
-            )
+            self._wait_active(client)
         finally:
             client.close()
+
+    def _wait_active(self, client: Client) -> None:
+        wait(
+            lambda: self._active(client), INSTALL_DEADLINE, "Kueue on the manager to connect to every worker"
+        )
 
     def _active(self, client: Client) -> bool:
         try:
@@ -174,13 +176,7 @@ class MultiKueueClusters:
             objs.append(client.get(ADMISSION_CHECKS, "multikueue"))
         except ApiError:
             return False
-        return all(
-            any(
-                c.get("type") == "Active" and c.get("status") == "True"
-                for c in (o.get("status") or {}).get("conditions") or []
-            )
-            for o in objs
-        )
+        return all(is_true(o, "Active") for o in objs)
 
     def use(self, dispatcher: str) -> None:
         """Restart the manager's Kueue and gangplugin with another dispatcher (gangplugin's runs
@@ -191,11 +187,7 @@ class MultiKueueClusters:
         self.manager.restart("gangplugin")
         client = Client.from_kubeconfig(self.manager.kubeconfig)
         try:
-            wait(
-                lambda: self._active(client),
-                INSTALL_DEADLINE,
-                "Kueue on the manager to connect to every worker",
-            )
+            self._wait_active(client)
         finally:
             client.close()
 

@@ -26,10 +26,10 @@ from typing import Any
 from gangplugin.core.names import RESERVATION_ANNOTATION
 from gangplugin.kube.client import JOBS, NODES, PODS, WORKLOADS, Client
 from tests.support.cluster import E2ECluster, e2e_local_cluster
+from tests.support.gangs import US, pinned_ultraserver
 from tests.support.kube import unique, wait_for, wait_until
 from tests.support.objects import GB200, gpu_job
 
-US = "topology.k8s.aws/ultraserver-id"
 LAYER2 = "topology.k8s.aws/network-node-layer-2"
 BIG = 18  # one UltraServer's worth of nodes (no spares: the whole UltraServer)
 JOB_NAME = "batch.kubernetes.io/job-name"
@@ -99,7 +99,7 @@ class Queue:
         for job, wl in workloads.items():
             self.messages.setdefault(job, set()).add(message(wl))
             if job not in self.admitted and (at := admitted_at(wl)) is not None:
-                self.admitted[job] = (at, domain(wl))
+                self.admitted[job] = (at, pinned_ultraserver(wl))
         by_gang: dict[str, set[str]] = {}
         for p in pods:
             node, job = p["spec"].get("nodeName"), p["metadata"].get("labels", {}).get(JOB_NAME)
@@ -113,14 +113,6 @@ class Queue:
 def look(client: Client, namespace: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The namespace's Workloads and pods, now."""
     return client.list(WORKLOADS, namespace)["items"], client.list(PODS, namespace)["items"]
-
-
-def domain(wl: dict[str, Any]) -> str | None:
-    for check in (wl.get("status") or {}).get("admissionChecks") or []:
-        for update in check.get("podSetUpdates") or []:
-            if US in (update.get("nodeSelector") or {}):
-                return str(update["nodeSelector"][US])
-    return None
 
 
 def message(wl: dict[str, Any]) -> str:
@@ -199,7 +191,7 @@ def test_a_reservation_gets_the_big_gang_in_and_without_one_it_waits_out_the_str
     # the reservation held, across the restart, until the gang ran there
     taken = [json.loads(r) for r in recorded if r is not None]
     assert {(r["domain"], r["at"]) for r in taken} == {(reserved["domain"], reserved["at"])}, taken
-    assert start is not None and domain(big) == reserved["domain"]
+    assert start is not None and pinned_ultraserver(big) == reserved["domain"]
     told = [m for m in on.messages[on.big] if f"{US}={reserved['domain']} reserved for this gang since" in m]
     assert told and all("expected start" in m for m in told), on.messages[on.big]
     # The gangs after it were kept off that UltraServer meanwhile, told so, except those that

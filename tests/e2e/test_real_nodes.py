@@ -283,11 +283,7 @@ def test_the_chart_runs_gangplugin_on_the_real_nodes_through_its_services(
         spec["template"]["spec"]["schedulerName"] = "gangplugin-scheduler"
     name = job["metadata"]["name"]
     with rn.submitted(client, job):
-        met = wait_until(
-            lambda: rn.all_met(real, client, namespace, name, 4),
-            START,
-            lambda: f"every rank of {name} to meet: {_job_state(client, namespace, name)}",
-        )
+        met = _all_meet(real, client, namespace, name, 4, f"every rank of {name} to meet")
         assert len({rn.ultraserver_of(client)[p["spec"]["nodeName"]] for p in met.pods.values()}) == 1
         scheduled = {
             e.get("reportingComponent") or e["source"].get("component")
@@ -316,6 +312,25 @@ def _job_state(client: Client, namespace: str, job: str) -> str:
     return f"check {check_of(wl) if wl else None}; pods {pods}"
 
 
+def _all_meet(
+    real: LocalCluster,
+    client: Client,
+    namespace: str,
+    job: str,
+    ranks: int,
+    awaited: str,
+    timeout: float = START,
+    after: float = 0.0,
+) -> rn.Met:
+    """Wait until every rank of `job` has met the others and stepped (`rn.all_met`); past the
+    timeout, fail with `awaited` and the job's check and pods."""
+    return wait_until(
+        lambda: rn.all_met(real, client, namespace, job, ranks, after=after),
+        timeout,
+        lambda: f"{awaited}: {_job_state(client, namespace, job)}",
+    )
+
+
 def test_an_8_rank_gang_starts_whole_in_one_ultraserver_and_every_rank_meets(
     real: LocalCluster, cluster: E2ECluster, installed: None, namespace: str, gang_queue: Any, worker: str
 ) -> None:
@@ -325,11 +340,7 @@ def test_an_8_rank_gang_starts_whole_in_one_ultraserver_and_every_rank_meets(
     name = job["metadata"]["name"]
     t0 = time.time()
     with rn.submitted(client, job):
-        met = wait_until(
-            lambda: rn.all_met(real, client, namespace, name, 8),
-            START,
-            lambda: f"every rank of {name} to meet: {_job_state(client, namespace, name)}",
-        )
+        met = _all_meet(real, client, namespace, name, 8, f"every rank of {name} to meet")
         nodes = {p["spec"]["nodeName"] for p in met.pods.values()}
         us = rn.ultraserver_of(client)
         assert len(nodes) == 2 and len({us[n] for n in nodes}) == 1, nodes
@@ -351,11 +362,7 @@ def test_a_gang_that_cannot_fit_starts_no_rank_until_room_frees(
     names = [j["metadata"]["name"] for j in jobs]
     with rn.submitted(client, jobs[0]), rn.submitted(client, jobs[1]):
         for name in names[:2]:
-            wait_until(
-                lambda name=name: rn.all_met(real, client, namespace, name, 5),
-                START,
-                lambda name=name: f"{name} running: {_job_state(client, namespace, name)}",
-            )
+            _all_meet(real, client, namespace, name, 5, f"{name} running")
         with rn.submitted(client, jobs[2]):
             # Each UltraServer has 8 GPUs besides its spare, and 5 of them are taken: the third waits.
             def waiting() -> dict[str, Any] | None:
@@ -375,11 +382,7 @@ def test_a_gang_that_cannot_fit_starts_no_rank_until_room_frees(
             client.request(
                 "DELETE", rn.PYTORCHJOBS.path(namespace, names[0]), body={"propagationPolicy": "Foreground"}
             )
-            wait_until(
-                lambda: rn.all_met(real, client, namespace, names[2], 5),
-                START,
-                lambda: f"{names[2]} running once room freed: {_job_state(client, namespace, names[2])}",
-            )
+            _all_meet(real, client, namespace, names[2], 5, f"{names[2]} running once room freed")
 
 
 def _processes_of(pool: Pool, uid: str) -> set[int]:
@@ -408,11 +411,7 @@ def test_a_rank_never_ready_gets_the_gang_requeued_whole_and_no_rank_left_runnin
     name = job["metadata"]["name"]
     with rn.submitted(client, job):
         # Every rank runs, rank 2 too (it met the others), but rank 2 never says it is ready.
-        met = wait_until(
-            lambda: rn.all_met(real, client, namespace, name, 4),
-            START,
-            lambda: f"every rank of {name} running: {_job_state(client, namespace, name)}",
-        )
+        met = _all_meet(real, client, namespace, name, 4, f"every rank of {name} running")
         uids = {p["metadata"]["uid"] for p in met.pods.values()}
 
         def others_ready() -> dict[int, dict[str, Any]] | None:
@@ -453,11 +452,7 @@ def test_the_leader_s_pod_killed_or_its_node_lost_hands_over_and_nothing_is_lost
     running = rn.pytorchjob(unique("keep"), namespace, queue, 4, worker)
     keep = running["metadata"]["name"]
     with rn.submitted(client, running):
-        before = wait_until(
-            lambda: rn.all_met(real, client, namespace, keep, 4),
-            START,
-            lambda: f"{keep} running: {_job_state(client, namespace, keep)}",
-        )
+        before = _all_meet(real, client, namespace, keep, 4, f"{keep} running")
         # 1. The leader's pod deleted (SIGTERM): the other replica takes the Lease.
         first = rn.holder(client)
         client.delete(PODS, first, rn.NAMESPACE)
@@ -477,11 +472,7 @@ def test_the_leader_s_pod_killed_or_its_node_lost_hands_over_and_nothing_is_lost
             later = rn.pytorchjob(unique("after"), namespace, queue, 4, worker)
             with rn.submitted(client, later):
                 name = later["metadata"]["name"]
-                wait_until(
-                    lambda: rn.all_met(real, client, namespace, name, 4),
-                    START,
-                    lambda: f"{name} running after the handovers: {_job_state(client, namespace, name)}",
-                )
+                _all_meet(real, client, namespace, name, 4, f"{name} running after the handovers")
             # The gang admitted before stayed admitted throughout (unless it lost a rank on the node).
             wl = workload_of(client, namespace, keep)
             assert wl is not None and is_true(wl, "Admitted"), wl
@@ -505,11 +496,7 @@ def test_a_lost_node_s_ranks_come_back_on_the_spare_and_meet_again(
     job = rn.pytorchjob(unique("lose"), namespace, queue, 8, worker)
     name = job["metadata"]["name"]
     with rn.submitted(client, job):
-        before = wait_until(
-            lambda: rn.all_met(real, client, namespace, name, 8),
-            START,
-            lambda: f"{name} running: {_job_state(client, namespace, name)}",
-        )
+        before = _all_meet(real, client, namespace, name, 8, f"{name} running")
         us = rn.ultraserver_of(client)
         used = {p["spec"]["nodeName"] for p in before.pods.values()}
         (spare,) = {n for n, u in us.items() if u == us[next(iter(used))]} - used
@@ -519,10 +506,8 @@ def test_a_lost_node_s_ranks_come_back_on_the_spare_and_meet_again(
         t_lost = time.time()
         power_off(real, lost)
         try:
-            after = wait_until(
-                lambda: rn.all_met(real, client, namespace, name, 8, after=t_lost),
-                NODE_LOST + START,
-                lambda: f"{name} whole again: {_job_state(client, namespace, name)}",
+            after = _all_meet(
+                real, client, namespace, name, 8, f"{name} whole again", NODE_LOST + START, after=t_lost
             )
             moved = {
                 r

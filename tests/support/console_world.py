@@ -32,6 +32,7 @@ from gangplugin.console.web import Console
 from gangplugin.kube.access import AccessReviews
 from gangplugin.kube.client import Client, Resource
 from gangplugin.runtime.components import Runtime
+from tests.support import objects
 
 ADMIN, READER, NOBODY = "admin-token", "reader-token", "nobody-token"
 USERS = {ADMIN: "admin", READER: "reader", NOBODY: "nobody"}
@@ -134,37 +135,27 @@ def check(name: str = "gang", policy_name: str = "default") -> dict[str, Any]:
 def cluster_queue(
     name: str = "training", gpus: str = "32", used: str = "0", borrowed: str = "0"
 ) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name},
-        "spec": {
-            "cohortName": "teams",
-            "admissionChecksStrategy": {"admissionChecks": [{"name": "gang"}]},
-            "resourceGroups": [
-                {
-                    "coveredResources": ["cpu", "nvidia.com/gpu"],
-                    "flavors": [
-                        {
-                            "name": "gb200",
-                            "resources": [
-                                {"name": "cpu", "nominalQuota": "1000"},
-                                {"name": "nvidia.com/gpu", "nominalQuota": gpus, "borrowingLimit": "8"},
-                            ],
-                        }
-                    ],
-                }
-            ],
-        },
-        "status": {
-            "flavorsUsage": [
-                {
-                    "name": "gb200",
-                    "resources": [{"name": "nvidia.com/gpu", "total": used, "borrowed": borrowed}],
-                }
-            ],
-            "admittedWorkloads": 1,
-            "pendingWorkloads": 2,
-        },
+    queue = objects.cluster_queue(
+        name,
+        "gb200",
+        gpus,
+        cpu="1000",
+        memory=None,
+        gpu_limits={"borrowingLimit": 8},
+        checks=("gang",),
+        cohortName="teams",
+    )
+    queue["status"] = {
+        "flavorsUsage": [
+            {
+                "name": "gb200",
+                "resources": [{"name": "nvidia.com/gpu", "total": used, "borrowed": borrowed}],
+            }
+        ],
+        "admittedWorkloads": 1,
+        "pendingWorkloads": 2,
     }
+    return queue
 
 
 def local_queue(name: str = "training", namespace: str = "team-a", cq: str = "training") -> dict[str, Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -110,6 +111,16 @@ def rejected(
 def domain_of(client: Client, namespace: str, job: str) -> str:
     check = check_of(workload(client, namespace, job))
     return str(check["podSetUpdates"][0]["nodeSelector"][US])
+
+
+def pinned_ultraserver(wl: Mapping[str, Any]) -> str | None:
+    """The UltraServer a Workload's admission checks pinned it to (a podSetUpdate's nodeSelector),
+    None while none has."""
+    for check in (wl.get("status") or {}).get("admissionChecks") or []:
+        for update in check.get("podSetUpdates") or []:
+            if US in (update.get("nodeSelector") or {}):
+                return str(update["nodeSelector"][US])
+    return None
 
 
 def gates(pod: dict[str, Any]) -> list[str]:

@@ -6,12 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from gangplugin.kube.client import Client
 from gangplugin.localcluster import manifests
 from gangplugin.localcluster.components.base import Component
-from gangplugin.localcluster.probes import http_ok
+from gangplugin.localcluster.components.operators import configured_manager
 from gangplugin.localcluster.spec import ClusterSpec
 from gangplugin.localcluster.supervisor import Process
 
@@ -53,25 +51,14 @@ class JobSet(Component):
 
     def process(self, spec: ClusterSpec) -> Process:
         p, certs = spec.ports, str(spec.serving_cert_dir)
-        config = spec.state_dir / "jobset-config.yaml"
-        config.write_text(
-            yaml.safe_dump(
-                {
-                    "apiVersion": "config.jobset.x-k8s.io/v1alpha1",
-                    "kind": "Configuration",
-                    "leaderElection": {"leaderElect": False},
-                    "internalCertManagement": {"enable": False},
-                    "webhook": {"port": p.jobset_webhook, "host": "127.0.0.1", "certDir": certs},
-                    "metrics": {"bindAddress": f"127.0.0.1:{p.jobset_metrics}", "certDir": certs},
-                    "health": {"healthProbeBindAddress": f"127.0.0.1:{p.jobset_health}"},
-                },
-                sort_keys=False,
-            )
-        )
-        return Process(
+        return configured_manager(
+            spec,
             self.name,
-            (str(self.binaries(spec)[0]), f"--config={config}", f"--kubeconfig={spec.kubeconfig}"),
-            env={"KUBECONFIG": str(spec.kubeconfig)},
-            health=lambda: http_ok(f"http://127.0.0.1:{p.jobset_health}/readyz"),
+            self.binaries(spec)[0],
+            api_version="config.jobset.x-k8s.io/v1alpha1",
+            cert_management="internalCertManagement",
+            webhook={"port": p.jobset_webhook, "host": "127.0.0.1", "certDir": certs},
+            metrics={"bindAddress": f"127.0.0.1:{p.jobset_metrics}", "certDir": certs},
+            health=p.jobset_health,
             ports=tuple(self.listens(spec).values()),
         )

@@ -6,13 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import yaml
-
 from gangplugin.kube.client import Client
 from gangplugin.localcluster import manifests
 from gangplugin.localcluster.components.base import Component
-from gangplugin.localcluster.components.operators import manifests_dir
-from gangplugin.localcluster.probes import http_ok
+from gangplugin.localcluster.components.operators import configured_manager, manifests_dir
 from gangplugin.localcluster.spec import ClusterSpec
 from gangplugin.localcluster.supervisor import Process
 
@@ -45,30 +42,18 @@ class LeaderWorkerSet(Component):
 
     def process(self, spec: ClusterSpec) -> Process:
         ports = self.listens(spec)
-        health = ports["lws health"]
-        config = spec.state_dir / "lws-config.yaml"
-        config.write_text(
-            yaml.safe_dump(
-                {
-                    "apiVersion": "config.lws.x-k8s.io/v1alpha1",
-                    "kind": "Configuration",
-                    "leaderElection": {"leaderElect": False},
-                    "internalCertManagement": {"enable": False},
-                    "webhook": {
-                        "port": ports["lws webhook"],
-                        "host": "127.0.0.1",
-                        "certDir": str(spec.serving_cert_dir),
-                    },
-                    "metrics": {"bindAddress": "0"},  # off: nothing here reads it
-                    "health": {"healthProbeBindAddress": f"127.0.0.1:{health}"},
-                },
-                sort_keys=False,
-            )
-        )
-        return Process(
+        return configured_manager(
+            spec,
             self.name,
-            (str(spec.bin_dir / self.name), f"--config={config}", f"--kubeconfig={spec.kubeconfig}"),
-            env={"KUBECONFIG": str(spec.kubeconfig)},
-            health=lambda: http_ok(f"http://127.0.0.1:{health}/readyz"),
+            spec.bin_dir / self.name,
+            api_version="config.lws.x-k8s.io/v1alpha1",
+            cert_management="internalCertManagement",
+            webhook={
+                "port": ports["lws webhook"],
+                "host": "127.0.0.1",
+                "certDir": str(spec.serving_cert_dir),
+            },
+            metrics={"bindAddress": "0"},  # off: nothing here reads it
+            health=ports["lws health"],
             ports=tuple(ports.values()),
         )

@@ -1,6 +1,6 @@
 """What the job controllers' components share: where an upstream's manifests are in the cache,
-and a controller-runtime webhook server's certificate directory for programs that cannot be
-told one.
+a controller-runtime manager run from a Configuration file, and a controller-runtime webhook
+server's certificate directory for programs that cannot be told one.
 
 controller-runtime serves webhooks from `$TMPDIR/k8s-webhook-server/serving-certs` unless told
 otherwise; the training-operator and Trainer take no certificate directory, so each runs with a
@@ -11,9 +11,14 @@ side by side never share it.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from gangplugin.localcluster import credentials
+from gangplugin.localcluster.probes import http_ok
 from gangplugin.localcluster.spec import ClusterSpec
+from gangplugin.localcluster.supervisor import Process
 from gangplugin.localcluster.upstream import versions
 
 
@@ -29,3 +34,43 @@ def serving_tmpdir(spec: ClusterSpec, name: str) -> Path:
     tmp = spec.state_dir / f"{name}-tmp"
     credentials.copy_serving_pair(spec, tmp / "k8s-webhook-server" / "serving-certs")
     return tmp
+
+
+def configured_manager(
+    spec: ClusterSpec,
+    name: str,
+    binary: Path,
+    *,
+    api_version: str,
+    cert_management: str,
+    webhook: dict[str, Any],
+    metrics: dict[str, Any],
+    health: int,
+    ports: tuple[int, ...],
+    env: dict[str, str] | None = None,
+) -> Process:
+    """Component `name`'s controller-runtime manager, run with a Configuration file of its own
+    (`<state>/<name>-config.yaml`): leader election and its own certificate management (the
+    `cert_management` field) off, ready once `/readyz` answers on port `health`."""
+    config = spec.state_dir / f"{name}-config.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": api_version,
+                "kind": "Configuration",
+                "leaderElection": {"leaderElect": False},
+                cert_management: {"enable": False},
+                "webhook": webhook,
+                "metrics": metrics,
+                "health": {"healthProbeBindAddress": f"127.0.0.1:{health}"},
+            },
+            sort_keys=False,
+        )
+    )
+    return Process(
+        name,
+        (str(binary), f"--config={config}", f"--kubeconfig={spec.kubeconfig}"),
+        env={"KUBECONFIG": str(spec.kubeconfig), **(env or {})},
+        health=lambda: http_ok(f"http://127.0.0.1:{health}/readyz"),
+        ports=ports,
+    )

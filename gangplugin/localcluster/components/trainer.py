@@ -17,8 +17,8 @@ import yaml
 from gangplugin.kube.client import Client, Resource
 from gangplugin.localcluster import manifests
 from gangplugin.localcluster.components.base import Component
-from gangplugin.localcluster.components.operators import manifests_dir, serving_tmpdir
-from gangplugin.localcluster.probes import INSTALL_DEADLINE, http_ok, wait
+from gangplugin.localcluster.components.operators import configured_manager, manifests_dir, serving_tmpdir
+from gangplugin.localcluster.probes import INSTALL_DEADLINE, wait
 from gangplugin.localcluster.spec import ClusterSpec
 from gangplugin.localcluster.supervisor import Process
 
@@ -58,28 +58,17 @@ class Trainer(Component):
 
     def process(self, spec: ClusterSpec) -> Process:
         ports = self.listens(spec)
-        health = ports["trainer health"]
-        config = spec.state_dir / "trainer-config.yaml"
-        config.write_text(
-            yaml.safe_dump(
-                {
-                    "apiVersion": "config.trainer.kubeflow.org/v1alpha1",
-                    "kind": "Configuration",
-                    "leaderElection": {"leaderElect": False},
-                    "certManagement": {"enable": False},
-                    "webhook": {"port": ports["trainer webhook"], "host": "127.0.0.1"},
-                    "metrics": {"bindAddress": "0"},  # off: nothing here reads it
-                    "health": {"healthProbeBindAddress": f"127.0.0.1:{health}"},
-                },
-                sort_keys=False,
-            )
-        )
-        return Process(
+        return configured_manager(
+            spec,
             self.name,
-            (str(self.binaries(spec)[0]), f"--config={config}", f"--kubeconfig={spec.kubeconfig}"),
-            env={"KUBECONFIG": str(spec.kubeconfig), "TMPDIR": str(serving_tmpdir(spec, self.name))},
-            health=lambda: http_ok(f"http://127.0.0.1:{health}/readyz"),
+            self.binaries(spec)[0],
+            api_version="config.trainer.kubeflow.org/v1alpha1",
+            cert_management="certManagement",
+            webhook={"port": ports["trainer webhook"], "host": "127.0.0.1"},
+            metrics={"bindAddress": "0"},  # off: nothing here reads it
+            health=ports["trainer health"],
             ports=tuple(ports.values()),
+            env={"TMPDIR": str(serving_tmpdir(spec, self.name))},
         )
 
     def started(self, spec: ClusterSpec, client: Client, log: Callable[[str], None]) -> None:

@@ -159,14 +159,19 @@ def test_with_no_expected_start_only_higher_priorities_run_there():
     assert small.decision is not None and small.decision.domain != {US: v.reservation.domain}
 
 
-def test_a_gang_before_the_holder_is_not_bound_and_an_admitted_holder_binds_no_one():
-    snap = busy()
-    holder = Holder(
-        Contender("ns/big", 0, "q", 0.0),
+def holding_us_1(key: str) -> Holder:
+    """A 4-pod gang `key` holding the reservation of UltraServer us-1."""
+    return Holder(
+        Contender(key, 0, "q", 0.0),
         gang(4, required=US),
         RESERVING.placement,
         Reservation(US, "us-1", 0.0, 0.0),
     )
+
+
+def test_a_gang_before_the_holder_is_not_bound_and_an_admitted_holder_binds_no_one():
+    snap = busy()
+    holder = holding_us_1("ns/big")
     reservations = book([A, B, C], ENDS, ["ns/old", "ns/big", "ns/young"], {"ns/big": holder})
     old = gate(facts("ns/old", gang(1, required=US), snap), reservations=reservations)
     assert old.decision is not None and old.decision.ready  # older than the holder: not bound
@@ -177,12 +182,7 @@ def test_a_gang_before_the_holder_is_not_bound_and_an_admitted_holder_binds_no_o
 
 def test_an_older_gang_that_cannot_reserve_yet_claims_so_no_younger_one_reserves_first():
     snap = busy()
-    holder = Holder(
-        Contender("ns/first", 0, "q", 0.0),
-        gang(4, required=US),
-        RESERVING.placement,
-        Reservation(US, "us-1", 0.0, 0.0),
-    )
+    holder = holding_us_1("ns/first")
     reservations = book([A, B, C], ENDS, ["ns/first", "ns/whole", "ns/young"], {"ns/first": holder})
     # 8 pods: the whole cluster (the zone), which overlaps ns/first's us-1
     whole = gate(facts("ns/whole", gang(7), snap), reservations=reservations)
