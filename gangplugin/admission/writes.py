@@ -215,7 +215,9 @@ class CheckWriter:
         if ok:
             self.event(wl, "Normal", "GangAdmitted", decision.message)
             if reserved := condition_time(wl, "QuotaReserved"):
-                metrics.ADMISSION_LATENCY.observe(max(0.0, now - reserved))
+                # to the write's end, not the pass's start: the wait for earlier passes and for
+                # the writes before this one is the gang's too
+                metrics.ADMISSION_LATENCY.observe(max(0.0, self.clock() - reserved))
         return ok
 
     def reject(self, wl: JSON, check: str, message: str, now: float) -> bool | None:
