@@ -55,7 +55,7 @@ from typing import Any
 
 import _cluster
 import yaml
-from _peers import report, runs
+from _peers import profile, report, runs
 from _peers.runs import Limits, Run
 from _peers.systems import GB200, GPU, SYSTEMS, Capacity, System
 
@@ -106,6 +106,11 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--stream", type=float, default=180.0, help="seconds of stream arrivals")
     ap.add_argument("--fresh", action="store_true", help="forget the chosen systems' saved results")
     ap.add_argument("--report", action="store_true", help="print the tables of the saved results only")
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="sample `gangplugin serve` with py-spy during each part (.local/bench-peers/profile-*.txt)",
+    )
     args = ap.parse_args()
     args.nodes = sorted(args.nodes or [500, 5000])
     args.systems = [s for s in args.systems.split(",") if s]
@@ -202,6 +207,17 @@ def provenance() -> dict[str, Any]:
     }
 
 
+def profiled(
+    cluster: LocalCluster, args: argparse.Namespace, name: str
+) -> tuple[contextlib.AbstractContextManager[None], Path | None]:
+    """With --profile on a cluster running `gangplugin serve`: py-spy sampling it, and the file."""
+    pid = cluster.running_processes().get("gangplugin")
+    if not args.profile or pid is None:
+        return contextlib.nullcontext(), None
+    out = STATE / "bench-peers" / f"profile-{name}.txt"
+    return profile.sampling(pid, out), out
+
+
 def run_system(
     system: System, nodes: int, base: int, args: argparse.Namespace, results: dict[str, Any]
 ) -> None:
@@ -226,13 +242,17 @@ def run_system(
                     done.append({PARTS_DONE: []})
                 log(f"{system.name} at {nodes} nodes: repetition {rep + 1}/{args.reps}, {part}")
                 figures = done[rep]
+                sampled = profiled(cluster, args, f"{nodes}-{rep + 1}-{part}")
                 try:
-                    figures.update(PARTS[part].run(run, args.seed))
+                    with sampled[0]:
+                        figures.update(PARTS[part].run(run, args.seed))
                     figures.pop(f"{part} error", None)
                 except Exception as err:  # one part's failure costs its figures, not the run's
                     log(f"  {part} failed: {type(err).__name__}: {err}")
                     figures[f"{part} error"] = f"{type(err).__name__}: {err}"
                     run.clear_all()
+                if sampled[1] is not None:
+                    log(profile.top(sampled[1]))
                 figures.setdefault("provenance", {})[part] = provenance()
                 figures[PARTS_DONE] = [*figures.get(PARTS_DONE, []), part]
                 save(nodes, results)
