@@ -1,7 +1,8 @@
 """Where `gangplugin serve` spends its CPU during a part of the bench (`bench/peers.py --profile`):
 py-spy samples the running process from outside (no change to it, not paused: --nonblocking),
-idle threads left out, into a file of collapsed stacks; `top` reads it back as the functions
-with the most samples, on their own and with what they call."""
+only the thread holding the GIL (--gil: Python's own CPU time; a thread waiting for the API
+server or a lock is not counted), into a file of collapsed stacks; `top` reads it back as the
+functions with the most samples, on their own and with what they call."""
 
 from __future__ import annotations
 
@@ -33,7 +34,9 @@ def sampling(pid: int, out: Path) -> Iterator[None]:
     out.parent.mkdir(parents=True, exist_ok=True)
     cmd = [py_spy(), "record", "--pid", str(pid), "--format", "raw", "--output", str(out)]
     proc = subprocess.Popen(
-        [*cmd, "--rate", str(RATE), "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        [*cmd, "--rate", str(RATE), "--nonblocking", "--gil"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     try:
         yield
