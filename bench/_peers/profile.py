@@ -33,11 +33,10 @@ def sampling(pid: int, out: Path) -> Iterator[None]:
     block runs."""
     out.parent.mkdir(parents=True, exist_ok=True)
     cmd = [py_spy(), "record", "--pid", str(pid), "--format", "raw", "--output", str(out)]
-    proc = subprocess.Popen(
-        [*cmd, "--rate", str(RATE), "--nonblocking", "--gil"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    with out.with_suffix(".log").open("w") as said:
+        proc = subprocess.Popen(
+            [*cmd, "--rate", str(RATE), "--nonblocking", "--gil"], stdout=said, stderr=subprocess.STDOUT
+        )
     try:
         yield
     finally:
