@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import json
 import os
 import subprocess
@@ -261,8 +262,26 @@ def run_system(
         cluster.down(quiet=True)
 
 
+def one_run_at_a_time() -> None:
+    """Holds this checkout's bench lock for the process's life: a second run would start its
+    clusters on the same ports and state directories, and write the same results file."""
+    path = STATE / "bench-peers" / "lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = path.open("w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        sys.exit(f"another bench/peers.py runs in this checkout ({path} is held); wait for it to end")
+    _held.append(lock)
+
+
+_held: list[Any] = []
+
+
 def main() -> None:
     args = parse()
+    if not args.report:
+        one_run_at_a_time()
     for nodes in args.nodes:
         results = load(nodes)
         if args.fresh and not args.report:
