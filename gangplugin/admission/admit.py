@@ -1,9 +1,9 @@
 """The admission pass: every Workload whose check is Pending with quota reserved, in queue
 order, decided against one snapshot that already counts capacity promised to admitted gangs
-and admissions written but not yet seen (see `capacity.py`); the writes go out concurrently,
-each Workload's on its own. Each gang's decision is the core's gate (`core.gate`) over the
-facts `evaluate` reads from the view; `explain` answers what the pass would decide for one
-gang now, through the same `evaluate`.
+and admissions written but not yet seen (`readmodel.capacity`); the writes go out
+concurrently, each Workload's on its own. Each gang's decision is the core's gate
+(`core.gate`) over the facts the read model gives (`readmodel.decisions.gang_facts`, which
+`gangctl explain` reads too).
 """
 
 from __future__ import annotations
@@ -13,42 +13,31 @@ import dataclasses
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from dataclasses import dataclass, field
 from functools import partial
 
-from gangplugin.admission.capacity import Assumed, Promise
 from gangplugin.admission.preempt import Preemptions
-from gangplugin.admission.view import (
-    AdmissionView,
-    AdmittedGang,
-    condition_time,
-    fingerprint,
-    timestamp,
-    workload_key,
-)
-from gangplugin.admission.writes import CheckWriter
-from gangplugin.core.admission import (
-    AdmissionQueue,
-    QueuedWorkload,
-    admission_queue,
-    with_selector,
-)
-from gangplugin.core.drain import DrainDecision
+from gangplugin.admission.writes import CheckWriter, as_admitted
+from gangplugin.core.admission import with_selector
 from gangplugin.core.errors import InputError
-from gangplugin.core.gate import Backoff, GangFacts, PreemptionState, Verdict, gate, waiting_reason
-from gangplugin.core.names import BACKOFF_UNTIL_ANNOTATION, UNKNOWN_KEY_REASON
-from gangplugin.core.placement import Gang
-from gangplugin.core.policy import GangPolicy
-from gangplugin.core.preemption import Contender
-from gangplugin.core.quota import next_quota_change
+from gangplugin.core.gate import (
+    GangFacts,
+    GateStep,
+    GateVerdict,
+    PreemptionState,
+    WaitingReason,
+    gate,
+    waiting_reason,
+)
+from gangplugin.core.names import UNKNOWN_KEY_REASON
+from gangplugin.core.states import CheckState
 from gangplugin.core.topology import Snapshot
-from gangplugin.kube import kueue_records as rec
-from gangplugin.kube.admitted import as_admitted
 from gangplugin.kube.client import JSON, WORKLOADS, ApiError, Client
-from gangplugin.kube.gangpolicies import GangPolicies
+from gangplugin.readmodel.capacity import Assumed, Promise
+from gangplugin.readmodel.decisions import gang_facts, preemption_state
+from gangplugin.readmodel.model import Entry, Queue, ReadModel, fingerprint
 from gangplugin.runtime import metrics
 from gangplugin.runtime.admissions import AdmissionsInFlight
 
@@ -64,40 +53,30 @@ def _outcome(write: Callable[[], bool | None]) -> bool | Exception | None:
         return err
 
 
-def _backoff(wl: JSON) -> Backoff | None:
-    """The backoff of a gang requeued after a timeout, from its Workload (unreadable: none,
-    rather than a gang held for good)."""
-    raw = (wl["metadata"].get("annotations") or {}).get(BACKOFF_UNTIL_ANNOTATION)
-    if not raw:
-        return None
-    try:
-        return Backoff(rec.epoch(raw, f"metadata.annotations.{BACKOFF_UNTIL_ANNOTATION}"), raw)
-    except InputError:
-        return None
+Write = tuple[str | None, Callable[[], bool | None]]  # (the key of an admission, or None; the write)
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """A Workload carrying our check, and the check's name."""
+@dataclass
+class _Decided:
+    """What deciding a pass's candidates gave: the writes in order, when to wake, and each
+    waiting gang's time since its quota was reserved, by why it waits."""
 
-    wl: JSON
-    check: str
-
-
-def _admitted(q: QueuedWorkload, entry: Entry) -> AdmittedGang:
-    return AdmittedGang(q.key, entry.wl, entry.check, q.policy, q.ever_ready)
+    writes: list[Write] = field(default_factory=list)
+    wake: list[float] = field(default_factory=list)
+    waits: dict[WaitingReason, list[float]] = field(default_factory=dict)
 
 
 class AdmissionPass:
     def __init__(
         self,
-        view: AdmissionView,
+        model: ReadModel,
         writer: CheckWriter,
         client: Client,
         clock: Callable[[], float],
         in_flight: AdmissionsInFlight | None = None,
     ) -> None:
-        self.view = view
+        self.model = model
+        self.capacity = model.capacity
         self.writer = writer
         self.client = client
         self.clock = clock
@@ -106,144 +85,133 @@ class AdmissionPass:
         self.in_flight = in_flight or AdmissionsInFlight()
         self.announced: dict[str, JSON] = {}
         self._writers = ThreadPoolExecutor(8, thread_name_prefix="admission-write")
-        self.preemptions = Preemptions(view, writer, client)
-
-    def queue(
-        self, ours: Mapping[str, str | None], *, settle: bool
-    ) -> tuple[AdmissionQueue, dict[str, Entry]]:
-        """The Workloads carrying our check, in the core's admission order, with each one's
-        Workload and check name. `settle`: forget assumed admissions the cache now shows (the
-        pass); explain only reads."""
-        queued: list[QueuedWorkload] = []
-        entries: dict[str, Entry] = {}
-        for wl in self.view.workloads.items():
-            found = GangPolicies.check_of(wl, ours)
-            if found is None:
-                continue
-            name, state = found
-            key = workload_key(wl)
-            entries[key] = Entry(wl, name)
-            queued.append(
-                QueuedWorkload(
-                    key,
-                    ours[name],
-                    str(state.get("state", "")),
-                    rec.is_true(wl, "QuotaReserved"),
-                    rec.is_true(wl, "Finished"),
-                    rec.is_true(wl, "Evicted"),
-                    condition_time(wl, "QuotaReserved"),
-                    timestamp(wl, "creationTimestamp"),
-                    condition_time(wl, "Admitted"),
-                    self.view.ever_ready(wl),
-                    self._still_assumed(key, wl) if settle else key in self.view.capacity.assumed,
-                )
-            )
-        if settle:
-            for key in set(self.view.capacity.assumed) - set(entries):
-                self.view.capacity.forget(key)  # deleted or no longer ours
-                self.announced.pop(key, None)
-        return admission_queue(queued), entries
+        self.preemptions = Preemptions(model, writer, client)
 
     def run(self) -> float | None:
         started = time.monotonic()
         now = self.clock()
-        ours = self.view.our_checks()
-        if not ours:
+        if not self.model.our_checks():
             metrics.waiting({})
             return None
-        queue, entries = self.queue(ours, settle=True)
-        if not queue.candidates:
+        queue = self.model.queue(assumed=self._still_assumed)
+        for key in set(self.capacity.assumed) - set(queue.entries):
+            with self.capacity.locked():
+                self.capacity.forget(key)  # deleted or no longer ours
+            self.announced.pop(key, None)
+        if not queue.order.candidates:
             metrics.waiting({})
             return None
-        admitted = [_admitted(q, entries[q.key]) for q in queue.admitted]
-        unready = {k: list(v) for k, v in queue.unready.items()}
-        gov = self._governance(queue, entries, now)
-        # Decide every candidate in order on one snapshot (each admission charged before the next
-        # is decided), then write the decisions concurrently: a write waits on the API server,
-        # and the decisions no longer depend on each other.
-        writes: list[tuple[str | None, Callable[[], bool | None]]] = []
-        wake: list[float] = []  # when a gang the plans hold back may be decided otherwise
-        waits: dict[str, list[float]] = {}  # reason -> each waiting gang's time since quota reserved
-        with self.view.capacity.locked():
-            promises: list[Promise] | None = None
-            snapshots: dict[tuple[str, ...], Snapshot] = {}
-
-            def snapshot(levels: tuple[str, ...]) -> Snapshot:
-                nonlocal promises
-                if levels not in snapshots:
-                    if promises is None:
-                        promises = self.view.promises(admitted)
-                    snapshots[levels] = self.view.capacity.snapshot(levels, promises)
-                return snapshots[levels]
-
-            # Refreshed once for the pass before any decision: a cost of the pass (its
-            # histogram), not of the first gang decided.
-            for q in queue.candidates:
-                with contextlib.suppress(InputError):
-                    snapshot(self.view.levels(self.view.policy(q.policy)))
-            for q in queue.candidates:
-                wl, check = entries[q.key].wl, entries[q.key].check
-                decide_start, cpu_start = time.monotonic(), time.thread_time()
-                verdict = self.evaluate(wl, q.policy, snapshot, unready, now, gov)
-                metrics.ADMISSION_DECISION.observe(time.monotonic() - decide_start)
-                metrics.ADMISSION_DECISION_CPU.observe(time.thread_time() - cpu_start)
-                if verdict.wake_at is not None:
-                    wake.append(verdict.wake_at)
-                if not verdict.rejected and (verdict.decision is None or not verdict.decision.ready):
-                    reserved = condition_time(wl, "QuotaReserved")
-                    waits.setdefault(waiting_reason(verdict), []).append(
-                        max(0.0, now - reserved) if reserved else 0.0
-                    )
-                plan = verdict.preemption
-                if plan is not None and plan.preempts:
-                    gov.started(q.key, plan, verdict.hold)
-                    preempt = partial(
-                        self.preemptions.execute, wl, check, plan, verdict.hold, verdict.message, now
-                    )
-                    writes.append((None, preempt))
-                elif verdict.rejected:
-                    writes.append((None, partial(self.writer.reject, wl, check, verdict.message, now)))
-                elif verdict.decision is None or not verdict.decision.ready:
-                    warning = UNKNOWN_KEY_REASON if verdict.step == "keys" else None
-                    pending = partial(
-                        self.writer.write_check,
-                        wl,
-                        check,
-                        "Pending",
-                        verdict.message,
-                        now=now,
-                        warning=warning,
-                    )
-                    writes.append((None, pending))
-                else:
-                    self._assume(q, wl, check, verdict, unready)
-                    writes.append((q.key, partial(self.writer.admit, wl, check, verdict.decision, now)))
-        outcomes = self._write(writes)
-        with self.view.capacity.locked():
-            for (admitted_key, _), outcome in zip(writes, outcomes, strict=True):
+        decided = self._decide(queue, now)
+        outcomes = self._write(decided.writes)
+        with self.capacity.locked():
+            for (admitted_key, _), outcome in zip(decided.writes, outcomes, strict=True):
                 if admitted_key is not None and outcome is not True:
                     self._settle_failed_admission(admitted_key, outcome)
         # A refused write (the Workload changed meanwhile) only over-counted capacity in this
         # pass; the pass runs again on fresh copies.
         rerun = any(o is False or isinstance(o, Exception) for o in outcomes)
-        metrics.waiting(waits)
+        metrics.waiting(decided.waits)
         took = time.monotonic() - started
         metrics.ADMISSION_PASS.observe(took)
         log.log(
             logging.INFO if took > 1.0 else logging.DEBUG,
             "admission pass: %d candidates, %d admitted gangs, %.3fs, rerun=%s",
-            len(queue.candidates),
-            len(admitted),
+            len(queue.order.candidates),
+            len(queue.order.admitted),
             took,
             rerun,
         )
         if rerun:
             return 0.5
-        return max(0.05, min(wake) - now) if wake else None
+        return max(0.05, min(decided.wake) - now) if decided.wake else None
 
-    def _write(
-        self, writes: list[tuple[str | None, Callable[[], bool | None]]]
-    ) -> list[bool | Exception | None]:
+    def _decide(self, queue: Queue, now: float) -> _Decided:
+        """Decide every candidate in order on one snapshot (each admission charged before the next
+        is decided); the writes go out afterwards, since a write waits on the API server and the
+        decisions no longer depend on each other."""
+        unready = {k: list(v) for k, v in queue.order.unready.items()}
+        gov = preemption_state(self.model, queue, now)
+        out = _Decided()
+        with self.capacity.locked():
+            snapshot = self._snapshots(queue.admitted())
+            # Refreshed once for the pass before any decision: a cost of the pass (its
+            # histogram), not of the first gang decided.
+            for q in queue.order.candidates:
+                with contextlib.suppress(InputError):
+                    snapshot(self.model.levels(self.model.policy(q.policy)))
+            for q in queue.order.candidates:
+                entry = queue.entries[q.key]
+                decide_start, cpu_start = time.monotonic(), time.thread_time()
+                facts = gang_facts(self.model, entry.wl, q.policy, snapshot, unready, now)
+                verdict = gate(facts, gov)
+                metrics.ADMISSION_DECISION.observe(time.monotonic() - decide_start)
+                metrics.ADMISSION_DECISION_CPU.observe(time.thread_time() - cpu_start)
+                self._act(entry, facts, verdict, gov, unready, out)
+        return out
+
+    def _snapshots(self, admitted: list[Entry]) -> Callable[[tuple[str, ...]], Snapshot]:
+        """The pass's snapshot per level order (under the capacity lock): the kept one, with
+        exactly the admitted gangs' promises and the assumed admissions charged."""
+        promises: list[Promise] | None = None
+        snapshots: dict[tuple[str, ...], Snapshot] = {}
+
+        def snapshot(levels: tuple[str, ...]) -> Snapshot:
+            nonlocal promises
+            if levels not in snapshots:
+                if promises is None:
+                    promises = self.model.promises(admitted)
+                snapshots[levels] = self.capacity.snapshot(levels, promises)
+            return snapshots[levels]
+
+        return snapshot
+
+    def _act(
+        self,
+        entry: Entry,
+        facts: GangFacts,
+        verdict: GateVerdict,
+        gov: PreemptionState,
+        unready: dict[str | None, list[str]],
+        out: _Decided,
+    ) -> None:
+        """The write a verdict calls for (an admission is charged at once), and its wake-up."""
+        wl, check, key = entry.wl, entry.check.name, entry.record.key
+        if verdict.wake_at is not None:
+            out.wake.append(verdict.wake_at)
+        if not verdict.rejected and (verdict.decision is None or not verdict.decision.ready):
+            reserved = entry.record.quota_reserved_at
+            out.waits.setdefault(waiting_reason(verdict), []).append(
+                max(0.0, facts.now - reserved) if reserved else 0.0
+            )
+        plan = verdict.preemption
+        if plan is not None and plan.preempts:
+            gov.started(key, plan, verdict.hold)
+            preempt = partial(
+                self.preemptions.execute, wl, check, plan, verdict.hold, verdict.message, facts.now
+            )
+            out.writes.append((None, preempt))
+        elif verdict.rejected:
+            out.writes.append((None, partial(self.writer.reject, wl, check, verdict.message, facts.now)))
+        elif verdict.decision is None or not verdict.decision.ready:
+            warning = UNKNOWN_KEY_REASON if verdict.step is GateStep.KEYS else None
+            pending = partial(
+                self.writer.write_check,
+                wl,
+                check,
+                CheckState.PENDING,
+                verdict.message,
+                now=facts.now,
+                warning=warning,
+            )
+            out.writes.append((None, pending))
+        else:
+            self._assume(entry, verdict, unready)
+            admit = partial(
+                self.writer.admit, wl, check, verdict.decision, facts.now, entry.record.quota_reserved_at
+            )
+            out.writes.append((key, admit))
+
+    def _write(self, writes: list[Write]) -> list[bool | Exception | None]:
         """Every write runs to its end, each on its own: one Workload's failure holds back no
         other. The admissions go out one after another in the order they were decided, beside
         the other writes: the Workload watch then shows them in that order, so the extender,
@@ -255,129 +223,39 @@ class AdmissionPass:
         rest = iter([f.result() for f in others])
         return [in_order[i] if i in in_order else next(rest) for i in range(len(writes))]
 
-    def evaluate(
-        self,
-        wl: JSON,
-        policy_name: str | None,
-        snapshot: Callable[[tuple[str, ...]], Snapshot],
-        unready: Mapping[str | None, list[str]],
-        now: float,
-        gov: PreemptionState,
-    ) -> Verdict:
-        """The one decision for one waiting gang: its facts read from the view as plain values
-        (errors included), through the core's gate (`core.gate`: policy, a pod group's pods,
-        backoff, Sequential, plan drain, placement off the domains held for other gangs'
-        preemptions, preemption).
-        The pass acts on it; explain shows it."""
-        key = workload_key(wl)
-        policy: GangPolicy | InputError
-        snap: Snapshot | None
-        try:
-            policy = self.view.policy(policy_name)
-            snap = snapshot(self.view.levels(policy))
-        except InputError as err:
-            policy, snap = err, None
-        gang: Gang | InputError
-        try:
-            gang = self.view.gang(wl)
-        except InputError as err:
-            gang = err
-        drain: DrainDecision | InputError | None
-        change = None
-        try:
-            drain = self.view.drain(wl, now)
-        except InputError as err:
-            drain = err
-        if isinstance(drain, DrainDecision) and not drain.admit:
-            cluster_queue, _, plans = self.view.plans_of(wl)
-            at = next_quota_change(plans, cluster_queue, datetime.fromtimestamp(now, UTC))
-            change = None if at is None else at.timestamp()
-        contender = Contender(key, rec.priority(wl), rec.quota_of(wl)[0], timestamp(wl, "creationTimestamp"))
-        facts = GangFacts(
-            contender,
-            policy,
-            gang,
-            snap,
-            now,
-            condition_time(wl, "QuotaReserved"),
-            _backoff(wl),
-            tuple(unready.get(policy_name, ())),
-            drain,
-            change,
-            tuple(self.view.podsets_without_pods(wl)),
-        )
-        return gate(facts, gov)
-
-    def explain(self, wl: JSON, check: str, now: float) -> Verdict | None:
-        """What the pass would decide for this waiting gang now (None: not our check), on a
-        fresh snapshot with every admitted gang's promise; nothing is charged or written."""
-        ours = self.view.our_checks()
-        if check not in ours:
-            return None
-        queue, entries = self.queue(ours, settle=False)
-        admitted = [_admitted(q, entries[q.key]) for q in queue.admitted]
-        unready = {k: list(v) for k, v in queue.unready.items()}
-        snapshots: dict[tuple[str, ...], Snapshot] = {}
-
-        def snapshot(levels: tuple[str, ...]) -> Snapshot:
-            if levels not in snapshots:  # one per explain: the victim search reads the same one
-                snapshots[levels] = self.view.promised_snapshot(levels, admitted)
-            return snapshots[levels]
-
-        gov = self._governance(queue, entries, now)
-        return self.evaluate(wl, ours[check], snapshot, unready, now, gov)
-
-    def _governance(self, queue: AdmissionQueue, entries: Mapping[str, Entry], now: float) -> PreemptionState:
-        """The preemption holds of the waiting gangs (each lives as long as its policy's
-        readyTimeout: a preemptor that never fits gives its domain back)."""
-        waiting = []
-        for q in queue.candidates:
-            try:
-                ttl = self.view.policy(q.policy).ready_timeout
-            except InputError:
-                continue
-            waiting.append((entries[q.key].wl, ttl))
-        return self.preemptions.holds(waiting, now)
-
-    def _assume(
-        self,
-        q: QueuedWorkload,
-        wl: JSON,
-        check: str,
-        verdict: Verdict,
-        unready: dict[str | None, list[str]],
-    ) -> None:
+    def _assume(self, entry: Entry, verdict: GateVerdict, unready: dict[str | None, list[str]]) -> None:
         """Charge an admission being written until the cache shows it (under the capacity lock)."""
         decision, gang, policy = verdict.decision, verdict.gang, verdict.policy
         assert decision is not None and decision.placement is not None
         assert gang is not None and policy is not None
+        wl, key = entry.wl, entry.record.key
         updates = [u.to_dict() for u in decision.pod_set_updates]
-        self.announced[q.key] = wl
-        self.in_flight.admitting(as_admitted(wl, check, updates))
-        self.view.capacity.assume(
-            q.key,
+        self.announced[key] = wl
+        self.in_flight.admitting(as_admitted(wl, entry.check.name, updates))
+        self.capacity.assume(
+            key,
             Assumed(
-                wl["metadata"]["resourceVersion"],
-                True,
-                (fingerprint(updates, Counter()), ()),
-                wl["metadata"]["namespace"],
-                with_selector(gang, decision.domain),
-                decision.placement,
-                policy.placement,
+                resource_version=entry.record.resource_version,
+                certain=True,
+                fingerprint=(fingerprint(updates, Counter()), ()),
+                namespace=entry.record.namespace,
+                gang=with_selector(gang, decision.domain),
+                placement=decision.placement,
+                policy=policy.placement,
             ),
         )
         if policy.sequential:
-            unready.setdefault(q.policy, []).append(q.key)
+            unready.setdefault(entry.check.policy, []).append(key)
 
     def _still_assumed(self, key: str, wl: JSON) -> bool:
         """Whether an admission this controller wrote is not yet in the cached Workload (then its
         capacity stays charged and the gang is not a candidate); forgets it once it is."""
-        a = self.view.capacity.assumed.get(key)
+        a = self.capacity.assumed.get(key)
         if a is None:
             return False
         if wl["metadata"].get("resourceVersion") != a.resource_version:
-            with self.view.capacity.locked():
-                self.view.capacity.forget(key)
+            with self.capacity.locked():
+                self.capacity.forget(key)
             self.announced.pop(key, None)  # the watch shows the Workload after the write now
             return False
         if a.certain:
@@ -388,28 +266,29 @@ class AdmissionPass:
             )
         except ApiError as err:
             if err.status == 404:
-                with self.view.capacity.locked():
-                    self.view.capacity.forget(key)
-                self._withdraw(key)
+                self._unassume(key)
                 return False
             return True  # still unknown: keep counting it
         if live["metadata"].get("resourceVersion") == a.resource_version:
-            with self.view.capacity.locked():
-                self.view.capacity.forget(key)  # not written: the gang is decided again
-            self._withdraw(key)
+            self._unassume(key)  # not written: the gang is decided again
             return False
         return True
+
+    def _unassume(self, key: str) -> None:
+        with self.capacity.locked():
+            self.capacity.forget(key)
+        self._withdraw(key)
 
     def _settle_failed_admission(self, key: str, outcome: bool | Exception | None) -> None:
         """After an admission's write: refused (False, or a 4xx) or a no-op (None) means nothing
         was written; any other error leaves the outcome unknown until the Workload is read again."""
-        a = self.view.capacity.assumed.get(key)
+        a = self.capacity.assumed.get(key)
         if a is None:
             return
         if isinstance(outcome, Exception) and not (isinstance(outcome, ApiError) and outcome.status < 500):
-            self.view.capacity.assumed[key] = dataclasses.replace(a, certain=False)
+            self.capacity.assumed[key] = dataclasses.replace(a, certain=False)
         else:
-            self.view.capacity.forget(key)
+            self.capacity.forget(key)
             self._withdraw(key)
 
     def _withdraw(self, key: str) -> None:

@@ -21,111 +21,94 @@ is requeued (check Retry) at that instant, and pods carry the block end to check
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
 from gangplugin.admission.admit import AdmissionPass
 from gangplugin.admission.status import ConfigStatus
-from gangplugin.admission.view import AdmissionView, pod_active, pod_group_of, workload_key
 from gangplugin.admission.watchdog import Watchdog
 from gangplugin.admission.writes import CheckWriter
-from gangplugin.core.names import GANG_LABEL
-from gangplugin.kube import kueue_records as rec
-from gangplugin.kube.client import JSON, Client
-from gangplugin.kube.dispatcher import Dispatcher
-from gangplugin.kube.informer import Informer
+from gangplugin.kube.client import Client
 from gangplugin.kube.workqueue import WorkQueue
+from gangplugin.readmodel.model import Config, Follower, ReadModel
+from gangplugin.readmodel.records import NodeRecord, PodRecord, WorkloadRecord
 from gangplugin.runtime import metrics
 from gangplugin.runtime.admissions import AdmissionsInFlight
 
-log = logging.getLogger(__name__)
-
 PASS = "pass"
+#: The check's own objects, whose status it keeps (work item prefix).
+_ITS_STATUS = {Config.ADMISSION_CHECK: "check", Config.GANG_POLICY: "policy"}
 
 
-class GangAdmission:
-    """The check's parts over one `AdmissionView`, fed by one WorkQueue (see the module doc)."""
+class GangAdmission(Follower):
+    """The check's parts over the read model, fed by one WorkQueue (see the module doc). It
+    follows the model: its hooks run after the model holds each change, so a pass enqueued for
+    an event sees the capacity that event changed."""
 
     def __init__(
         self,
         client: Client,
-        informer: Callable[..., Informer[Any]],
-        dispatcher: Dispatcher,
+        model: ReadModel,
         clock: Callable[[], float] = time.time,
         in_flight: AdmissionsInFlight | None = None,
     ) -> None:
-        # The view's handlers and these run on one dispatcher, the view's first: a pass enqueued
-        # for an event sees the capacity that event changed.
-        self.view = view = AdmissionView(informer, dispatcher)
+        self.model = model
         writer = CheckWriter(client, clock)
-        self.admission = AdmissionPass(view, writer, client, clock, in_flight)
-        self.watchdog = Watchdog(view, writer, clock)
-        self.status = ConfigStatus(view, writer)
+        self.admission = AdmissionPass(model, writer, client, clock, in_flight)
+        self.watchdog = Watchdog(model, writer, clock)
+        self.status = ConfigStatus(model, writer)
         self.queue = WorkQueue()
-        view.workloads.add_handler(self._on_workload, dispatcher)
-        view.pods.add_handler(self._on_pod, dispatcher)
-        view.nodes.add_handler(self._on_node, dispatcher)
-        view.checks.add_handler(lambda _t, _o, n: self._on_config("check", n), dispatcher)
-        view.policies.add_handler(lambda _t, _o, n: self._on_config("policy", n), dispatcher)
-        view.topologies.add_handler(lambda _t, _o, _n: self.queue.add(PASS), dispatcher)
-        view.flavors.add_handler(lambda _t, _o, _n: self.queue.add(PASS), dispatcher)
-        # preemption rules
-        view.cluster_queues.add_handler(lambda _t, _o, _n: self.queue.add(PASS), dispatcher)
-        view.plans.add_handler(lambda _t, _o, _n: self._recheck_admitted(), dispatcher)
+        model.follow(self)
 
-    # -- event handlers: only enqueue ----------------------------------------------------------
+    # -- the model's hooks: only enqueue ---------------------------------------------------------
 
-    def _on_workload(self, kind: str, old: JSON | None, new: JSON | None) -> None:
+    def workload(self, old: WorkloadRecord | None, new: WorkloadRecord | None) -> None:
         self.queue.add(PASS)
-        obj = new or old
-        if obj is not None:
-            self.queue.add("wl/" + workload_key(obj))
+        some = new or old
+        if some is not None:
+            self.queue.add("wl/" + some.key)
 
-    def _on_pod(self, kind: str, old: JSON | None, new: JSON | None) -> None:
-        obj = new or old
-        assert obj is not None
-        meta = obj.get("metadata", {})
-        gang = (meta.get("labels") or {}).get(GANG_LABEL)
-        if gang:
-            owner = self.view.lookup.workload_of_gang(meta.get("namespace", ""), gang)
+    def pod(self, old: PodRecord | None, new: PodRecord | None) -> None:
+        some = new or old
+        assert some is not None
+        if some.gang:
+            owner = self.model.workload_of_gang(some.namespace, some.gang)
             if owner:
                 self.queue.add("wl/" + owner)
         # A pod group's pod marked with its Workload: a group waiting for its pods may go now.
-        group = pod_group_of(obj)
-        if new is not None and group and (old is None or pod_group_of(old) != group):
+        if new is not None and new.pod_group and (old is None or old.pod_group != new.pod_group):
             self.queue.add(PASS)
         # Capacity came free: a waiting gang may fit now.
-        if (
-            (new is None or not pod_active(new))
-            and old is not None
-            and (old.get("spec") or {}).get("nodeName")
-        ):
+        if old is not None and old.placed_on and (new is None or not new.placed_on):
             self.queue.add(PASS)
 
-    def _on_node(self, kind: str, old: JSON | None, new: JSON | None) -> None:
-        if old is not None and new is not None and _node_view(old) == _node_view(new):
-            return  # a heartbeat: nothing placement or the watchdog reads changed
+    def node(self, old: NodeRecord | None, new: NodeRecord | None) -> None:
         self._recheck_admitted()
+
+    def config(self, kind: Config, name: str, present: bool) -> None:
+        if kind is Config.LOCAL_QUEUE:
+            return  # the check reads the ClusterQueue a Workload's quota is in, not its LocalQueue
+        if kind is Config.TRAINING_PLAN:
+            self._recheck_admitted()  # a block's end may drain admitted gangs
+            return
+        if (status := _ITS_STATUS.get(kind)) is not None:
+            if present:
+                self.queue.add(f"{status}/{name}")
+            if kind is Config.GANG_POLICY:
+                for ac in self.model.admission_checks.items():
+                    self.queue.add(f"check/{ac['metadata']['name']}")
+        self.queue.add(PASS)
 
     def _recheck_admitted(self) -> None:
         self.queue.add(PASS)
-        for wl in self.view.workloads.items():
-            if rec.is_true(wl, "Admitted"):
-                self.queue.add("wl/" + workload_key(wl))
-
-    def _on_config(self, kind: str, obj: JSON | None) -> None:
-        if obj is not None:
-            self.queue.add(f"{kind}/{obj['metadata']['name']}")
-        if kind == "policy":
-            for ac in self.view.checks.items():
-                self.queue.add(f"check/{ac['metadata']['name']}")
-        self.queue.add(PASS)
+        for wl in self.model.workloads.items():
+            record = self.model.record(wl)
+            if record.admitted:
+                self.queue.add("wl/" + record.key)
 
     def reconcile(self, key: str) -> float | None:
         if key == PASS:
-            seen = metrics.newest_resource_version(self.view.workloads.items())
+            seen = metrics.newest_resource_version(self.model.workloads.items())
             wake = self.admission.run()
             metrics.ADMISSION_PASS_SEEN.set(seen)
             return wake
@@ -137,16 +120,3 @@ class GangAdmission:
         elif kind == "policy":
             self.status.sync_policy(rest)
         return None
-
-
-def _node_view(obj: JSON) -> tuple[Any, ...]:
-    """What of a Node the controller reads (so heartbeats can be told apart from changes)."""
-    status = obj.get("status") or {}
-    ready = rec.conditions(obj).get("Ready") or {}
-    return (
-        obj.get("metadata", {}).get("labels"),
-        (obj.get("spec") or {}).get("unschedulable"),
-        (obj.get("spec") or {}).get("taints"),
-        status.get("allocatable"),
-        ready.get("status"),
-    )

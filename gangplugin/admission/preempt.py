@@ -1,9 +1,7 @@
-"""The I/O side of preemption (the search is `core.preemption.find_victims`; whether a gang
-preempts, resumes its recorded preemption or waits is the gate's preemption step, `core.gate`).
-
-What a pass reads: the admitted gangs as `RunningGang`s (bound pods and promised synthetic
-pods, as the snapshot counts them), the ClusterQueues' Kueue preemption rules, and the live
-holds recorded on preempting Workloads (annotation `gangplugin.io/preemption`).
+"""The writes of preemption (the search is `core.preemption.find_victims`; whether a gang
+preempts, resumes its recorded preemption or waits is the gate's preemption step, `core.gate`;
+what a pass knows of it, the running gangs, the queues' rules and the live holds recorded on
+preempting Workloads, is read by `readmodel.decisions.preemption_state`).
 
 What it writes, in this order, so a restart in between leaves a state the next pass resumes:
 1. the hold on the preemptor (conditional on its resourceVersion): from then on no other gang
@@ -21,16 +19,15 @@ from __future__ import annotations
 import logging
 from datetime import UTC, datetime
 
-from gangplugin.admission.view import AdmissionView, condition_time, timestamp, workload_key
 from gangplugin.admission.writes import CheckWriter
-from gangplugin.core.admission import gang_id, promised_pods
-from gangplugin.core.errors import InputError
-from gangplugin.core.gate import PreemptionState
 from gangplugin.core.names import PREEMPTED_REASON, PREEMPTION_ANNOTATION
-from gangplugin.core.preemption import ClusterQueueState, Hold, PreemptionPlan, RunningGang, gang_gpus
+from gangplugin.core.preemption import Hold, PreemptionPlan
+from gangplugin.core.states import CheckState
 from gangplugin.core.timeutil import format_time
 from gangplugin.kube import kueue_records as rec
 from gangplugin.kube.client import JSON, WORKLOADS, ApiError, Client
+from gangplugin.kube.informer import object_key
+from gangplugin.readmodel.model import ReadModel
 
 log = logging.getLogger(__name__)
 # Evictions are applied by a field manager of their own: the check's applies (which own only the
@@ -39,52 +36,10 @@ FIELD_MANAGER = "gangplugin-preemption"
 
 
 class Preemptions:
-    def __init__(self, view: AdmissionView, writer: CheckWriter, client: Client) -> None:
-        self.view = view
+    def __init__(self, model: ReadModel, writer: CheckWriter, client: Client) -> None:
+        self.model = model
         self.writer = writer
         self.client = client
-
-    def _queues(self) -> dict[str, ClusterQueueState]:
-        out = {}
-        for cq in self.view.cluster_queues.items():
-            state = rec.cluster_queue_state(cq)
-            out[state.name] = state
-        return out
-
-    def _running(self) -> list[RunningGang]:
-        """Every gang holding capacity through our check: admitted (check Ready), or evicted
-        with pods still on nodes (being evicted: its capacity is coming free)."""
-        ours = self.view.our_checks()
-        out = []
-        for wl in self.view.workloads.items():
-            state = self.view.lookup.check_of(wl, ours)
-            if state is None or rec.is_true(wl, "Finished"):
-                continue
-            evicting = rec.is_true(wl, "Evicted")
-            ns, name = wl["metadata"]["namespace"], wl["metadata"]["name"]
-            pods = [
-                p for p in self.view.gang_pods(ns, gang_id(name)) if (p.get("spec") or {}).get("nodeName")
-            ]
-            if not (state[1].get("state") == "Ready" or (evicting and pods)):
-                continue
-            try:
-                gang = self.view.gang(wl)
-            except InputError:
-                continue
-            keys = [(ns, p["metadata"]["name"]) for p in pods] + [(ns, n) for n in promised_pods(gang)]
-            out.append(
-                RunningGang(
-                    workload_key(wl),
-                    rec.priority(wl),
-                    rec.quota_of(wl)[0],
-                    timestamp(wl, "creationTimestamp"),
-                    condition_time(wl, "Admitted"),
-                    gang_gpus(gang),
-                    tuple(keys),
-                    evicting,
-                )
-            )
-        return out
 
     # -- writes ----------------------------------------------------------------------------------
 
@@ -110,8 +65,8 @@ class Preemptions:
                 if err.status in (404, 409):
                     return False
                 raise
-        self.writer.write_check(wl, check, "Pending", message, now=now)
-        preemptor = workload_key(wl)
+        self.writer.write_check(wl, check, CheckState.PENDING, message, now=now)
+        preemptor = object_key(wl)
         ok = True
         for victim in plan.victims:
             ok = self._evict(victim.key, preemptor, plan, now) and ok
@@ -123,10 +78,10 @@ class Preemptions:
         with reason `Preempted`, and its admission check back to Pending in the same write (so
         the check decides again when the victim gets quota back; Ready->Pending is no Retry,
         no retryCount). Conditional on the victim's resourceVersion."""
-        victim = self.view.workloads.get(key)
-        if victim is None or rec.is_true(victim, "Evicted"):
+        victim = self.model.workloads.get(key)
+        if victim is None or self.model.record(victim).evicted:
             return True
-        found = self.view.lookup.check_of(victim, self.view.our_checks())
+        found = self.model.check_of(victim)
         where = f"{plan.level}={plan.domain}" if plan.level else f"{len(plan.nodes)} node(s)"
         message = f"Preempted by gangplugin to free {where} for {preemptor}"
         at = format_time(datetime.fromtimestamp(int(now), UTC))
@@ -146,8 +101,8 @@ class Preemptions:
         if found is not None:
             status["admissionChecks"] = [
                 {
-                    "name": found[0],
-                    "state": "Pending",
+                    "name": found.name,
+                    "state": CheckState.PENDING,
                     "message": f"Reset to Pending after eviction: {message}",
                     "lastTransitionTime": at,
                 }
@@ -157,15 +112,3 @@ class Preemptions:
         log.info("workload %s preempted for %s: %s", key, preemptor, message)
         self.writer.event(victim, "Warning", PREEMPTED_REASON, f"{message} (whole gang, requeued)")
         return True
-
-    # -- what a pass knows -----------------------------------------------------------------------
-
-    def holds(self, waiting: list[tuple[JSON, float]], now: float) -> PreemptionState:
-        """A pass's (or explain's) preemption state: the live holds of the waiting Workloads
-        (each with its hold's time to live); the gate (`core.gate`) decides with it."""
-        holds = {}
-        for wl, ttl in waiting:
-            hold = rec.hold_from_k8s(wl)
-            if hold is not None and hold.live(condition_time(wl, "QuotaReserved"), now, ttl):
-                holds[workload_key(wl)] = hold
-        return PreemptionState(holds, self._running, self._queues)

@@ -2,39 +2,36 @@
 
 from __future__ import annotations
 
-from gangplugin.admission.view import AdmissionView
 from gangplugin.admission.writes import CheckWriter
 from gangplugin.core.errors import InputError
-from gangplugin.core.names import (
-    ADMISSION_CHECK_CONTROLLER,
-)
+from gangplugin.core.names import ADMISSION_CHECK_CONTROLLER
 from gangplugin.kube import kueue_records as rec
 from gangplugin.kube.resources import ADMISSION_CHECKS, GANG_POLICIES
+from gangplugin.readmodel.model import ReadModel
 
 
 class ConfigStatus:
-    def __init__(self, view: AdmissionView, writer: CheckWriter) -> None:
-        self.view = view
+    def __init__(self, model: ReadModel, writer: CheckWriter) -> None:
+        self.model = model
         self.writer = writer
 
     def sync_check(self, name: str) -> None:
-        ac = self.view.checks.get(name)
+        ac = self.model.admission_checks.get(name)
         if ac is None or (ac.get("spec") or {}).get("controllerName") != ADMISSION_CHECK_CONTROLLER:
             return
         try:
-            policy = self.view.policy(rec.policy_name_of_check(ac))
-            self.view.levels(policy)
+            self.model.checks.settings(rec.policy_name_of_check(ac))
             status, reason, message = "True", "Active", "the gangplugin.io/gang controller is ready"
         except InputError as err:
             status, reason, message = "False", "InvalidParameters", str(err)
         self.writer.set_condition(ADMISSION_CHECKS, ac, "Active", status, reason, message)
 
     def sync_policy(self, name: str) -> None:
-        obj = self.view.policies.get(name)
+        obj = self.model.policies.get(name)
         if obj is None:
             return
         try:
-            self.view.levels(rec.gang_policy_from_k8s(obj))
+            self.model.levels(rec.gang_policy_from_k8s(obj))
             status, reason, message = "True", "Valid", "the policy is usable"
         except InputError as err:
             status, reason, message = "False", "Invalid", str(err)

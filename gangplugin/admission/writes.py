@@ -9,10 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
-from gangplugin.admission.view import condition_time
-from gangplugin.core.admission import (
-    AdmissionDecision,
-)
+from gangplugin.core.admission import AdmissionDecision
+from gangplugin.core.states import CheckState
 from gangplugin.core.timeutil import format_time
 from gangplugin.kube import kueue_records as rec
 from gangplugin.kube.client import JSON, PODS, WORKLOADS, ApiError, Client
@@ -42,7 +40,7 @@ class CheckWriter:
         self,
         wl: JSON,
         check: str,
-        state: str,
+        state: CheckState,
         message: str,
         *,
         updates: list[JSON] | None = None,
@@ -72,9 +70,12 @@ class CheckWriter:
         if not self.apply_status(wl, {"admissionChecks": [entry]}):
             return False
         meta = wl["metadata"]
-        if state == "Pending" and warning is not None and prev.get("message") != message:
+        if state is CheckState.PENDING and warning is not None and prev.get("message") != message:
             self.event(wl, "Warning", warning, message)
-        elif state == "Pending" and str(prev.get("message", "")).split(":")[0] != message.split(":")[0]:
+        elif (
+            state is CheckState.PENDING
+            and str(prev.get("message", "")).split(":")[0] != message.split(":")[0]
+        ):
             self.event(wl, "Normal", "GangWaiting", message)  # a new kind of reason, not every recount
         log.info("workload %s/%s: check %s -> %s: %s", meta["namespace"], meta["name"], check, state, message)
         return True
@@ -122,7 +123,7 @@ class CheckWriter:
             "admissionChecks": [
                 {
                     "name": check,
-                    "state": "Pending",
+                    "state": CheckState.PENDING,
                     "message": message[:32768],
                     "lastTransitionTime": at,
                     "retryCount": retry_count + 1,
@@ -203,25 +204,27 @@ class CheckWriter:
         """Recorded in the background: an Event is for people, a decision must not wait for it."""
         self._events.submit(record_event, self.client, dict(obj), type_, reason, message, COMPONENT)
 
-    def admit(self, wl: JSON, check: str, decision: AdmissionDecision, now: float) -> bool | None:
+    def admit(
+        self, wl: JSON, check: str, decision: AdmissionDecision, now: float, quota_reserved_at: float
+    ) -> bool | None:
         ok = self.write_check(
             wl,
             check,
-            "Ready",
+            CheckState.READY,
             decision.message,
             updates=[u.to_dict() for u in decision.pod_set_updates],
             now=now,
         )
         if ok:
             self.event(wl, "Normal", "GangAdmitted", decision.message)
-            if reserved := condition_time(wl, "QuotaReserved"):
+            if quota_reserved_at:
                 # to the write's end, not the pass's start: the wait for earlier passes and for
                 # the writes before this one is the gang's too
-                metrics.ADMISSION_LATENCY.observe(max(0.0, self.clock() - reserved))
+                metrics.ADMISSION_LATENCY.observe(max(0.0, self.clock() - quota_reserved_at))
         return ok
 
     def reject(self, wl: JSON, check: str, message: str, now: float) -> bool | None:
-        ok = self.write_check(wl, check, "Rejected", message, now=now)
+        ok = self.write_check(wl, check, CheckState.REJECTED, message, now=now)
         if ok:
             self.event(wl, "Warning", "GangRejected", message)
         return ok
@@ -261,3 +264,16 @@ class CheckWriter:
         except ApiError as err:
             if err.status != 404:
                 raise
+
+
+def as_admitted(wl: Mapping[str, Any], check: str, updates: list[JSON]) -> JSON:
+    """The Workload as the check's admission will make it: its entry `check` Ready with
+    `updates` as podSetUpdates (what `admit` writes), everything else as it is."""
+    status = dict(wl.get("status") or {})
+    entries = []
+    for entry in status.get("admissionChecks") or []:
+        if entry.get("name") == check:
+            entry = {**entry, "state": CheckState.READY, "podSetUpdates": [dict(u) for u in updates]}
+        entries.append(entry)
+    status["admissionChecks"] = entries
+    return {**wl, "status": status}

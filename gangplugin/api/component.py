@@ -25,14 +25,12 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from gangplugin.admission.controller import GangAdmission
+from gangplugin import readmodel
 from gangplugin.api.auth import AuthInterceptor, Authorizer
 from gangplugin.api.gangs import MAX_WATCHES, GangService
 from gangplugin.api.plans import PlanService
 from gangplugin.api.proto import gangs_pb2, gangs_pb2_grpc, plans_pb2, plans_pb2_grpc
-from gangplugin.kube.client import CLUSTER_QUEUES, LOCAL_QUEUES, NODES
 from gangplugin.kube.resources import TRAINING_PLANS
-from gangplugin.kube.workqueue import start_workers
 from gangplugin.runtime.components import Runtime
 
 log = logging.getLogger(__name__)
@@ -44,50 +42,35 @@ SERVICE_NAMES = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ApiSettings:
+    """Where the server listens and its certificates (from `serve --grpc-*`); ValueError, naming
+    the options, for a half-given pair."""
+
     bind: str = "0.0.0.0:8090"
     tls_cert: str | None = None
     tls_key: str | None = None
     mtls_bind: str | None = None
     client_ca: str | None = None
 
-
-_settings = {"api": ApiSettings()}
-
-
-def configure(
-    bind: str,
-    tls_cert: str | None = None,
-    tls_key: str | None = None,
-    mtls_bind: str | None = None,
-    client_ca: str | None = None,
-) -> None:
-    """Where the server listens and its certificate (from `serve --grpc-*`)."""
-    if (tls_cert is None) != (tls_key is None):
-        raise ValueError("--grpc-tls-cert and --grpc-tls-key go together")
-    if (mtls_bind is None) != (client_ca is None):
-        raise ValueError("--grpc-mtls-bind and --grpc-client-ca go together")
-    if mtls_bind and not tls_cert:
-        raise ValueError(
-            "--grpc-mtls-bind needs --grpc-tls-cert and --grpc-tls-key (its serving certificate)"
-        )
-    _settings["api"] = ApiSettings(bind, tls_cert, tls_key, mtls_bind, client_ca)
+    def __post_init__(self) -> None:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("--grpc-tls-cert and --grpc-tls-key go together")
+        if (self.mtls_bind is None) != (self.client_ca is None):
+            raise ValueError("--grpc-mtls-bind and --grpc-client-ca go together")
+        if self.mtls_bind and not self.tls_cert:
+            raise ValueError(
+                "--grpc-mtls-bind needs --grpc-tls-cert and --grpc-tls-key (its serving certificate)"
+            )
 
 
 def _plan_service(runtime: Runtime, server: grpc.Server) -> None:
-    service = PlanService(runtime.client, runtime.informer(NODES), runtime.informer(TRAINING_PLANS))
+    service = PlanService(runtime.client, readmodel.of(runtime).nodes, runtime.informer(TRAINING_PLANS))
     plans_pb2_grpc.add_PlanServiceServicer_to_server(service, server)
 
 
 def _gang_service(runtime: Runtime, server: grpc.Server) -> None:
-    # A read-only view of the admission controller's caches and decisions: its handlers keep the
-    # gang-pod index; its work queue is drained without acting (the admission component acts).
-    view = GangAdmission(runtime.client, runtime.informer, runtime.dispatcher("api"))
-    start_workers(view.queue, lambda _key: None, "gang-view")
-    service = GangService(
-        view, runtime.informer(LOCAL_QUEUES), runtime.informer(CLUSTER_QUEUES), runtime.stop
-    )
+    service = GangService(readmodel.of(runtime), runtime.stop)
     gangs_pb2_grpc.add_GangServiceServicer_to_server(service, server)
 
 
@@ -157,30 +140,36 @@ def listen(server: grpc.Server, settings: ApiSettings) -> int:
     return port
 
 
-_servers: dict[int, tuple[grpc.Server, health.HealthServicer]] = {}
+class Api:
+    # Every replica answers: it only reads (the read model) and asks the API server who may.
+    needs_leader: bool = False
 
+    def __init__(self, settings: ApiSettings) -> None:
+        self.settings = settings
+        self._server: tuple[grpc.Server, health.HealthServicer] | None = None
 
-def setup(runtime: Runtime) -> None:
-    server, health_service = new_server(Authorizer(runtime.client))
-    for add in SERVICES:
-        add(runtime, server)  # asks for its caches now, before they start
-    _servers[id(runtime)] = (server, health_service)
+    def setup(self, runtime: Runtime) -> None:
+        server, health_service = new_server(Authorizer(runtime.client))
+        for add in SERVICES:
+            add(runtime, server)  # asks for its caches now, before they start
+        self._server = (server, health_service)
 
+    def start(self, runtime: Runtime) -> None:
+        if self._server is None:
+            raise RuntimeError("api: start() before setup()")
+        server, health_service = self._server
+        settings = self.settings
+        listen(server, settings)
+        server.start()
+        for name in ("", *SERVICE_NAMES):
+            health_service.set(name, health_pb2.HealthCheckResponse.SERVING)
+        log.info("gRPC API on %s (%s)", settings.bind, "TLS" if settings.tls_cert else "plain text")
+        if settings.mtls_bind:
+            log.info("gRPC API for client certificates on %s (CA %s)", settings.mtls_bind, settings.client_ca)
 
-def start(runtime: Runtime) -> None:
-    server, health_service = _servers.pop(id(runtime))
-    settings = _settings["api"]
-    listen(server, settings)
-    server.start()
-    for name in ("", *SERVICE_NAMES):
-        health_service.set(name, health_pb2.HealthCheckResponse.SERVING)
-    log.info("gRPC API on %s (%s)", settings.bind, "TLS" if settings.tls_cert else "plain text")
-    if settings.mtls_bind:
-        log.info("gRPC API for client certificates on %s (CA %s)", settings.mtls_bind, settings.client_ca)
+        def stop() -> None:
+            runtime.stop.wait()
+            health_service.enter_graceful_shutdown()
+            server.stop(5)
 
-    def stop() -> None:
-        runtime.stop.wait()
-        health_service.enter_graceful_shutdown()
-        server.stop(5)
-
-    threading.Thread(target=stop, name="grpc-stop", daemon=True).start()
+        threading.Thread(target=stop, name="grpc-stop", daemon=True).start()

@@ -1,8 +1,10 @@
-"""GangService: gangs read from the watch caches the admission controller keeps.
+"""GangService: gangs read from the read model.
 
-The phase, domain and explanation are the core's (`core.gangs`); whether a waiting gang fits now
-is the admission check's own decision (the core's gate, `core.gate`, over the controller's
-promised-capacity snapshot), so `gangctl explain` says exactly what the next admission pass will decide.
+The phase, domain and explanation are the core's (`core.gangs`), each gang summarized by the
+read model (`readmodel.summaries`); whether a waiting gang fits now is the admission check's own
+decision (the core's gate, `core.gate`, over the facts the admission pass reads too,
+`readmodel.decisions.explain`), so `gangctl explain` says exactly what the next admission pass
+will decide.
 """
 
 from __future__ import annotations
@@ -11,73 +13,26 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
-import orjson
 
-from gangplugin.admission.controller import GangAdmission
 from gangplugin.api.proto import gangs_pb2, gangs_pb2_grpc
-from gangplugin.core.admission import gang_id
-from gangplugin.core.dispatch import DispatchRecord
 from gangplugin.core.errors import InputError
-from gangplugin.core.gangs import (
-    Evaluation,
-    Phase,
-    Pods,
-    WorkloadState,
-    explain,
-    gang_domain,
-    pod_gang_phase,
-    workload_phase,
-)
-from gangplugin.core.names import (
-    BIND_MODE_LABEL,
-    DISPATCH_ANNOTATION,
-    GANG_LABEL,
-    GANG_SIZE_ANNOTATION,
-    MULTIKUEUE_CONTROLLER,
-)
-from gangplugin.core.timeutil import parse_time, to_seconds
-from gangplugin.core.topology import DEFAULT_LEVELS
-from gangplugin.kube import kueue_records as rec
+from gangplugin.core.gangs import Evaluation, Phase, explain
+from gangplugin.core.states import CheckState
 from gangplugin.kube.client import JSON
-from gangplugin.kube.informer import Informer
+from gangplugin.readmodel import decisions
+from gangplugin.readmodel.model import Follower, ReadModel
+from gangplugin.readmodel.records import PodRecord, WorkloadRecord
+from gangplugin.readmodel.summaries import GangSummary, Owner, Summaries, dispatch_of, owner_of
 
 log = logging.getLogger(__name__)
 
 Key = tuple[str, str]  # (namespace, gang name)
 #: Concurrent WatchGangs streams; each holds a server thread.
 MAX_WATCHES = 8
-
-
-def _active(pod: Mapping[str, Any]) -> bool:
-    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed") and not (
-        pod.get("metadata") or {}
-    ).get("deletionTimestamp")
-
-
-def _count(pods: list[JSON], total: int) -> Pods:
-    active = [p for p in pods if _active(p)]
-    bound = [p for p in active if (p.get("spec") or {}).get("nodeName")]
-    return Pods(total, len(bound), sum(1 for p in bound if rec.pod_ready(p)))
-
-
-def _created(obj: Mapping[str, Any]) -> float | None:
-    try:
-        return float(to_seconds(parse_time((obj.get("metadata") or {}).get("creationTimestamp"), "t")))
-    except InputError:
-        return None
-
-
-def _size(pods: list[JSON]) -> int:
-    sizes = []
-    for p in pods:
-        value = ((p.get("metadata") or {}).get("annotations") or {}).get(GANG_SIZE_ANNOTATION, "")
-        if str(value).isdigit():
-            sizes.append(int(value))
-    return max(sizes) if sizes else len(pods)
 
 
 def _check_field(field: str, value: str) -> None:
@@ -87,29 +42,11 @@ def _check_field(field: str, value: str) -> None:
         raise InputError(field, "is longer than 253 characters")
 
 
-def owner_of(wl: Mapping[str, Any]) -> gangs_pb2.Owner | None:
-    """The job that owns a Workload: its controller ownerReference (Kueue sets the job as one)."""
-    for ref in (wl.get("metadata") or {}).get("ownerReferences") or []:
-        if isinstance(ref, Mapping) and ref.get("controller") is True:
-            group = str(ref.get("apiVersion") or "").rpartition("/")[0]
-            return gangs_pb2.Owner(
-                group=group, kind=str(ref.get("kind") or ""), name=str(ref.get("name") or "")
-            )
-    return None
+def _owner(owner: gangs_pb2.Owner) -> Owner:
+    return Owner(group=owner.group, kind=owner.kind, name=owner.name)
 
 
-def owned_by(wl: Mapping[str, Any], owner: gangs_pb2.Owner) -> bool:
-    """Whether `owner` (kind in any case, group only when given) owns the Workload."""
-    found = owner_of(wl)
-    return (
-        found is not None
-        and found.name == owner.name
-        and found.kind.lower() == owner.kind.lower()
-        and (not owner.group or found.group == owner.group)
-    )
-
-
-def _asked_owner(request: Any) -> gangs_pb2.Owner | None:
+def _asked_owner(request: Any) -> Owner | None:
     """The owner a request names (None: it asks by name). InputError for a half-given one."""
     if not request.HasField("owner"):
         return None
@@ -118,286 +55,98 @@ def _asked_owner(request: Any) -> gangs_pb2.Owner | None:
         raise InputError("name", "give either name or owner, not both")
     _check_field("owner.kind", owner.kind)
     _check_field("owner.name", owner.name)
-    return owner
+    return _owner(owner)
 
 
-def dispatch_of(wl: Mapping[str, Any]) -> tuple[DispatchRecord, str]:
-    """A manager Workload's dispatch record (gangplugin.io/dispatch; empty when it has none or
-    it cannot be read) and the worker it runs in (status.clusterName) or is nominated to."""
-    raw = ((wl.get("metadata") or {}).get("annotations") or {}).get(DISPATCH_ANNOTATION)
-    try:
-        record = DispatchRecord.from_dict(orjson.loads(raw)) if raw else DispatchRecord()
-    except orjson.JSONDecodeError:
-        record = DispatchRecord()
-    status = wl.get("status") or {}
-    nominated = status.get("nominatedClusterNames") or []
-    return record, str(status.get("clusterName") or (nominated[0] if len(nominated) == 1 else ""))
-
-
-def _describe(owner: gangs_pb2.Owner) -> str:
+def _describe(owner: Owner) -> str:
     return f"{owner.kind}{'.' + owner.group if owner.group else ''} {owner.name!r}"
+
+
+class _Publisher(Follower):
+    """The read model's changes, as the keys of the gangs they touch, for every open watch."""
+
+    def __init__(self, model: ReadModel) -> None:
+        self.model = model
+        self._lock = threading.Lock()
+        self.watchers: list[queue.SimpleQueue[Key]] = []
+
+    def publish(self, key: Key) -> None:
+        with self._lock:
+            for w in self.watchers:
+                w.put(key)
+
+    def workload(self, old: WorkloadRecord | None, new: WorkloadRecord | None) -> None:
+        some = new or old
+        assert some is not None
+        self.publish((some.namespace, some.name))
+
+    def pod(self, old: PodRecord | None, new: PodRecord | None) -> None:
+        some = new or old
+        assert some is not None
+        if some.gang:  # the gang a pod label names: its Workload's, else the pod gang of that label
+            owner = self.model.workload_of_gang(some.namespace, some.gang)
+            self.publish((some.namespace, owner.partition("/")[2] if owner else some.gang))
+
+    def add(self, events: queue.SimpleQueue[Key]) -> bool:
+        with self._lock:
+            if len(self.watchers) >= MAX_WATCHES:
+                return False
+            self.watchers.append(events)
+            return True
+
+    def remove(self, events: queue.SimpleQueue[Key]) -> None:
+        with self._lock:
+            self.watchers.remove(events)
 
 
 class GangService(gangs_pb2_grpc.GangServiceServicer):
     def __init__(
-        self,
-        admission: GangAdmission,
-        local_queues: Informer[JSON],
-        cluster_queues: Informer[JSON],
-        stop: threading.Event,
-        clock: Callable[[], float] = time.time,
+        self, model: ReadModel, stop: threading.Event, clock: Callable[[], float] = time.time
     ) -> None:
-        self.adm, self.local_queues, self.cluster_queues = admission, local_queues, cluster_queues
+        self.model = model
+        self.summaries = Summaries(model)
         self.stop, self.clock = stop, clock
-        self._lock = threading.Lock()
-        self._watchers: list[queue.SimpleQueue[Key]] = []
-        self._by_gang_id: dict[Key, str] = {}  # (ns, gang label) -> Workload name (hashed ids)
-        # After the view's handlers, on its dispatcher: a published gang reads an index that
-        # already holds the change.
-        admission.view.workloads.add_handler(self._on_workload, admission.view.dispatcher)
-        admission.view.pods.add_handler(self._on_pod, admission.view.dispatcher)
+        self.publisher = _Publisher(model)
+        model.follow(self.publisher)
 
-    # -- watch plumbing: handlers only publish keys ---------------------------------------------
-
-    def _publish(self, key: Key) -> None:
-        with self._lock:
-            for w in self._watchers:
-                w.put(key)
-
-    def _on_workload(self, kind: str, old: JSON | None, new: JSON | None) -> None:
-        obj = new or old
-        assert obj is not None
-        meta = obj["metadata"]
-        ns, name = meta.get("namespace", ""), meta["name"]
-        with self._lock:
-            if new is None:
-                self._by_gang_id.pop((ns, gang_id(name)), None)
-            else:
-                self._by_gang_id[(ns, gang_id(name))] = name
-        self._publish((ns, name))
-
-    def _on_pod(self, kind: str, old: JSON | None, new: JSON | None) -> None:
-        obj = new or old
-        assert obj is not None
-        meta = obj.get("metadata") or {}
-        gang = (meta.get("labels") or {}).get(GANG_LABEL)
-        if gang:
-            self._publish(self._owner(meta.get("namespace", ""), gang))
-
-    def _owner(self, namespace: str, gang: str) -> Key:
-        """The gang a pod label names: its Workload's, else the pod gang of that label."""
-        with self._lock:
-            return namespace, self._by_gang_id.get((namespace, gang), gang)
-
-    # -- reading gangs ------------------------------------------------------------------------------
-
-    def _check_of(self, wl: Mapping[str, Any], ours: Mapping[str, str | None]) -> str | None:
-        """Our check on this Workload: from its status, else from its ClusterQueue's strategy."""
-        for state in (wl.get("status") or {}).get("admissionChecks") or []:
-            if state.get("name") in ours:
-                return str(state["name"])
-        cq = self._cluster_queue(wl)
-        obj = self.cluster_queues.get(cq) if cq else None
-        for rule in (((obj or {}).get("spec") or {}).get("admissionChecksStrategy") or {}).get(
-            "admissionChecks"
-        ) or []:
-            if rule.get("name") in ours:
-                return str(rule["name"])
-        return None
-
-    def _cluster_queue(self, wl: Mapping[str, Any]) -> str:
-        admitted = ((wl.get("status") or {}).get("admission") or {}).get("clusterQueue")
-        if admitted:
-            return str(admitted)
-        lq_name = (wl.get("spec") or {}).get("queueName")
-        lq = self.local_queues.get(f"{wl['metadata'].get('namespace', '')}/{lq_name}") if lq_name else None
-        return str(((lq or {}).get("spec") or {}).get("clusterQueue") or "")
-
-    def _bind_mode(self, policy_name: str | None) -> str:
-        """The bindMode of the check's GangPolicy ("" when it cannot be read: the check says why)."""
-        try:
-            return self.adm.view.policy(policy_name).bind_mode
-        except InputError:
-            return ""
-
-    def _levels(self, policy_name: str | None) -> tuple[str, ...]:
-        try:
-            return self.adm.view.levels(self.adm.view.policy(policy_name))
-        except InputError:
-            return DEFAULT_LEVELS
-
-    def _domain(
-        self, pinned: Mapping[str, str], pods: list[JSON], levels: tuple[str, ...]
-    ) -> tuple[str, str] | None:
-        labels = []
-        for p in pods:
-            node_name = (p.get("spec") or {}).get("nodeName")
-            node = self.adm.view.nodes.get(node_name) if node_name and _active(p) else None
-            if node is not None:
-                labels.append((node.get("metadata") or {}).get("labels") or {})
-        return gang_domain(pinned, labels, levels)
-
-    def _multikueue_checks(self) -> dict[str, str | None]:
-        """The manager's MultiKueue AdmissionChecks (its gangs run in worker clusters)."""
-        return {
-            str(ac["metadata"]["name"]): None
-            for ac in self.adm.view.checks.items()
-            if (ac.get("spec") or {}).get("controllerName") == MULTIKUEUE_CONTROLLER
-        }
-
-    def workload_gang(self, wl: JSON, ours: Mapping[str, str | None]) -> gangs_pb2.Gang | None:
-        """The gang of a Workload that passes our check, or (on a MultiKueue manager) Kueue's
-        MultiKueue check; None for other Workloads."""
-        check = self._check_of(wl, ours)
-        dispatched = check is None
-        if check is None:
-            check = self._check_of(wl, self._multikueue_checks())
-            if check is None:
-                return None
-            ours = {**ours, check: None}
-        meta = wl["metadata"]
-        ns, gid = meta.get("namespace", ""), gang_id(meta["name"])
-        state = rec.check_state(wl, check) or {}
-        pods = self.adm.view.gang_pods(ns, gid)
-        total = 0
-        for ps in (wl.get("spec") or {}).get("podSets") or []:
-            count = ps.get("count", 1) if isinstance(ps, Mapping) else 0
-            total += count if isinstance(count, int) and not isinstance(count, bool) else 0
-        counts = _count(pods, total)
-        phase = workload_phase(
-            WorkloadState(
-                active=(wl.get("spec") or {}).get("active") is not False,
-                finished=rec.is_true(wl, "Finished"),
-                quota_reserved=rec.is_true(wl, "QuotaReserved"),
-                admitted=rec.is_true(wl, "Admitted"),
-                evicted=rec.is_true(wl, "Evicted"),
-                check_state=state.get("state"),
-            ),
-            counts,
+    def message(self, g: GangSummary) -> gangs_pb2.Gang:
+        """The wire form of a gang."""
+        out = gangs_pb2.Gang(
+            namespace=g.namespace,
+            name=g.name,
+            kind=g.kind.value,
+            gang_id=g.gang_id,
+            pods_total=g.pods.total,
+            pods_bound=g.pods.bound,
+            pods_ready=g.pods.ready,
+            domain_level=g.domain[0] if g.domain else "",
+            domain_value=g.domain[1] if g.domain else "",
+            phase=g.phase.value,
+            creation_time=g.created,
+            age_seconds=max(0, int(self.clock() - g.created_at)) if g.created_at is not None else 0,
+            bind_mode=g.bind_mode,
         )
-        pinned: dict[str, str] = {}
-        bind_mode = ""
-        for upd in state.get("podSetUpdates") or []:
-            pinned.update(upd.get("nodeSelector") or {})
-            bind_mode = bind_mode or str((upd.get("labels") or {}).get(BIND_MODE_LABEL) or "")
-        domain = self._domain(pinned, pods, self._levels(ours[check]))
-        return self._message(
-            wl,
-            kind="Workload",
-            gang=gid,
-            phase=phase,
-            pods=counts,
-            domain=domain,
-            local_queue=str((wl.get("spec") or {}).get("queueName") or ""),
-            cluster_queue=self._cluster_queue(wl),
-            admission_check=check,
-            check_state=str(state.get("state") or ""),
-            message=str(state.get("message") or ""),
-            retry_count=int(state.get("retryCount") or 0),
-            owner=owner_of(wl),
-            # a dispatched gang's bindMode is its worker's (the manager has no nodes)
-            bind_mode="" if dispatched else bind_mode or self._bind_mode(ours[check]),
-        )
+        if g.kind.value == "Workload":
+            out.local_queue = g.local_queue
+            out.cluster_queue = g.cluster_queue
+            out.admission_check = g.admission_check
+            out.check_state = g.check_state.value if g.check_state is not None else ""
+            out.message = g.message
+            out.retry_count = g.retry_count
+            if g.owner is not None:
+                out.owner.CopyFrom(gangs_pb2.Owner(group=g.owner.group, kind=g.owner.kind, name=g.owner.name))
+        return out
 
-    def pod_gang(self, namespace: str, gang: str, pods: list[JSON] | None = None) -> gangs_pb2.Gang | None:
-        pods = self.adm.view.gang_pods(namespace, gang) if pods is None else pods
-        active = [p for p in pods if _active(p)]
-        if not active:
-            return None
-        counts = _count(active, _size(active))
-        oldest = min(active, key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or ""))
-        return self._message(
-            oldest,
-            kind="PodGang",
-            name=gang,
-            gang=gang,
-            phase=pod_gang_phase(counts),
-            pods=counts,
-            domain=self._domain({}, active, DEFAULT_LEVELS),
-            bind_mode="Extender",  # pod gangs outside Kueue always go through the extender
-        )
-
-    def _message(
-        self,
-        obj: Mapping[str, Any],
-        *,
-        kind: str,
-        gang: str,
-        phase: Phase,
-        pods: Pods,
-        domain: tuple[str, str] | None,
-        name: str | None = None,
-        **extra: Any,
-    ) -> gangs_pb2.Gang:
-        meta = obj.get("metadata") or {}
-        created = _created(obj)
-        return gangs_pb2.Gang(
-            namespace=meta.get("namespace", ""),
-            name=name or meta.get("name", ""),
-            kind=kind,
-            gang_id=gang,
-            pods_total=pods.total,
-            pods_bound=pods.bound,
-            pods_ready=pods.ready,
-            domain_level=domain[0] if domain else "",
-            domain_value=domain[1] if domain else "",
-            phase=phase.value,
-            creation_time=str(meta.get("creationTimestamp") or ""),
-            age_seconds=max(0, int(self.clock() - created)) if created is not None else 0,
-            **extra,
-        )
-
-    def find(self, namespace: str, name: str) -> tuple[gangs_pb2.Gang, JSON | None] | None:
-        """A gang by name: the Workload of that name when it is a gang, else the pod gang."""
-        wl = self.adm.view.workloads.get(f"{namespace}/{name}")
-        if wl is not None:
-            found = self.workload_gang(wl, self.adm.view.our_checks())
-            if found is not None:
-                return found, wl
-        with self._lock:
-            owned = (namespace, name) in self._by_gang_id
-        pod_gang = None if owned else self.pod_gang(namespace, name)
-        return None if pod_gang is None else (pod_gang, None)
-
-    def owned(self, namespace: str, owner: gangs_pb2.Owner) -> list[tuple[gangs_pb2.Gang, JSON]]:
-        """The gangs of the Workloads `owner` owns in the namespace, by Workload name."""
-        ours = self.adm.view.our_checks()
-        out = []
-        for wl in self.adm.view.workloads.items():
-            mine = wl["metadata"].get("namespace") == namespace and owned_by(wl, owner)
-            if mine and (g := self.workload_gang(wl, ours)) is not None:
-                out.append((g, wl))
-        return sorted(out, key=lambda found: found[0].name)
-
-    def gangs(self, namespace: str = "") -> list[gangs_pb2.Gang]:
-        ours = self.adm.view.our_checks()
-        out = []
-        owned: set[Key] = set()
-        for wl in self.adm.view.workloads.items():
-            meta = wl["metadata"]
-            if namespace and meta.get("namespace") != namespace:
-                continue
-            owned.add((meta.get("namespace", ""), gang_id(meta["name"])))
-            if (g := self.workload_gang(wl, ours)) is not None:
-                out.append(g)
-        plain: dict[Key, list[JSON]] = {}
-        for pod in self.adm.view.pods.items():
-            meta = pod.get("metadata") or {}
-            gang = (meta.get("labels") or {}).get(GANG_LABEL)
-            key = (meta.get("namespace", ""), gang or "")
-            if gang and (not namespace or key[0] == namespace) and key not in owned:
-                plain.setdefault(key, []).append(pod)
-        for (ns, gang), pods in plain.items():
-            if (g := self.pod_gang(ns, gang, pods)) is not None:
-                out.append(g)
-        return sorted(out, key=lambda g: (g.namespace, g.name))
+    def find(self, namespace: str, name: str) -> tuple[gangs_pb2.Gang, GangSummary, JSON | None] | None:
+        found = self.summaries.find(namespace, name)
+        return None if found is None else (self.message(found[0]), found[0], found[1])
 
     # -- explain -----------------------------------------------------------------------------------
 
     def evaluate(self, wl: JSON, check: str) -> Evaluation | None:
-        """What the admission pass would decide for this waiting gang now: the pass's own
-        `evaluate` (the gate of `core.gate`, in its one order) on a fresh snapshot."""
-        verdict = self.adm.admission.explain(wl, check, self.clock())
+        """What the admission pass would decide for this waiting gang now: the gate (`core.gate`,
+        in its one order) over the facts the pass reads, on a fresh snapshot."""
+        verdict = decisions.explain(self.model, wl, check, self.clock())
         if verdict is None:
             return None
         if verdict.blocked_by is not None:
@@ -408,41 +157,39 @@ class GangService(gangs_pb2_grpc.GangServiceServicer):
             return Evaluation(False, verdict.message)
         return Evaluation(placement.feasible, placement.reason, placement.level, tuple(placement.domains))
 
-    def explanation(self, gang: gangs_pb2.Gang, wl: JSON | None) -> gangs_pb2.GangExplanation:
-        dispatched = wl is not None and gang.admission_check in self._multikueue_checks()
+    def explanation(self, gang: GangSummary, wl: JSON | None) -> gangs_pb2.GangExplanation:
         evaluation = None
         if (
             wl is not None
-            and not dispatched
-            and gang.phase == Phase.PENDING.value
-            and gang.check_state == "Pending"
+            and not gang.dispatched
+            and gang.phase is Phase.PENDING
+            and gang.check_state is CheckState.PENDING
         ):
             evaluation = self.evaluate(wl, gang.admission_check)
-        pods = self.adm.view.gang_pods(gang.namespace, gang.gang_id)
+        pods = self.model.gang_pods(gang.namespace, gang.gang_id)
         placements = sorted(
             (
-                gangs_pb2.PodPlacement(
-                    name=p["metadata"]["name"], node=p["spec"]["nodeName"], ready=rec.pod_ready(p)
-                )
+                gangs_pb2.PodPlacement(name=p.name, node=p.placed_on, ready=p.ready)
                 for p in pods
-                if _active(p) and (p.get("spec") or {}).get("nodeName")
+                if p.placed_on is not None
             ),
             key=lambda p: p.name,
         )
-        record, worker = dispatch_of(wl) if dispatched and wl is not None else (None, "")
-        domain = (gang.domain_level, gang.domain_value) if gang.domain_level else None
+        record, worker = dispatch_of(wl) if gang.dispatched and wl is not None else (None, "")
         summary = explain(
-            Phase(gang.phase),
-            Pods(gang.pods_total, gang.pods_bound, gang.pods_ready),
+            gang.phase,
+            gang.pods,
             queue=gang.cluster_queue,
-            domain=domain,
+            domain=gang.domain,
             check_message=gang.message,
             retry_count=gang.retry_count,
             evaluation=evaluation,
             worker=worker,
             dispatch=None if record is None else record.summary,
         )
-        out = gangs_pb2.GangExplanation(gang=gang, summary=summary, pods=placements, worker=worker)
+        out = gangs_pb2.GangExplanation(
+            gang=self.message(gang), summary=summary, pods=placements, worker=worker
+        )
         if evaluation is not None:
             out.evaluated = True
             out.fits_now = evaluation.fits
@@ -466,7 +213,7 @@ class GangService(gangs_pb2_grpc.GangServiceServicer):
 
     # -- RPCs ------------------------------------------------------------------------------------
 
-    def _get(self, request: Any, context: grpc.ServicerContext) -> tuple[gangs_pb2.Gang, JSON | None]:
+    def _get(self, request: Any, context: grpc.ServicerContext) -> tuple[GangSummary, JSON | None]:
         try:
             _check_field("namespace", request.namespace)
             owner = _asked_owner(request)
@@ -476,7 +223,7 @@ class GangService(gangs_pb2_grpc.GangServiceServicer):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
         if owner is not None:
             return self._get_owned(request.namespace, owner, context)
-        found = self.find(request.namespace, request.name)
+        found = self.summaries.find(request.namespace, request.name)
         if found is None:
             context.abort(
                 grpc.StatusCode.NOT_FOUND,
@@ -487,9 +234,9 @@ class GangService(gangs_pb2_grpc.GangServiceServicer):
         return found
 
     def _get_owned(
-        self, namespace: str, owner: gangs_pb2.Owner, context: grpc.ServicerContext
-    ) -> tuple[gangs_pb2.Gang, JSON]:
-        found = self.owned(namespace, owner)
+        self, namespace: str, owner: Owner, context: grpc.ServicerContext
+    ) -> tuple[GangSummary, JSON]:
+        found = self.summaries.owned(namespace, owner)
         if not found:
             context.abort(
                 grpc.StatusCode.NOT_FOUND,
@@ -505,12 +252,14 @@ class GangService(gangs_pb2_grpc.GangServiceServicer):
         return found[0]
 
     def GetGang(self, request: gangs_pb2.GetGangRequest, context: grpc.ServicerContext) -> gangs_pb2.Gang:
-        return self._get(request, context)[0]
+        return self.message(self._get(request, context)[0])
 
     def ListGangs(
         self, request: gangs_pb2.ListGangsRequest, context: grpc.ServicerContext
     ) -> gangs_pb2.ListGangsResponse:
-        return gangs_pb2.ListGangsResponse(gangs=self.gangs(request.namespace))
+        return gangs_pb2.ListGangsResponse(
+            gangs=[self.message(g) for g in self.summaries.all(request.namespace)]
+        )
 
     def ExplainGang(
         self, request: gangs_pb2.ExplainGangRequest, context: grpc.ServicerContext
@@ -530,53 +279,42 @@ class GangService(gangs_pb2_grpc.GangServiceServicer):
         if owner is not None and not request.namespace:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "namespace: is required when owner is given")
         events: queue.SimpleQueue[Key] = queue.SimpleQueue()
-        with self._lock:
-            if len(self._watchers) >= MAX_WATCHES:
-                context.abort(
-                    grpc.StatusCode.RESOURCE_EXHAUSTED, f"{MAX_WATCHES} watches are open; try again later"
-                )
-            self._watchers.append(events)
+        if not self.publisher.add(events):
+            context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED, f"{MAX_WATCHES} watches are open; try again later"
+            )
         try:
-            yield from self._watch(request, context, events)
+            yield from self._watch(request, owner, context, events)
         finally:
-            with self._lock:
-                self._watchers.remove(events)
+            self.publisher.remove(events)
+
+    def _initial(self, request: gangs_pb2.WatchGangsRequest, owner: Owner | None) -> list[gangs_pb2.Gang]:
+        if owner is not None:
+            return [self.message(g) for g, _ in self.summaries.owned(request.namespace, owner)]
+        if request.name:
+            found = self.find(request.namespace, request.name)
+            return [] if found is None else [found[0]]
+        return [self.message(g) for g in self.summaries.all(request.namespace)]
 
     def _watch(
         self,
         request: gangs_pb2.WatchGangsRequest,
+        owner: Owner | None,
         context: grpc.ServicerContext,
         events: queue.SimpleQueue[Key],
     ) -> Iterator[gangs_pb2.GangEvent]:
-        owner = request.owner if request.HasField("owner") else None
-
         def wanted(key: Key) -> bool:
             if request.namespace and key[0] != request.namespace:
                 return False
             if owner is not None:  # a gone Workload is still told about (DELETED) once sent
-                wl = self.adm.view.workloads.get(f"{key[0]}/{key[1]}")
-                return key in sent or (wl is not None and owned_by(wl, owner))
+                wl = self.model.workloads.get(f"{key[0]}/{key[1]}")
+                job = owner_of(wl) if wl is not None else None
+                return key in sent or (job is not None and job.owns(owner))
             return not request.name or key[1] == request.name
 
-        def same(a: gangs_pb2.Gang, b: gangs_pb2.Gang) -> bool:
-            return a.SerializeToString(deterministic=True) == b.SerializeToString(deterministic=True)
-
-        def without_age(g: gangs_pb2.Gang) -> gangs_pb2.Gang:
-            copy = gangs_pb2.Gang()
-            copy.CopyFrom(g)
-            copy.age_seconds = 0
-            return copy
-
-        sent: dict[Key, gangs_pb2.Gang] = {}
-        if owner is not None:
-            initial = [g for g, _ in self.owned(request.namespace, owner)]
-        elif request.name:
-            found = self.find(request.namespace, request.name)
-            initial = [] if found is None else [found[0]]
-        else:
-            initial = self.gangs(request.namespace)
-        for g in initial:
-            sent[(g.namespace, g.name)] = without_age(g)
+        sent: dict[Key, bytes] = {}  # what was sent last, its age left out
+        for g in self._initial(request, owner):
+            sent[(g.namespace, g.name)] = _ageless(g)
             yield gangs_pb2.GangEvent(type="ADDED", gang=g)
         while context.is_active() and not self.stop.is_set():
             try:
@@ -591,9 +329,19 @@ class GangService(gangs_pb2_grpc.GangServiceServicer):
                 if found is None:
                     if prev is not None:
                         del sent[key]
-                        yield gangs_pb2.GangEvent(type="DELETED", gang=prev)
+                        gone = gangs_pb2.Gang()
+                        gone.ParseFromString(prev)
+                        yield gangs_pb2.GangEvent(type="DELETED", gang=gone)
                     continue
-                now = without_age(found[0])
-                if prev is None or not same(prev, now):
+                now = _ageless(found[0])
+                if prev != now:
                     sent[key] = now
                     yield gangs_pb2.GangEvent(type="ADDED" if prev is None else "MODIFIED", gang=found[0])
+
+
+def _ageless(g: gangs_pb2.Gang) -> bytes:
+    """The gang as sent, but for its age (which changes every second): what tells a change."""
+    copy = gangs_pb2.Gang()
+    copy.CopyFrom(g)
+    copy.age_seconds = 0
+    return copy.SerializeToString(deterministic=True)

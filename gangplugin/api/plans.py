@@ -31,6 +31,7 @@ from gangplugin.kube.client import JSON, ApiError, Client
 from gangplugin.kube.informer import Informer
 from gangplugin.kube.plan_records import parse_plan, target_resource
 from gangplugin.kube.resources import TRAINING_PLANS
+from gangplugin.readmodel.records import NodeRecord
 
 ZONE_LABEL = "topology.kubernetes.io/zone"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
@@ -42,8 +43,8 @@ _NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9]
 Clock = Callable[[], datetime]
 
 
-def fleet_node(obj: JSON) -> FleetNode | None:
-    labels = obj.get("metadata", {}).get("labels") or {}
+def fleet_node(node: NodeRecord) -> FleetNode | None:
+    labels = node.labels
     itype, zone = labels.get(INSTANCE_TYPE_LABEL), labels.get(ZONE_LABEL)
     if not itype or not zone:
         return None
@@ -162,7 +163,7 @@ class PlanService(plans_pb2_grpc.PlanServiceServicer):
     def __init__(
         self,
         client: Client,
-        nodes: Informer[JSON],
+        nodes: Informer[NodeRecord],
         plans: Informer[JSON],
         clock: Clock = lambda: datetime.now(UTC),
     ) -> None:
@@ -178,7 +179,7 @@ class PlanService(plans_pb2_grpc.PlanServiceServicer):
         return out
 
     def _search(self, req: OfferingRequest) -> tuple[TrainingPlanOffering, ...]:
-        nodes = [n for obj in self.nodes.items() if (n := fleet_node(obj)) is not None]
+        nodes = [n for record in self.nodes.items() if (n := fleet_node(record)) is not None]
         inventory = fleet_inventory(nodes, [p for _, p in self._plans()], self.clock())
         return search_offerings(inventory, req)
 

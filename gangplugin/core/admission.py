@@ -16,6 +16,7 @@ from typing import Any
 
 from gangplugin.core.names import BIND_MODE_LABEL, GANG_LABEL, GANG_SIZE_ANNOTATION
 from gangplugin.core.placement import Gang, Placement, PlacementPolicy, eligible_nodes, fit_counter, place
+from gangplugin.core.states import CheckState
 from gangplugin.core.topology import BoundPod, Snapshot
 
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
@@ -254,12 +255,12 @@ def sequential_blocker(candidate: str, unready_admitted: Sequence[str]) -> str |
 @dataclass(frozen=True, slots=True)
 class QueuedWorkload:
     """What the admission order reads of a Workload that carries the gang check (times in epoch
-    seconds). `state`: the check's state; `assumed`: admitted by a write the caller has made but
-    not read back yet (it counts as admitted and not yet Ready)."""
+    seconds). `state`: the check's state (None: one Kueue does not define); `assumed`: admitted
+    by a write the caller has made but not read back yet (it counts as admitted, not Ready)."""
 
     key: str
     policy: str | None
-    state: str
+    state: CheckState | None
     quota_reserved: bool
     finished: bool = False
     evicted: bool = False
@@ -290,11 +291,11 @@ def admission_queue(workloads: Sequence[QueuedWorkload]) -> AdmissionQueue:
             continue
         if wl.assumed:
             unready.setdefault(wl.policy, []).append(wl.key)
-        elif wl.state == "Ready":
+        elif wl.state is CheckState.READY:
             admitted.append(wl)
             if not wl.ever_ready:
                 unready.setdefault(wl.policy, []).append(wl.key)
-        elif wl.state == "Pending" and not wl.evicted:
+        elif wl.state is CheckState.PENDING and not wl.evicted:
             candidates.append(wl)
     candidates.sort(key=lambda w: (w.quota_reserved_at, w.created_at, w.key))
     admitted.sort(key=lambda w: (w.admitted_at, w.key))

@@ -49,6 +49,7 @@ from gangplugin.core.plans import TrainingPlan
 from gangplugin.core.policy import GangPolicy
 from gangplugin.core.preemption import Contender
 from gangplugin.core.resources import format_quantity
+from gangplugin.core.states import CheckState
 from gangplugin.core.timeutil import format_time, parse_time, to_seconds
 from gangplugin.core.topology import Snapshot
 
@@ -115,7 +116,7 @@ class Worker:
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict:
+class WorkerVerdict:
     """What `dispatch` made of one worker: the reason is a sentence for `gangctl explain`.
     `room`: pods of the gang's shapes still free in its domain there after it (where it fits)."""
 
@@ -142,17 +143,17 @@ class Verdict:
         return out
 
     @classmethod
-    def from_dict(cls, raw: Mapping[str, Any]) -> Verdict:
+    def from_dict(cls, raw: Mapping[str, Any]) -> WorkerVerdict:
         room = raw.get("room")
         return cls(
-            str(raw.get("worker", "")),
-            raw.get("fits") is True,
-            raw.get("chosen") is True,
-            str(raw.get("reason", "")),
-            str(raw["flavor"]) if raw.get("flavor") is not None else None,
-            str(raw["level"]) if raw.get("level") is not None else None,
-            tuple(str(d) for d in raw.get("domains") or ()),
-            room if isinstance(room, int) and not isinstance(room, bool) else None,
+            worker=str(raw.get("worker", "")),
+            fits=raw.get("fits") is True,
+            chosen=raw.get("chosen") is True,
+            reason=str(raw.get("reason", "")),
+            flavor=str(raw["flavor"]) if raw.get("flavor") is not None else None,
+            level=str(raw["level"]) if raw.get("level") is not None else None,
+            domains=tuple(str(d) for d in raw.get("domains") or ()),
+            room=room if isinstance(room, int) and not isinstance(room, bool) else None,
         )
 
 
@@ -173,7 +174,7 @@ class Dispatch:
     the chosen first, then the others where it fits by rank, then the rest by name."""
 
     chosen: str | None
-    verdicts: tuple[Verdict, ...]
+    verdicts: tuple[WorkerVerdict, ...]
     summary: str
     fit: Fit | None = None
 
@@ -253,11 +254,11 @@ def fit_in(
         flavors = set(flavor.flavors.values()) or {flavor.name}
         drain = gang_drain(worker.plans, worker.cluster_queue, flavors, at, max_runtime)
     facts = GangFacts(
-        Contender(gang.name, 0, worker.cluster_queue, now),
-        worker.policy,
-        on_flavor,
-        worker.snapshot,
-        now,
+        contender=Contender(key=gang.name, priority=0, cluster_queue=worker.cluster_queue, created_at=now),
+        policy=worker.policy,
+        gang=on_flavor,
+        snapshot=worker.snapshot,
+        now=now,
         unready=worker.unready,
         drain=drain,
     )
@@ -285,22 +286,22 @@ def dispatch(
         if r.worker not in latest or r.at > latest[r.worker].at:
             latest[r.worker] = r
     fits: list[tuple[Worker, Fit]] = []
-    others: list[Verdict] = []
+    others: list[WorkerVerdict] = []
     for worker in sorted(workers, key=lambda w: w.name):
         refused = latest.get(worker.name)
         if worker.unusable is not None:
-            others.append(Verdict(worker.name, False, False, worker.unusable))
+            others.append(WorkerVerdict(worker=worker.name, fits=False, chosen=False, reason=worker.unusable))
         elif refused is not None and now - refused.at < refusal_ttl:
             # No countdown in it: a verdict that changed every pass would be written every pass.
             at, again = (
                 format_time(datetime.fromtimestamp(t, UTC)) for t in (refused.at, refused.at + refusal_ttl)
             )
             why = f"refused it at {at} ({refused.reason}); asked again from {again}"
-            others.append(Verdict(worker.name, False, False, why))
+            others.append(WorkerVerdict(worker=worker.name, fits=False, chosen=False, reason=why))
         else:
             found, why = fit_in(gang, worker, now, max_runtime)
             if found is None:
-                others.append(Verdict(worker.name, False, False, why))
+                others.append(WorkerVerdict(worker=worker.name, fits=False, chosen=False, reason=why))
             else:
                 fits.append((worker, found))
     fits.sort(key=lambda wf: (wf[1].room, wf[0].name))
@@ -312,7 +313,7 @@ def dispatch(
     return Dispatch(winner.name, (*verdicts, *others), f"nominated {winner.name}: {verdicts[0].reason}", fit)
 
 
-def _fit_verdict(worker: Worker, fit: Fit, rank: int, fits: Sequence[tuple[Worker, Fit]]) -> Verdict:
+def _fit_verdict(worker: Worker, fit: Fit, rank: int, fits: Sequence[tuple[Worker, Fit]]) -> WorkerVerdict:
     p = fit.placement
     if rank == 0:
         tail = f"; the tightest of {len(fits)} workers where it fits" if len(fits) > 1 else ""
@@ -326,7 +327,16 @@ def _fit_verdict(worker: Worker, fit: Fit, rank: int, fits: Sequence[tuple[Worke
                 f"fits ({p.reason}), but {best_worker.name} leaves less room "
                 f"({best.room} pods against {fit.room})"
             )
-    return Verdict(worker.name, True, rank == 0, reason, fit.flavor.name, p.level, p.domains, fit.room)
+    return WorkerVerdict(
+        worker=worker.name,
+        fits=True,
+        chosen=rank == 0,
+        reason=reason,
+        flavor=fit.flavor.name,
+        level=p.level,
+        domains=p.domains,
+        room=fit.room,
+    )
 
 
 def taken(fit: Fit) -> dict[tuple[str, str], int]:
@@ -396,7 +406,7 @@ def copy_state(
     finished: bool = False,
     evicted: bool = False,
     evicted_message: str = "",
-    check: str | None = None,
+    check: CheckState | None = None,
     check_message: str = "",
     preempting: bool = False,
 ) -> Copy:
@@ -404,14 +414,14 @@ def copy_state(
     `preempting`: the gang check is freeing a domain for it). A Pending check with a message is
     the gang check's refusal: it decides every gang whose quota is reserved on its next pass and
     writes a message only when it does not admit it."""
-    if admitted or finished or (quota_reserved and check == "Ready"):
+    if admitted or finished or (quota_reserved and check is CheckState.READY):
         return Copy(CopyState.ADMITTED)
     if evicted:
         return Copy(CopyState.REFUSED, f"evicted there: {evicted_message or 'no reason given'}")
-    if check in ("Rejected", "Retry"):
+    if check in (CheckState.REJECTED, CheckState.RETRY):
         return Copy(CopyState.REFUSED, f"its gang check said {check}: {check_message or 'no reason given'}")
     if quota_reserved:
-        if check == "Pending" and check_message and not preempting:
+        if check is CheckState.PENDING and check_message and not preempting:
             return Copy(CopyState.REFUSED, f"its gang check: {check_message}")
         return Copy(CopyState.WAITING)
     if quota_message:
@@ -419,7 +429,9 @@ def copy_state(
     return Copy(CopyState.WAITING)
 
 
-class Action(enum.Enum):
+class NominationAction(enum.Enum):
+    """What `step` says to do with a gang's nomination."""
+
     CHOOSE = "Choose"  # nominated nowhere and no copy left: `dispatch` picks a worker
     KEEP = "Keep"  # the nominated worker has it or is deciding: wait (until `wake_at`)
     WITHDRAW = "Withdraw"  # give the nominated worker up (`reason` is its refusal): nominate none
@@ -428,8 +440,10 @@ class Action(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class Step:
-    action: Action
+class NominationStep:
+    """`step`'s answer: the action, the worker it is about, why, and when to look again."""
+
+    action: NominationAction
     worker: str | None = None
     reason: str = ""
     wake_at: float | None = None
@@ -442,7 +456,7 @@ def step(
     nominated_at: float,
     now: float,
     answer_timeout: float = ANSWER_TIMEOUT,
-) -> Step:
+) -> NominationStep:
     """What to do with one waiting gang's nomination (its manager Workload's check Pending, no
     clusterName yet). `copies`: the copy in each connected worker; `nominated_at`: when the
     current worker was nominated.
@@ -456,24 +470,37 @@ def step(
     admitted = sorted(w for w, c in copies.items() if c.state is CopyState.ADMITTED)
     if admitted:
         if list(nominated) == admitted[:1]:
-            return Step(Action.KEEP, admitted[0], "admitted there")
-        return Step(Action.ADOPT, admitted[0], "admitted there")
+            return NominationStep(action=NominationAction.KEEP, worker=admitted[0], reason="admitted there")
+        return NominationStep(action=NominationAction.ADOPT, worker=admitted[0], reason="admitted there")
     if len(nominated) > 1:  # not ours (another dispatcher, or by hand): down to one at a time
-        return Step(Action.WITHDRAW, None, f"{len(nominated)} workers nominated at once")
+        return NominationStep(
+            action=NominationAction.WITHDRAW,
+            worker=None,
+            reason=f"{len(nominated)} workers nominated at once",
+        )
     if nominated:
         worker = nominated[0]
         if worker not in connected:
-            return Step(Action.WITHDRAW, worker, "not connected")
+            return NominationStep(action=NominationAction.WITHDRAW, worker=worker, reason="not connected")
         copy = copies.get(worker, Copy(CopyState.ABSENT))
         if copy.state is CopyState.REFUSED:
-            return Step(Action.WITHDRAW, worker, copy.reason)
+            return NominationStep(action=NominationAction.WITHDRAW, worker=worker, reason=copy.reason)
         if now - nominated_at >= answer_timeout:
-            return Step(Action.WITHDRAW, worker, f"no answer within {answer_timeout:.0f}s")
-        return Step(Action.KEEP, worker, "deciding", nominated_at + answer_timeout)
+            return NominationStep(
+                action=NominationAction.WITHDRAW,
+                worker=worker,
+                reason=f"no answer within {answer_timeout:.0f}s",
+            )
+        return NominationStep(
+            action=NominationAction.KEEP,
+            worker=worker,
+            reason="deciding",
+            wake_at=nominated_at + answer_timeout,
+        )
     held = sorted(w for w, c in copies.items() if c.state is not CopyState.ABSENT)
     if held:
-        return Step(Action.WAIT, held[0], "its copy is still there")
-    return Step(Action.CHOOSE)
+        return NominationStep(action=NominationAction.WAIT, worker=held[0], reason="its copy is still there")
+    return NominationStep(action=NominationAction.CHOOSE)
 
 
 # -- what the dispatcher records on the manager's Workload -------------------------------------------
@@ -489,7 +516,7 @@ class DispatchRecord:
     nominated: str | None = None
     nominated_at: float | None = None
     refusals: tuple[Refusal, ...] = ()
-    verdicts: tuple[Verdict, ...] = ()
+    verdicts: tuple[WorkerVerdict, ...] = ()
     summary: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -524,7 +551,9 @@ class DispatchRecord:
             at = when(r.get("at")) if isinstance(r, Mapping) else None
             if isinstance(r, Mapping) and at is not None and isinstance(r.get("worker"), str):
                 refusals.append(Refusal(r["worker"], at, str(r.get("reason", ""))))
-        verdicts = tuple(Verdict.from_dict(v) for v in raw.get("workers") or () if isinstance(v, Mapping))
+        verdicts = tuple(
+            WorkerVerdict.from_dict(v) for v in raw.get("workers") or () if isinstance(v, Mapping)
+        )
         nominated = raw.get("nominated")
         return cls(
             nominated if isinstance(nominated, str) else None,

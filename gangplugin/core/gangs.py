@@ -7,6 +7,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from gangplugin.core.states import CheckState
+
 
 class Phase(StrEnum):
     QUEUED = "Queued"  # no quota reserved yet
@@ -41,18 +43,18 @@ class WorkloadState:
     quota_reserved: bool = False
     admitted: bool = False
     evicted: bool = False
-    check_state: str | None = None  # Pending, Ready, Retry, Rejected (None: no check entry yet)
+    check_state: CheckState | None = None  # None: no check entry yet
 
 
 def workload_phase(state: WorkloadState, pods: Pods) -> Phase:
     """Kueue's conditions first (they say what Kueue will do), then the pods."""
     if state.finished:
         return Phase.FINISHED
-    if state.check_state == "Rejected":
+    if state.check_state is CheckState.REJECTED:
         return Phase.REJECTED
     if not state.active:
         return Phase.DEACTIVATED
-    if state.evicted or state.check_state == "Retry":
+    if state.evicted or state.check_state is CheckState.RETRY:
         return Phase.EVICTED  # Kueue resets Evicted when quota is reserved again
     if state.admitted:
         return Phase.RUNNING if pods.total and pods.ready >= pods.total else Phase.ADMITTED

@@ -3,7 +3,7 @@ capacity simulator all run (pure).
 
 The caller gathers a waiting gang's facts as plain values (`GangFacts`); `gate` takes them
 through `ORDER`, the one sequence of named steps, and the first step that holds the gang back
-decides, with its reason (`Verdict`):
+decides, with its reason (`GateVerdict`):
 
   policy      its GangPolicy is usable, else it waits naming the error
   pods        a pod group whose placement annotations are read from its pods (a
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from functools import cached_property
 from typing import NamedTuple
 
@@ -84,13 +85,26 @@ class GangFacts:
     awaiting_pods: Sequence[str] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class Verdict:
+class GateStep(StrEnum):
+    """The steps of the gate, named as `ORDER` runs them."""
+
+    POLICY = "policy"
+    PODS = "pods"
+    KEYS = "keys"
+    BACKOFF = "backoff"
+    SEQUENTIAL = "sequential"
+    DRAIN = "drain"
+    PLACEMENT = "placement"
+    PREEMPTION = "preemption"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GateVerdict:
     """The gate's answer for one gang: admit (`decision.ready`), wait with `message` (and
     `wake_at`, when the decision may change by then), or reject. `step` names the step that
     decided; `preemption`: whom it preempts or waits for; `hold`: a new hold to record."""
 
-    step: str
+    step: GateStep
     message: str
     decision: AdmissionDecision | None = None
     gang: Gang | None = None
@@ -206,28 +220,32 @@ class _Passage:
     gang: Gang | None = None
 
 
-class Step(NamedTuple):
-    name: str
-    run: Callable[[_Run, _Passage], Verdict | _Passage]
+class Stage(NamedTuple):
+    """One step of the gate's order: its name and what it runs."""
+
+    name: GateStep
+    run: Callable[[_Run, _Passage], GateVerdict | _Passage]
 
 
-def _policy_step(run: _Run, passage: _Passage) -> Verdict | _Passage:
+def _policy_step(run: _Run, passage: _Passage) -> GateVerdict | _Passage:
     policy = run.facts.policy
-    return Verdict("policy", f"waiting: {policy}") if isinstance(policy, InputError) else passage
+    if isinstance(policy, InputError):
+        return GateVerdict(step=GateStep.POLICY, message=f"waiting: {policy}")
+    return passage
 
 
-def _pods_step(run: _Run, passage: _Passage) -> Verdict | _Passage:
+def _pods_step(run: _Run, passage: _Passage) -> GateVerdict | _Passage:
     waiting = run.facts.awaiting_pods
     if not waiting:
         return passage
-    return Verdict(
-        "pods",
-        f"waiting for a pod of podset {', '.join(waiting)}: "
+    return GateVerdict(
+        step=GateStep.PODS,
+        message=f"waiting for a pod of podset {', '.join(waiting)}: "
         "this group's placement annotations are read from its pods",
     )
 
 
-def _keys_step(run: _Run, passage: _Passage) -> Verdict | _Passage:
+def _keys_step(run: _Run, passage: _Passage) -> GateVerdict | _Passage:
     """A gang whose pod templates carry a misspelt key of ours waits, rather than run without
     what the key was meant to ask (a requirement dropped without a word)."""
     gang = run.facts.gang
@@ -235,22 +253,23 @@ def _keys_step(run: _Run, passage: _Passage) -> Verdict | _Passage:
         return passage
     names = [ps.name for ps in gang.podsets]
     what = "; ".join(f"podset {names[i]}: {key}" for i, key in found)
-    return Verdict(
-        "keys",
-        f"waiting: {what}; fix the job's pod template (a Workload's podsets cannot change: "
+    return GateVerdict(
+        step=GateStep.KEYS,
+        message=f"waiting: {what}; fix the job's pod template (a Workload's podsets cannot change: "
         "delete the job and submit it again)",
     )
 
 
-def _backoff_step(run: _Run, passage: _Passage) -> Verdict | _Passage:
+def _backoff_step(run: _Run, passage: _Passage) -> GateVerdict | _Passage:
     b = run.facts.backoff
     if b is None or b.until <= run.facts.now:
         return passage
     # No countdown in it: a message that changed every pass would be written every pass.
-    return Verdict("backoff", f"requeued whole after a timeout: backoff until {b.text}", wake_at=b.until)
+    message = f"requeued whole after a timeout: backoff until {b.text}"
+    return GateVerdict(step=GateStep.BACKOFF, message=message, wake_at=b.until)
 
 
-def _sequential_step(run: _Run, passage: _Passage) -> Verdict | _Passage:
+def _sequential_step(run: _Run, passage: _Passage) -> GateVerdict | _Passage:
     f = run.facts
     if not isinstance(f.policy, GangPolicy) or not f.policy.sequential:
         return passage
@@ -258,18 +277,20 @@ def _sequential_step(run: _Run, passage: _Passage) -> Verdict | _Passage:
     if blocker is None:
         return passage
     message = f"Sequential admission: waiting for gang {blocker} to be Ready"
-    return Verdict("sequential", message, policy=f.policy, blocked_by=blocker)
+    return GateVerdict(step=GateStep.SEQUENTIAL, message=message, policy=f.policy, blocked_by=blocker)
 
 
-def _drain_step(run: _Run, passage: _Passage) -> Verdict | _Passage:
+def _drain_step(run: _Run, passage: _Passage) -> GateVerdict | _Passage:
     d = run.facts.drain
     if d is None:
         return passage
     if isinstance(d, InputError):
-        return _rejected("drain", d)
+        return _rejected(GateStep.DRAIN, d)
     if not d.admit:
-        return Verdict(
-            "drain", f"waiting for the next block: {d.reason}", wake_at=run.facts.next_quota_change
+        return GateVerdict(
+            step=GateStep.DRAIN,
+            message=f"waiting for the next block: {d.reason}",
+            wake_at=run.facts.next_quota_change,
         )
     if d.block_end is None:
         return passage
@@ -278,22 +299,24 @@ def _drain_step(run: _Run, passage: _Passage) -> Verdict | _Passage:
     )
 
 
-def _placement_step(run: _Run, passage: _Passage) -> Verdict | _Passage:
+def _placement_step(run: _Run, passage: _Passage) -> GateVerdict | _Passage:
     f = run.facts
     if not isinstance(f.policy, GangPolicy) or f.snapshot is None:
         return passage
     if isinstance(f.gang, InputError):
-        return _rejected("placement", f.gang)
+        return _rejected(GateStep.PLACEMENT, f.gang)
     gang = f.gang
     if run.preemption is not None and run.preemption.holds:
         gang = exclude_nodes(gang, run.preemption.held_for_others(f.contender.key, f.snapshot))
     decision = run.placer(f.snapshot, gang, f.policy, passage.annotations)
     if decision.ready:
-        return Verdict("placement", decision.message, decision, gang, f.policy)
+        return GateVerdict(
+            step=GateStep.PLACEMENT, message=decision.message, decision=decision, gang=gang, policy=f.policy
+        )
     return replace(passage, unfit=decision, gang=gang)
 
 
-def _preemption_step(run: _Run, passage: _Passage) -> Verdict | _Passage:
+def _preemption_step(run: _Run, passage: _Passage) -> GateVerdict | _Passage:
     f, state, unfit, gang = run.facts, run.preemption, passage.unfit, passage.gang
     if (
         state is None
@@ -314,25 +337,33 @@ def _preemption_step(run: _Run, passage: _Passage) -> Verdict | _Passage:
     message = (
         plan.reason if plan.preempts or plan.waiting_for else f"{unfit.message}; preemption: {plan.reason}"
     )
-    return Verdict("preemption", message, unfit, gang, f.policy, preemption=plan, hold=hold)
+    return GateVerdict(
+        step=GateStep.PREEMPTION,
+        message=message,
+        decision=unfit,
+        gang=gang,
+        policy=f.policy,
+        preemption=plan,
+        hold=hold,
+    )
 
 
 #: The one order of the gate.
-ORDER: tuple[Step, ...] = (
-    Step("policy", _policy_step),
-    Step("pods", _pods_step),
-    Step("keys", _keys_step),
-    Step("backoff", _backoff_step),
-    Step("sequential", _sequential_step),
-    Step("drain", _drain_step),
-    Step("placement", _placement_step),
-    Step("preemption", _preemption_step),
+ORDER: tuple[Stage, ...] = (
+    Stage(GateStep.POLICY, _policy_step),
+    Stage(GateStep.PODS, _pods_step),
+    Stage(GateStep.KEYS, _keys_step),
+    Stage(GateStep.BACKOFF, _backoff_step),
+    Stage(GateStep.SEQUENTIAL, _sequential_step),
+    Stage(GateStep.DRAIN, _drain_step),
+    Stage(GateStep.PLACEMENT, _placement_step),
+    Stage(GateStep.PREEMPTION, _preemption_step),
 )
 
 
 def gate(
     facts: GangFacts, preemption: PreemptionState | None = None, placer: Placer = check_placement
-) -> Verdict:
+) -> GateVerdict:
     """The decision for one waiting gang, in `ORDER` (see the module docstring). `preemption`:
     the pass's preemption state (None: no preemption is modelled); `placer`: how the gang is
     placed (the check's placement unless the simulator compares another)."""
@@ -342,45 +373,49 @@ def gate(
             out = step.run(run, passage)
         except InputError as err:  # the Workload asks for something placement cannot read
             return _rejected(step.name, err)
-        if isinstance(out, Verdict):
+        if isinstance(out, GateVerdict):
             return out
         passage = out
     unfit = passage.unfit
     if unfit is None:
         raise ValueError("the gate's order has no placement step")
     policy = facts.policy if isinstance(facts.policy, GangPolicy) else None
-    return Verdict("placement", unfit.message, unfit, passage.gang, policy)
+    return GateVerdict(
+        step=GateStep.PLACEMENT, message=unfit.message, decision=unfit, gang=passage.gang, policy=policy
+    )
 
 
-#: Why a gang waits, by the step that held it back (the label of gangplugin_waiting_gangs).
-WAITING_REASONS = (
-    "NoFit",
-    "Sequential",
-    "PlanDrain",
-    "Backoff",
-    "Preempting",
-    "PolicyUnusable",
-    "AwaitingPods",
-    "UnknownKey",
-)
+class WaitingReason(StrEnum):
+    """Why a gang the gate holds back waits (the label of gangplugin_waiting_gangs)."""
+
+    NO_FIT = "NoFit"
+    SEQUENTIAL = "Sequential"
+    PLAN_DRAIN = "PlanDrain"
+    BACKOFF = "Backoff"
+    PREEMPTING = "Preempting"
+    POLICY_UNUSABLE = "PolicyUnusable"
+    AWAITING_PODS = "AwaitingPods"
+    UNKNOWN_KEY = "UnknownKey"
+
+
 _STEP_REASONS = {
-    "policy": "PolicyUnusable",
-    "pods": "AwaitingPods",
-    "keys": "UnknownKey",
-    "backoff": "Backoff",
-    "sequential": "Sequential",
-    "drain": "PlanDrain",
+    GateStep.POLICY: WaitingReason.POLICY_UNUSABLE,
+    GateStep.PODS: WaitingReason.AWAITING_PODS,
+    GateStep.KEYS: WaitingReason.UNKNOWN_KEY,
+    GateStep.BACKOFF: WaitingReason.BACKOFF,
+    GateStep.SEQUENTIAL: WaitingReason.SEQUENTIAL,
+    GateStep.DRAIN: WaitingReason.PLAN_DRAIN,
 }
 
 
-def waiting_reason(verdict: Verdict) -> str:
-    """Why a gang the gate holds back waits, as one of `WAITING_REASONS`: the step that held it,
-    a gang that does not fit being `Preempting` while it preempts or waits for its victims."""
+def waiting_reason(verdict: GateVerdict) -> WaitingReason:
+    """Why a gang the gate holds back waits: the step that held it, a gang that does not fit
+    being `Preempting` while it preempts or waits for its victims."""
     plan = verdict.preemption
-    if verdict.step == "preemption" and plan is not None and (plan.preempts or plan.waiting_for):
-        return "Preempting"
-    return _STEP_REASONS.get(verdict.step, "NoFit")
+    if verdict.step is GateStep.PREEMPTION and plan is not None and (plan.preempts or plan.waiting_for):
+        return WaitingReason.PREEMPTING
+    return _STEP_REASONS.get(verdict.step, WaitingReason.NO_FIT)
 
 
-def _rejected(step: str, err: InputError) -> Verdict:
-    return Verdict(step, f"the Workload cannot be used: {err}", rejected=True)
+def _rejected(step: GateStep, err: InputError) -> GateVerdict:
+    return GateVerdict(step=step, message=f"the Workload cannot be used: {err}", rejected=True)

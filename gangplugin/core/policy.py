@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from gangplugin.core.durations import format_duration
 from gangplugin.core.errors import InputError
 from gangplugin.core.placement import PlacementPolicy
+from gangplugin.core.states import CheckState
 
 ADMISSION_MODES = ("Parallel", "Sequential")
 NODE_FAILURE_MODES = ("Requeue", "ReplaceFromSpare")
@@ -120,7 +121,7 @@ class RequeueDecision:
     and waits `requeue_after_seconds` out of the queue, holding neither nodes nor quota) or
     `Rejected` (Kueue deactivates the Workload)."""
 
-    state: str
+    state: CheckState
     requeue_after_seconds: int | None
     attempt: int
     message: str
@@ -136,7 +137,7 @@ def requeue_decision(
     limit = rq.backoff_limit_count
     if limit is not None and attempt > limit:
         return RequeueDecision(
-            "Rejected",
+            CheckState.REJECTED,
             None,
             attempt,
             f"{reason}; backoffLimitCount {limit} reached after {retry_count} retries, deactivating",
@@ -146,7 +147,7 @@ def requeue_decision(
     after = max(0, int(start + wait - now))
     of = f"/{limit}" if limit is not None else ""
     return RequeueDecision(
-        "Retry",
+        CheckState.RETRY,
         after,
         attempt,
         f"{reason}; retry {attempt}{of} after backoff {format_duration(wait)} "

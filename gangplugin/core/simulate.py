@@ -65,6 +65,7 @@ from gangplugin.core.preemption import (
     gang_gpus,
 )
 from gangplugin.core.quota import next_quota_change, queue_quota
+from gangplugin.core.states import CheckState
 from gangplugin.core.topology import HOSTNAME_LABEL, Node, Snapshot, build_snapshot
 from gangplugin.core.watchdog import GangObservation, watch
 
@@ -552,7 +553,7 @@ def replay(
         head: _State | None = None
         waiting = [
             QueuedWorkload(
-                k, None, "Pending", True, quota_reserved_at=_reserved_at(r), created_at=r.job.arrival
+                k, None, CheckState.PENDING, True, quota_reserved_at=_reserved_at(r), created_at=r.job.arrival
             )
             for k, r in reserved.items()
         ]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 
 from gangplugin.core.durations import format_duration
 from gangplugin.core.policy import GangPolicy
@@ -41,15 +42,24 @@ class GangObservation:
     failed_nodes: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class Verdict:
+class WatchPhase(StrEnum):
+    """Where an admitted gang stands for the watchdog (the label of its eviction metrics)."""
+
+    SCHEDULING = "Scheduling"  # not every pod bound to a node yet
+    STARTING = "Starting"  # every pod bound, not every one Ready yet
+    RUNNING = "Running"  # every pod Ready
+    RECOVERING = "Recovering"  # it ran whole, and lost a pod or a node since
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WatchVerdict:
     """`expired`: the gang is out of time (`reason` says which clock); otherwise `recheck_at`
     is the next deadline (None: nothing can expire while nothing changes)."""
 
-    phase: str  # Scheduling | Starting | Running | Recovering
-    expired: bool
-    recheck_at: float | None
+    phase: WatchPhase
     reason: str
+    expired: bool = False
+    recheck_at: float | None = None
     replace: bool = False  # nodeFailure ReplaceFromSpare: replace the failed nodes now
 
 
@@ -74,11 +84,13 @@ def too_many_failed(policy: GangPolicy, failed_nodes: Sequence[str]) -> str | No
     )
 
 
-def watch(policy: GangPolicy, obs: GangObservation, now: float) -> Verdict:
-    phase = "Scheduling" if obs.bound < obs.size else "Starting"
+def watch(policy: GangPolicy, obs: GangObservation, now: float) -> WatchVerdict:
+    phase = WatchPhase.SCHEDULING if obs.bound < obs.size else WatchPhase.STARTING
     requeue = too_many_failed(policy, obs.failed_nodes)
     if requeue is not None:
-        return Verdict("Recovering" if obs.ever_ready else phase, True, None, requeue)
+        return WatchVerdict(
+            phase=WatchPhase.RECOVERING if obs.ever_ready else phase, reason=requeue, expired=True
+        )
     replacing = policy.node_failure == "ReplaceFromSpare" and bool(obs.failed_nodes)
     if not obs.ever_ready:
         deadlines: list[tuple[float, str]] = []
@@ -100,12 +112,11 @@ def watch(policy: GangPolicy, obs: GangObservation, now: float) -> Verdict:
         )
         at, reason = min(deadlines)
         if now >= at:
-            return Verdict(phase, True, None, reason)
-        return Verdict(
-            phase, False, at, f"{obs.ready}/{obs.size} pods Ready; waiting until the deadline", replacing
-        )
+            return WatchVerdict(phase=phase, reason=reason, expired=True)
+        waiting = f"{obs.ready}/{obs.size} pods Ready; waiting until the deadline"
+        return WatchVerdict(phase=phase, reason=waiting, recheck_at=at, replace=replacing)
     if obs.degraded_since is None:
-        return Verdict("Running", False, None, f"all {obs.size} pods Ready")
+        return WatchVerdict(phase=WatchPhase.RUNNING, reason=f"all {obs.size} pods Ready")
     lost = (
         f"node(s) {', '.join(obs.failed_nodes)} NotReady"
         if obs.failed_nodes
@@ -119,14 +130,19 @@ def watch(policy: GangPolicy, obs: GangObservation, now: float) -> Verdict:
         settle = math.inf
     if policy.recovery_timeout <= 0:
         wake = None if settle == math.inf else settle
-        return Verdict("Recovering", False, wake, f"{lost}; recoveryTimeout is off (0s)", replacing)
+        off = f"{lost}; recoveryTimeout is off (0s)"
+        return WatchVerdict(phase=WatchPhase.RECOVERING, reason=off, recheck_at=wake, replace=replacing)
     at = obs.degraded_since + policy.recovery_timeout
     if now >= at:
-        return Verdict(
-            "Recovering",
-            True,
-            None,
-            f"{lost}; not recovered {_ago(now - obs.degraded_since)} after the loss "
+        return WatchVerdict(
+            phase=WatchPhase.RECOVERING,
+            reason=f"{lost}; not recovered {_ago(now - obs.degraded_since)} after the loss "
             f"(recoveryTimeout {format_duration(policy.recovery_timeout)})",
+            expired=True,
         )
-    return Verdict("Recovering", False, min(at, settle), f"{lost}; recovering", replacing)
+    return WatchVerdict(
+        phase=WatchPhase.RECOVERING,
+        reason=f"{lost}; recovering",
+        recheck_at=min(at, settle),
+        replace=replacing,
+    )

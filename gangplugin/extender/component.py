@@ -13,7 +13,7 @@ from gangplugin.core.gangplan import GangPlan, GangPod
 from gangplugin.extender.barrier import ApiBinder, Barrier, RefusedFn
 from gangplugin.extender.reservations import GangReservations
 from gangplugin.extender.server import AbandonFn, ExtenderHandlers, make_app
-from gangplugin.extender.shared import gang_reservations
+from gangplugin.extender.shared import ReservationSettings, gang_reservations
 from gangplugin.kube.client import PODS, ApiError, Client
 from gangplugin.kube.events import record_event
 from gangplugin.runtime.asgi import App, serve_in_thread
@@ -35,24 +35,6 @@ class ExtenderSettings:
     # Must stay below the scheduler's extender httpTimeout, and cover the time the scheduler takes
     # to reach every member: its queue does not keep a gang together (a backlog comes in any order).
     barrier_timeout: float = 60.0
-
-
-# Gang plans and the bind barrier live in memory: exactly one replica may take scheduler calls
-# (it listens only while leading; in a cluster the extender Service selects the leader's pod).
-needs_leader = True
-
-_settings = ExtenderSettings()
-_reservations: dict[int, GangReservations] = {}
-
-
-def configure(settings: ExtenderSettings) -> None:
-    """Called by `gangplugin serve` with its --extender-* options, before `setup`."""
-    global _settings
-    _settings = settings
-
-
-def setup(runtime: Runtime) -> None:
-    _reservations[id(runtime)] = gang_reservations(runtime)
 
 
 def _abandoner(client: Client, reservations: GangReservations, executor: ThreadPoolExecutor) -> AbandonFn:
@@ -85,34 +67,46 @@ def _refusal_reporter(client: Client, executor: ThreadPoolExecutor) -> RefusedFn
     return refused
 
 
-def start(runtime: Runtime) -> None:
-    reservations = _reservations.get(id(runtime))
-    if reservations is None:
-        raise RuntimeError("extender: start() before setup()")
-    settings = _settings
-    # kube-scheduler waits for each filter answer in its serial scheduling cycle; with Python's
-    # default 5 ms GIL switch interval a watch or dispatch thread busy with a burst of pod events delays the
-    # HTTP thread by up to that much per call.
-    sys.setswitchinterval(GIL_SWITCH_INTERVAL)
-    # Calls to the API server that the event loop must not wait for: deletions, Events.
-    executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="extender-api")
-    handlers = ExtenderHandlers(reservations, _abandoner(runtime.client, reservations, executor))
+class Extender:
+    # Gang plans and the bind barrier live in memory: exactly one replica may take scheduler calls
+    # (it listens only while leading; in a cluster the extender Service selects the leader's pod).
+    needs_leader: bool = True
 
-    def app() -> App:  # on the server's loop: the barrier's futures belong to it
-        barrier = Barrier(
-            reservations,
-            ApiBinder(runtime.client),
-            settings.barrier_timeout,
-            _refusal_reporter(runtime.client, executor),
+    def __init__(self, settings: ExtenderSettings, reservations: ReservationSettings) -> None:
+        self.settings, self.reservation_settings = settings, reservations
+        self._reservations: GangReservations | None = None
+
+    def setup(self, runtime: Runtime) -> None:
+        self._reservations = gang_reservations(runtime, self.reservation_settings)
+
+    def start(self, runtime: Runtime) -> None:
+        reservations = self._reservations
+        if reservations is None:
+            raise RuntimeError("extender: start() before setup()")
+        settings = self.settings
+        # kube-scheduler waits for each filter answer in its serial scheduling cycle; with Python's
+        # default 5 ms GIL switch interval a watch or dispatch thread busy with a burst of pod events
+        # delays the HTTP thread by up to that much per call.
+        sys.setswitchinterval(GIL_SWITCH_INTERVAL)
+        # Calls to the API server that the event loop must not wait for: deletions, Events.
+        executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="extender-api")
+        handlers = ExtenderHandlers(reservations, _abandoner(runtime.client, reservations, executor))
+
+        def app() -> App:  # on the server's loop: the barrier's futures belong to it
+            barrier = Barrier(
+                reservations,
+                ApiBinder(runtime.client),
+                settings.barrier_timeout,
+                _refusal_reporter(runtime.client, executor),
+            )
+            return make_app(handlers, barrier)
+
+        serve_in_thread(
+            "extender",
+            settings.bind,
+            settings.tls_cert,
+            settings.tls_key,
+            app,
+            runtime.fail,
+            client_ca=settings.client_ca,
         )
-        return make_app(handlers, barrier)
-
-    serve_in_thread(
-        "extender",
-        settings.bind,
-        settings.tls_cert,
-        settings.tls_key,
-        app,
-        runtime.fail,
-        client_ca=settings.client_ca,
-    )

@@ -48,7 +48,7 @@ from gangplugin.core.placement import PlacementPolicy
 from gangplugin.core.topology import BoundPod, Snapshot, build_snapshot
 from gangplugin.extender.promises import AdmittedGang, Promises
 from gangplugin.kube.client import JSON
-from gangplugin.kube.records import node_from_k8s
+from gangplugin.readmodel.records import NodeRecord
 
 log = logging.getLogger(__name__)
 
@@ -159,21 +159,18 @@ class GangReservations:
 
     # -- watch handlers --------------------------------------------------------------------
 
-    def on_node(self, kind: str, old: JSON | None, new: JSON | None) -> None:
+    def on_node(self, kind: str, old: NodeRecord | None, new: NodeRecord | None) -> None:
         with self.lock:
             if new is None:
                 if old is not None:
-                    name = str(old["metadata"]["name"])
-                    self._forget_rejections(name)
-                    self.promises.moved |= self.promises.touching(name)
+                    self._forget_rejections(old.name)
+                    self.promises.moved |= self.promises.touching(old.name)
                     for snap in self.snapshots.values():
-                        snap.remove_node(name)
+                        snap.remove_node(old.name)
                 return
-            try:
-                node = node_from_k8s(new)
-            except InputError as err:
-                log.warning("ignoring node %s: %s", new.get("metadata", {}).get("name"), err)
-                return
+            node = new.node
+            if node is None:
+                return  # its capacity cannot be read (the node cache logs why)
             if self.snapshot.node(node.name) != node:  # not a mere heartbeat
                 self._forget_rejections(node.name)
                 self.promises.moved |= self.promises.touching(node.name)

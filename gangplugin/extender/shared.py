@@ -12,18 +12,18 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from gangplugin import readmodel
 from gangplugin.core.errors import InputError
 from gangplugin.core.placement import PlacementPolicy
 from gangplugin.extender.pods import gang_pod_from_k8s
 from gangplugin.extender.promises import AdmittedGang
 from gangplugin.extender.reservations import AdmittedOf, GangReservations, PolicyOf
-from gangplugin.kube.admitted import holds_capacity, in_domain, workload_gang
 from gangplugin.kube.client import JSON, NODES, PODS, WORKLOADS
 from gangplugin.kube.discovery import served
 from gangplugin.kube.dispatcher import Dispatcher
-from gangplugin.kube.gangpolicies import Cache, GangPolicies
-from gangplugin.kube.informer import identity
-from gangplugin.kube.resources import ADMISSION_CHECKS, GANG_POLICIES, RESOURCE_FLAVORS, TOPOLOGIES
+from gangplugin.kube.resources import ADMISSION_CHECKS, GANG_POLICIES, RESOURCE_FLAVORS
+from gangplugin.readmodel.model import ReadModel
+from gangplugin.readmodel.records import node_record
 from gangplugin.runtime import admissions
 from gangplugin.runtime.admissions import AdmissionsInFlight, Subscriber
 from gangplugin.runtime.components import Runtime
@@ -44,38 +44,30 @@ class ReservationSettings:
     barrier_timeout: float = 60.0
 
 
-_settings = ReservationSettings()
-
-
-def configure(settings: ReservationSettings) -> None:
-    """Called by `gangplugin serve` before the components' `setup`."""
-    global _settings
-    _settings = settings
-
-
 def dispatcher(runtime: Runtime) -> Dispatcher:
     """Where the reservations' handlers run, and those that must run after them."""
     return runtime.dispatcher(NAME)
 
 
-def gang_reservations(runtime: Runtime) -> GangReservations:
-    return runtime.shared(NAME, lambda: _make(runtime))
+def gang_reservations(runtime: Runtime, settings: ReservationSettings) -> GangReservations:
+    """The process's one gang reservations (made by whichever component asks first: both are
+    given the same settings)."""
+    return runtime.shared(NAME, lambda: _make(runtime, settings))
 
 
-def _make(runtime: Runtime) -> GangReservations:
-    settings = _settings
-    policies = _gang_policies(runtime)
+def _make(runtime: Runtime, settings: ReservationSettings) -> GangReservations:
+    model = _read_model(runtime)
     reservations = GangReservations(
         PlacementPolicy(settings.spares_per_ultraserver),
         plan_ttl=2 * settings.barrier_timeout,
-        policy_of=None if policies is None else policy_of(policies),
+        policy_of=None if model is None else policy_of(model),
         reject_ttl=settings.barrier_timeout,
-        admitted_of=None if policies is None else admitted_of(policies, runtime.informer(RESOURCE_FLAVORS)),
+        admitted_of=None if model is None else admitted_of(model),
     )
     on = dispatcher(runtime)
-    runtime.informer(NODES, identity).add_handler(reservations.on_node, on)
+    runtime.informer(NODES, node_record).add_handler(reservations.on_node, on)
     runtime.informer(PODS, gang_pod_from_k8s).add_handler(reservations.on_pod, on)
-    if policies is not None:
+    if model is not None:
         workloads = runtime.informer(WORKLOADS)
         workloads.add_handler(reservations.on_workload, on)
 
@@ -90,35 +82,29 @@ def _make(runtime: Runtime) -> GangReservations:
     return reservations
 
 
-def _gang_policies(runtime: Runtime) -> GangPolicies | None:
+def _read_model(runtime: Runtime) -> ReadModel | None:
     """Gangs admitted through Kueue are placed by their GangPolicy (spares, Topology levels) and
-    promised capacity from their admission; without Kueue's and gangplugin's APIs every gang gets
-    the serve options' defaults, and nothing is promised."""
+    promised capacity from their admission, as the read model says; without Kueue's and
+    gangplugin's APIs every gang gets the serve options' defaults, and nothing is promised."""
     wanted = (WORKLOADS.api_version, GANG_POLICIES.api_version)
     if not all(served(runtime.client, gv) for gv in wanted):
         log.info("Kueue or GangPolicy API not served: every gang is placed with the default policy")
         return None
-    return GangPolicies(
-        runtime.informer(WORKLOADS),
-        runtime.informer(ADMISSION_CHECKS),
-        runtime.informer(GANG_POLICIES),
-        runtime.informer(TOPOLOGIES),
-    )
+    return readmodel.of(runtime)
 
 
-def policy_of(policies: GangPolicies) -> PolicyOf:
+def policy_of(model: ReadModel) -> PolicyOf:
     """A gang's placement policy and topology levels, from its Workload's GangPolicy."""
 
     def of(namespace: str, gang: str) -> tuple[PlacementPolicy, tuple[str, ...]] | None:
-        found = policies.of_gang(namespace, gang)
+        found = model.policy_of_gang(namespace, gang)
         return None if found is None else (found[0].placement, found[1])
 
     return of
 
 
-def admitted_of(policies: GangPolicies, flavors: Cache) -> AdmittedOf:
-    """What the gang check promised a Workload's gang: its pods in the domain of the check's
-    podSetUpdates, while the check is Ready and Kueue reserves its quota."""
+def admitted_of(model: ReadModel) -> AdmittedOf:
+    """What the gang check promised a Workload's gang (`ReadModel.promised_gang`)."""
 
     # Each Workload's error is logged once: every AdmissionCheck, GangPolicy and ResourceFlavor
     # event reads every Workload again (`recheck`), and one deleted GangPolicy had an admitted
@@ -128,15 +114,8 @@ def admitted_of(policies: GangPolicies, flavors: Cache) -> AdmittedOf:
     def of(wl: JSON) -> AdmittedGang | None:
         meta = wl["metadata"]
         key = str(meta.get("uid") or f"{meta.get('namespace', '')}/{meta['name']}")
-        ours = policies.our_checks()
-        found = policies.check_of(wl, ours)
-        if found is None or not holds_capacity(wl, found[1]):
-            logged.pop(key, None)
-            return None
-        check, state = found
         try:
-            policy = policies.policy(ours[check])
-            gang = workload_gang(wl, {f["metadata"]["name"]: f for f in flavors.items()})
+            promised = model.promised_gang(wl)
         except InputError as err:  # the gang check reports it; nothing can be promised
             if logged.get(key) != str(err):
                 if len(logged) >= _LOGGED_MAX:  # Workloads deleted while in error
@@ -145,6 +124,6 @@ def admitted_of(policies: GangPolicies, flavors: Cache) -> AdmittedOf:
                 log.warning("admitted workload %s: promised capacity not held: %s", meta["name"], err)
             return None
         logged.pop(key, None)
-        return AdmittedGang(in_domain(gang, state.get("podSetUpdates") or []), policy.placement)
+        return None if promised is None else AdmittedGang(promised[0], promised[1].placement)
 
     return of

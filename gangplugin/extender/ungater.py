@@ -55,6 +55,7 @@ from gangplugin.kube.events import record_event
 from gangplugin.kube.expectations import DeletionExpectations
 from gangplugin.kube.resources import PODGROUPS
 from gangplugin.kube.workqueue import WorkQueue
+from gangplugin.readmodel.records import NodeRecord
 from gangplugin.runtime.metrics import UNGATED_PODS
 
 log = logging.getLogger(__name__)
@@ -140,12 +141,12 @@ class Ungater:
         if new.gated or pinned_now:
             self.queue.add(f"{new.namespace}/{new.gang}")
 
-    def on_node(self, kind: str, old: JSON | None, new: JSON | None) -> None:
+    def on_node(self, kind: str, old: NodeRecord | None, new: NodeRecord | None) -> None:
         """Runs after the reservations' handler, on their dispatcher: gangs with pods pinned to the
         node and not bound yet are looked at again (the node may no longer take them)."""
-        obj = new or old
-        if obj is not None:
-            for namespace, gang in self.reservations.pinned_to(str(obj["metadata"]["name"])):
+        some = new or old
+        if some is not None and old != new:  # not a heartbeat
+            for namespace, gang in self.reservations.pinned_to(some.name):
                 self.queue.add(f"{namespace}/{gang}")
 
     def reconcile(self, key: str) -> float | None:

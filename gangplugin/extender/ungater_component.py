@@ -6,35 +6,37 @@ configured with one: kube-scheduler binds the pinned pods alone."""
 from __future__ import annotations
 
 from gangplugin.extender.pods import gang_pod_from_k8s
-from gangplugin.extender.shared import dispatcher, gang_reservations
+from gangplugin.extender.shared import ReservationSettings, dispatcher, gang_reservations
 from gangplugin.extender.ungater import Ungater
 from gangplugin.kube.client import NODES, PODS
-from gangplugin.kube.informer import identity
 from gangplugin.kube.workqueue import start_workers
+from gangplugin.readmodel.records import node_record
 from gangplugin.runtime.components import Runtime
-
-# Its plans live in the reservations, in memory: one replica pins (the leader), as one plans.
-needs_leader = True
 
 # Gangs are released side by side: each one's plan is made and reserved under the reservations'
 # lock, so only its pod patches overlap with another's.
 WORKERS = 4
 
-_ungaters: dict[int, Ungater] = {}
 
+class UngaterComponent:
+    # Its plans live in the reservations, in memory: one replica pins (the leader), as one plans.
+    needs_leader: bool = True
 
-def setup(runtime: Runtime) -> None:
-    ungater = Ungater(runtime.client, gang_reservations(runtime))
-    # After the reservations' handlers, on their dispatcher: it reads what they hold.
-    on = dispatcher(runtime)
-    runtime.informer(NODES, identity).add_handler(ungater.on_node, on)
-    runtime.informer(PODS, gang_pod_from_k8s).add_handler(ungater.on_pod, on)
-    _ungaters[id(runtime)] = ungater
+    def __init__(self, reservations: ReservationSettings) -> None:
+        self.reservation_settings = reservations
+        self._ungater: Ungater | None = None
 
+    def setup(self, runtime: Runtime) -> None:
+        ungater = Ungater(runtime.client, gang_reservations(runtime, self.reservation_settings))
+        # After the reservations' handlers, on their dispatcher: it reads what they hold.
+        on = dispatcher(runtime)
+        runtime.informer(NODES, node_record).add_handler(ungater.on_node, on)
+        runtime.informer(PODS, gang_pod_from_k8s).add_handler(ungater.on_pod, on)
+        self._ungater = ungater
 
-def start(runtime: Runtime) -> None:
-    ungater = _ungaters.get(id(runtime))
-    if ungater is None:
-        raise RuntimeError("ungater: start() before setup()")
-    for thread in start_workers(ungater.queue, ungater.reconcile, "ungater", count=WORKERS):
-        runtime.vital(thread)
+    def start(self, runtime: Runtime) -> None:
+        ungater = self._ungater
+        if ungater is None:
+            raise RuntimeError("ungater: start() before setup()")
+        for thread in start_workers(ungater.queue, ungater.reconcile, "ungater", count=WORKERS):
+            runtime.vital(thread)

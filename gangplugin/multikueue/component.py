@@ -9,33 +9,31 @@ from gangplugin.kube.workqueue import start_workers
 from gangplugin.multikueue.controller import WORKERS, DispatchSettings, MultiKueueDispatcher
 from gangplugin.runtime.components import Runtime
 
-# Only the leader nominates: two dispatchers would nominate two workers for one gang.
-needs_leader = True
 
-_settings = {"multikueue": DispatchSettings()}
-_controllers: dict[int, MultiKueueDispatcher] = {}
+class MultiKueue:
+    # Only the leader nominates: two dispatchers would nominate two workers for one gang.
+    needs_leader: bool = True
 
+    def __init__(self, settings: DispatchSettings) -> None:
+        self.settings = settings  # Kueue's namespace (its kubeconfig Secrets), the timeouts
+        self._controller: MultiKueueDispatcher | None = None
 
-def configure(settings: DispatchSettings) -> None:
-    """Kueue's namespace (its kubeconfig Secrets) and the dispatcher's timeouts (from `serve`)."""
-    _settings["multikueue"] = settings
+    def setup(self, runtime: Runtime) -> None:
+        self._controller = MultiKueueDispatcher(
+            runtime.client, runtime.informer, runtime.dispatcher("multikueue"), self.settings
+        )
 
+    def start(self, runtime: Runtime) -> None:
+        ctl = self._controller
+        if ctl is None:
+            raise RuntimeError("multikueue: start() before setup()")
+        ctl.queue.add(WORKERS)
+        # One worker: a pass must see the nominations of the one before it, and the worker
+        # connections it decides on.
+        start_workers(ctl.queue, ctl.reconcile, "multikueue", count=1)
 
-def setup(runtime: Runtime) -> None:
-    _controllers[id(runtime)] = MultiKueueDispatcher(
-        runtime.client, runtime.informer, runtime.dispatcher("multikueue"), _settings["multikueue"]
-    )
+        def stop() -> None:
+            runtime.stop.wait()
+            ctl.stop()
 
-
-def start(runtime: Runtime) -> None:
-    ctl = _controllers.pop(id(runtime))
-    ctl.queue.add(WORKERS)
-    # One worker: a pass must see the nominations of the one before it, and the worker
-    # connections it decides on.
-    start_workers(ctl.queue, ctl.reconcile, "multikueue", count=1)
-
-    def stop() -> None:
-        runtime.stop.wait()
-        ctl.stop()
-
-    threading.Thread(target=stop, name="multikueue-stop", daemon=True).start()
+        threading.Thread(target=stop, name="multikueue-stop", daemon=True).start()

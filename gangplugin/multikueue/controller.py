@@ -33,17 +33,17 @@ from typing import Any
 
 import orjson
 
-from gangplugin.core.admission import QueuedWorkload, admission_queue, gang_id
+from gangplugin.core.admission import QueuedWorkload, admission_queue
 from gangplugin.core.dispatch import (
     ANSWER_TIMEOUT,
     REFUSAL_TTL,
-    Action,
     Copy,
     CopyState,
     DispatchRecord,
     Fit,
+    NominationAction,
+    NominationStep,
     Refusal,
-    Step,
     Worker,
     commit,
     dispatch,
@@ -55,17 +55,19 @@ from gangplugin.core.dispatch import (
 from gangplugin.core.errors import InputError
 from gangplugin.core.names import DISPATCH_ANNOTATION, MULTIKUEUE_CONTROLLER
 from gangplugin.core.placement import Gang
+from gangplugin.core.states import CheckState
 from gangplugin.core.topology import Snapshot
 from gangplugin.kube import kueue_records as rec
 from gangplugin.kube.client import JSON, WORKLOADS, ApiError, Client
 from gangplugin.kube.config import ConfigError
 from gangplugin.kube.dispatcher import Dispatcher
 from gangplugin.kube.informer import Informer, object_key
-from gangplugin.kube.records import gang_from_k8s
 from gangplugin.kube.resources import ADMISSION_CHECKS, MULTIKUEUE_CLUSTERS, MULTIKUEUE_CONFIGS, SECRETS
 from gangplugin.kube.workqueue import WorkQueue
 from gangplugin.multikueue.connections import WorkerConnection, client_from_kubeconfig
 from gangplugin.multikueue.worker import Target
+from gangplugin.readmodel.gangs import gang_of
+from gangplugin.readmodel.records import workload_record
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +100,7 @@ class _Waiting:
     workers: tuple[str, ...]
     record: DispatchRecord
     copies: Mapping[str, Copy]
-    step_: Step
+    step_: NominationStep
 
 
 Connect = Callable[[str, bytes, Callable[[], None]], WorkerConnection]
@@ -257,13 +259,6 @@ class MultiKueueDispatcher:
             out[str(ac["metadata"]["name"])] = tuple(str(c) for c in clusters)
         return out
 
-    @staticmethod
-    def check_of(wl: Mapping[str, Any], checks: Mapping[str, Any]) -> JSON | None:
-        for state in (wl.get("status") or {}).get("admissionChecks") or []:
-            if state.get("name") in checks:
-                return dict(state)
-        return None
-
     # -- the pass -------------------------------------------------------------------------------------
 
     def run(self) -> float | None:
@@ -278,22 +273,22 @@ class MultiKueueDispatcher:
         seen = set()
         for cached in self.workloads.items():
             wl = self._latest(cached)
-            seen.add(object_key(wl))
-            state = self.check_of(wl, checks)
-            if state is None:
+            parsed = workload_record(wl)
+            seen.add(parsed.key)
+            entry = parsed.check(checks)
+            if entry is None:
                 continue
-            key = object_key(wl)
-            entries[key] = (wl, str(state["name"]))
+            entries[parsed.key] = (wl, entry.name)
             queued.append(
                 QueuedWorkload(
-                    key,
-                    None,
-                    str(state.get("state", "")),
-                    rec.is_true(wl, "QuotaReserved"),
-                    rec.is_true(wl, "Finished"),
-                    rec.is_true(wl, "Evicted"),
-                    _time(rec.conditions(wl).get("QuotaReserved", {}).get("lastTransitionTime")),
-                    _time(wl["metadata"].get("creationTimestamp")),
+                    key=parsed.key,
+                    policy=None,
+                    state=entry.state,
+                    quota_reserved=parsed.quota_reserved,
+                    finished=parsed.finished,
+                    evicted=parsed.evicted,
+                    quota_reserved_at=parsed.quota_reserved_at,
+                    created_at=parsed.created_at,
                 )
             )
         for gone in set(self._written) - seen:
@@ -321,7 +316,7 @@ class MultiKueueDispatcher:
         for w in waiting:
             s = w.step_
             there = w.copies.get(s.worker or "", Copy(CopyState.ABSENT)).state
-            if s.action is Action.KEEP and s.worker is not None and there is not CopyState.ADMITTED:
+            if s.action is NominationAction.KEEP and s.worker is not None and there is not CopyState.ADMITTED:
                 self._hold(ps, w.wl, s.worker, now)
             if s.wake_at is not None:
                 wake.append(s.wake_at)
@@ -342,18 +337,18 @@ class MultiKueueDispatcher:
     def _act(self, ps: _Pass, w: _Waiting, now: float) -> float | None:
         s, record, wl = w.step_, w.record, w.wl
         ttl = self.settings.refusal_ttl
-        if s.action is Action.ADOPT:
+        if s.action is NominationAction.ADOPT:
             adopted = replace(
                 record, nominated=s.worker, nominated_at=now, summary=f"adopted {s.worker}: {s.reason}"
             )
             self._nominate(wl, adopted, [s.worker])
-        elif s.action is Action.WITHDRAW:
+        elif s.action is NominationAction.WITHDRAW:
             refusals = record.counting(now, ttl) + ((Refusal(s.worker, now, s.reason),) if s.worker else ())
             summary = f"gave {s.worker} up: {s.reason}" if s.worker else f"withdrew: {s.reason}"
             self._nominate(
                 wl, replace(record, nominated=None, nominated_at=None, refusals=refusals, summary=summary), []
             )
-        elif s.action is Action.CHOOSE:
+        elif s.action is NominationAction.CHOOSE:
             return self._choose(ps, w, now)
         return None
 
@@ -362,7 +357,7 @@ class MultiKueueDispatcher:
         key = object_key(wl)
         refusals = record.counting(now, self.settings.refusal_ttl)
         try:
-            gang, max_runtime = _gang(wl), rec.max_runtime(wl)
+            gang, max_runtime = gang_of(wl), rec.max_runtime(wl)
         except InputError as err:
             self._write(wl, replace(record, summary=f"the Workload cannot be used: {err}", verdicts=()))
             return None
@@ -411,7 +406,7 @@ class MultiKueueDispatcher:
         """Charge a nomination in flight to its worker (quota too, unless its copy's Kueue has
         reserved it there already)."""
         try:
-            gang, max_runtime = _gang(wl), rec.max_runtime(wl)
+            gang, max_runtime = gang_of(wl), rec.max_runtime(wl)
         except InputError:
             return
         reserved = self.connections[name].view.holds_quota(object_key(wl))
@@ -479,11 +474,6 @@ class MultiKueueDispatcher:
         self._remember(wl, nominated, annotated)
 
 
-def _gang(wl: Mapping[str, Any]) -> Gang:
-    gang = gang_from_k8s(wl)
-    return Gang(gang.podsets, gang_id(str(wl["metadata"]["name"])))
-
-
 def _annotation(wl: Mapping[str, Any]) -> Any:
     raw = ((wl.get("metadata") or {}).get("annotations") or {}).get(DISPATCH_ANNOTATION)
     if not raw:
@@ -497,14 +487,7 @@ def _annotation(wl: Mapping[str, Any]) -> Any:
 def _others_ready(wl: Mapping[str, Any], check: str) -> bool:
     """Kueue nominates only once the manager's other admission checks are Ready."""
     return all(
-        s.get("state") == "Ready"
+        s.get("state") == CheckState.READY
         for s in (wl.get("status") or {}).get("admissionChecks") or []
         if s.get("name") != check
     )
-
-
-def _time(value: object) -> float:
-    try:
-        return rec.epoch(value, "time")
-    except InputError:
-        return 0.0

@@ -1,11 +1,12 @@
-"""One worker cluster as the dispatcher reads it through its MultiKueueCluster kubeconfig: its
-watch caches, and what they say about a gang (`WorkerView`): where the gang's queue leads, the
-quota and plans there, the capacity its nodes have now, and the state of the gang's copy.
+"""One worker cluster as the dispatcher reads it through its MultiKueueCluster kubeconfig: the
+read model over the worker's watch caches, and what it says about a gang (`WorkerView`): where
+the gang's queue leads, the quota and plans there, the capacity its nodes have now, and the
+state of the gang's copy.
 
-Capacity is what the worker's own gang check counts: its nodes and bound pods, and the pods of
-every gang its check admitted that hold no node yet, placed again in their domain
-(`core.admission.promise`, as the check's `admission/capacity.py` counts them), in admission
-order. It is rebuilt per dispatch pass (`snapshot`), not kept current per event.
+Capacity, the admitted gangs not Ready yet and our check on each Workload are read by the same
+read model as the worker's own gang check reads them (`readmodel`): its nodes and bound pods,
+and the pods of every gang its check admitted that hold no node yet, placed again in their
+domain, in admission order. The snapshot is made fresh per dispatch pass.
 """
 
 from __future__ import annotations
@@ -14,21 +15,17 @@ import logging
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
-from gangplugin.core.admission import gang_id, promise, remaining
 from gangplugin.core.dispatch import Copy, CopyState, FlavorQuota, Worker, copy_state
 from gangplugin.core.errors import InputError
-from gangplugin.core.names import GANG_LABEL, PREEMPTION_ANNOTATION
+from gangplugin.core.names import PREEMPTION_ANNOTATION
 from gangplugin.core.plans import TrainingPlan
 from gangplugin.core.policy import GangPolicy
 from gangplugin.core.resources import canonical
-from gangplugin.core.topology import BoundPod, Node, Snapshot, build_snapshot
+from gangplugin.core.topology import Snapshot
 from gangplugin.kube import kueue_records as rec
-from gangplugin.kube.admitted import holds_capacity, in_domain, workload_gang
-from gangplugin.kube.client import JSON
-from gangplugin.kube.gangpolicies import GangPolicies
-from gangplugin.kube.records import bound_pod_from_k8s, node_from_k8s
+from gangplugin.readmodel.model import ReadModel
 
 log = logging.getLogger(__name__)
 
@@ -37,40 +34,7 @@ log = logging.getLogger(__name__)
 UNDECIDED_REASONS = frozenset({"PendingEvaluation", "WaitingForPreemptedWorkloads", "WaitingForPodsReady"})
 
 
-class Cache(Protocol):
-    def get(self, key: str) -> Any: ...
-
-    def items(self) -> list[Any]: ...
-
-
-@dataclass(frozen=True, slots=True)
-class PodRecord:
-    """What the dispatcher keeps of a worker's pod: the capacity it holds, and whose gang it is."""
-
-    bound: BoundPod | None
-    gang: str | None
-    podset: str
-
-
-def pod_record(obj: JSON) -> PodRecord:
-    """The worker pod cache's transform (slim records: a big worker has many pods)."""
-    labels = (obj.get("metadata") or {}).get("labels") or {}
-    try:
-        bound = bound_pod_from_k8s(obj)
-    except InputError:
-        bound = None
-    return PodRecord(bound, labels.get(GANG_LABEL), str(labels.get(rec.PODSET_LABEL, "main")))
-
-
-def node_record(obj: JSON) -> Node | None:
-    try:
-        return node_from_k8s(obj)
-    except InputError as err:
-        log.warning("worker node %s ignored: %s", (obj.get("metadata") or {}).get("name"), err)
-        return None
-
-
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Target:
     """Where the gang's queue leads in the worker: its ClusterQueue, the gang check's policy and
     level order, the quota per flavor, the plans feeding that ClusterQueue, and the admitted
@@ -84,65 +48,42 @@ class Target:
     unready: tuple[str, ...] = ()
 
 
-@dataclass
-class Caches:
-    nodes: Cache
-    pods: Cache
-    workloads: Cache
-    checks: Cache
-    policies: Cache
-    topologies: Cache
-    flavors: Cache
-    cluster_queues: Cache
-    local_queues: Cache
-    plans: Cache
-
-
 class WorkerView:
-    def __init__(self, name: str, caches: Caches) -> None:
+    def __init__(self, name: str, model: ReadModel) -> None:
         self.name = name
-        self.caches = caches
-        self.lookup = GangPolicies(caches.workloads, caches.checks, caches.policies, caches.topologies)
+        self.model = model
 
     # -- where a gang's queue leads ----------------------------------------------------------------
 
     def target(self, namespace: str, queue: str, requests: Mapping[str, int]) -> Target | str:
         """Where a gang of that LocalQueue name would go here, or why it cannot go here at all."""
-        c = self.caches
-        lq = c.local_queues.get(f"{namespace}/{queue}")
+        m = self.model
+        lq = m.local_queues.get(f"{namespace}/{queue}")
         if lq is None:
             return f"no LocalQueue {namespace}/{queue}"
         cq_name = str((lq.get("spec") or {}).get("clusterQueue") or "")
-        cq = c.cluster_queues.get(cq_name) if cq_name else None
+        cq = m.cluster_queues.get(cq_name) if cq_name else None
         if cq is None:
             return f"LocalQueue {namespace}/{queue} points at ClusterQueue {cq_name!r}, which does not exist"
-        ours = self.lookup.our_checks()
-        check = next((name for name in _checks_of(cq) if name in ours), None)
+        check = m.checks.of_queue(cq, m.our_checks())
         if check is None:
             return (
                 f"ClusterQueue {cq_name} has no gangplugin.io/gang check: nothing there admits a gang whole"
             )
         try:
-            policy = self.lookup.policy(ours[check])
-            levels = self.lookup.levels(policy)
+            policy, levels = m.checks.settings(check.policy)
         except InputError as err:
             return f"its gang check cannot be used: {err}"
-        plans = tuple(p for p in c.plans.items() if p is not None and p.cluster_queue == cq_name)
-        unready = self._unready(ours[check]) if policy.sequential else ()
-        return Target(cq_name, policy, levels, self._flavors(cq, requests), plans, unready)
-
-    def _unready(self, policy: str | None) -> tuple[str, ...]:
-        """The admitted gangs of that GangPolicy whose pods are not all Ready yet (Kueue's
-        PodsReady condition), as the gang check's Sequential gate counts them."""
-        ours = self.lookup.our_checks()
-        out = []
-        for wl in self.caches.workloads.items():
-            found = GangPolicies.check_of(wl, ours)
-            if found is None or ours[found[0]] != policy or not holds_capacity(wl, found[1]):
-                continue
-            if not rec.is_true(wl, "PodsReady"):
-                out.append(f"{wl['metadata'].get('namespace', '')}/{wl['metadata']['name']}")
-        return tuple(sorted(out))
+        plans = tuple(p for p in m.plans.items() if p is not None and p.cluster_queue == cq_name)
+        unready = m.unready(check.policy) if policy.sequential else ()
+        return Target(
+            cluster_queue=cq_name,
+            policy=policy,
+            levels=levels,
+            flavors=self._flavors(cq, requests),
+            plans=plans,
+            unready=unready,
+        )
 
     def _flavors(self, cq: Mapping[str, Any], requests: Mapping[str, int]) -> tuple[FlavorQuota, ...]:
         """The ClusterQueue's flavors as Kueue tries them for these requests: in each resource
@@ -158,7 +99,7 @@ class WorkerView:
             options = []
             for f in group.get("flavors") or []:
                 name = str(f.get("name", ""))
-                rf = self.caches.flavors.get(name)
+                rf = self.model.flavors.get(name)
                 labels = {
                     str(k): str(v)
                     for k, v in (((rf or {}).get("spec") or {}).get("nodeLabels") or {}).items()
@@ -190,13 +131,11 @@ class WorkerView:
     def _reserved(self, cluster_queue: str) -> Counter[tuple[str, str]]:
         """(flavor, resource) -> what Workloads with quota reserved in the ClusterQueue hold."""
         used: Counter[tuple[str, str]] = Counter()
-        for wl in self.caches.workloads.items():
-            admission = (wl.get("status") or {}).get("admission") or {}
-            if admission.get("clusterQueue") != cluster_queue or rec.is_true(wl, "Finished"):
+        for wl in self.model.workloads.items():
+            record = self.model.record(wl)
+            if record.cluster_queue != cluster_queue or record.finished or not record.quota_reserved:
                 continue
-            if not rec.is_true(wl, "QuotaReserved"):
-                continue
-            for psa in admission.get("podSetAssignments") or []:
+            for psa in ((wl.get("status") or {}).get("admission") or {}).get("podSetAssignments") or []:
                 flavors = psa.get("flavors") or {}
                 for r, amount in (psa.get("resourceUsage") or {}).items():
                     try:
@@ -207,12 +146,12 @@ class WorkerView:
 
     def worker(self, target: Target, snapshot: Snapshot) -> Worker:
         return Worker(
-            self.name,
-            snapshot,
-            target.policy,
-            target.cluster_queue,
-            target.flavors,
-            target.plans,
+            name=self.name,
+            snapshot=snapshot,
+            policy=target.policy,
+            cluster_queue=target.cluster_queue,
+            flavors=target.flavors,
+            plans=target.plans,
             unready=target.unready,
         )
 
@@ -221,81 +160,36 @@ class WorkerView:
     def snapshot(self, levels: tuple[str, ...]) -> Snapshot:
         """Its nodes, bound pods and the capacity its gang check promised to admitted gangs whose
         pods hold no node yet (in admission order), in `levels` order."""
-        c = self.caches
-        nodes = [n for n in c.nodes.items() if n is not None]
-        pods: list[PodRecord] = c.pods.items()
-        snap = build_snapshot(nodes, [p.bound for p in pods if p.bound is not None], levels)
-        bound: dict[tuple[str, str], Counter[str]] = {}
-        occupied: dict[tuple[str, str], set[str]] = {}
-        for p in pods:
-            if p.gang and p.bound is not None:
-                key = (p.bound.namespace, p.gang)
-                bound.setdefault(key, Counter())[p.podset] += 1
-                occupied.setdefault(key, set()).add(p.bound.node_name)
-        ours = self.lookup.our_checks()
-        admitted = []
-        for wl in c.workloads.items():
-            found = GangPolicies.check_of(wl, ours)
-            if found is not None and holds_capacity(wl, found[1]):
-                admitted.append((_condition_time(wl, "Admitted"), str(wl["metadata"]["name"]), wl, found))
-        flavors = {f["metadata"]["name"]: f for f in c.flavors.items()}
-        for _, _, wl, (check, state) in sorted(admitted, key=lambda a: (a[0], a[1])):
-            ns = str(wl["metadata"].get("namespace", ""))
-            key = (ns, gang_id(wl["metadata"]["name"]))
-            try:
-                policy = self.lookup.policy(ours[check])
-                gang = in_domain(workload_gang(wl, flavors), state.get("podSetUpdates") or [])
-            except InputError as err:
-                log.warning("worker %s: %s not counted: %s", self.name, key, err)
-                continue
-            rest = remaining(gang, bound.get(key, Counter()))
-            promise(snap, rest, ns, policy.placement, sorted(occupied.get(key, ())))
-        return snap
+        return self.model.promised_snapshot(levels)
 
     # -- the gang's copy ----------------------------------------------------------------------------
 
     def copy(self, key: str) -> Copy:
         """The state of this worker's copy of the manager Workload `key` ("ns/name")."""
-        wl = self.caches.workloads.get(key)
-        if wl is None:
+        found = self.model.workload(key)
+        if found is None:
             return Copy(CopyState.ABSENT)
+        wl, record = found
         conds = rec.conditions(wl)
         quota = conds.get("QuotaReserved") or {}
         quota_message = ""
         if quota.get("status") == "False" and str(quota.get("reason", "")) not in UNDECIDED_REASONS:
             quota_message = str(quota.get("message") or "")
-        found = GangPolicies.check_of(wl, self.lookup.our_checks())
-        state = found[1] if found is not None else {}
+        check = self.model.check_of(wl)
+        entry = check.entry if check is not None else None
         return copy_state(
-            quota_reserved=rec.is_true(wl, "QuotaReserved"),
+            quota_reserved=record.quota_reserved,
             quota_message=quota_message,
-            admitted=rec.is_true(wl, "Admitted"),
-            finished=rec.is_true(wl, "Finished"),
-            evicted=rec.is_true(wl, "Evicted"),
+            admitted=record.admitted,
+            finished=record.finished,
+            evicted=record.evicted,
             evicted_message=str((conds.get("Evicted") or {}).get("message") or ""),
-            check=str(state["state"]) if state.get("state") else None,
-            check_message=str(state.get("message") or ""),
+            check=entry.state if entry is not None else None,
+            check_message=entry.message if entry is not None else "",
             preempting=PREEMPTION_ANNOTATION in ((wl.get("metadata") or {}).get("annotations") or {}),
         )
 
     def holds_quota(self, key: str) -> bool:
         """Whether its copy of `key` has quota reserved here (its Kueue counts it then)."""
-        wl = self.caches.workloads.get(key)
-        return wl is not None and rec.is_true(wl, "QuotaReserved")
-
-
-def _checks_of(cq: Mapping[str, Any]) -> list[str]:
-    spec = cq.get("spec") or {}
-    names = [str(n) for n in spec.get("admissionChecks") or []]
-    names += [
-        str(r.get("name")) for r in (spec.get("admissionChecksStrategy") or {}).get("admissionChecks") or []
-    ]
-    return names
-
-
-def _condition_time(wl: Mapping[str, Any], kind: str) -> float:
-    c = rec.conditions(wl).get(kind) or {}
-    try:
-        return rec.epoch(c.get("lastTransitionTime"), f"status.conditions[{kind}].lastTransitionTime")
-    except InputError:
-        return 0.0
+        found = self.model.workload(key)
+        return found is not None and found[1].quota_reserved

@@ -8,24 +8,26 @@ from gangplugin.kube.workqueue import start_workers
 from gangplugin.plans.controller import PlanController
 from gangplugin.runtime.components import Runtime
 
-# Only the leader writes plan status and ClusterQueue quota.
-needs_leader = True
 
-# setup() builds the controller (its handlers must exist before the caches start); start() runs it.
-_controllers: dict[int, PlanController] = {}
+class Plans:
+    # Only the leader writes plan status and ClusterQueue quota.
+    needs_leader: bool = True
 
+    def __init__(self) -> None:
+        self._controller: PlanController | None = None
 
-def setup(runtime: Runtime) -> None:
-    controller = PlanController(
-        runtime.client,
-        runtime.informer(TRAINING_PLANS),
-        runtime.informer(CLUSTER_QUEUES),
-        runtime.dispatcher("plans"),
-    )
-    _controllers[id(runtime)] = controller
+    def setup(self, runtime: Runtime) -> None:
+        """The controller, whose handlers must exist before the caches start."""
+        self._controller = PlanController(
+            runtime.client,
+            runtime.informer(TRAINING_PLANS),
+            runtime.informer(CLUSTER_QUEUES),
+            runtime.dispatcher("plans"),
+        )
 
-
-def start(runtime: Runtime) -> None:
-    controller = _controllers.pop(id(runtime))
-    controller.enqueue_all()
-    start_workers(controller.queue, controller.reconcile, "plans", count=1)
+    def start(self, runtime: Runtime) -> None:
+        controller = self._controller
+        if controller is None:
+            raise RuntimeError("plans: start() before setup()")
+        controller.enqueue_all()
+        start_workers(controller.queue, controller.reconcile, "plans", count=1)

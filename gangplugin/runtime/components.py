@@ -1,13 +1,14 @@
 """What every component gets: an API client, shared watch caches, the dispatchers their
 handlers run on, objects components share, and a way to stop; and what `serve` knows of its
-own liveness (the threads that must stay alive, a fatal failure)."""
+own liveness (the threads that must stay alive, a fatal failure). `Component` is what a
+component gives `serve`."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from gangplugin.kube.client import JSON, Client, Resource
 from gangplugin.kube.dispatcher import Dispatcher
@@ -79,3 +80,16 @@ class Runtime:
         if self.failure is not None:
             return False, self.failure
         return (False, f"threads stopped: {', '.join(dead)}") if dead else (True, "ok")
+
+
+class Component(Protocol):
+    """A part `gangplugin serve` runs, made with its settings (one typed object, passed in).
+    `setup` asks for caches and registers handlers (before the caches start); `start` starts its
+    threads once they are synced. `needs_leader`: started only while this replica holds the
+    leader Lease (it writes, or plans in memory); otherwise on every replica."""
+
+    needs_leader: bool
+
+    def setup(self, runtime: Runtime) -> None: ...
+
+    def start(self, runtime: Runtime) -> None: ...

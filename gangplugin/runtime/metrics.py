@@ -14,7 +14,9 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from gangplugin.core.gate import WAITING_REASONS
+from gangplugin.core.gate import WaitingReason
+from gangplugin.core.states import CheckState
+from gangplugin.core.watchdog import WatchPhase
 
 # Admission and readiness happen on human time scales: seconds to an hour.
 _SLOW = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
@@ -130,27 +132,27 @@ def newest_resource_version(objs: Iterable[Mapping[str, Any]]) -> int:
     return max((int(v) for v in versions if v.isdigit()), default=0)
 
 
-def waiting(gangs: Mapping[str, list[float]]) -> None:
+def waiting(gangs: Mapping[WaitingReason, list[float]]) -> None:
     """After an admission pass: reason -> how long each gang waiting for it has had its quota
     reserved. Every reason is set, 0 when no gang waits for it, so a series never goes stale."""
-    for reason in WAITING_REASONS:
+    for reason in WaitingReason:
         waits = gangs.get(reason, [])
         WAITING_GANGS.labels(reason).set(len(waits))
         WAITING_OLDEST.labels(reason).set(max(waits, default=0.0))
 
 
 # The watchdog's phase when a gang ran out of time -> the eviction reason exported.
-_EVICTION_REASONS = {
-    "Scheduling": "PodsNotScheduled",
-    "Starting": "PodsNotReady",
-    "Recovering": "RecoveryTimeout",
+_EVICTION_REASONS: dict[str, str] = {
+    WatchPhase.SCHEDULING: "PodsNotScheduled",
+    WatchPhase.STARTING: "PodsNotReady",
+    WatchPhase.RECOVERING: "RecoveryTimeout",
 }
 
 
-def eviction(phase: str, state: str) -> None:
-    """Count one eviction: `phase` from the watchdog's verdict, `state` the check state written
-    (Retry requeues, anything else deactivates)."""
-    action = "Requeued" if state == "Retry" else "Deactivated"
+def eviction(phase: str, state: CheckState) -> None:
+    """Count one eviction: `phase` from the watchdog's verdict (or the plans' draining reason),
+    `state` the check state written (Retry requeues, anything else deactivates)."""
+    action = "Requeued" if state is CheckState.RETRY else "Deactivated"
     EVICTIONS.labels(_EVICTION_REASONS.get(phase, phase), action).inc()
 
 

@@ -2,64 +2,27 @@
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import signal
-import socket
 import sys
-import uuid
-from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import click
 
 from gangplugin import __version__
-from gangplugin.core.durations import parse_duration
-from gangplugin.core.errors import InputError
-from gangplugin.core.leader import ElectionConfig
 from gangplugin.kube.client import Client
 from gangplugin.kube.config import ConfigError
 from gangplugin.runtime.components import Runtime
 from gangplugin.server import logs
 from gangplugin.server.health import serve_health, tls_context
-from gangplugin.server.serving import Election, ServeError, Server
+from gangplugin.server.registry import DEFAULT_COMPONENTS, REGISTRY
+from gangplugin.server.serving import ServeError, Server
+from gangplugin.server.settings import ServeOptions, election_of, settings_of
 
-_SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-
-
-def _default_namespace() -> str:
-    """The pod's namespace in a cluster (downward API or the service account), else the one the
-    manifests and the local cluster use."""
-    if os.environ.get("POD_NAMESPACE"):
-        return os.environ["POD_NAMESPACE"]
-    try:
-        return _SA_NAMESPACE.read_text().strip() or "gangplugin-system"
-    except OSError:
-        return "gangplugin-system"
-
-
-def _default_identity() -> str:
-    """The pod name (a container restarted in the same pod renews its own lease at once), else
-    client-go's hostname_uuid."""
-    return os.environ.get("POD_NAME") or f"{socket.gethostname()}_{uuid.uuid4()}"
-
-
-# component name -> module with `setup(runtime)` (registers caches and handlers) and
-# `start(runtime)` (starts its threads once the caches are synced); a module that sets
-# `needs_leader = True` is started only while this replica holds the leader Lease.
-COMPONENTS: dict[str, str] = {
-    "admission": "gangplugin.admission.component",
-    "extender": "gangplugin.extender.component",
-    "ungater": "gangplugin.extender.ungater_component",
-    "plans": "gangplugin.plans.component",
-    "api": "gangplugin.api.component",
-    "webhook": "gangplugin.webhook.component",
-    "multikueue": "gangplugin.multikueue.component",
-}
-# What `serve` runs unless told: every component but the MultiKueue dispatcher, which only a
-# manager cluster runs (it has no nodes; its gangs run in worker clusters).
-DEFAULT_COMPONENTS = tuple(c for c in COMPONENTS if c != "multikueue")
+COMPONENTS = tuple(REGISTRY)
+__all__ = ["COMPONENTS", "DEFAULT_COMPONENTS", "cli", "main", "serve"]
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -79,7 +42,7 @@ def cli() -> None:
     "--components",
     default=",".join(DEFAULT_COMPONENTS),
     show_default=True,
-    help=f"Comma-separated components to run, of {', '.join(COMPONENTS)}.",
+    help=f"Comma-separated components to run, of {', '.join(REGISTRY)}.",
 )
 @click.option(
     "--health-bind",
@@ -181,126 +144,20 @@ def cli() -> None:
     show_default=True,
     help="How long a worker that refused a gang is not asked about it again.",
 )
-def serve(
-    kubeconfig: str | None,
-    components: str,
-    health_bind: str,
-    health_tls_cert: str | None,
-    health_tls_key: str | None,
-    log_level: str,
-    log_format: str,
-    leader_elect: bool,
-    leader_election_namespace: str | None,
-    leader_election_id: str,
-    leader_election_identity: str | None,
-    leader_election_lease_duration: str,
-    leader_election_renew_deadline: str,
-    leader_election_retry_period: str,
-    grpc_bind: str,
-    grpc_tls_cert: str | None,
-    grpc_tls_key: str | None,
-    grpc_mtls_bind: str | None,
-    grpc_client_ca: str | None,
-    extender_bind: str,
-    extender_tls_cert: str | None,
-    extender_tls_key: str | None,
-    extender_client_ca: str | None,
-    extender_barrier_timeout: float,
-    extender_spares_per_ultraserver: int,
-    webhook_bind: str,
-    webhook_tls_cert: str | None,
-    webhook_tls_key: str | None,
-    multikueue_namespace: str,
-    multikueue_answer_timeout: str,
-    multikueue_refusal_ttl: str,
-) -> None:
+def serve(**values: Any) -> None:
     """Run the chosen components in one process until SIGTERM."""
-    logs.configure(log_level, log_format)
-    wanted = [c.strip() for c in components.split(",") if c.strip()]
-    unknown = [c for c in wanted if c not in COMPONENTS]
-    if unknown or not wanted:
-        raise click.BadParameter(
-            f"{', '.join(unknown) or 'none given'}; choose from {', '.join(COMPONENTS) or '(none yet)'}",
-            param_hint="--components",
-        )
-    for flag, cert, key in (
-        ("health", health_tls_cert, health_tls_key),
-        ("extender", extender_tls_cert, extender_tls_key),
-        ("webhook", webhook_tls_cert, webhook_tls_key),
-        ("grpc", grpc_tls_cert, grpc_tls_key),
-    ):
-        if (cert is None) != (key is None):
-            raise click.BadParameter("give both or neither", param_hint=f"--{flag}-tls-cert/--{flag}-tls-key")
-    if extender_client_ca and not extender_tls_cert:
-        raise click.BadParameter(
-            "needs --extender-tls-cert/--extender-tls-key: client certificates are checked in TLS",
-            param_hint="--extender-client-ca",
-        )
-    election = None
-    if leader_elect:
-        try:
-            config = ElectionConfig(
-                parse_duration(leader_election_lease_duration, "--leader-election-lease-duration"),
-                parse_duration(leader_election_renew_deadline, "--leader-election-renew-deadline"),
-                parse_duration(leader_election_retry_period, "--leader-election-retry-period"),
-            ).validate()
-        except InputError as err:
-            raise click.BadParameter(err.problem, param_hint=err.field) from None
-        election = Election(
-            leader_election_namespace or _default_namespace(),
-            leader_election_id,
-            leader_election_identity or _default_identity(),
-            config,
-            os.environ.get("POD_NAME") or None,
-        )
+    options = ServeOptions(**values)
+    logs.configure(options.log_level, options.log_format)
+    wanted = _chosen(options.components)
+    settings = settings_of(options, wanted)
+    election = election_of(options)
     try:
-        runtime = Runtime(Client.from_kubeconfig(kubeconfig))
+        runtime = Runtime(Client.from_kubeconfig(options.kubeconfig))
     except ConfigError as err:
         raise click.ClickException(str(err)) from None
-    modules = {c: importlib.import_module(COMPONENTS[c]) for c in wanted}
-    server = Server(runtime, modules, election)
-    tls = tls_context(health_tls_cert, health_tls_key)
-    health = serve_health(health_bind, runtime.live, server.readiness, tls)
-    if {"extender", "ungater"} & set(wanted):
-        from gangplugin.extender.shared import ReservationSettings
-        from gangplugin.extender.shared import configure as configure_reservations
-
-        configure_reservations(ReservationSettings(extender_spares_per_ultraserver, extender_barrier_timeout))
-    if "extender" in wanted:
-        from gangplugin.extender.component import ExtenderSettings, configure
-
-        configure(
-            ExtenderSettings(
-                bind=extender_bind,
-                tls_cert=extender_tls_cert,
-                tls_key=extender_tls_key,
-                client_ca=extender_client_ca,
-                barrier_timeout=extender_barrier_timeout,
-            )
-        )
-    if "webhook" in wanted:
-        from gangplugin.webhook.component import WebhookSettings
-        from gangplugin.webhook.component import configure as configure_webhook
-
-        configure_webhook(WebhookSettings(webhook_bind, webhook_tls_cert, webhook_tls_key))
-    if "api" in wanted:
-        from gangplugin.api.component import configure as configure_api
-
-        try:
-            configure_api(grpc_bind, grpc_tls_cert, grpc_tls_key, grpc_mtls_bind, grpc_client_ca)
-        except ValueError as err:
-            raise click.BadParameter(str(err), param_hint="--grpc-mtls-bind") from None
-
-    if "multikueue" in wanted:
-        from gangplugin.multikueue.component import configure as configure_multikueue
-        from gangplugin.multikueue.controller import DispatchSettings
-
-        try:
-            answer = parse_duration(multikueue_answer_timeout, "--multikueue-answer-timeout")
-            ttl = parse_duration(multikueue_refusal_ttl, "--multikueue-refusal-ttl")
-        except InputError as err:
-            raise click.BadParameter(err.problem, param_hint=err.field) from None
-        configure_multikueue(DispatchSettings(multikueue_namespace, answer, ttl))
+    server = Server(runtime, {name: REGISTRY[name](settings) for name in wanted}, election)
+    tls = tls_context(options.health_tls_cert, options.health_tls_key)
+    health = serve_health(options.health_bind, runtime.live, server.readiness, tls)
 
     def _stop(signum: int, _frame: FrameType | None) -> None:
         runtime.stop.set()
@@ -317,6 +174,18 @@ def serve(
         # At once, without waiting for worker threads: a replica that lost the Lease must not act.
         logging.shutdown()
         os._exit(status)
+
+
+def _chosen(components: str) -> list[str]:
+    """The --components asked for; click.BadParameter naming any unknown one."""
+    wanted = [c.strip() for c in components.split(",") if c.strip()]
+    unknown = [c for c in wanted if c not in REGISTRY]
+    if unknown or not wanted:
+        raise click.BadParameter(
+            f"{', '.join(unknown) or 'none given'}; choose from {', '.join(REGISTRY)}",
+            param_hint="--components",
+        )
+    return wanted
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 """How `gangplugin serve` runs its components: caches first (on every replica), then the
-components that may run anywhere, then — once this replica holds the leader Lease — those that
-declare `needs_leader = True` (the controllers, and the extender and ungater whose gang plans
+components that may run anywhere, then — once this replica holds the leader Lease — those whose
+`needs_leader` is True (the controllers, and the extender and ungater whose gang plans
 live in memory). Caches are synced once their first lists are held and handled by every
 component's handlers (`Informer.wait_synced`).
 
@@ -13,13 +13,12 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
-from types import ModuleType
 
 from gangplugin.core.leader import ElectionConfig
 from gangplugin.kube.client import ApiError
 from gangplugin.kube.informer import wait_all_synced
 from gangplugin.kube.lease import LeaderElector, label_leader_pod
-from gangplugin.runtime.components import Runtime
+from gangplugin.runtime.components import Component, Runtime
 from gangplugin.runtime.memory import freeze_long_lived
 from gangplugin.runtime.metrics import LEADER
 
@@ -39,16 +38,12 @@ class Election:
     pod: str | None = None  # this replica's pod (in its namespace), labelled while it leads
 
 
-def needs_leader(module: ModuleType) -> bool:
-    return bool(getattr(module, "needs_leader", False))
-
-
 class Server:
     """One `serve` process: `start` brings it up, `wait` blocks until it must end."""
 
-    def __init__(self, runtime: Runtime, modules: dict[str, ModuleType], election: Election | None) -> None:
+    def __init__(self, runtime: Runtime, modules: dict[str, Component], election: Election | None) -> None:
         self.runtime, self.modules, self.election = runtime, modules, election
-        self.anywhere = {n: m for n, m in modules.items() if election is None or not needs_leader(m)}
+        self.anywhere = {n: m for n, m in modules.items() if election is None or not m.needs_leader}
         self.leader_only = {n: m for n, m in modules.items() if n not in self.anywhere}
         self.elector: LeaderElector | None = None
         self._phase = "syncing watch caches"

@@ -33,19 +33,6 @@ class WebhookSettings:
     tls_key: str | None = None
 
 
-_settings = WebhookSettings()
-
-
-def configure(settings: WebhookSettings) -> None:
-    """Called by `gangplugin serve` with its --webhook-* options, before `start`."""
-    global _settings
-    _settings = settings
-
-
-def setup(runtime: Runtime) -> None:
-    """No watch caches: a GangPolicy write is rare, its Topology is read when it comes."""
-
-
 def make_app(validators: dict[str, Validator]) -> App:
     async def app(scope: dict[str, Any], receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -72,14 +59,24 @@ def make_app(validators: dict[str, Validator]) -> App:
     return app
 
 
-def start(runtime: Runtime) -> None:
-    settings = _settings
-    if not settings.tls_cert:
-        log.warning("webhook serving plain HTTP: the API server calls webhooks over HTTPS only")
-    validators = {
-        "GangPolicy": gang_policy_validator(
-            lambda n: runtime.client.get_or_none(TOPOLOGIES, n), lambda: serves(runtime.client, PODGROUPS)
-        )
-    }
-    app = functools.partial(make_app, validators)
-    serve_in_thread("webhook", settings.bind, settings.tls_cert, settings.tls_key, app, runtime.fail)
+class Webhook:
+    # Nothing here is state: every replica serves the API server's calls.
+    needs_leader: bool = False
+
+    def __init__(self, settings: WebhookSettings) -> None:
+        self.settings = settings
+
+    def setup(self, runtime: Runtime) -> None:
+        """No watch caches: a GangPolicy write is rare, its Topology is read when it comes."""
+
+    def start(self, runtime: Runtime) -> None:
+        settings = self.settings
+        if not settings.tls_cert:
+            log.warning("webhook serving plain HTTP: the API server calls webhooks over HTTPS only")
+        validators = {
+            "GangPolicy": gang_policy_validator(
+                lambda n: runtime.client.get_or_none(TOPOLOGIES, n), lambda: serves(runtime.client, PODGROUPS)
+            )
+        }
+        app = functools.partial(make_app, validators)
+        serve_in_thread("webhook", settings.bind, settings.tls_cert, settings.tls_key, app, runtime.fail)

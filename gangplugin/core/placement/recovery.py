@@ -80,50 +80,11 @@ def _replace(
     """`replace` with the spare sets given and `taken` already used by earlier moves of the same
     decision. Once the best node found shares a level no node outside the current ring can, the
     wider rings cannot beat it."""
-    required = gang_levels(snapshot, gang).required
     moving = [a for a in assignments if a.node == failed_node]
     if not moving:
         return Replacement(True, None, False, (), f"no pod of the gang is on {failed_node}")
-    by_name = {podset.name: podset for podset in gang.podsets}
-    per_set: Counter[str] = Counter()
-    for a in moving:
-        if a.pod_set not in by_name:
-            raise InputError("assignments", f"podset {a.pod_set!r} is not in the gang")
-        per_set[a.pod_set] += 1
-    # A pod of a slice stays in its slice's domain (the failed node's: its slice is all there).
-    whose = "the gang's"
-    for podset, slicing in zip(gang.podsets, slicings(snapshot, gang, required, None), strict=True):
-        if (
-            podset.name in per_set
-            and slicing is not None
-            and slicing.required
-            and (required is None or slicing.level > required)
-        ):
-            required, whose = slicing.level, "its slice's"
-    need: dict[str, int] = {PODS: len(moving)}
-    for name, pods in per_set.items():
-        for resource, amount in request_shape(by_name[name]):
-            need[resource] = need.get(resource, 0) + pods * amount
-    anchor_id = snapshot.node_ids.get(failed_node)
-    if anchor_id is None:
-        others = sorted({a.node for a in assignments if a.node != failed_node})
-        anchor_id = next((i for n in others if (i := snapshot.node_ids.get(n)) is not None), None)
-    anchor = snapshot.nodes[anchor_id] if anchor_id is not None else None
-    anchor_key = tuple(anchor.labels.get(label) for label in snapshot.levels) if anchor is not None else None
-    constraints = {by_name[name].constraints for name in per_set}
-
-    # rings: the anchor's domains from the narrowest up to the required level (or the root)
-    rings: list[_Ring] = []
-    if anchor_id is not None:
-        top = required if required is not None else -1
-        path = snapshot.path[anchor_id]
-        rings = [_Ring(path[level], level) for level in range(len(snapshot.levels) - 1, top - 1, -1)]
-        if required is None:
-            rings.append(_Ring(0, -1))
-        elif anchor_key is not None and anchor_key[required] is None:
-            rings = []
-    elif required is None:
-        rings = [_Ring(0, -1)]
+    need, constraints, required, whose = _moving(snapshot, gang, moving)
+    rings, anchor_key = _rings(snapshot, assignments, failed_node, required)
     best_rank: CandidateRank | None = None
     best_node = -1
     seen: set[int] = set()
@@ -139,7 +100,6 @@ def _replace(
                 best_rank, best_node = rank, i
         if best_rank is not None and len(snapshot.levels) - best_rank.unshared_levels > ring.level:
             break  # outside this ring a node shares at most `ring.level` levels with the failed one
-    moved = sorted(moving, key=lambda a: (a.pod_set, a.index))
     if best_rank is None:
         where = (
             f" in {whose} {snapshot.levels[required]}"
@@ -158,6 +118,7 @@ def _replace(
     assert node is not None
     used_spare = not best_rank.not_spare
     kind = f"spare of UltraServer {node.labels.get(ULTRASERVER_LABEL)}" if used_spare else "node"
+    moved = sorted(moving, key=lambda a: (a.pod_set, a.index))
     return Replacement(
         True,
         node.name,
@@ -165,6 +126,59 @@ def _replace(
         tuple(Assignment(a.pod_set, a.index, node.name) for a in moved),
         f"{failed_node} replaced by {kind} {node.name}",
     )
+
+
+def _moving(
+    snapshot: Snapshot, gang: Gang, moving: Sequence[Assignment]
+) -> tuple[dict[str, int], set[PodConstraints], int | None, str]:
+    """What the pods to move need together (resources and pods), their constraints, and the
+    level whose domain they must stay in (the gang's required level, or a slice's: a pod of a
+    slice stays in its slice's domain, the failed node's, since its slice is all there)."""
+    required = gang_levels(snapshot, gang).required
+    by_name = {podset.name: podset for podset in gang.podsets}
+    per_set: Counter[str] = Counter()
+    for a in moving:
+        if a.pod_set not in by_name:
+            raise InputError("assignments", f"podset {a.pod_set!r} is not in the gang")
+        per_set[a.pod_set] += 1
+    whose = "the gang's"
+    for podset, slicing in zip(gang.podsets, slicings(snapshot, gang, required, None), strict=True):
+        if (
+            podset.name in per_set
+            and slicing is not None
+            and slicing.required
+            and (required is None or slicing.level > required)
+        ):
+            required, whose = slicing.level, "its slice's"
+    need: dict[str, int] = {PODS: len(moving)}
+    for name, pods in per_set.items():
+        for resource, amount in request_shape(by_name[name]):
+            need[resource] = need.get(resource, 0) + pods * amount
+    return need, {by_name[name].constraints for name in per_set}, required, whose
+
+
+def _rings(
+    snapshot: Snapshot, assignments: Sequence[Assignment], failed_node: str, required: int | None
+) -> tuple[list[_Ring], tuple[str | None, ...] | None]:
+    """The anchor's domains from the narrowest up to the required level (or the root), where a
+    replacement is looked for in that order; the anchor is the failed node (else the gang's
+    first other node still known), and its labels per level."""
+    anchor_id = snapshot.node_ids.get(failed_node)
+    if anchor_id is None:
+        others = sorted({a.node for a in assignments if a.node != failed_node})
+        anchor_id = next((i for n in others if (i := snapshot.node_ids.get(n)) is not None), None)
+    anchor = snapshot.nodes[anchor_id] if anchor_id is not None else None
+    anchor_key = tuple(anchor.labels.get(label) for label in snapshot.levels) if anchor is not None else None
+    if anchor_id is None:
+        return ([_Ring(0, -1)] if required is None else []), anchor_key
+    top = required if required is not None else -1
+    path = snapshot.path[anchor_id]
+    rings = [_Ring(path[level], level) for level in range(len(snapshot.levels) - 1, top - 1, -1)]
+    if required is None:
+        rings.append(_Ring(0, -1))
+    elif anchor_key is not None and anchor_key[required] is None:
+        rings = []
+    return rings, anchor_key
 
 
 def _candidate_rank(

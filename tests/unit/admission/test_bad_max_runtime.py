@@ -4,8 +4,8 @@ there: the annotation was read only to decide a drain)."""
 
 from __future__ import annotations
 
-from gangplugin.admission.controller import GangAdmission
 from gangplugin.core.names import MAX_RUNTIME_ANNOTATION
+from gangplugin.readmodel.decisions import explain
 from tests.unit.api.cluster import NOW, WORKLOADS, Caches, standard, workload
 
 
@@ -18,9 +18,7 @@ def verdict(max_runtime: str | None = None, **annotations: str) -> tuple[bool, s
     if max_runtime is not None:
         template[MAX_RUNTIME_ANNOTATION] = max_runtime
     caches.put(WORKLOADS, wl)
-    controller = GangAdmission(caches.client, caches.informer, caches.dispatcher, clock=lambda: NOW)
-    caches.replay()
-    found = controller.admission.explain(wl, "gang", NOW)
+    found = explain(caches.model(), wl, "gang", NOW)
     assert found is not None
     return found.rejected, found.message
 

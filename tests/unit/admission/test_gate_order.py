@@ -16,7 +16,7 @@ import pytest
 import gangplugin.core.gate as gate_module
 from gangplugin.admission.controller import GangAdmission
 from gangplugin.api.proto import gangs_pb2, gangs_pb2_grpc
-from gangplugin.core.gate import ORDER, Step
+from gangplugin.core.gate import ORDER, Stage
 from gangplugin.core.policy import GangPolicy
 from gangplugin.core.simulate import Job, Settings, replay
 from gangplugin.core.topology import ULTRASERVER_LABEL, Node
@@ -56,7 +56,7 @@ def caches() -> Caches:
     return c
 
 
-def placement_first() -> tuple[Step, ...]:
+def placement_first() -> tuple[Stage, ...]:
     """The one order with placement moved before the Sequential gate."""
     steps = {s.name: s for s in ORDER}
     names = ["policy", "keys", "backoff", "placement", "sequential", "drain", "preemption"]
@@ -66,7 +66,7 @@ def placement_first() -> tuple[Step, ...]:
 def pass_writes(caches: Caches) -> dict[str, Any]:
     """One admission pass over the caches: the check entry it writes for "second"."""
     api = FakeApi()
-    adm = GangAdmission(api.client(), caches.informer, caches.dispatcher, clock=lambda: NOW)
+    adm = GangAdmission(api.client(), caches.model(), clock=lambda: NOW)
     caches.replay()
     adm.admission.run()
     applied = [

@@ -31,9 +31,7 @@ def run_pass(write: httpx.Response | None) -> tuple[list[tuple[str, Any, int]], 
 
     in_flight = AdmissionsInFlight()
     in_flight.subscribe(Subscriber(told("admitting"), told("withdrawn")))
-    adm = GangAdmission(
-        api.client(), caches.informer, caches.dispatcher, clock=lambda: NOW, in_flight=in_flight
-    )
+    adm = GangAdmission(api.client(), caches.model(), clock=lambda: NOW, in_flight=in_flight)
     caches.replay()
     adm.admission.run()
     return seen, api

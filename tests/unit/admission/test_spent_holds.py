@@ -57,7 +57,7 @@ def watch_once(annotations: dict[str, str]) -> Api:
     caches.put(WORKLOADS, admitted(annotations))
     for i in range(2):
         caches.put(PODS, pod(f"p{i}", "wl", node=f"us1-{i}", ready=True, size=2))
-    controller = GangAdmission(caches.client, caches.informer, caches.dispatcher, clock=lambda: NOW)
+    controller = GangAdmission(caches.client, caches.model(), clock=lambda: NOW)
     caches.replay()
     controller.watchdog.run("team-a/wl")
     return api

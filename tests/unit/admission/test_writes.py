@@ -106,9 +106,7 @@ def test_the_admission_latency_runs_from_quota_reserved_to_the_end_of_the_check_
     writer = CheckWriter(
         Client("https://api.test", False, transport=httpx.MockTransport(api.handle)), lambda: next(clock)
     )
-    wl = workload()
-    reserved = {"type": "QuotaReserved", "status": "True", "lastTransitionTime": "2026-12-01T09:59:58Z"}
-    wl["status"] = {"conditions": [reserved]}
     count, total = observed()
-    assert writer.admit(wl, "gang", AdmissionDecision(True, "gang admitted"), NOW)
+    # quota reserved 2 s before the pass began
+    assert writer.admit(workload(), "gang", AdmissionDecision(True, "gang admitted"), NOW, NOW - 2.0)
     assert observed() == (count + 1, pytest.approx(total + 9.0))

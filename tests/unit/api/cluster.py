@@ -14,7 +14,6 @@ from typing import Any
 
 import grpc
 
-from gangplugin.admission.controller import GangAdmission
 from gangplugin.api.component import new_server
 from gangplugin.api.gangs import GangService
 from gangplugin.api.plans import PlanService
@@ -23,29 +22,54 @@ from gangplugin.core.names import GANG_LABEL, GANG_SIZE_ANNOTATION
 from gangplugin.kube import kueue_records as rec
 from gangplugin.kube.client import CLUSTER_QUEUES, LOCAL_QUEUES, NODES, PODS, WORKLOADS, Client, Resource
 from gangplugin.kube.dispatcher import Dispatcher
-from gangplugin.kube.informer import Informer, identity
+from gangplugin.kube.informer import Informer, identity, object_key
 from gangplugin.kube.resources import ADMISSION_CHECKS, TRAINING_PLANS
+from gangplugin.readmodel.model import ReadModel
 
 NOW = 1_800_000_000.0
 CREATED = "2027-01-15T08:00:00Z"  # 1_800_000_000 is 2027-01-15T08:00:00Z
 
 
 class Caches:
+    """One cache per resource and transform, as the runtime keeps them; an object put in goes
+    to every cache of its resource, made before or after."""
+
     def __init__(self) -> None:
         self.client = Client("https://127.0.0.1:9", False)  # never reached: nothing is started
-        self._informers: dict[tuple[str, str], Informer[Any]] = {}
+        self._informers: dict[tuple[str, str, Callable[[Any], Any]], Informer[Any]] = {}
+        self._objects: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
         self.dispatcher = Dispatcher("api-test")
         self.dispatcher.start()
+        self._model: ReadModel | None = None
 
     def informer(self, resource: Resource, transform: Callable[[Any], Any] = identity) -> Informer[Any]:
-        key = (resource.api_version, resource.plural)
+        key = (resource.api_version, resource.plural, transform)
         if key not in self._informers:
-            self._informers[key] = Informer(self.client, resource, transform)
+            inf = self._informers[key] = Informer(self.client, resource, transform)
+            for obj in self._objects.get(key[:2], {}).values():
+                inf._apply({"type": "MODIFIED", "object": obj}, None)
         return self._informers[key]
 
+    def _of(self, resource: Resource) -> list[Informer[Any]]:
+        return [
+            inf
+            for (api, plural, _), inf in self._informers.items()
+            if (api, plural) == (resource.api_version, resource.plural)
+        ]
+
     def put(self, resource: Resource, obj: dict[str, Any]) -> None:
-        self.informer(resource)._apply({"type": "MODIFIED", "object": obj}, None)
+        self._objects.setdefault((resource.api_version, resource.plural), {})[object_key(obj)] = obj
+        for inf in self._of(resource) or [self.informer(resource)]:
+            inf._apply({"type": "MODIFIED", "object": obj}, None)
         assert self.dispatcher.caught_up(10)
+
+    def model(self) -> ReadModel:
+        """The read model over these caches (made once, on the test dispatcher, and told of the
+        objects already in them)."""
+        if self._model is None:
+            self._model = ReadModel(self.informer, self.dispatcher)
+            self.replay()
+        return self._model
 
     def replay(self) -> None:
         """Tell handlers registered after the objects went in about them (as a relist does)."""
@@ -55,7 +79,9 @@ class Caches:
         assert self.dispatcher.caught_up(10)
 
     def delete(self, resource: Resource, obj: dict[str, Any]) -> None:
-        self.informer(resource)._apply({"type": "DELETED", "object": obj}, None)
+        self._objects.get((resource.api_version, resource.plural), {}).pop(object_key(obj), None)
+        for inf in self._of(resource):
+            inf._apply({"type": "DELETED", "object": obj}, None)
         assert self.dispatcher.caught_up(10)
 
 
@@ -195,11 +221,8 @@ def serving(caches: Caches, stop: threading.Event | None = None) -> Iterator[grp
 def served(caches: Caches, stop: threading.Event | None = None) -> Iterator[str]:
     """Both services (no auth) on a loopback port; yields its address (for gangctl --server)."""
     stop = stop or threading.Event()
-    view = GangAdmission(caches.client, caches.informer, caches.dispatcher, clock=lambda: NOW)
-    gangs = GangService(
-        view, caches.informer(LOCAL_QUEUES), caches.informer(CLUSTER_QUEUES), stop, clock=lambda: NOW + 90
-    )
-    plans = PlanService(caches.client, caches.informer(NODES), caches.informer(TRAINING_PLANS))
+    gangs = GangService(caches.model(), stop, clock=lambda: NOW + 90)
+    plans = PlanService(caches.client, caches.model().nodes, caches.informer(TRAINING_PLANS))
     caches.replay()
     server, _ = new_server(None)
     gangs_pb2_grpc.add_GangServiceServicer_to_server(gangs, server)

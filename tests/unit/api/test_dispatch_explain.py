@@ -11,7 +11,7 @@ import pytest
 
 from gangplugin.api.proto import gangs_pb2, gangs_pb2_grpc
 from gangplugin.cli.gangs import explain_text
-from gangplugin.core.dispatch import DispatchRecord, Verdict
+from gangplugin.core.dispatch import DispatchRecord, WorkerVerdict
 from gangplugin.core.names import DISPATCH_ANNOTATION
 from gangplugin.kube.client import WORKLOADS
 from gangplugin.kube.resources import ADMISSION_CHECKS
@@ -23,7 +23,7 @@ RECORD = DispatchRecord(
     NOW,
     (),
     (
-        Verdict(
+        WorkerVerdict(
             "b",
             True,
             True,
@@ -33,7 +33,7 @@ RECORD = DispatchRecord(
             ("b-us1",),
             0,
         ),
-        Verdict("a", False, False, "does not fit now: the best domain has room for 4 of 6 pods"),
+        WorkerVerdict("a", False, False, "does not fit now: the best domain has room for 4 of 6 pods"),
     ),
     "nominated b: chosen: all 6 pods fit",
 )

@@ -10,14 +10,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gangplugin.core.dispatch import (
-    Action,
     Copy,
     CopyState,
     DispatchRecord,
     FlavorQuota,
+    NominationAction,
     Refusal,
-    Verdict,
     Worker,
+    WorkerVerdict,
     commit,
     copy_state,
     dispatch,
@@ -29,6 +29,7 @@ from gangplugin.core.dispatch import (
 from gangplugin.core.placement import Gang, PlacementPolicy
 from gangplugin.core.plans import CapacityBlock, TrainingPlan
 from gangplugin.core.policy import GangPolicy
+from gangplugin.core.states import CheckState
 from gangplugin.core.topology import INSTANCE_TYPE_LABEL, ULTRASERVER_LABEL, BoundPod, build_snapshot
 from tests.unit.core.clusters import GPU, LEVELS, gang, ultraservers
 
@@ -200,10 +201,10 @@ def test_requests_of_sums_every_pod():
 
 
 def test_verdicts_round_trip_through_their_dict():
-    v = Verdict("b", True, True, "chosen: x", "gb200", ULTRASERVER_LABEL, ("us-1",), 2)
-    assert Verdict.from_dict(v.to_dict()) == v
-    bare = Verdict("a", False, False, "not connected")
-    assert Verdict.from_dict(bare.to_dict()) == bare
+    v = WorkerVerdict("b", True, True, "chosen: x", "gb200", ULTRASERVER_LABEL, ("us-1",), 2)
+    assert WorkerVerdict.from_dict(v.to_dict()) == v
+    bare = WorkerVerdict("a", False, False, "not connected")
+    assert WorkerVerdict.from_dict(bare.to_dict()) == bare
     assert bare.to_dict() == {"worker": "a", "fits": False, "chosen": False, "reason": "not connected"}
 
 
@@ -228,17 +229,26 @@ def test_the_choice_never_depends_on_the_order_of_workers(a_sizes, b_sizes, coun
     ("kw", "state", "reason"),
     [
         ({"quota_reserved": False}, CopyState.WAITING, ""),
-        ({"quota_reserved": True, "check": "Pending"}, CopyState.WAITING, ""),
-        ({"quota_reserved": True, "check": "Ready"}, CopyState.ADMITTED, ""),
+        ({"quota_reserved": True, "check": CheckState.PENDING}, CopyState.WAITING, ""),
+        ({"quota_reserved": True, "check": CheckState.READY}, CopyState.ADMITTED, ""),
         ({"quota_reserved": True, "admitted": True}, CopyState.ADMITTED, ""),
         ({"quota_reserved": False, "finished": True}, CopyState.ADMITTED, ""),
         (
-            {"quota_reserved": True, "check": "Pending", "check_message": "gang does not fit now: x"},
+            {
+                "quota_reserved": True,
+                "check": CheckState.PENDING,
+                "check_message": "gang does not fit now: x",
+            },
             CopyState.REFUSED,
             "its gang check: gang does not fit now: x",
         ),
         (
-            {"quota_reserved": True, "check": "Pending", "check_message": "preempting", "preempting": True},
+            {
+                "quota_reserved": True,
+                "check": CheckState.PENDING,
+                "check_message": "preempting",
+                "preempting": True,
+            },
             CopyState.WAITING,
             "",
         ),
@@ -248,7 +258,7 @@ def test_the_choice_never_depends_on_the_order_of_workers(a_sizes, b_sizes, coun
             "its Kueue: couldn't assign flavors",
         ),
         (
-            {"quota_reserved": True, "check": "Rejected", "check_message": "bad"},
+            {"quota_reserved": True, "check": CheckState.REJECTED, "check_message": "bad"},
             CopyState.REFUSED,
             "its gang check said Rejected: bad",
         ),
@@ -269,43 +279,43 @@ WAITING, ABSENT = Copy(CopyState.WAITING), Copy(CopyState.ABSENT)
 
 
 def test_nothing_nominated_and_no_copy_left_chooses():
-    assert step((), {"a": ABSENT, "b": ABSENT}, {"a", "b"}, NOW, NOW).action is Action.CHOOSE
+    assert step((), {"a": ABSENT, "b": ABSENT}, {"a", "b"}, NOW, NOW).action is NominationAction.CHOOSE
 
 
 def test_a_deciding_worker_is_kept_until_its_answer_is_due():
     s = step(("a",), {"a": WAITING}, {"a", "b"}, NOW - 10, NOW, answer_timeout=60)
-    assert s.action is Action.KEEP and s.worker == "a" and s.wake_at == NOW + 50
+    assert s.action is NominationAction.KEEP and s.worker == "a" and s.wake_at == NOW + 50
 
 
 def test_a_silent_worker_is_given_up_after_the_timeout():
     s = step(("a",), {"a": WAITING}, {"a", "b"}, NOW - 60, NOW, answer_timeout=60)
-    assert (s.action, s.worker, s.reason) == (Action.WITHDRAW, "a", "no answer within 60s")
+    assert (s.action, s.worker, s.reason) == (NominationAction.WITHDRAW, "a", "no answer within 60s")
 
 
 def test_a_refusal_or_a_lost_worker_is_given_up_at_once():
     refused = Copy(CopyState.REFUSED, "its gang check: no")
     s = step(("a",), {"a": refused}, {"a"}, NOW, NOW)
-    assert (s.action, s.worker, s.reason) == (Action.WITHDRAW, "a", "its gang check: no")
+    assert (s.action, s.worker, s.reason) == (NominationAction.WITHDRAW, "a", "its gang check: no")
     s = step(("a",), {}, {"b"}, NOW, NOW)
-    assert (s.action, s.reason) == (Action.WITHDRAW, "not connected")
+    assert (s.action, s.reason) == (NominationAction.WITHDRAW, "not connected")
 
 
 def test_the_next_worker_waits_until_the_last_copy_is_gone():
     s = step((), {"a": Copy(CopyState.REFUSED, "no"), "b": ABSENT}, {"a", "b"}, NOW, NOW)
-    assert (s.action, s.worker) == (Action.WAIT, "a")
+    assert (s.action, s.worker) == (NominationAction.WAIT, "a")
 
 
 def test_a_copy_admitted_anywhere_is_adopted():
     admitted = Copy(CopyState.ADMITTED)
-    assert step((), {"a": admitted}, {"a"}, NOW, NOW).action is Action.ADOPT
+    assert step((), {"a": admitted}, {"a"}, NOW, NOW).action is NominationAction.ADOPT
     s = step(("b",), {"a": admitted, "b": WAITING}, {"a", "b"}, NOW, NOW)
-    assert (s.action, s.worker) == (Action.ADOPT, "a")
-    assert step(("a",), {"a": admitted}, {"a"}, NOW - 999, NOW).action is Action.KEEP
+    assert (s.action, s.worker) == (NominationAction.ADOPT, "a")
+    assert step(("a",), {"a": admitted}, {"a"}, NOW - 999, NOW).action is NominationAction.KEEP
 
 
 def test_several_nominated_at_once_are_withdrawn():
     s = step(("a", "b"), {"a": WAITING, "b": WAITING}, {"a", "b"}, NOW, NOW)
-    assert s.action is Action.WITHDRAW and s.worker is None
+    assert s.action is NominationAction.WITHDRAW and s.worker is None
 
 
 @given(
@@ -318,9 +328,9 @@ def test_a_second_worker_is_never_nominated_while_another_holds_a_copy(nominated
     copies = {w: Copy(s, "r") for w, s in states.items() if w in connected}
     s = step(tuple(nominated), copies, connected, NOW - age, NOW, answer_timeout=120)
     holding = {w for w, c in copies.items() if c.state is not CopyState.ABSENT}
-    if s.action is Action.CHOOSE:
+    if s.action is NominationAction.CHOOSE:
         assert not holding and not nominated
-    if s.action is Action.ADOPT:
+    if s.action is NominationAction.ADOPT:
         assert copies[s.worker or ""].state is CopyState.ADMITTED
 
 
@@ -337,7 +347,7 @@ def test_the_record_round_trips_and_drops_what_it_cannot_read():
         "b",
         NOW,
         (Refusal("a", NOW - 10, "no answer within 120s"),),
-        (Verdict("b", True, True, "chosen: x"),),
+        (WorkerVerdict("b", True, True, "chosen: x"),),
         "s",
     )
     assert DispatchRecord.from_dict(record.to_dict()) == record

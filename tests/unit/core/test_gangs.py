@@ -14,10 +14,11 @@ from gangplugin.core.gangs import (
     pod_gang_phase,
     workload_phase,
 )
+from gangplugin.core.states import CheckState
 from gangplugin.core.topology import DEFAULT_LEVELS, HOSTNAME_LABEL, ULTRASERVER_LABEL, ZONE_LABEL
 
-RESERVED = WorkloadState(quota_reserved=True, check_state="Pending")
-ADMITTED = WorkloadState(quota_reserved=True, admitted=True, check_state="Ready")
+RESERVED = WorkloadState(quota_reserved=True, check_state=CheckState.PENDING)
+ADMITTED = WorkloadState(quota_reserved=True, admitted=True, check_state=CheckState.READY)
 
 
 @pytest.mark.parametrize(
@@ -27,15 +28,15 @@ ADMITTED = WorkloadState(quota_reserved=True, admitted=True, check_state="Ready"
         (RESERVED, Pods(8), Phase.PENDING),
         (ADMITTED, Pods(8, 8, 7), Phase.ADMITTED),
         (ADMITTED, Pods(8, 8, 8), Phase.RUNNING),
-        (WorkloadState(evicted=True, check_state="Retry"), Pods(8), Phase.EVICTED),
+        (WorkloadState(evicted=True, check_state=CheckState.RETRY), Pods(8), Phase.EVICTED),
         # The check asked for a retry; Kueue has not evicted yet: already on its way out.
         (
-            WorkloadState(quota_reserved=True, admitted=True, check_state="Retry"),
+            WorkloadState(quota_reserved=True, admitted=True, check_state=CheckState.RETRY),
             Pods(8, 8, 8),
             Phase.EVICTED,
         ),
         (WorkloadState(active=False, evicted=True), Pods(8), Phase.DEACTIVATED),
-        (WorkloadState(quota_reserved=True, check_state="Rejected"), Pods(8), Phase.REJECTED),
+        (WorkloadState(quota_reserved=True, check_state=CheckState.REJECTED), Pods(8), Phase.REJECTED),
         (WorkloadState(finished=True, admitted=True), Pods(8, 8, 8), Phase.FINISHED),
         (ADMITTED, Pods(0), Phase.ADMITTED),  # no pods at all is never "all Ready"
     ],

@@ -12,10 +12,10 @@ from gangplugin.core.drain import DrainDecision
 from gangplugin.core.errors import InputError
 from gangplugin.core.gate import (
     ORDER,
-    WAITING_REASONS,
     Backoff,
     GangFacts,
     PreemptionState,
+    WaitingReason,
     gate,
     resume,
     waiting_reason,
@@ -260,7 +260,7 @@ def test_why_a_gang_waits_is_the_step_that_held_it_back() -> None:
     held["UnknownKey"] = facts(misspelt)
     for reason, f in held.items():
         assert waiting_reason(gate(f)) == reason
-    assert set(held) | {"Preempting"} == set(WAITING_REASONS)
+    assert set(held) | {"Preempting"} == set(WaitingReason)
 
 
 def test_a_misspelt_key_holds_the_gang_naming_it_and_the_closest_known_one() -> None:

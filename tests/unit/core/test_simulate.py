@@ -14,6 +14,7 @@ from gangplugin.core.plans import CapacityBlock, TargetResource, TrainingPlan
 from gangplugin.core.policy import GangPolicy, Requeue
 from gangplugin.core.preemption import QueuePreemption
 from gangplugin.core.simulate import GPU, POLICIES, Job, Settings, first_fit, percentile, replay, scaled
+from gangplugin.core.states import CheckState
 from gangplugin.core.topology import ULTRASERVER_LABEL, Node, build_snapshot
 from gangplugin.sim.trace import jobs_from_rows, synthetic
 
@@ -207,7 +208,7 @@ def test_replay_is_deterministic():
 
 
 def test_admission_queue_orders_candidates_and_admitted_gangs() -> None:
-    def wl(key: str, state: str = "Pending", **kw) -> QueuedWorkload:
+    def wl(key: str, state: CheckState = CheckState.PENDING, **kw) -> QueuedWorkload:
         return QueuedWorkload(key, "p", state, kw.pop("quota_reserved", True), **kw)
 
     queue = admission_queue(
@@ -219,8 +220,8 @@ def test_admission_queue_orders_candidates_and_admitted_gangs() -> None:
             wl("no-quota", quota_reserved=False),
             wl("evicted", evicted=True),
             wl("done", finished=True),
-            wl("r2", "Ready", admitted_at=3, ever_ready=True),
-            wl("r1", "Ready", admitted_at=2),
+            wl("r2", CheckState.READY, admitted_at=3, ever_ready=True),
+            wl("r1", CheckState.READY, admitted_at=2),
             wl("in-flight", assumed=True),
         ]
     )

@@ -11,9 +11,12 @@ from gangplugin.core.errors import InputError
 from gangplugin.core.names import ADMISSION_CHECK_CONTROLLER, REQUIRED_TOPOLOGY_ANNOTATION
 from gangplugin.extender.pods import gang_pod_from_k8s
 from gangplugin.extender.reservations import GangReservations
+from gangplugin.extender.shared import policy_of
 from gangplugin.kube.client import JSON
-from gangplugin.kube.gangpolicies import GangPolicies
+from gangplugin.readmodel.model import ReadModel
+from gangplugin.readmodel.records import node_record
 from tests.unit.extender.test_server import NODES, node, pod
+from tests.unit.readmodel.models import model_of
 
 RACK = "example.com/rack"
 
@@ -33,7 +36,7 @@ class Objects:
         return list(self.objs.values())
 
 
-def policies(spares: int = 0, topology: str | None = None, check: str = "gang") -> GangPolicies:
+def policies(spares: int = 0, topology: str | None = None, check: str = "gang") -> ReadModel:
     workload = {
         "metadata": {"name": "train", "namespace": "ns"},
         "status": {"admissionChecks": [{"name": check, "state": "Ready"}]},
@@ -60,19 +63,15 @@ def policies(spares: int = 0, topology: str | None = None, check: str = "gang") 
         "metadata": {"name": "racks"},
         "spec": {"levels": [{"nodeLabel": RACK}, {"nodeLabel": "kubernetes.io/hostname"}]},
     }
-    return GangPolicies(Objects(workload), Objects(ac), Objects(policy), Objects(topo))
+    return model_of(workloads=[workload], checks=[ac], policies=[policy], topologies=[topo])[1]
 
 
-def cache_with(source: GangPolicies | None) -> GangReservations:
-    def policy_of(namespace: str, gang: str) -> Any:
-        found = source.of_gang(namespace, gang) if source is not None else None
-        return None if found is None else (found[0].placement, found[1])
-
-    cache = GangReservations(policy_of=policy_of)
+def cache_with(source: ReadModel | None) -> GangReservations:
+    cache = GangReservations(policy_of=None if source is None else policy_of(source))
     for i, n in enumerate(NODES):  # racks r0 (n0, n1) and r1 (n2, n3), one UltraServer
         raw = node(n, "us-1")
         raw["metadata"]["labels"][RACK] = f"r{i // 2}"
-        cache.on_node("ADDED", None, raw)
+        cache.on_node("ADDED", None, node_record(raw))
     return cache
 
 
@@ -105,6 +104,6 @@ def test_gang_of_a_workload_is_placed_by_its_topologys_levels():
 def test_missing_policy_or_topology_is_an_error_naming_the_field():
     source = policies(topology="absent")
     with pytest.raises(InputError, match=r"spec\.topologyName.*'absent' does not exist"):
-        source.of_gang("ns", "train")
-    assert policies(check="someone-elses").of_gang("ns", "train") is None  # not our check: defaults
-    assert policies().of_gang("ns", "no-such-gang") is None
+        source.policy_of_gang("ns", "train")
+    assert policies(check="someone-elses").policy_of_gang("ns", "train") is None  # not our check: defaults
+    assert policies().policy_of_gang("ns", "no-such-gang") is None

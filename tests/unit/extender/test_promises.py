@@ -7,18 +7,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from gangplugin.admission.writes import as_admitted
 from gangplugin.core.gangplan import TOO_FULL
 from gangplugin.core.names import ADMISSION_CHECK_CONTROLLER
 from gangplugin.core.topology import ULTRASERVER_LABEL
 from gangplugin.extender.pods import gang_pod_from_k8s
 from gangplugin.extender.reservations import GangReservations
 from gangplugin.extender.shared import admitted_of, policy_of
-from gangplugin.kube.admitted import as_admitted
 from gangplugin.kube.client import JSON
-from gangplugin.kube.gangpolicies import GangPolicies
-from tests.unit.extender.test_policies import Objects
+from gangplugin.readmodel.records import node_record
 from tests.unit.extender.test_server import node, pod
 from tests.unit.extender.test_ungate import add, ungate_pod
+from tests.unit.readmodel.models import model_of
 
 US1 = [f"us-1-{i}" for i in range(4)]
 US2 = [f"us-2-{i}" for i in range(4)]
@@ -58,11 +58,11 @@ def reservations(*ultraservers: list[str]) -> GangReservations:
         "metadata": {"name": "p"},
         "spec": {},
     }
-    policies = GangPolicies(Objects(workload()), Objects(ac), Objects(policy), Objects())
-    res = GangReservations(policy_of=policy_of(policies), admitted_of=admitted_of(policies, Objects()))
+    _, model = model_of(workloads=[workload()], checks=[ac], policies=[policy])
+    res = GangReservations(policy_of=policy_of(model), admitted_of=admitted_of(model))
     for names in ultraservers:
         for name in names:
-            res.on_node("ADDED", None, node(name, name.rsplit("-", 1)[0]))
+            res.on_node("ADDED", None, node_record(node(name, name.rsplit("-", 1)[0])))
     return res
 
 
@@ -121,7 +121,7 @@ def test_a_promise_made_before_its_nodes_were_seen_is_made_once_they_arrive() ->
     res.on_workload("ADDED", None, workload())
     assert passed(res, []) == ()
     for name in US1:
-        res.on_node("ADDED", None, node(name, "us-1"))
+        res.on_node("ADDED", None, node_record(node(name, "us-1")))
     assert len(passed(res, US1)) == 1
 
 
@@ -220,8 +220,8 @@ def test_an_admitted_workload_whose_gang_policy_is_gone_is_logged_once_not_on_ev
             "parameters": {"apiGroup": "gangplugin.io", "kind": "GangPolicy", "name": "gone"},
         },
     }
-    policies = GangPolicies(Objects(workload()), Objects(ac), Objects(), Objects())
-    res = GangReservations(policy_of=policy_of(policies), admitted_of=admitted_of(policies, Objects()))
+    _, model = model_of(workloads=[workload()], checks=[ac])
+    res = GangReservations(policy_of=policy_of(model), admitted_of=admitted_of(model))
     other = {**workload(), "metadata": {**workload()["metadata"], "name": "other"}}
     with caplog.at_level("WARNING", logger="gangplugin.extender.shared"):
         for _ in range(5):

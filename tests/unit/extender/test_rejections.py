@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from gangplugin.extender.pods import gang_pod_from_k8s
 from gangplugin.extender.reservations import GangReservations
+from gangplugin.readmodel.records import node_record
 from tests.unit.extender.test_server import node, pod
 
 
 def cache_of(*nodes: tuple[str, str]) -> GangReservations:
     cache = GangReservations(reject_ttl=30.0)
     for name, us in nodes:
-        cache.on_node("ADDED", None, node(name, us))
+        cache.on_node("ADDED", None, node_record(node(name, us)))
     return cache
 
 
@@ -64,10 +65,11 @@ def test_refusal_is_forgotten_on_expiry_node_change_freed_pod_or_offer():
     assert cache.rejected
     changed = node("a0", "us-1")
     changed["metadata"]["labels"]["extra"] = "x"
-    cache.on_node("MODIFIED", node("a0", "us-1"), changed)
+    cache.on_node("MODIFIED", node_record(node("a0", "us-1")), node_record(changed))
     assert not cache.rejected
     cache.filter(p0, ["a1"], now=3.0)
-    cache.on_node("MODIFIED", changed, changed)  # a heartbeat changes nothing the plan reads
+    # a heartbeat changes nothing the plan reads
+    cache.on_node("MODIFIED", node_record(changed), node_record(changed))
     assert cache.rejected
     cache.drop(("ns", "g"))
     _, plan = cache.filter(p0, ["a0", "a1"], now=4.0)  # offered again: forgiven

@@ -25,6 +25,7 @@ from gangplugin.extender.pods import gang_pod_from_k8s
 from gangplugin.extender.reservations import GangReservations
 from gangplugin.extender.server import ExtenderHandlers, make_app
 from gangplugin.localcluster.pki import CertificateAuthority
+from gangplugin.readmodel.records import node_record
 from gangplugin.runtime.asgi import serve
 
 
@@ -65,7 +66,7 @@ NODES = [f"n{i}" for i in range(4)]
 def make_cache() -> GangReservations:
     cache = GangReservations()
     for n in NODES:
-        cache.on_node("ADDED", None, node(n, "us-1"))
+        cache.on_node("ADDED", None, node_record(node(n, "us-1")))
     return cache
 
 
@@ -228,7 +229,7 @@ def test_bind_refuses_what_the_pod_or_its_gangs_plan_does_not_allow():
     cache = make_cache()
     tainted = node("n-tainted", "us-1")
     tainted["spec"] = {"taints": [{"key": "dedicated", "value": "infer", "effect": "NoSchedule"}]}
-    cache.on_node("ADDED", None, tainted)
+    cache.on_node("ADDED", None, node_record(tainted))
     picky = pod("picky")
     picky["spec"]["nodeSelector"] = {"no-such-label": "x"}
     members = [pod(f"m{i}", "g", 2) for i in range(2)]

@@ -13,6 +13,7 @@ from gangplugin.core.gangplan import GangPod, stranded_pin
 from gangplugin.core.topology import Node, Taint, build_snapshot
 from gangplugin.extender.ungater import Ungater
 from gangplugin.kube.client import Client
+from gangplugin.readmodel.records import node_record
 from tests.unit.extender.test_podgroup_mode import WORKLOAD
 from tests.unit.extender.test_server import node
 from tests.unit.extender.test_ungate import add, cache_of, ungate_pod
@@ -79,8 +80,8 @@ def stranded_gang(owned: bool) -> tuple[Ungater, Api, Client]:
     if owned:
         p0["metadata"]["ownerReferences"] = [JOB]
     add(cache, p0, p1)
-    cache.on_node("MODIFIED", node("us-1-0", "us-1"), not_ready("us-1-0"))
-    ungater.on_node("MODIFIED", node("us-1-0", "us-1"), not_ready("us-1-0"))
+    cache.on_node("MODIFIED", node_record(node("us-1-0", "us-1")), node_record(not_ready("us-1-0")))
+    ungater.on_node("MODIFIED", node_record(node("us-1-0", "us-1")), node_record(not_ready("us-1-0")))
     return ungater, api, client
 
 

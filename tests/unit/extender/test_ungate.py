@@ -10,6 +10,7 @@ from gangplugin.core.names import BIND_MODE_LABEL, PLACEMENT_GATE
 from gangplugin.extender.pods import gang_pod_from_k8s
 from gangplugin.extender.reservations import GangReservations
 from gangplugin.extender.ungater import pin_patch
+from gangplugin.readmodel.records import node_record
 from tests.unit.extender.test_server import node, pod
 
 HOST = "kubernetes.io/hostname"
@@ -31,7 +32,7 @@ def cache_of(us_sizes: dict[str, int]) -> GangReservations:
     cache = GangReservations()
     for us, count in us_sizes.items():
         for i in range(count):
-            cache.on_node("ADDED", None, node(f"{us}-{i}", us))
+            cache.on_node("ADDED", None, node_record(node(f"{us}-{i}", us)))
     return cache
 
 
@@ -165,7 +166,7 @@ def test_pins_and_bindings_seen_before_their_node_are_charged_when_it_arrives() 
     cache = GangReservations()
     add(cache, ungate_pod("p0", "g", 2, pinned="us-1-0"), pod("b", node_name="us-1-1"))
     for i in range(3):
-        cache.on_node("ADDED", None, node(f"us-1-{i}", "us-1"))
+        cache.on_node("ADDED", None, node_record(node(f"us-1-{i}", "us-1")))
     add(cache, *(ungate_pod(f"q{i}", "h", 1) for i in range(1)))
     pins, _ = cache.pins(("ns", "h"), now=0.0)
     assert [n for _, n in pins] == ["us-1-2"]  # us-1-0 (pinned) and us-1-1 (bound) are full

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from gangplugin.admission.view import pod_active
 from gangplugin.kube.expectations import DeletionExpectations
+from gangplugin.readmodel.records import pod_record
+
+
+def pod_active(pod: dict[str, Any]) -> bool:
+    return pod_record(pod).active
 
 
 def uid(pod: dict[str, Any]) -> str:

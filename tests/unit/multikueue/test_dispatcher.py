@@ -185,8 +185,9 @@ class Setup:
         for inf in self.informers:
             wait_until(lambda inf=inf: _caught_up(inf, self.manager), 10)
         for c in self.ctl.connections.values():
-            for inf in vars(c.caches).values():
+            for inf in c.informers:
                 wait_until(lambda inf=inf, f=self.workers[c.name]: _caught_up(inf, f), 10)
+            assert c.dispatcher.caught_up(10)  # the worker's read model holds it all
         assert self.dispatch_events.caught_up(10)
 
     def submit(self, wl: dict[str, Any]) -> None:

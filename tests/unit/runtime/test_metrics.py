@@ -5,6 +5,8 @@ from __future__ import annotations
 from prometheus_client import REGISTRY, Histogram
 from prometheus_client.registry import CollectorRegistry
 
+from gangplugin.core.states import CheckState
+from gangplugin.core.watchdog import WatchPhase
 from gangplugin.runtime import metrics
 
 
@@ -78,8 +80,8 @@ def test_evictions_are_labelled_by_phase_and_outcome() -> None:
         return v or 0.0
 
     before = value("PodsNotReady", "Requeued"), value("RecoveryTimeout", "Deactivated")
-    metrics.eviction("Starting", "Retry")
-    metrics.eviction("Recovering", "Rejected")
+    metrics.eviction(WatchPhase.STARTING, CheckState.RETRY)
+    metrics.eviction(WatchPhase.RECOVERING, CheckState.REJECTED)
     assert value("PodsNotReady", "Requeued") == before[0] + 1
     assert value("RecoveryTimeout", "Deactivated") == before[1] + 1
 
@@ -123,6 +125,6 @@ def test_waiting_gangs_by_reason_every_reason_set_and_zeroed_when_none_waits() -
     assert value("gangplugin_waiting_gangs", "Backoff") == 1
     assert value("gangplugin_waiting_gangs", "Sequential") == 0
     metrics.waiting({})
-    for reason in metrics.WAITING_REASONS:
+    for reason in metrics.WaitingReason:
         assert value("gangplugin_waiting_gangs", reason) == 0
         assert value("gangplugin_waiting_gang_oldest_seconds", reason) == 0

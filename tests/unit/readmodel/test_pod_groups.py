@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 
-from gangplugin.admission.view import AdmissionView
 from gangplugin.core.errors import InputError
 from gangplugin.core.names import REQUIRED_TOPOLOGY_ANNOTATION
 from gangplugin.core.topology import ULTRASERVER_LABEL
 from gangplugin.kube.dispatcher import Dispatcher
 from gangplugin.kube.informer import Informer, identity
+from gangplugin.readmodel.gangs import Gangs
+from gangplugin.readmodel.model import ReadModel
 from tests.unit.kube.fakeapi import FakeApi
 
 GPU = {"nvidia.com/gpu": "4"}
@@ -56,22 +57,22 @@ def workload(owner: str, *podsets: tuple[str, int]) -> dict[str, Any]:
 
 @pytest.fixture
 def view_with() -> Iterator[Any]:
-    """`view_with(*pods)`: an AdmissionView whose pod cache and index hold `pods`."""
+    """`view_with(*pods)`: the gangs of a read model whose pod cache and index hold `pods`."""
     fakes: list[FakeApi] = []
     parts: list[Any] = []
 
-    def make(*pods: dict[str, Any]) -> AdmissionView:
+    def make(*pods: dict[str, Any]) -> Gangs:
         fake = FakeApi()
         fake.set(*pods)
         fakes.append(fake)
         client = fake.client()
-        dispatcher = Dispatcher("admission")
-        view = AdmissionView(lambda res, transform=identity: Informer(client, res, transform), dispatcher)
+        dispatcher = Dispatcher("read-model")
+        model = ReadModel(lambda res, transform=identity: Informer(client, res, transform), dispatcher)
         dispatcher.start()
-        view.pods.start()
-        parts.extend((view.pods, dispatcher))
-        assert view.pods.wait_synced(5)
-        return view
+        model.pods.start()
+        parts.extend((model.pods, dispatcher))
+        assert model.pods.wait_synced(5)
+        return model.gangs
 
     yield make
     for part in parts:

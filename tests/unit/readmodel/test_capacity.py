@@ -1,14 +1,15 @@
-"""The admission pass's capacity view: kept current from watch events, promises redone only
-when what they stand for changed."""
+"""The read model's live capacity: kept current from watch events, promises redone only when
+what they stand for changed."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from gangplugin.admission.capacity import Assumed, CapacityView, Promise
 from gangplugin.core.admission import with_selector
 from gangplugin.core.placement import Gang, PlacementPolicy, PodSet, place
 from gangplugin.core.topology import ULTRASERVER_LABEL
+from gangplugin.readmodel.capacity import Assumed, LiveCapacity, Promise
+from gangplugin.readmodel.records import node_record, pod_record
 
 GPU = "nvidia.com/gpu"
 LEVELS = ("topology.kubernetes.io/zone", ULTRASERVER_LABEL, "kubernetes.io/hostname")
@@ -40,15 +41,15 @@ def gang(name: str, count: int, us: str) -> Gang:
     return with_selector(Gang((ps,), name), {ULTRASERVER_LABEL: us})
 
 
-def view_of(nodes: list[dict[str, Any]]) -> CapacityView:
+def view_of(nodes: list[dict[str, Any]]) -> LiveCapacity:
     """A view whose handlers have seen `nodes` added (as the admission dispatcher delivers them)."""
-    view = CapacityView()
+    view = LiveCapacity()
     for n in nodes:
-        view.on_node("ADDED", None, n)
+        view.on_node(None, node_record(n))
     return view
 
 
-def free_gpus(view: CapacityView, promises: list[Promise]) -> int:
+def free_gpus(view: LiveCapacity, promises: list[Promise]) -> int:
     with view.locked():
         snap = view.snapshot(LEVELS, promises)
         return sum(snap.free[i].get(GPU, 0) for i in snap.live_node_ids())
@@ -58,15 +59,15 @@ def test_events_keep_the_snapshot_current() -> None:
     nodes = [node(f"n{i}", "us-1") for i in range(3)]
     view = view_of(nodes)
     assert free_gpus(view, []) == 12
-    view.on_pod("ADDED", None, pod("p1", "n0"))
+    view.on_pod(None, pod_record(pod("p1", "n0")))
     assert free_gpus(view, []) == 8
-    view.on_pod("DELETED", pod("p1", "n0"), None)
-    view.on_node("ADDED", None, node("n3", "us-1"))
+    view.on_pod(pod_record(pod("p1", "n0")), None)
+    view.on_node(None, node_record(node("n3", "us-1")))
     assert free_gpus(view, []) == 16
-    view.on_node("DELETED", node("n3", "us-1"), None)
+    view.on_node(node_record(node("n3", "us-1")), None)
     unready = node("n2", "us-1")
     unready["status"]["conditions"][0]["status"] = "False"
-    view.on_node("MODIFIED", node("n2", "us-1"), unready)
+    view.on_node(node_record(node("n2", "us-1")), node_record(unready))
     with view.locked():
         snap = view.snapshot(LEVELS, [])
         assert not snap.usable[snap.node_ids["n2"]]
@@ -84,25 +85,41 @@ def test_promises_are_charged_once_and_redone_only_when_changed() -> None:
 
         return build
 
-    p = Promise("ns/g1", ("us-1", ()), "ns", make("g1", 2), PlacementPolicy())
+    p = Promise(
+        key="ns/g1", fingerprint=("us-1", ()), namespace="ns", gang=make("g1", 2), policy=PlacementPolicy()
+    )
     assert free_gpus(view, [p]) == 8
     assert free_gpus(view, [p]) == 8 and calls == ["g1"]  # unchanged: kept, not redone
     # one pod of the gang got bound: the promise shrinks to the other pod
-    view.on_pod("ADDED", None, pod("g1-0", "a0"))
-    p2 = Promise("ns/g1", ("us-1", (("main", 1),)), "ns", make("g1", 1), PlacementPolicy())
+    view.on_pod(None, pod_record(pod("g1-0", "a0")))
+    p2 = Promise(
+        key="ns/g1",
+        fingerprint=("us-1", (("main", 1),)),
+        namespace="ns",
+        gang=make("g1", 1),
+        policy=PlacementPolicy(),
+    )
     assert free_gpus(view, [p2]) == 8 and calls == ["g1", "g1"]
     # the gang is gone (evicted, finished): its promise is released
-    view.on_pod("DELETED", pod("g1-0", "a0"), None)
+    view.on_pod(pod_record(pod("g1-0", "a0")), None)
     assert free_gpus(view, []) == 16
 
 
-def assumed(name: str, count: int, us: str, view: CapacityView, levels: tuple[str, ...] = LEVELS) -> Assumed:
+def assumed(name: str, count: int, us: str, view: LiveCapacity, levels: tuple[str, ...] = LEVELS) -> Assumed:
     """An admission decided on `view`'s snapshot for `levels` (as the pass decides one)."""
     g = gang(name, count, us)
     with view.locked():
         placement = place(view.snapshot(levels, []), g, PlacementPolicy())
     assert placement.feasible
-    return Assumed("41", True, ("fp", ()), "ns", g, placement, PlacementPolicy())
+    return Assumed(
+        resource_version="41",
+        certain=True,
+        fingerprint=("fp", ()),
+        namespace="ns",
+        gang=g,
+        placement=placement,
+        policy=PlacementPolicy(),
+    )
 
 
 def test_an_admission_not_yet_in_the_cache_stays_charged_in_every_level_order() -> None:
@@ -129,7 +146,13 @@ def test_an_assumed_admission_becomes_a_promise_without_being_charged_twice() ->
     with view.locked():
         view.assume("ns/g1", a)
         view.forget("ns/g1")
-    p = Promise("ns/g1", ("fp", ()), "ns", lambda: gang("g1", 2, "us-1"), PlacementPolicy())
+    p = Promise(
+        key="ns/g1",
+        fingerprint=("fp", ()),
+        namespace="ns",
+        gang=lambda: gang("g1", 2, "us-1"),
+        policy=PlacementPolicy(),
+    )
     assert free_gpus(view, [p]) == 4
 
 
@@ -144,14 +167,20 @@ def test_a_promise_where_another_gangs_pods_bound_is_placed_again() -> None:
         def unbound() -> Gang:  # what is left to promise once `bound` pods are bound
             return gang(name, 2 - bound, "us-1") if bound < 2 else Gang((), name)
 
-        return Promise(f"ns/{name}", ("us-1", bound), "ns", unbound, PlacementPolicy())
+        return Promise(
+            key=f"ns/{name}",
+            fingerprint=("us-1", bound),
+            namespace="ns",
+            gang=unbound,
+            policy=PlacementPolicy(),
+        )
 
     a, b = promise_of("a", 0), promise_of("b", 0)
     with view.locked():
         snap = view.snapshot(LEVELS, [a, b])
         on = {snap.nodes[snap.node_of("ns", f"~promised/b/main/{i}")].name for i in range(2)}  # type: ignore[union-attr, index]
     for i, n in enumerate(sorted(on)):  # A's real pods bind where B's promise sat
-        view.on_pod("ADDED", None, pod(f"a-{i}", n))
+        view.on_pod(None, pod_record(pod(f"a-{i}", n)))
     assert free_gpus(view, [promise_of("a", 2), b]) == 8  # us-1 full; us-2's 8 GPUs free
     with view.locked():
         snap = view.snapshot(LEVELS, [promise_of("a", 2), b])
@@ -166,15 +195,21 @@ def test_a_promise_that_no_longer_fits_whole_keeps_the_room_left_from_the_next_g
     UltraServer. The broken promise keeps what room is left; once the room is back, the promise
     is whole again."""
     view = view_of([node(f"n{i}", "us-1") for i in range(6)])
-    p = Promise("ns/g1", ("us-1", ()), "ns", lambda: gang("g1", 5, "us-1"), PlacementPolicy())
+    p = Promise(
+        key="ns/g1",
+        fingerprint=("us-1", ()),
+        namespace="ns",
+        gang=lambda: gang("g1", 5, "us-1"),
+        policy=PlacementPolicy(),
+    )
     assert free_gpus(view, [p]) == 4
     for name, at in (("plain-1", "n0"), ("plain-2", "n1")):
-        view.on_pod("ADDED", None, pod(name, at))
+        view.on_pod(None, pod_record(pod(name, at)))
     with view.locked():
         snap = view.snapshot(LEVELS, [p])
         assert not place(snap, gang("g2", 1, "us-1"), PlacementPolicy()).feasible  # all 4 left are g1's
     for name, at in (("plain-1", "n0"), ("plain-2", "n1")):
-        view.on_pod("DELETED", pod(name, at), None)
+        view.on_pod(pod_record(pod(name, at)), None)
     with view.locked():
         snap = view.snapshot(LEVELS, [p])
         assert place(snap, gang("g2", 1, "us-1"), PlacementPolicy()).feasible  # g1 whole again

@@ -1,6 +1,9 @@
-"""The capacity the admission pass reads: one core `Snapshot` per topology level order, kept
+"""The capacity the gang check counts, kept live (as Kueue's TAS cache is kept apart from the
+snapshot a scheduling cycle takes of it): the nodes and bound pods as the read model's handlers
+have seen them; for the admission pass, one core `Snapshot` per topology level order, kept
 current from node and pod watch events (O(levels) per event, never a rebuild per pass), plus
-the pods promised to admitted gangs that are not bound yet, as synthetic pods.
+the pods promised to admitted gangs that are not bound yet, as synthetic pods; for any other
+reader, a fresh snapshot (`build`).
 
 Everything here is a cache of a function of API objects: built from the watch caches on first
 use, so a restarted controller rebuilds the same capacity (promises in admission order).
@@ -27,14 +30,13 @@ from gangplugin.core.admission import charge, crowded, promise, release
 from gangplugin.core.errors import InputError
 from gangplugin.core.placement import Gang, Placement, PlacementPolicy
 from gangplugin.core.topology import BoundPod, Node, Snapshot, build_snapshot
-from gangplugin.kube.client import JSON
-from gangplugin.kube.records import bound_pod_from_k8s, node_from_k8s
+from gangplugin.readmodel.records import NodeRecord, PodRecord
 from gangplugin.runtime.memory import freeze_long_lived
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Promise:
     """What an admitted gang still needs: `gang` (its unbound pods, in its domain), keyed by
     `fingerprint` (changes when the domain or the bound count does)."""
@@ -47,7 +49,7 @@ class Promise:
     occupied: tuple[str, ...] = ()  # the nodes of its bound pods (their UltraServers' spares are its)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Assumed:
     """A gang the pass admitted (wrote Ready) that the cache still shows as before the write.
 
@@ -73,7 +75,7 @@ class _View:
     partial: set[str] = field(default_factory=set)
 
 
-class CapacityView:
+class LiveCapacity:
     def __init__(self) -> None:
         # Nodes and bound pods as the handlers have seen them, in the dispatcher's order: a view
         # built from the informers' stores (ahead of the dispatcher) would have older queued
@@ -81,46 +83,38 @@ class CapacityView:
         self._nodes: dict[str, Node] = {}
         self._bound: dict[tuple[str, str], BoundPod] = {}
         self._views: dict[tuple[str, ...], _View] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # `snapshot` builds under it
         self.assumed: dict[str, Assumed] = {}  # Workload key -> its admission in flight
 
-    # -- watch events (informer threads) ---------------------------------------------------------
+    # -- watch events (the read model's dispatcher) -------------------------------------------
 
-    def on_node(self, _kind: str, old: JSON | None, new: JSON | None) -> None:
+    def on_node(self, old: NodeRecord | None, new: NodeRecord | None) -> None:
         with self._lock:
             if new is None:
                 assert old is not None
-                name = old["metadata"]["name"]
-                self._nodes.pop(name, None)
+                self._nodes.pop(old.name, None)
                 for v in self._views.values():
-                    v.snapshot.remove_node(name)
+                    v.snapshot.remove_node(old.name)
                 return
-            try:
-                node = node_from_k8s(new)
-            except InputError as err:
-                log.warning("node %s ignored: %s", new.get("metadata", {}).get("name"), err)
-                return
+            node = new.node
+            if node is None:
+                return  # its capacity cannot be read (logged by the cache): counted as it was
             self._nodes[node.name] = node
             for v in self._views.values():
                 v.snapshot.upsert_node(node)
 
-    def on_pod(self, _kind: str, old: JSON | None, new: JSON | None) -> None:
+    def on_pod(self, old: PodRecord | None, new: PodRecord | None) -> None:
         with self._lock:
-            obj = new if new is not None else old
-            assert obj is not None
-            meta = obj.get("metadata", {})
-            try:
-                pod = bound_pod_from_k8s(new) if new is not None else None
-            except InputError:
-                pod = None
-            key = (str(meta.get("namespace", "default")), str(meta.get("name", "")))
+            some = new or old
+            assert some is not None
+            pod = new.bound if new is not None else None
             if pod is None:
-                self._bound.pop(key, None)
+                self._bound.pop(some.key, None)
             else:
-                self._bound[key] = pod
+                self._bound[some.key] = pod
             for v in self._views.values():
                 if pod is None:
-                    v.snapshot.unbind(*key)
+                    v.snapshot.unbind(*some.key)
                 else:
                     v.snapshot.bind(pod)
 
@@ -190,5 +184,7 @@ class CapacityView:
         self.assumed.pop(key, None)
 
     def build(self, levels: tuple[str, ...]) -> Snapshot:
-        """Nodes and bound pods as the handlers have seen them (no promises)."""
-        return build_snapshot(self._nodes.values(), self._bound.values(), levels)
+        """A fresh snapshot of the nodes and bound pods as the handlers have seen them (no
+        promises), for a reader off the admission pass (a what-if, a node replacement)."""
+        with self._lock:
+            return build_snapshot(self._nodes.values(), self._bound.values(), levels)
