@@ -54,7 +54,10 @@ class GangAdmission(Follower):
     ) -> None:
         self.model = model
         writer = CheckWriter(client, clock)
-        self.admission = AdmissionPass(model, writer, client, clock, in_flight)
+        # a write refused or failed: its gangs are decided again
+        self.admission = AdmissionPass(
+            model, writer, client, clock, in_flight, rerun=lambda after: self.queue.add_after(PASS, after)
+        )
         self.watchdog = Watchdog(model, writer, clock)
         self.status = ConfigStatus(model, writer)
         self.queue = WorkQueue()

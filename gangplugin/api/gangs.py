@@ -154,7 +154,7 @@ class GangService(gangs_pb2_grpc.GangServiceServicer):
             return Evaluation(False, f"waiting for gang {blocker} to be Ready", blocked_by=blocker)
         placement = verdict.decision.placement if verdict.decision is not None else None
         if placement is None or verdict.preemption is not None:  # the message says whom it preempts
-            return Evaluation(False, verdict.message)
+            return Evaluation(False, verdict.full)
         return Evaluation(placement.feasible, placement.reason, placement.level, tuple(placement.domains))
 
     def explanation(self, gang: GangSummary, wl: JSON | None) -> gangs_pb2.GangExplanation:

@@ -102,7 +102,9 @@ class GateStep(StrEnum):
 class GateVerdict:
     """The gate's answer for one gang: admit (`decision.ready`), wait with `message` (and
     `wake_at`, when the decision may change by then), or reject. `step` names the step that
-    decided; `preemption`: whom it preempts or waits for; `hold`: a new hold to record."""
+    decided; `preemption`: whom it preempts or waits for; `hold`: a new hold to record.
+    `message` is what the check says, the same while the facts that decided stay the same;
+    `detail` adds the counts that change meanwhile, for people (empty: `message` says all)."""
 
     step: GateStep
     message: str
@@ -114,6 +116,12 @@ class GateVerdict:
     wake_at: float | None = None
     preemption: PreemptionPlan | None = None
     hold: Hold | None = None
+    detail: str = ""
+
+    @property
+    def full(self) -> str:
+        """The message with its particulars: what `gangctl explain` shows."""
+        return self.detail or self.message
 
 
 #: How a gang is placed: snapshot, gang (off held domains), policy, annotations for its pods.
@@ -334,9 +342,11 @@ def _preemption_step(run: _Run, passage: _Passage) -> GateVerdict | _Passage:
     else:
         plan = state.victims(f.snapshot, gang, f.policy, f.contender)
         hold = hold_of(plan, f.quota_reserved_at, f.now) if plan.preempts else None
-    message = (
-        plan.reason if plan.preempts or plan.waiting_for else f"{unfit.message}; preemption: {plan.reason}"
-    )
+    if plan.preempts or plan.waiting_for:
+        message, detail = plan.reason, ""
+    else:
+        message = f"{unfit.message}; preemption: {plan.summary or plan.reason}"
+        detail = f"{unfit.detail or unfit.message}; preemption: {plan.reason}"
     return GateVerdict(
         step=GateStep.PREEMPTION,
         message=message,
@@ -345,6 +355,7 @@ def _preemption_step(run: _Run, passage: _Passage) -> GateVerdict | _Passage:
         policy=f.policy,
         preemption=plan,
         hold=hold,
+        detail=detail,
     )
 
 
@@ -381,7 +392,12 @@ def gate(
         raise ValueError("the gate's order has no placement step")
     policy = facts.policy if isinstance(facts.policy, GangPolicy) else None
     return GateVerdict(
-        step=GateStep.PLACEMENT, message=unfit.message, decision=unfit, gang=passage.gang, policy=policy
+        step=GateStep.PLACEMENT,
+        message=unfit.message,
+        decision=unfit,
+        gang=passage.gang,
+        policy=policy,
+        detail=unfit.detail,
     )
 
 
