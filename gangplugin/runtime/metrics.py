@@ -47,7 +47,8 @@ ADMISSION_DECISION_CPU = Histogram(
 )
 ADMISSION_PASS = Histogram(
     "gangplugin_admission_pass_duration_seconds",
-    "One admission pass: every waiting gang decided in queue order and the decisions written.",
+    "One admission pass: every waiting gang decided in queue order and its writes sent (the pass "
+    "does not wait for them: gangplugin_gang_admission_latency_seconds includes them).",
     buckets=_FAST,
 )
 TIME_TO_ALL_READY = Histogram(
