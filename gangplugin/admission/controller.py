@@ -60,7 +60,8 @@ class GangAdmission(Follower):
         )
         self.watchdog = Watchdog(model, writer, clock)
         self.status = ConfigStatus(model, writer)
-        self.queue = WorkQueue()
+        # The pass first: a burst's pod events queue one watchdog item per gang ahead of it.
+        self.queue = WorkQueue(first=frozenset({PASS}))
         model.follow(self)
 
     # -- the model's hooks: only enqueue ---------------------------------------------------------
