@@ -261,7 +261,8 @@ def test_gang_that_needs_equal_priority_preempted_waits_and_says_so(
 
     def counted() -> list[str]:
         said = [e["message"] for e in events_of(client, namespace, name) if e["reason"] == "GangWaiting"]
-        return [m for m in said if "8 protected by withinClusterQueue: LowerPriority, priority 500 >= 500" in m]
+        rule = "8 protected by withinClusterQueue: LowerPriority, priority 500 >= 500"
+        return [m for m in said if rule in m]
 
     wait_for(counted, 60, "the GangWaiting Event with the protected gangs counted")
     # A pass decided on the gang as it is now (and would have written any preemption by then).
