@@ -75,6 +75,19 @@ def _at_most(o: float, t: float, _p: str) -> bool:
     return o <= t
 
 
+def _none(o: float, _t: float, _p: str) -> bool:
+    return o == 0
+
+
+def _fewer(o: float, t: float, _p: str) -> bool:
+    return o < t or o == 0
+
+
+def count(name: str, key: str, goal: Goal, goal_text: str, *, higher_is_better: bool = False) -> Row:
+    """A row of a whole number with a goal (partial gangs, stranded GPUs, ...)."""
+    return Row(name, figure(key), higher_is_better, "{:.0f}", goal=goal, goal_text=goal_text)
+
+
 def burst_rows(results: Mapping[str, Reps]) -> list[Row]:
     out = [
         Row(
@@ -97,56 +110,25 @@ def burst_rows(results: Mapping[str, Reps]) -> list[Row]:
         out += [Row(f"burst: {size}-pod gang start p{q} s", start("burst", size, q), False) for q in (50, 95)]
     return [
         *out,
-        Row(
+        count(
             "quality: gangs whole in required domain %",
-            figure("in domain %"),
-            True,
-            "{:.0f}",
-            goal=lambda o, _t, _p: o == 100,
-            goal_text="100%",
+            "in domain %",
+            lambda o, _t, _p: o == 100,
+            "100%",
+            higher_is_better=True,
         ),
-        Row(
-            "quality: UltraServers fragmented",
-            figure("fragmented UltraServers"),
-            False,
-            "{:.0f}",
-            goal=lambda o, t, _p: o < t or o == 0,
-            goal_text="fewer than each",
-        ),
-        Row(
-            "quality: GPUs stranded",
-            figure("stranded GPUs"),
-            False,
-            "{:.0f}",
-            goal=lambda o, t, _p: o < t or o == 0,
-            goal_text="fewer than each",
-        ),
+        count("quality: UltraServers fragmented", "fragmented UltraServers", _fewer, "fewer than each"),
+        count("quality: GPUs stranded", "stranded GPUs", _fewer, "fewer than each"),
         Row(
             "quality: largest gang one UltraServer takes (pods)", figure("largest whole gang"), True, "{:.0f}"
         ),
         Row("quality: gangs placed of the burst", figure("burst gangs placed"), True, "{:.0f}"),
-        Row(
-            "partial gangs seen (burst)",
-            figure("burst partial gangs"),
-            False,
-            "{:.0f}",
-            goal=lambda o, _t, _p: o == 0,
-            goal_text="0",
-        ),
+        count("partial gangs seen (burst)", "burst partial gangs", _none, "0"),
     ]
 
 
 def stream_rows(results: Mapping[str, Reps]) -> list[Row]:
-    out = [
-        Row(
-            "partial gangs seen (stream)",
-            figure("stream partial gangs"),
-            False,
-            "{:.0f}",
-            goal=lambda o, _t, _p: o == 0,
-            goal_text="0",
-        ),
-    ]
+    out = [count("partial gangs seen (stream)", "stream partial gangs", _none, "0")]
     for size in _all_sizes(results, "stream"):
         for q in (50, 95):
             goal = size == 16 and q == 50
@@ -191,14 +173,7 @@ def recovery_rows(_results: Mapping[str, Reps]) -> list[Row]:
 def preemption_rows(_results: Mapping[str, Reps]) -> list[Row]:
     return [
         Row("preemption: high-priority gang Running s", figure("preemption s"), False),
-        Row(
-            "preemption: GPUs evicted",
-            figure("preemption GPUs evicted"),
-            False,
-            "{:.0f}",
-            goal=lambda o, t, _p: o <= t,
-            goal_text="fewest",
-        ),
+        count("preemption: GPUs evicted", "preemption GPUs evicted", _at_most, "fewest"),
     ]
 
 
