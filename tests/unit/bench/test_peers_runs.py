@@ -2,14 +2,17 @@
 systems' clusters one after the other."""
 
 import argparse
+import json
 import tempfile
 from pathlib import Path
 
 import peers
-from _peers.systems import SYSTEMS
+from _peers.runs import Limits, Run
+from _peers.systems import SYSTEMS, Capacity
 
 from gangplugin.localcluster.cluster import LocalCluster, Ports
 from gangplugin.localcluster.components import CONTROL_PLANE, REGISTRY
+from tests.unit.kube.fakeapi import FakeApi
 
 
 def _args(reps, parts):
@@ -41,3 +44,16 @@ def test_two_systems_one_after_the_other_share_no_port_below_the_ephemeral_range
     second = ports(peers.DEFAULT_PORT_BASE + peers.ALTERNATE_PORTS)
     assert not first & second
     assert max(first | second) < 32768
+
+
+def test_a_failed_part_s_gangs_are_deleted_with_their_pods():
+    """A collection DELETE of batch/v1 Jobs orphans their pods unless told otherwise: the bench
+    then waited for pods nothing would delete."""
+    api = FakeApi()
+    run = Run(
+        SYSTEMS["gangplugin"], api.client(), Path("unused"), Capacity(1, 4, 1, 1), print, Limits(30, 180)
+    )
+    run.clear_all()
+    deletes = [r for r in api.requests if r.method == "DELETE"]
+    assert any(r.url.path.endswith("/jobs") for r in deletes)
+    assert all(json.loads(r.content) == {"propagationPolicy": "Background"} for r in deletes)
