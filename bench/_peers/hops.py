@@ -158,16 +158,22 @@ class KueueWatch:
         return out
 
     def writes(self, gangs: Sequence[str]) -> dict[str, float]:
-        """The median number of writes to a gang's Workload until it was Admitted, in all and
-        per writer, over the `gangs` admitted."""
+        """The median number of writes to a gang's Workload until it was Admitted (`median_writes`)."""
         with self._lock:
-            counts = [self.workloads[g].writes for g in gangs if "Admitted" in self.workloads[g].at]
-        if not counts:
-            return {}
-        writers = sorted({w for c in counts for w in c})
-        out = {"all": statistics.median(sum(c.values()) for c in counts)}
-        out.update({w: statistics.median(c.get(w, 0) for c in counts) for w in writers})
-        return out
+            return median_writes(self.workloads, gangs)
+
+
+def median_writes(workloads: Mapping[str, WorkloadSeen], gangs: Sequence[str]) -> dict[str, float]:
+    """The median number of writes to a gang's Workload until it was Admitted, in all and per
+    writer, over the `gangs` admitted (a gang whose Workload was not seen, not yet made when the
+    part ended, is not one of them)."""
+    counts = [seen.writes for g in gangs if (seen := workloads.get(g)) is not None and "Admitted" in seen.at]
+    if not counts:
+        return {}
+    writers = sorted({w for c in counts for w in c})
+    out = {"all": statistics.median(sum(c.values()) for c in counts)}
+    out.update({w: statistics.median(c.get(w, 0) for c in counts) for w in writers})
+    return out
 
 
 @contextlib.contextmanager

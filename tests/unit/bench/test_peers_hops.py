@@ -1,7 +1,7 @@
 """bench/peers.py's hop timing of Kueue gangs, from plain Workload events: which hop each event
 passes, whose write each event is, and the medians over the gangs that ran."""
 
-from _peers.hops import HOPS, WorkloadSeen, see_workload, summary, writer
+from _peers.hops import HOPS, WorkloadSeen, median_writes, see_workload, summary, writer
 
 
 def _wl(conditions=(), checks=(), managers=()):
@@ -78,3 +78,21 @@ def test_the_summary_counts_only_gangs_that_ran_and_steps_from_the_hop_before():
     assert out["step"] == {"Workload created": 0.5, "Admitted": 2.0, "last pod Running": 3.0}
     assert out["by size"]["16"]["Admitted"] == 3.0 and "8" in out["by size"]
     assert list(out["since submission"]) == [h for h in HOPS if h in out["since submission"]]
+
+
+def test_writes_count_the_admitted_gangs_only_and_a_gang_whose_workload_was_never_seen_is_none():
+    admitted = WorkloadSeen()
+    see_workload(admitted, _wl(managers=[("kueue", "Update", "", "t1")]), 1.0)
+    see_workload(
+        admitted,
+        _wl(
+            ["QuotaReserved", "Admitted"],
+            managers=[("kueue", "Update", "", "t1"), ("kueue", "Apply", "status", "t2")],
+        ),
+        2.0,
+    )
+    waiting = WorkloadSeen()
+    see_workload(waiting, _wl(managers=[("kueue", "Update", "", "t1")]), 1.0)
+    got = median_writes({"a": admitted, "w": waiting}, ["a", "w", "never-made"])
+    assert got["all"] == sum(admitted.writes.values()) and got["all"] >= 1
+    assert median_writes({"w": waiting}, ["w", "never-made"]) == {}
