@@ -31,7 +31,7 @@ RUN groupadd --system --gid 65532 gangplugin \
  && useradd --system --uid 65532 --gid 65532 --no-create-home --shell /usr/sbin/nologin gangplugin
 COPY --from=build /opt/venv /opt/venv
 USER 65532:65532
-# extender (HTTPS), gRPC API, health, webhook
-EXPOSE 8443 8090 8081 9443
+# extender (HTTPS), gRPC API, health, webhook, web console (HTTPS; when its component runs)
+EXPOSE 8443 8090 8081 9443 8444
 ENTRYPOINT ["gangplugin"]
 CMD ["serve"]

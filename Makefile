@@ -26,7 +26,7 @@ manifests: venv ## render deploy/manifests (kustomize base, scheduler Component)
 	$(PY) hack/render-manifests.py
 
 build: ## build (or reuse from ~/.cache/gangplugin) the pinned upstream binaries the tests use
-	hack/build-upstream.sh cluster extras >/dev/null
+	hack/build-upstream.sh cluster extras nodes >/dev/null
 
 up: venv ## start the local cluster with Kueue and fake nodes, and run the sample gang
 	$(PY) -m gangplugin.localcluster up
@@ -38,11 +38,13 @@ status: venv ## show whether the local cluster runs
 	$(PY) -m gangplugin.localcluster status
 
 # Lint, then hack/test.sh: the unit tests and the full e2e suite on the newest supported Kueue
-# (tests/e2e/conftest.py), split in two lanes, and beside them a third: the compatibility set
+# (tests/support/cluster.py), split in two lanes, and beside them a third: the compatibility set
 # (tests marked `compat`) on the oldest Kueue, then tests/e2e/test_multikueue.py's three control
 # planes. Each lane is a pytest session on a local cluster of its own; against a cluster KUBECONFIG
 # names, one session runs everything.
 MULTIKUEUE_E2E := tests/e2e/test_multikueue.py
+# The real-node cluster takes the session's ports: a session of its own.
+REAL_NODES_E2E := tests/e2e/test_real_nodes.py
 OLDEST_KUEUE := $(shell sed -n 's/^KUEUE_VERSION=//p' hack/versions.env)
 
 test: venv build ## every test: lint, unit, e2e, e2e's compat set on the oldest Kueue, MultiKueue (local clusters unless KUBECONFIG is set)
@@ -53,11 +55,12 @@ test-unit: venv ## unit tests only
 	$(PYTEST) tests/unit
 
 test-e2e: venv build ## e2e tests only (on the newest Kueue; GANGPLUGIN_KUEUE_VERSION picks another)
-	$(PYTEST) tests/e2e --ignore=$(MULTIKUEUE_E2E)
+	$(PYTEST) tests/e2e --ignore=$(MULTIKUEUE_E2E) --ignore=$(REAL_NODES_E2E)
 	$(PYTEST) $(MULTIKUEUE_E2E)
+	$(PYTEST) $(REAL_NODES_E2E)
 
 test-compat: venv build ## e2e's compat set on the oldest supported Kueue
-	GANGPLUGIN_KUEUE_VERSION=$(OLDEST_KUEUE) $(PYTEST) -m compat tests/e2e
+	GANGPLUGIN_KUEUE_VERSION=$(OLDEST_KUEUE) $(PYTEST) -m compat tests/e2e --ignore=$(REAL_NODES_E2E)
 
 lint: venv ## ruff and mypy
 	$(VENV)/bin/ruff check .

@@ -19,17 +19,30 @@ delay cancels out).
 from __future__ import annotations
 
 import statistics
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's root: tests.support
 
 import _cluster
 import httpx
 
 from gangplugin.kube.client import CLUSTER_QUEUES, LOCAL_QUEUES, WORKLOADS, Client
-from gangplugin.kube.resources import ADMISSION_CHECKS
+from gangplugin.kube.resources import ADMISSION_CHECKS, RESOURCE_FLAVORS
 from gangplugin.localcluster.cluster import REPO, LocalCluster
+from tests.support import objects
+from tests.support.kube import wait_active
+from tests.support.objects import (
+    admission_check,
+    cluster_queue,
+    local_queue,
+    resource_flavor,
+    trainer_container,
+)
 
 GPU = "nvidia.com/gpu"
 US = "topology.k8s.aws/ultraserver-id"
@@ -56,68 +69,20 @@ SHAPE = {
 
 
 def queue_objects(name: str, checks: list[str], gangs: int = GANGS) -> list[tuple[Any, dict[str, Any]]]:
-    cq: dict[str, Any] = {
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "ClusterQueue",
-        "metadata": {"name": name},
-        "spec": {
-            "namespaceSelector": {},
-            "resourceGroups": [
-                {
-                    "coveredResources": ["cpu", "memory", GPU],
-                    "flavors": [
-                        {
-                            "name": "bench",
-                            "resources": [
-                                {"name": "cpu", "nominalQuota": "100000"},
-                                {"name": "memory", "nominalQuota": "1000000Gi"},
-                                {"name": GPU, "nominalQuota": str(gangs * GANG_SIZE)},
-                            ],
-                        }
-                    ],
-                }
-            ],
-        },
-    }
-    if checks:
-        cq["spec"]["admissionChecksStrategy"] = {"admissionChecks": [{"name": c} for c in checks]}
-    lq = {
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "LocalQueue",
-        "metadata": {"name": name, "namespace": name},
-        "spec": {"clusterQueue": name},
-    }
-    return [(CLUSTER_QUEUES, cq), (LOCAL_QUEUES, lq)]
+    """A ClusterQueue of flavor `bench` with room for `gangs` gangs, requiring `checks`, and its
+    LocalQueue in the namespace of the same name."""
+    cq = cluster_queue(name, "bench", gangs * GANG_SIZE, cpu="100000", memory="1000000Gi", checks=checks)
+    return [(CLUSTER_QUEUES, cq), (LOCAL_QUEUES, local_queue(name, name))]
 
 
 def workload(name: str, namespace: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "Workload",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "queueName": namespace,
-            "podSets": [
-                {
-                    "name": "main",
-                    "count": GANG_SIZE,
-                    "template": {
-                        "metadata": {"annotations": {"gangplugin.io/preferred-topology": US}},
-                        "spec": {
-                            "restartPolicy": "Never",
-                            "containers": [
-                                {
-                                    "name": "trainer",
-                                    "image": "trainer:latest",
-                                    "resources": {"requests": {"cpu": "1", "memory": "1Gi", GPU: "1"}},
-                                }
-                            ],
-                        },
-                    },
-                }
-            ],
-        },
+    """A Workload of one gang of 8 one-GPU pods that prefer one UltraServer (no Job: nothing runs)."""
+    template = {
+        "metadata": {"annotations": {"gangplugin.io/preferred-topology": US}},
+        "spec": {"restartPolicy": "Never", "containers": [trainer_container(1, limits=False)]},
     }
+    main = {"name": "main", "count": GANG_SIZE, "template": template}
+    return objects.workload(name, namespace, main, queue=namespace)
 
 
 class Observer:
@@ -234,14 +199,7 @@ def run(
     _cluster.namespace(client, namespace)
     for res, obj in queue_objects(namespace, checks, gangs):
         client.create(res, obj)
-    deadline = time.monotonic() + 60
-    while not any(
-        c["type"] == "Active" and c["status"] == "True"
-        for c in client.get(CLUSTER_QUEUES, namespace).get("status", {}).get("conditions", [])
-    ):
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"ClusterQueue {namespace} not Active in 60s")
-        time.sleep(0.2)
+    wait_active(client, namespace)
     obs = Observer(client, namespace)
     t0 = time.monotonic()
     with ThreadPoolExecutor(8) as pool:
@@ -272,23 +230,8 @@ def setup(client: Client, cluster: LocalCluster, instance_type: str = INSTANCE_T
     the no-op check (its controller is `NoopCheck`)."""
     cluster.apply_file(client, REPO / "deploy" / "admission" / "gangpolicies.yaml")
     cluster.apply_file(client, REPO / "deploy" / "admission" / "admission-check.yaml")
-    flavor = {
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "ResourceFlavor",
-        "metadata": {"name": "bench"},
-        "spec": {"nodeLabels": {"node.kubernetes.io/instance-type": instance_type}},
-    }
-    client.request("POST", "/apis/kueue.x-k8s.io/v1beta2/resourceflavors", body=flavor)
-    client.request(
-        "POST",
-        "/apis/kueue.x-k8s.io/v1beta2/admissionchecks",
-        body={
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "AdmissionCheck",
-            "metadata": {"name": NOOP_CHECK},
-            "spec": {"controllerName": "bench.gangplugin.io/noop"},
-        },
-    )
+    client.create(RESOURCE_FLAVORS, resource_flavor("bench", instance_type))
+    client.create(ADMISSION_CHECKS, admission_check(NOOP_CHECK, controller="bench.gangplugin.io/noop"))
     client.patch(
         ADMISSION_CHECKS,
         NOOP_CHECK,

@@ -33,14 +33,19 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's root: tests.support
 
 from gangplugin.core.table import table
 from gangplugin.kube.client import JOBS, NODES, PODS, WORKLOADS, Client
 from gangplugin.kube.dispatcher import Dispatcher
 from gangplugin.kube.informer import Informer, wait_all_synced
+from gangplugin.kube.kueue_records import conditions, is_true
 from gangplugin.localcluster.cluster import REPO
 from gangplugin.localcluster.multikueue import DISPATCHERS, MultiKueueClusters
+from tests.support.objects import indexed_job, trainer_container
 
 NS = "team-a"
 US = "topology.k8s.aws/ultraserver-id"
@@ -50,36 +55,11 @@ TIMEOUT = 600.0  # what must happen, on a loaded machine
 
 
 def job(name: str, pods: int) -> dict[str, Any]:
-    container = {
-        "name": "trainer",
-        "image": "trainer:latest",
-        "resources": {
-            "requests": {"cpu": "1", "nvidia.com/gpu": str(GPUS_PER_POD)},
-            "limits": {"nvidia.com/gpu": str(GPUS_PER_POD)},
-        },
+    template = {
+        "metadata": {"annotations": {"gangplugin.io/required-topology": US}},
+        "spec": {"restartPolicy": "Never", "containers": [trainer_container(GPUS_PER_POD, memory=None)]},
     }
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "namespace": NS, "labels": {"kueue.x-k8s.io/queue-name": "training"}},
-        "spec": {
-            "parallelism": pods,
-            "completions": pods,
-            "completionMode": "Indexed",
-            "suspend": True,
-            "template": {
-                "metadata": {"annotations": {"gangplugin.io/required-topology": US}},
-                "spec": {"restartPolicy": "Never", "containers": [container]},
-            },
-        },
-    }
-
-
-def _true(obj: Mapping[str, Any], kind: str) -> bool:
-    return any(
-        c.get("type") == kind and c.get("status") == "True"
-        for c in (obj.get("status") or {}).get("conditions") or []
-    )
+    return indexed_job(name, NS, pods, template, labels={"kueue.x-k8s.io/queue-name": "training"})
 
 
 def _refused(wl: Mapping[str, Any]) -> bool:
@@ -87,9 +67,7 @@ def _refused(wl: Mapping[str, Any]) -> bool:
     checks = (wl.get("status") or {}).get("admissionChecks") or []
     if any(s.get("state") == "Pending" and s.get("message") for s in checks):
         return True
-    quota = next(
-        (c for c in (wl.get("status") or {}).get("conditions") or [] if c.get("type") == "QuotaReserved"), {}
-    )
+    quota = conditions(wl).get("QuotaReserved", {})
     return quota.get("status") == "False" and bool(quota.get("message"))
 
 
@@ -128,8 +106,8 @@ class Watch:
                 return
             c = self.copies.setdefault(wl["metadata"]["name"], {}).setdefault(worker, Copy())
             c.present = True
-            c.quota_reserved |= _true(wl, "QuotaReserved")
-            if c.admitted_at is None and _true(wl, "Admitted"):
+            c.quota_reserved |= is_true(wl, "QuotaReserved")
+            if c.admitted_at is None and is_true(wl, "Admitted"):
                 c.admitted_at = now
             c.refused = _refused(wl)
             c.domain = _domain(wl) or c.domain

@@ -25,7 +25,10 @@ into equal slices of at most 18, each required in one. Per repetition, on an emp
 - recovery: a 32-pod gang in two slices of 16; the nodes of 1, then 3, of its pods fail
   (NotReady); the time until it runs whole again, none of its pods on a failed node;
 - preemption: every UltraServer full of low-priority 2-pod gangs; a high-priority 18-pod gang
-  requiring one UltraServer: the time until it runs, and the GPUs evicted.
+  requiring one UltraServer: the time until it runs, and the GPUs evicted;
+- starvation (bench/_peers/starvation.py, not run unless asked): a stream of 2-4 pod gangs asking
+  for a little more than the nodes hold, an 18-pod gang mid-stream: the time until it runs, and
+  its UltraServer's idle GPU-hours meanwhile.
 Every time runs from the submission of the gang's object, for every system alike. For the
 Kueue systems (gangplugin, Kueue TAS, and `noop-check`: Kueue with a check that answers Ready at
 once, the floor of Kueue's AdmissionCheck contract) also where each gang's time goes, hop by hop
@@ -54,9 +57,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's root: tests.support
+
 import _cluster
 import yaml
-from _peers import profile, report, runs
+from _peers import profile, report, runs, starvation
 from _peers.runs import Limits, Run
 from _peers.systems import GB200, GPU, SYSTEMS, Capacity, System
 
@@ -69,8 +74,9 @@ T0 = time.monotonic()
 # Below the kernel's ephemeral ports (32768 on): a port of ours is never a connection's own.
 DEFAULT_PORT_BASE = 29000
 # Every second system's cluster this far above the base, so that the last one's ports are let go
-# meanwhile: no port of one cluster is a port of the other (a unit test checks it).
-ALTERNATE_PORTS = 100
+# meanwhile: no port of one cluster is a port of the other (a unit test checks it). A cluster's
+# ports span base..base+999 (the second replica's console and the real nodes' near the top).
+ALTERNATE_PORTS = 1000
 
 
 @dataclass(frozen=True)
@@ -89,7 +95,11 @@ PARTS: dict[str, Part] = {
     "big": Part(runs.big, report.big_rows),
     "recovery": Part(runs.recovery, report.recovery_rows),
     "preemption": Part(runs.preemption, report.preemption_rows),
+    # not run unless asked; its table is its own (`starvation.render`)
+    "starvation": Part(starvation.starvation, lambda _results: []),
 }
+#: The parts run unless --parts says otherwise.
+DEFAULT_PARTS = tuple(p for p in PARTS if p != "starvation")
 
 
 def log(message: str) -> None:
@@ -101,7 +111,7 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--nodes", type=int, action="append", help="cluster sizes (default 500 and 5000)")
     ap.add_argument("--reps", type=int, default=3, help="repetitions per system and size (default 3)")
     ap.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated, in run order")
-    ap.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated: {','.join(PARTS)}")
+    ap.add_argument("--parts", default=",".join(DEFAULT_PARTS), help=f"comma-separated: {','.join(PARTS)}")
     ap.add_argument("--seed", type=int, default=1, help="the workload's seed, the same for every system")
     ap.add_argument("--settle", type=float, default=30.0, help="seconds without a bind: the burst settled")
     ap.add_argument("--stream", type=float, default=180.0, help="seconds of stream arrivals")
@@ -294,6 +304,8 @@ def main() -> None:
                 run_system(SYSTEMS[name], nodes, base + ALTERNATE_PORTS * (i % 2), args, results)
         print(f"\n== {nodes} nodes ({results_file(nodes)}), seed {args.seed}")
         print(report.full(results, [p.rows for p in PARTS.values()]))
+        if starved := starvation.render(results):
+            print(starved)
     sys.stdout.flush()
 
 

@@ -19,9 +19,13 @@ from __future__ import annotations
 import os
 import random
 import statistics
+import sys
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's root: tests.support
 
 from gangplugin.core.offerings import (
     CapacityInventory,
@@ -31,17 +35,16 @@ from gangplugin.core.offerings import (
     search_offerings,
 )
 from gangplugin.core.plans import TargetResource
-from gangplugin.core.timeutil import format_time
 from gangplugin.kube.client import CLUSTER_QUEUES, Client, Resource
-from gangplugin.kube.resources import TRAINING_PLANS
+from gangplugin.kube.resources import RESOURCE_FLAVORS, TRAINING_PLANS
 from gangplugin.localcluster.cluster import REPO, LocalCluster, Ports
+from tests.support.objects import capacity_block, cluster_queue, resource_flavor, training_plan
 
 NOW = datetime(2026, 11, 20, 10, 7, tzinfo=UTC)
 HORIZON = timedelta(days=182)
 TYPES = ("ml.p5.48xlarge", "ml.p5e.48xlarge", "ml.p4d.24xlarge", "ml.trn1.32xlarge")
 ZONES = tuple(f"us-east-1{z}" for z in "abcdf")
 P5 = TYPES[0]
-RESOURCE_FLAVORS = Resource("kueue.x-k8s.io/v1beta2", "resourceflavors", namespaced=False)
 
 
 def inventory(reservations: int, seed: int = 11) -> CapacityInventory:
@@ -116,49 +119,13 @@ def bench_search() -> None:
 
 
 def queue_objects(name: str) -> list[tuple[Resource, dict[str, Any]]]:
-    flavor = {
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "ResourceFlavor",
-        "metadata": {"name": name},
-        "spec": {"nodeLabels": {"node.kubernetes.io/instance-type": P5}},
-    }
-    resources = [{"name": "nvidia.com/gpu", "nominalQuota": "0"}]
-    cq = {
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "ClusterQueue",
-        "metadata": {"name": name},
-        "spec": {
-            "namespaceSelector": {},
-            "resourceGroups": [
-                {"coveredResources": ["nvidia.com/gpu"], "flavors": [{"name": name, "resources": resources}]}
-            ],
-        },
-    }
-    return [(RESOURCE_FLAVORS, flavor), (CLUSTER_QUEUES, cq)]
+    """A flavor of the P5 nodes and a ClusterQueue of no GPUs of its own, both named `name`."""
+    cq = cluster_queue(name, name, 0, cpu=None, memory=None)
+    return [(RESOURCE_FLAVORS, resource_flavor(name, P5)), (CLUSTER_QUEUES, cq)]
 
 
 def plan(name: str, cq: str, start: datetime, end: datetime) -> dict[str, Any]:
-    return {
-        "apiVersion": "gangplugin.io/v1alpha1",
-        "kind": "TrainingPlan",
-        "metadata": {"name": name},
-        "spec": {
-            "targetResource": "training-job",
-            "clusterQueue": cq,
-            "flavor": cq,
-            "resourcesPerInstance": {"nvidia.com/gpu": 8},
-            "testOverrides": {"anyBlockTimes": True, "terminationLead": "1s"},
-            "reservedCapacity": [
-                {
-                    "instanceType": P5,
-                    "instanceCount": 2,
-                    "availabilityZone": "us-east-1b",
-                    "startTime": format_time(start),
-                    "endTime": format_time(end),
-                }
-            ],
-        },
-    }
+    return training_plan(name, cq, [capacity_block(start, end)], lead="1s")
 
 
 def gpu_quota(client: Client, cq: str) -> str:

@@ -34,20 +34,24 @@ import argparse
 import contextlib
 import os
 import statistics
+import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's root: tests.support
 
 import _cluster
 import admission
 import httpx
-from _cluster import GB200, GPU, Mode, spread
+from _cluster import GB200, Mode, spread
 
-from gangplugin.kube.client import CLUSTER_QUEUES, JOBS, WORKLOADS, Client
+from gangplugin.kube.client import JOBS, WORKLOADS, Client
 from gangplugin.kube.resources import ADMISSION_CHECKS, GANG_POLICIES
 from gangplugin.kube.shape import ULTRASERVER
 from gangplugin.localcluster.cluster import LocalCluster
+from tests.support.kube import wait_active
+from tests.support.objects import admission_check, gang_policy, indexed_job, trainer_container
 
 USED = 0.3  # share of the nodes running gangs before the bench starts
 MODES: dict[str, Mode] = {m.name: m for m in (_cluster.EXTENDER, _cluster.UNGATE)}
@@ -254,37 +258,16 @@ def resources(cluster: LocalCluster, args: argparse.Namespace) -> None:
 def job(name: str, ns: str, pods: int, queue: str | None) -> dict[str, Any]:
     """An Indexed Job of `pods` 1-GPU trainers; through Kueue's `queue` (a gang) or straight to
     kube-scheduler."""
-    meta: dict[str, Any] = {"name": name, "namespace": ns}
-    template_meta: dict[str, Any] = {}
-    if queue:
-        meta["labels"] = {"kueue.x-k8s.io/queue-name": queue}
-        template_meta["annotations"] = {"gangplugin.io/preferred-topology": ULTRASERVER}
-    requests = {"cpu": "1", "memory": "1Gi", GPU: "1"}
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": meta,
+    template = {
+        "metadata": {"annotations": {"gangplugin.io/preferred-topology": ULTRASERVER}} if queue else {},
         "spec": {
-            "parallelism": pods,
-            "completions": pods,
-            "completionMode": "Indexed",
-            "suspend": bool(queue),
-            "template": {
-                "metadata": template_meta,
-                "spec": {
-                    "restartPolicy": "Never",
-                    "nodeSelector": {"node.kubernetes.io/instance-type": GB200},
-                    "containers": [
-                        {
-                            "name": "trainer",
-                            "image": "trainer:latest",
-                            "resources": {"requests": requests, "limits": {GPU: "1"}},
-                        }
-                    ],
-                },
-            },
+            "restartPolicy": "Never",
+            "nodeSelector": {"node.kubernetes.io/instance-type": GB200},
+            "containers": [trainer_container(1)],
         },
     }
+    labels = {"kueue.x-k8s.io/queue-name": queue} if queue else {}
+    return indexed_job(name, ns, pods, template, labels=labels, suspend=bool(queue))
 
 
 def time_job(client: Client, ns: str, pods: int, queue: str | None) -> float:
@@ -304,42 +287,13 @@ def gang_queue(client: Client, mode: Mode, gpus: int) -> str:
     """A GangPolicy of `mode`'s bindMode, a gang check with it, a ClusterQueue with that check and
     room for `gpus`, and its LocalQueue in a namespace of the same name (returned)."""
     ns = f"start-{mode.name}"
-    policy = {
-        "apiVersion": "gangplugin.io/v1alpha1",
-        "kind": "GangPolicy",
-        "metadata": {"name": ns},
-        "spec": {"readyTimeout": "10m", "bindMode": mode.bind_mode},
-    }
-    check = {
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "AdmissionCheck",
-        "metadata": {"name": ns},
-        "spec": {
-            "controllerName": "gangplugin.io/gang",
-            "parameters": {"apiGroup": "gangplugin.io", "kind": "GangPolicy", "name": ns},
-        },
-    }
-    client.create(GANG_POLICIES, policy)
-    client.create(ADMISSION_CHECKS, check)
+    client.create(GANG_POLICIES, gang_policy(ns, readyTimeout="10m", bindMode=mode.bind_mode))
+    client.create(ADMISSION_CHECKS, admission_check(ns, policy=ns))
     _cluster.namespace(client, ns)
     for res, obj in admission.queue_objects(ns, [ns], gangs=gpus // admission.GANG_SIZE):
         client.create(res, obj)
-    _wait(lambda: _active(client.get(CLUSTER_QUEUES, ns)), 60, f"ClusterQueue {ns} Active")
+    wait_active(client, ns)
     return ns
-
-
-def _active(cq: dict[str, Any]) -> bool:
-    return any(
-        c["type"] == "Active" and c["status"] == "True" for c in cq.get("status", {}).get("conditions", [])
-    )
-
-
-def _wait(check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.2)
 
 
 def gang_start(cluster: LocalCluster, client: Client, args: argparse.Namespace) -> None:

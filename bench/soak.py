@@ -18,10 +18,10 @@ import signal
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the soak's package: tests/soak
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's root: tests.soak
 
-from gangplugin.localcluster.cluster import REPO, LocalCluster, Ports
-from tests.soak.run import SoakConfig, run_soak, start_second_replica, text_report
+from gangplugin.localcluster.cluster import REPO
+from tests.soak.run import SoakConfig, run_soak, soak_cluster, text_report
 
 
 def main() -> None:
@@ -35,15 +35,12 @@ def main() -> None:
     faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>`: every thread's stack, on stderr
     log = (lambda m: print(m, file=sys.stderr)) if args.output == "json" else print
     base = int(os.environ.get("GANGPLUGIN_PORT_BASE", "32000"))
-    cluster = LocalCluster(REPO / ".local" / "bench-soak", Ports(base), log=log, generic_workload=True)
-    cluster.up()
-    try:
-        start_second_replica(cluster)
-        faults = args.faults if args.faults is not None else max(12, round(2 * args.minutes))
-        report = run_soak(cluster, SoakConfig(args.minutes, args.seed, faults), log)
-    finally:
-        if not args.keep:
-            cluster.down(quiet=True)
+    faults = args.faults if args.faults is not None else max(12, round(2 * args.minutes))
+    with soak_cluster(REPO / ".local" / "bench-soak", base, args.seed, log, keep=args.keep) as (
+        cluster,
+        proxy,
+    ):
+        report = run_soak(cluster, proxy, SoakConfig(args.minutes, args.seed, faults), log)
     if args.output == "json":
         keys = ("faults", "gangs", "violations", "p50RunningSeconds", "p95RunningSeconds")
         print(

@@ -7,6 +7,8 @@
 #                                     and JobSet at their default versions, kwok): `make up`
 #   hack/build-upstream.sh extras     what some tests add: the newest Kueue and its JobSet, the job
 #                                     controllers (training-operator, Trainer, LWS, KubeRay), helm
+#   hack/build-upstream.sh nodes      the real nodes (GANGPLUGIN_WITH=real-nodes): kubelet, kube-proxy,
+#                                     CoreDNS and pause; and kind (`make kind-up`'s config check)
 #   hack/build-upstream.sh peers      the bench's peers: Volcano and KAI Scheduler (or one:
 #                                     volcano, kai)
 #   Groups combine (`make build` and CI: cluster extras); their builds share two lanes side by
@@ -86,52 +88,123 @@ moddir() { # module version: download it and print where the module cache keeps 
   sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p' "${logf}"
 }
 
+# k8s.io/kubernetes cannot be `go install`ed: its go.mod replaces every staging module with a
+# local path. A small module that requires it (and whatever else is given) and pins each staging
+# module to the matching published version builds it as-is.
+kubernetes_module() { # dir require...: write dir/go.mod
+  local mod="$1" v="${KUBERNETES_VERSION}" sv="${KUBERNETES_STAGING_VERSION}" gomod r
+  shift
+  mkdir -p "${mod}"
+  log "resolving k8s.io/kubernetes ${v} (first time: downloads modules)"
+  gomod="$(moddir k8s.io/kubernetes "${v}")/go.mod"
+  [[ -f "${gomod}" ]] || die "k8s.io/kubernetes ${v}: go.mod not found at ${gomod}"
+  {
+    echo "module gangplugin.io/build/$(basename "${mod%-"${v}"}")"
+    echo
+    echo "go $(awk '/^go /{print $2; exit}' "${gomod}")"
+    echo
+    echo "require k8s.io/kubernetes ${v}"
+    for r in "$@"; do echo "require ${r}"; done
+    echo
+    awk '/=> \.\/staging\/src\//{print $1}' "${gomod}" | sort -u | while read -r m; do
+      echo "replace ${m} => ${m} ${sv}"
+    done
+  } >"${mod}/go.mod"
+}
+
+kubernetes_ldflags() { # the release stamped into /version and `--version` (else v0.0.0-master)
+  local v="${KUBERNETES_VERSION}" minor pkg kv ld="-s -w"
+  minor="${v#v1.}"; minor="${minor%%.*}"
+  for pkg in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
+    for kv in "gitVersion=${v}" "gitMajor=1" "gitMinor=${minor}" "gitTreeState=clean" \
+              "buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"; do
+      ld+=" -X ${pkg}.${kv}"
+    done
+  done
+  echo "${ld}"
+}
+
 build_kubernetes() {
-  local v="${KUBERNETES_VERSION}" sv="${KUBERNETES_STAGING_VERSION}"
+  local v="${KUBERNETES_VERSION}"
   local names=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
   local missing=() n
   for n in "${names[@]}"; do cached "$n" "$v" || missing+=("$n"); done
   ((${#missing[@]})) || return 0
 
   need_go "Kubernetes ${v}"
-  # k8s.io/kubernetes cannot be `go install`ed: its go.mod replaces every staging
-  # module with a local path. A small module that requires it and pins each
-  # staging module to the matching published version builds it as-is.
   local mod="${work}/kubernetes-${v}"
-  mkdir -p "${mod}"
-  log "resolving k8s.io/kubernetes ${v} (first time: downloads modules)"
-  local gomod
-  gomod="$(moddir k8s.io/kubernetes "${v}")/go.mod"
-  [[ -f "${gomod}" ]] || die "k8s.io/kubernetes ${v}: go.mod not found at ${gomod}"
-  {
-    echo "module gangplugin.io/build/kubernetes"
-    echo
-    echo "go $(awk '/^go /{print $2; exit}' "${gomod}")"
-    echo
-    echo "require k8s.io/kubernetes ${v}"
-    echo
-    awk '/=> \.\/staging\/src\//{print $1}' "${gomod}" | sort -u | while read -r m; do
-      echo "replace ${m} => ${m} ${sv}"
-    done
-  } >"${mod}/go.mod"
+  kubernetes_module "${mod}"
   tools_go "${mod}" "${names[@]/#/k8s.io/kubernetes/cmd/}"
   (cd "${mod}" && step "go mod tidy for k8s.io/kubernetes ${v}" "${mod}/tidy.log" go mod tidy -e)
-  local minor="${v#v1.}"; minor="${minor%%.*}"
-  local ld="-s -w" pkg key val kv
-  for pkg in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
-    for kv in "gitVersion=${v}" "gitMajor=1" "gitMinor=${minor}" "gitTreeState=clean" \
-              "buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"; do
-      key="${kv%%=*}"; val="${kv#*=}"
-      ld+=" -X ${pkg}.${key}=${val}"
-    done
-  done
   # One `go build` for every missing binary: the shared packages compile once and
   # the (single-threaded) links overlap with compiling the next binary.
   building "${missing[*]} ${v} (about 10 minutes on 2 cores the first time)"
   rm -rf "${mod}/out" && mkdir -p "${mod}/out"
   (cd "${mod}" && step "go build ${missing[*]} ${v}" "${mod}/build.log" \
-    go build -ldflags "${ld}" -o "${mod}/out/" "${missing[@]/#/k8s.io/kubernetes/cmd/}")
+    go build -ldflags "$(kubernetes_ldflags)" -o "${mod}/out/" "${missing[@]/#/k8s.io/kubernetes/cmd/}")
   for n in "${missing[@]}"; do publish "$n" "$v" "${mod}/out/$n"; done
+}
+
+# The real nodes' programs (GANGPLUGIN_WITH=real-nodes): kubelet and kube-proxy of the same
+# Kubernetes release, and CoreDNS, in one module and one `go build`. The module pins what the
+# cluster group's does, so kubelet and kube-proxy reuse every package Go's build cache holds from
+# it; CoreDNS's own requirements are all older than Kubernetes' (client-go v0.35.4, grpc
+# v1.82.0, ...), so it builds against Kubernetes' and only its own packages compile. CoreDNS is
+# built with the plugins a cluster's DNS uses (kubeadm's Corefile), as its plugin.cfg would
+# select them: its full build compiles every cloud provider's SDK.
+coredns_plugins=(cache errors forward health kubernetes loadbalance log loop metrics ready reload)
+
+build_nodes() {
+  local v="${KUBERNETES_VERSION}" cv="${COREDNS_VERSION}" missing=() n p
+  build_pause
+  # kind, for `make kind-up`'s config check (tests/e2e/test_kind_config.py): a module of its own,
+  # whose few dependencies share nothing with the rest.
+  build_install kind "${KIND_VERSION}" sigs.k8s.io/kind "-s -w"
+  for n in kubelet kube-proxy; do cached "$n" "$v" || missing+=("$n"); done
+  cached coredns "${cv}" || missing+=(coredns)
+  ((${#missing[@]})) || return 0
+  need_go "kubelet, kube-proxy and CoreDNS"
+  local mod="${work}/nodes-${v}" pkgs=()
+  kubernetes_module "${mod}" "github.com/coredns/coredns ${cv}"
+  mkdir -p "${mod}/coredns"
+  {
+    printf '// CoreDNS %s with the plugins of hack/build-upstream.sh coredns_plugins.\npackage main\n\nimport (\n' "${cv}"
+    for p in "${coredns_plugins[@]}"; do printf '\t_ "github.com/coredns/coredns/plugin/%s"\n' "$p"; done
+    printf '\n\t"github.com/coredns/coredns/coremain"\n)\n\nfunc main() { coremain.Run() }\n'
+  } >"${mod}/coredns/main.go"
+  tools_go "${mod}" k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy
+  (cd "${mod}" && step "go mod tidy for the real nodes' programs" "${mod}/tidy.log" go mod tidy -e)
+  local sel
+  sel="$(cd "${mod}" && go list -m -f '{{.Version}}' github.com/coredns/coredns)"
+  [[ "${sel}" == "${cv}" ]] || die "the real nodes' module selects CoreDNS ${sel}, but hack/versions.env pins ${cv}"
+  for n in "${missing[@]}"; do
+    if [[ "$n" == coredns ]]; then pkgs+=(./coredns); else pkgs+=("k8s.io/kubernetes/cmd/$n"); fi
+  done
+  building "${missing[*]} (kubelet and kube-proxy ${v}, CoreDNS ${cv})"
+  rm -rf "${mod}/out" && mkdir -p "${mod}/out"
+  (cd "${mod}" && step "go build ${missing[*]}" "${mod}/build.log" \
+    go build -ldflags "$(kubernetes_ldflags)" -o "${mod}/out/" "${pkgs[@]}")
+  for n in "${missing[@]}"; do
+    if [[ "$n" == coredns ]]; then publish coredns "${cv}" "${mod}/out/coredns"; else publish "$n" "$v" "${mod}/out/$n"; fi
+  done
+}
+
+# The pod sandbox's program, from Kubernetes' own source (build/pause/linux/pause.c), compiled
+# static as its Makefile does; the image around it is made by hack/node-images.sh.
+build_pause() {
+  local v="${PAUSE_VERSION}" dir src
+  cached pause "$v" && return 0
+  need_go "pause ${v}"
+  command -v gcc >/dev/null || die "pause ${v} is built with gcc: apt-get install gcc libc6-dev"
+  dir="$(moddir k8s.io/kubernetes "${KUBERNETES_VERSION}")/build/pause"
+  grep -Eq "^TAG \?= ${v}\$" "${dir}/Makefile" ||
+    die "Kubernetes ${KUBERNETES_VERSION}'s build/pause/Makefile is not at pause ${v}; pin the TAG it gives"
+  src="${work}/pause-${v}"
+  mkdir -p "${src}"
+  building "pause ${v}"
+  step "gcc pause.c" "${src}/build.log" \
+    gcc -Os -Wall -Werror -static "-DVERSION=v${v}-gangplugin" -o "${src}/pause" "${dir}/linux/pause.c"
+  publish pause "$v" "${src}/pause"
 }
 
 tools_go() { # dir package...: a file that imports each main package, so `go mod tidy` keeps their deps
@@ -385,6 +458,7 @@ group_units() {
   case "$1" in
     cluster) echo etcd:120 kubernetes:1022 kueue:446 jobset:221 kwok:149 ;;
     extras) echo controllers:612 training_operator:218 kuberay:265 helm:160 ;;
+    nodes) echo nodes:140 ;;  # after the cluster group (2026-12-03): kubelet, kube-proxy, CoreDNS 126, kind 10
     peers) echo kai:440 volcano:600 ;;
     volcano) echo volcano:600 ;;
     kai) echo kai:440 ;;
@@ -396,7 +470,7 @@ groups=("$@")
 ((${#groups[@]})) || groups=(cluster)
 units=()
 for g in "${groups[@]}"; do
-  u="$(group_units "$g")" || die "unknown group '$g': use cluster, extras, peers, volcano or kai (none: cluster)"
+  u="$(group_units "$g")" || die "unknown group '$g': use cluster, extras, nodes, peers, volcano or kai (none: cluster)"
   read -ra us <<<"$u"
   units+=("${us[@]}")
 done
@@ -405,13 +479,22 @@ done
 # single-threaded), and the lanes share no file but Go's caches, which take concurrent builds.
 # Cold (2026-12-01), one after the other the `cluster` group alone took 1,220 s (all of it some
 # 2,100 s); the two groups side by side 1,807 s, the `cluster` group last and alone.
+# The real nodes' kubelet and kube-proxy compile mostly packages the Kubernetes build compiles: built
+# side by side, both would compile them at once; after it, they come from Go's build cache. So
+# when both are to be built, they are one unit, in that order.
+if printf '%s\n' "${units[@]}" | grep -q '^kubernetes:' && printf '%s\n' "${units[@]}" | grep -q '^nodes:'; then
+  k=$(printf '%s\n' "${units[@]}" | sed -n 's/^kubernetes://p' | head -1)
+  n=$(printf '%s\n' "${units[@]}" | sed -n 's/^nodes://p' | head -1)
+  mapfile -t units < <(printf '%s\n' "${units[@]}" | grep -v -e '^kubernetes:' -e '^nodes:')
+  units+=("kubernetes+nodes:$((k + n))")
+fi
 lanes=("" "") load=(0 0)
 while read -r unit; do
   [[ -n "${unit}" ]] || continue
   l=0; ((load[1] < load[0])) && l=1
   lanes[l]+=" ${unit%%:*}"; load[l]=$((load[l] + ${unit##*:}))
 done < <(printf '%s\n' "${units[@]}" | sort -u | sort -t: -k2,2nr)
-build_lane() { local u; for u in "$@"; do "build_$u"; done; }
+build_lane() { local u b; for u in "$@"; do for b in ${u//+/ }; do "build_$b"; done; done; }
 pids=()
 for l in 0 1; do
   read -ra us <<<"${lanes[l]}"

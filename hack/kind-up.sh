@@ -10,8 +10,15 @@ for tool in docker kind kubectl; do
 done
 docker info >/dev/null 2>&1 || { echo "kind-up: the Docker engine is not running" >&2; exit 1; }
 
+have=$(kind version | awk '{print $2}')
+[[ "${have}" == "${KIND_VERSION}" ]] ||
+  echo "kind-up: kind ${have} here; checked with ${KIND_VERSION} (hack/versions.env)" >&2
 if ! kind get clusters | grep -qx gangplugin; then
-  kind create cluster --config "${repo}/deploy/kind/cluster.yaml" --image "${KIND_NODE_IMAGE}" --wait 120s
+  # deploy/kind/cluster.yaml, with failCgroupV1: false where the host runs cgroup v1.
+  config=$(mktemp)
+  trap 'rm -f "${config}"' EXIT
+  "${here}/kind-config.sh" >"${config}"
+  kind create cluster --config "${config}" --image "${KIND_NODE_IMAGE}" --wait 120s
 fi
 # kind nodes have no GPUs: advertise each worker's as an extended resource, the
 # documented way (a status patch), from its gangplugin.io/kind-gpus label.

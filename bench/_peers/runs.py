@@ -28,8 +28,10 @@ from _peers.workload import Gang
 from gangplugin.core.simulate import Job, Settings, replay
 from gangplugin.kube import records
 from gangplugin.kube.client import NODES, PODS, ApiError, Client, Resource
+from gangplugin.kube.kueue_records import is_true
 from gangplugin.kube.shape import INSTANCE_TYPE, ULTRASERVER
 from gangplugin.localcluster.nodes import NOT_READY_LABEL
+from tests.support.nodes import fail_nodes, heal_nodes
 
 WRITERS = 16
 Figures = dict[str, Any]
@@ -143,7 +145,7 @@ class Run:
         labelled = self.client.list(NODES, label_selector=NOT_READY_LABEL)["items"]
         failed = [n["metadata"]["name"] for n in labelled]
         if failed:
-            heal_nodes(self.client, failed)
+            heal_nodes(self.client, *failed, timeout=120)
         self.clear([])
 
     def nodes(self) -> list[NodeView]:
@@ -151,10 +153,7 @@ class Run:
         out = []
         for n in self.client.list(NODES, label_selector=f"{INSTANCE_TYPE}={GB200}")["items"]:
             labels = n["metadata"]["labels"]
-            ready = any(
-                c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions", [])
-            )
-            usable = ready and not n["spec"].get("unschedulable")
+            usable = is_true(n, "Ready") and not n["spec"].get("unschedulable")
             gpus = int(n["status"]["allocatable"].get("nvidia.com/gpu", 0))
             out.append(NodeView(n["metadata"]["name"], labels.get(ULTRASERVER), gpus, usable))
         return out
@@ -410,42 +409,6 @@ def big(run: Run, _seed: int) -> Figures:
 # -- (4) recovery ---------------------------------------------------------------------------------
 
 
-def fail_nodes(client: Client, names: Sequence[str]) -> None:
-    """NotReady, as the e2e tests make a node fail (kwok leaves it so while it has NOT_READY_LABEL)."""
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    down = {
-        "type": "Ready",
-        "status": "False",
-        "reason": "BenchNodeDown",
-        "message": "made NotReady by bench/peers.py",
-        "lastHeartbeatTime": now,
-        "lastTransitionTime": now,
-    }
-    conditions = {}
-    for name in names:
-        client.patch(NODES, name, {"metadata": {"labels": {NOT_READY_LABEL: "true"}}})
-        node = client.get(NODES, name)
-        conditions[name] = [c for c in node["status"]["conditions"] if c["type"] != "Ready"] + [down]
-    for name in names:  # back to back: they fail together
-        client.patch(NODES, name, {"status": {"conditions": conditions[name]}}, subresource="status")
-
-
-def heal_nodes(client: Client, names: Sequence[str]) -> None:
-    for name in names:
-        client.patch(NODES, name, {"metadata": {"labels": {NOT_READY_LABEL: None}}})
-    deadline = time.monotonic() + 120
-    while not all(
-        any(
-            c["type"] == "Ready" and c["status"] == "True"
-            for c in client.get(NODES, n)["status"]["conditions"]
-        )
-        for n in names
-    ):
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"nodes {list(names)} not Ready again 120 s after healing")
-        time.sleep(0.5)
-
-
 def recovery(run: Run, _seed: int) -> Figures:
     """From 1 failed node, then from 3 (see `recover`)."""
     return {**recover(run, 1), **recover(run, 3)}
@@ -461,7 +424,7 @@ def recover(run: Run, failed: int) -> Figures:
         w.wait(lambda: all_running(w, [gang]), run.limits.start, "the 32-pod gang to run")
         at = {s.index: s.node for s in w.live(gang.name)}
         victims = sorted({n for i in (0, 16, 1)[:failed] if (n := at.get(i)) is not None})
-        fail_nodes(run.client, victims)
+        fail_nodes(run.client, *victims, reason="BenchNodeDown", message="made NotReady by bench/peers.py")
         t0 = time.monotonic()
 
         def whole() -> bool:
@@ -476,7 +439,7 @@ def recover(run: Run, failed: int) -> Figures:
         except TimeoutError:
             took = math.nan
         moved = sum(1 for s in w.snapshot().values() if s.gang == gang.name and s.deleted is not None)
-    heal_nodes(run.client, victims)
+    heal_nodes(run.client, *victims, timeout=120)
     run.clear([gang])
     run.log(f"  recovery from {failed} failed node(s): {took:.1f} s, {moved} pods made again")
     return {f"recovery {failed} s": took, f"recovery {failed} pods moved": moved}

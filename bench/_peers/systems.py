@@ -35,18 +35,29 @@ from _peers import noop_check
 from _peers.watch import GANG_LABEL
 from _peers.workload import Gang
 from gangplugin.kube.client import CLUSTER_QUEUES, JOBS, LOCAL_QUEUES, NAMESPACES, ApiError, Client, Resource
+from gangplugin.kube.kueue_records import is_true
 from gangplugin.kube.resources import ADMISSION_CHECKS, GANG_POLICIES, RESOURCE_FLAVORS
 from gangplugin.kube.shape import INSTANCE_TYPE, ULTRASERVER
 from gangplugin.localcluster.components import kai
 from gangplugin.localcluster.components.kueue_tas import flavor_name
 from gangplugin.localcluster.components.volcano import VOLCANO
+from tests.support.objects import (
+    WORKLOAD_PRIORITY_CLASSES,
+    admission_check,
+    cluster_queue,
+    gang_policy,
+    indexed_job,
+    local_queue,
+    resource_flavor,
+    trainer_container,
+    workload_priority_class,
+)
 
 NS = "bench"
 GPU = "nvidia.com/gpu"
 GB200 = "ml.p6e-gb200.36xlarge"
 INDEX = "batch.kubernetes.io/job-completion-index"
 PRIORITIES = {"bench-low": 100, "bench-high": 1000}
-WORKLOAD_PRIORITY_CLASSES = Resource("kueue.x-k8s.io/v1beta2", "workloadpriorityclasses", namespaced=False)
 FIELD_MANAGER = "bench-peers"
 
 
@@ -67,7 +78,6 @@ TOLERATIONS = [
 def pod_template(gang: Gang, annotations: dict[str, str], **spec: Any) -> dict[str, Any]:
     """The gang's pod: 4 GPUs on a GB200 node, labelled with its gang, leaving a failed node
     after NOT_READY_TOLERATION_SECONDS."""
-    requests = {"cpu": "8", "memory": "64Gi", GPU: str(gang.gpus)}
     return {
         "metadata": {"labels": {GANG_LABEL: gang.name}, "annotations": annotations},
         "spec": {
@@ -75,13 +85,7 @@ def pod_template(gang: Gang, annotations: dict[str, str], **spec: Any) -> dict[s
             "nodeSelector": {INSTANCE_TYPE: GB200},
             "terminationGracePeriodSeconds": 0,
             "tolerations": TOLERATIONS,
-            "containers": [
-                {
-                    "name": "trainer",
-                    "image": "trainer:latest",
-                    "resources": {"requests": requests, "limits": {GPU: str(gang.gpus)}},
-                }
-            ],
+            "containers": [trainer_container(gang.gpus, cpu="8", memory="64Gi")],
             **spec,
         },
     }
@@ -94,19 +98,10 @@ def batch_job(
     Its retries are counted per index (`backoffLimitPerIndex`): the Job controller makes a lost
     pod again after its 10 s backoff once, where a Job-wide count doubles it with every pod the
     Job lost (3 nodes: 40 s), for every system whose gangs are Jobs alike."""
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": gang.name, "namespace": NS, "labels": labels},
-        "spec": {
-            "parallelism": gang.pods,
-            "completions": gang.pods,
-            "completionMode": "Indexed",
-            "backoffLimitPerIndex": 10_000,
-            "suspend": suspend,
-            "template": pod_template(gang, annotations, **spec),
-        },
-    }
+    template = pod_template(gang, annotations, **spec)
+    return indexed_job(
+        gang.name, NS, gang.pods, template, labels=labels, suspend=suspend, backoffLimitPerIndex=10_000
+    )
 
 
 def job_index(pod: dict[str, Any]) -> int:
@@ -164,43 +159,19 @@ def kueue_queue(client: Client, cap: Capacity, flavor: str, checks: list[str]) -
     WorkloadPriorityClasses."""
     namespace(client)
     for name, value in PRIORITIES.items():
-        ensure(
-            client,
-            WORKLOAD_PRIORITY_CLASSES,
-            {
-                "apiVersion": "kueue.x-k8s.io/v1beta2",
-                "kind": "WorkloadPriorityClass",
-                "metadata": {"name": name},
-                "value": value,
-            },
-        )
-    spec: dict[str, Any] = {
-        "namespaceSelector": {},
-        "queueingStrategy": "BestEffortFIFO",
-        "preemption": {"withinClusterQueue": "LowerPriority"},
-        "resourceGroups": [
-            {
-                "coveredResources": ["cpu", "memory", GPU],
-                "flavors": [
-                    {
-                        "name": flavor,
-                        "resources": [
-                            {"name": "cpu", "nominalQuota": str(2 * cap.cpu)},
-                            {"name": "memory", "nominalQuota": f"{2 * cap.memory_gi}Gi"},
-                            {"name": GPU, "nominalQuota": str(2 * cap.gpus)},
-                        ],
-                    }
-                ],
-            }
-        ],
-    }
-    if checks:
-        spec["admissionChecksStrategy"] = {"admissionChecks": [{"name": c} for c in checks]}
-    cq = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": QUEUE}}
-    ensure(client, CLUSTER_QUEUES, {**cq, "spec": spec})
-    lq = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue"}
-    lq_meta = {"name": QUEUE, "namespace": NS}
-    ensure(client, LOCAL_QUEUES, {**lq, "metadata": lq_meta, "spec": {"clusterQueue": QUEUE}})
+        ensure(client, WORKLOAD_PRIORITY_CLASSES, workload_priority_class(name, value))
+    cq = cluster_queue(
+        QUEUE,
+        flavor,
+        2 * cap.gpus,
+        cpu=str(2 * cap.cpu),
+        memory=f"{2 * cap.memory_gi}Gi",
+        checks=checks,
+        queueingStrategy="BestEffortFIFO",
+        preemption={"withinClusterQueue": "LowerPriority"},
+    )
+    ensure(client, CLUSTER_QUEUES, cq)
+    ensure(client, LOCAL_QUEUES, local_queue(QUEUE, NS))
 
 
 def queue_active(client: Client) -> None:
@@ -210,8 +181,7 @@ def queue_active(client: Client) -> None:
             cq = client.get(CLUSTER_QUEUES, QUEUE)
         except ApiError:
             cq = {}
-        conditions = (cq.get("status") or {}).get("conditions") or []
-        if any(c["type"] == "Active" and c["status"] == "True" for c in conditions):
+        if is_true(cq, "Active"):
             return
         time.sleep(0.5)
     raise RuntimeError(f"ClusterQueue {QUEUE} not Active within 120 s: {cq.get('status')}")
@@ -225,50 +195,33 @@ def kueue_labels(gang: Gang) -> dict[str, str]:
 
 
 # A flavor of the GB200 nodes without a Topology (the checks place gangs, not Kueue).
-PLAIN_FLAVOR: dict[str, Any] = {
-    "apiVersion": "kueue.x-k8s.io/v1beta2",
-    "kind": "ResourceFlavor",
-    "metadata": {"name": "bench-gb200"},
-    "spec": {"nodeLabels": {INSTANCE_TYPE: GB200}},
-}
+PLAIN_FLAVOR = resource_flavor("bench-gb200", GB200)
 
 # gangplugin
 
-GANG_POLICY = {
-    "apiVersion": "gangplugin.io/v1alpha1",
-    "kind": "GangPolicy",
-    "metadata": {"name": "bench"},
-    # Ungate, the default, written out; no spares: every system has the same nodes for gangs.
-    "spec": {"readyTimeout": "10m", "bindMode": "Ungate", "nodeFailure": "ReplaceFromSpare"},
-}
+# Ungate, the default, written out; no spares: every system has the same nodes for gangs.
+GANG_POLICY = gang_policy("bench", readyTimeout="10m", bindMode="Ungate", nodeFailure="ReplaceFromSpare")
 
 
 def gangplugin_setup(client: Client, cap: Capacity) -> None:
     ensure(client, GANG_POLICIES, GANG_POLICY)
-    check = {
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "AdmissionCheck",
-        "metadata": {"name": "bench-gang"},
-        "spec": {
-            "controllerName": "gangplugin.io/gang",
-            "parameters": {"apiGroup": "gangplugin.io", "kind": "GangPolicy", "name": "bench"},
-        },
-    }
-    ensure(client, ADMISSION_CHECKS, check)
+    ensure(client, ADMISSION_CHECKS, admission_check("bench-gang", policy="bench"))
     ensure(client, RESOURCE_FLAVORS, PLAIN_FLAVOR)
     kueue_queue(client, cap, PLAIN_FLAVOR["metadata"]["name"], ["bench-gang"])
 
 
-def gangplugin_job(gang: Gang) -> list[tuple[Resource, dict[str, Any]]]:
+def topology_annotations(gang: Gang, prefix: str) -> dict[str, str]:
+    """The gang's topology request in the annotations of gangplugin (`gangplugin.io/`) or Kueue
+    TAS (`kueue.x-k8s.io/podset-`): the same words after the prefix."""
     if gang.slice_size:
-        annotations = {
-            "gangplugin.io/slice-size": str(gang.slice_size),
-            "gangplugin.io/slice-required-topology": ULTRASERVER,
-        }
-    elif gang.required:
-        annotations = {"gangplugin.io/required-topology": ULTRASERVER}
-    else:
-        annotations = {"gangplugin.io/preferred-topology": ULTRASERVER}
+        return {f"{prefix}slice-size": str(gang.slice_size), f"{prefix}slice-required-topology": ULTRASERVER}
+    if gang.required:
+        return {f"{prefix}required-topology": ULTRASERVER}
+    return {f"{prefix}preferred-topology": ULTRASERVER}
+
+
+def gangplugin_job(gang: Gang) -> list[tuple[Resource, dict[str, Any]]]:
+    annotations = topology_annotations(gang, "gangplugin.io/")
     return [(JOBS, batch_job(gang, kueue_labels(gang), annotations, suspend=True))]
 
 
@@ -280,15 +233,7 @@ def kueue_tas_setup(client: Client, cap: Capacity) -> None:
 
 
 def kueue_tas_job(gang: Gang) -> list[tuple[Resource, dict[str, Any]]]:
-    if gang.slice_size:
-        annotations = {
-            "kueue.x-k8s.io/podset-slice-size": str(gang.slice_size),
-            "kueue.x-k8s.io/podset-slice-required-topology": ULTRASERVER,
-        }
-    elif gang.required:
-        annotations = {"kueue.x-k8s.io/podset-required-topology": ULTRASERVER}
-    else:
-        annotations = {"kueue.x-k8s.io/podset-preferred-topology": ULTRASERVER}
+    annotations = topology_annotations(gang, "kueue.x-k8s.io/podset-")
     return [(JOBS, batch_job(gang, kueue_labels(gang), annotations, suspend=True))]
 
 
@@ -298,13 +243,7 @@ BENCH = Path(__file__).resolve().parents[1]
 
 
 def noop_check_setup(client: Client, cap: Capacity) -> None:
-    check = {
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "AdmissionCheck",
-        "metadata": {"name": noop_check.CHECK},
-        "spec": {"controllerName": noop_check.CONTROLLER},
-    }
-    ensure(client, ADMISSION_CHECKS, check)
+    ensure(client, ADMISSION_CHECKS, admission_check(noop_check.CHECK, controller=noop_check.CONTROLLER))
     ensure(client, RESOURCE_FLAVORS, PLAIN_FLAVOR)
     kueue_queue(client, cap, PLAIN_FLAVOR["metadata"]["name"], [noop_check.CHECK])
 

@@ -20,6 +20,7 @@ from functools import partial
 
 from gangplugin.admission.outbox import Outbox, Outcome, Sent
 from gangplugin.admission.preempt import Preemptions
+from gangplugin.admission.reserve import recording
 from gangplugin.admission.writes import CheckWriter, as_admitted
 from gangplugin.core.admission import with_selector
 from gangplugin.core.errors import InputError
@@ -32,17 +33,19 @@ from gangplugin.core.gate import (
     gate,
     waiting_reason,
 )
-from gangplugin.core.names import UNKNOWN_KEY_REASON
+from gangplugin.core.names import NEVER_WHOLE_REASON, UNKNOWN_KEY_REASON
 from gangplugin.core.states import CheckState
 from gangplugin.core.topology import Snapshot
 from gangplugin.kube.client import JSON, WORKLOADS, ApiError, Client
 from gangplugin.readmodel.capacity import Assumed, Promise
-from gangplugin.readmodel.decisions import gang_facts, preemption_state
+from gangplugin.readmodel.decisions import gang_facts, preemption_state, reservations
 from gangplugin.readmodel.model import Entry, Queue, ReadModel, fingerprint
 from gangplugin.runtime import metrics
 from gangplugin.runtime.admissions import AdmissionsInFlight
 
 log = logging.getLogger(__name__)
+#: The Warning Event (its reason) of a gang held for something that is the user's to fix.
+_WARNINGS = {GateStep.KEYS: UNKNOWN_KEY_REASON, GateStep.WHOLE: NEVER_WHOLE_REASON}
 
 #: Seconds before the pass decides again the gangs whose write failed with an error.
 RETRY_AFTER_ERROR = 0.5
@@ -136,6 +139,7 @@ class AdmissionPass:
         seen = {k: e.record.resource_version for k, e in queue.entries.items()}
         for key, hold in self.outbox.holds(seen).items():
             gov.holds.setdefault(key, hold)  # sent, not in the cache yet
+        book = reservations(self.model, queue, now, gov)
         out = _Decided()
         with self.capacity.locked():
             snapshot = self._snapshots(queue.admitted())
@@ -150,7 +154,7 @@ class AdmissionPass:
                     continue  # its write's answer, or the Workload it made, decides what is next
                 decide_start, cpu_start = time.monotonic(), time.thread_time()
                 facts = gang_facts(self.model, entry.wl, q.policy, snapshot, unready, now)
-                verdict = gate(facts, gov)
+                verdict = gate(facts, gov, reservations=book)
                 metrics.ADMISSION_DECISION.observe(time.monotonic() - decide_start)
                 metrics.ADMISSION_DECISION_CPU.observe(time.thread_time() - cpu_start)
                 self._act(entry, facts, verdict, gov, unready, out)
@@ -194,25 +198,28 @@ class AdmissionPass:
         if plan is not None and plan.preempts:
             gov.started(key, plan, verdict.hold)
             preempt = partial(
-                self.preemptions.execute, wl, check, plan, verdict.hold, verdict.message, facts.now
+                self.preemptions.execute,
+                check=check,
+                plan=plan,
+                hold=verdict.hold,
+                message=verdict.message,
+                now=facts.now,
             )
-            out.writes.append(Sent(key, rv, preempt, hold=verdict.hold))
+            out.writes.append(Sent(key, rv, recording(self.writer, wl, verdict, preempt), hold=verdict.hold))
         elif verdict.rejected:
             reject = partial(self.writer.reject, wl, check, verdict.message, facts.now)
             out.writes.append(Sent(key, rv, reject))
         elif verdict.decision is None or not verdict.decision.ready:
-            warning = UNKNOWN_KEY_REASON if verdict.step is GateStep.KEYS else None
             pending = partial(
                 self.writer.write_check,
-                wl,
-                check,
-                CheckState.PENDING,
-                verdict.message,
+                check=check,
+                state=CheckState.PENDING,
+                message=verdict.message,
                 now=facts.now,
-                warning=warning,
+                warning=_WARNINGS.get(verdict.step),
                 detail=verdict.detail,
             )
-            out.writes.append(Sent(key, rv, pending))
+            out.writes.append(Sent(key, rv, recording(self.writer, wl, verdict, pending)))
         else:
             self._assume(entry, verdict, unready)
             admit = partial(

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from gangplugin.admission.writes import CheckWriter
 from gangplugin.core.admission import with_selector
 from gangplugin.core.drain import DrainDecision
 from gangplugin.core.errors import InputError
-from gangplugin.core.names import BACKOFF_UNTIL_ANNOTATION, PLAN_DRAINING_REASON
+from gangplugin.core.names import BACKOFF_UNTIL_ANNOTATION, PLAN_DRAINING_REASON, READY_AT_ANNOTATION
 from gangplugin.core.placement import Assignment, recover
 from gangplugin.core.policy import GangPolicy, RequeueDecision, requeue_decision
 from gangplugin.core.states import CheckState
@@ -54,6 +55,13 @@ class Watchdog:
             return None
         now = self.clock()
         obs = self.model.observe(record, self._pods(record, now))
+        if obs.ready >= obs.size and not obs.ever_ready and record.pods_ready_means_running:
+            # Kueue's PodsReady cannot say it for this kind: said here, once (the Workload's event
+            # runs this again), and taken as said now.
+            self.writer.annotate(
+                wl, {READY_AT_ANNOTATION: format_time(datetime.fromtimestamp(int(now), UTC))}
+            )
+            obs = replace(obs, ever_ready=True)
         metrics.GANG_READY.update(key, obs.admitted_at, obs.ready >= obs.size, now)
         try:
             drain = self.model.gangs.drain(wl, now, obs.admitted_at)

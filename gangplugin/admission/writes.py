@@ -82,9 +82,10 @@ class CheckWriter:
         log.info("workload %s/%s: check %s -> %s: %s", meta["namespace"], meta["name"], check, state, said)
         return True
 
-    def annotate(self, wl: JSON, annotations: dict[str, str]) -> JSON | None:
-        """Merge `annotations` into the Workload's metadata, conditional on its resourceVersion:
-        the Workload as written, or None when it changed meanwhile or the write failed (logged)."""
+    def annotate(self, wl: JSON, annotations: dict[str, str | None]) -> JSON | None:
+        """Merge `annotations` into the Workload's metadata (None removes one), conditional on
+        its resourceVersion: the Workload as written, or None when it changed meanwhile or the
+        write failed (logged)."""
         meta = wl["metadata"]
         patch = {"metadata": {"annotations": annotations, "resourceVersion": meta["resourceVersion"]}}
         try:
@@ -145,18 +146,9 @@ class CheckWriter:
             "metadata": {"resourceVersion": meta["resourceVersion"]},
             "status": {"requeueState": {"requeueAt": None}},
         }
-        try:
-            self.client.request(
-                "PATCH",
-                WORKLOADS.path(meta["namespace"], meta["name"]) + "/status",
-                body=body,
-                content_type="application/merge-patch+json",
-                params={"fieldManager": BACKOFF_FIELD_MANAGER},
-            )
-        except ApiError as err:
-            if err.status in (404, 409):
-                return False
-            raise
+        params = {"fieldManager": BACKOFF_FIELD_MANAGER}
+        if not self._patch_status(wl, body, "application/merge-patch+json", params):
+            return False
         log.info("workload %s/%s: backoff over, requeued", meta["namespace"], meta["name"])
         return True
 
@@ -188,13 +180,19 @@ class CheckWriter:
             },
             "status": status,
         }
+        params = {"fieldManager": field_manager, "force": "true"}
+        return self._patch_status(wl, body, "application/apply-patch+yaml", params)
+
+    def _patch_status(self, wl: JSON, body: JSON, content_type: str, params: dict[str, str]) -> bool:
+        """PATCH the Workload's status; False when it changed meanwhile (409) or is gone (404)."""
+        meta = wl["metadata"]
         try:
             self.client.request(
                 "PATCH",
                 WORKLOADS.path(meta["namespace"], meta["name"]) + "/status",
                 body=body,
-                content_type="application/apply-patch+yaml",
-                params={"fieldManager": field_manager, "force": "true"},
+                content_type=content_type,
+                params=params,
             )
         except ApiError as err:
             if err.status in (404, 409):

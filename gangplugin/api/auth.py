@@ -8,29 +8,23 @@ organization a group. A SubjectAccessReview says whether that identity may do th
 resource the call maps to (`RULES`). Reads need a token too, with
 get/list/watch on workloads.kueue.x-k8s.io (gangs) or trainingplans.gangplugin.io (plans): a gang's
 queue, pods and nodes are as private as the Workload itself. Only the health and reflection
-services are open. Review results are cached briefly (`ttl`) keyed by the token's hash, so a
-watch or a burst of calls costs one review, and a revoked token stops working within `ttl`.
+services are open. The reviews themselves, and their short cache, are `kube.access`'s (the
+console asks them too).
 """
 
 from __future__ import annotations
 
-import hashlib
-import logging
-import threading
-import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import grpc
-import httpx
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
 from gangplugin.core.names import GROUP
-from gangplugin.kube.client import JSON, ApiError, Client
-
-log = logging.getLogger(__name__)
+from gangplugin.kube.access import AccessReviews, Identity, ReviewUnavailable
+from gangplugin.kube.client import JSON
 
 KUEUE_GROUP = "kueue.x-k8s.io"
 #: Services anyone may call: load balancers probe health, tools list the schema.
@@ -73,14 +67,6 @@ RULES: dict[str, Access] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class Identity:
-    username: str
-    uid: str = ""
-    groups: tuple[str, ...] = ()
-    extra: dict[str, list[str]] = field(default_factory=dict)
-
-
 class Denied(Exception):
     def __init__(self, code: grpc.StatusCode, message: str) -> None:
         super().__init__(message)
@@ -114,90 +100,15 @@ def certificate_identity(auth_context: Any) -> Identity | None:
     return Identity(names[0], groups=(*groups, "system:authenticated"))
 
 
-class Authorizer:
-    """TokenReview + SubjectAccessReview against the API server, with a short cache."""
-
-    def __init__(
-        self, client: Client, ttl: float = 10.0, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        self.client, self.ttl, self.clock = client, ttl, clock
-        self._lock = threading.Lock()
-        self._cache: dict[Any, tuple[float, Any]] = {}
-
-    def _cached(self, key: Any, compute: Callable[[], Any]) -> Any:
-        now = self.clock()
-        with self._lock:
-            hit = self._cache.get(key)
-            if hit is not None and hit[0] > now:
-                return hit[1]
-        value = compute()  # outside the lock: a slow review must not hold up other callers
-        with self._lock:
-            if len(self._cache) > 4096:
-                self._cache = {k: v for k, v in self._cache.items() if v[0] > now}
-            self._cache[key] = (now + self.ttl, value)
-        return value
+class Authorizer(AccessReviews):
+    """The API's access rules (`RULES`) over the shared reviews; a review that cannot be made
+    is UNAVAILABLE (the caller may retry)."""
 
     def _post(self, path: str, body: JSON) -> JSON:
         try:
-            return self.client.request("POST", path, body=body)
-        except (ApiError, httpx.HTTPError) as err:
-            log.warning("review %s failed: %s", path, err)
-            raise Denied(
-                grpc.StatusCode.UNAVAILABLE, f"cannot check the caller with the API server: {err}"
-            ) from None
-
-    def identity(self, token: str) -> Identity | None:
-        digest = hashlib.sha256(token.encode()).hexdigest()
-
-        def review() -> Identity | None:
-            status = (
-                self._post(
-                    "/apis/authentication.k8s.io/v1/tokenreviews",
-                    {
-                        "apiVersion": "authentication.k8s.io/v1",
-                        "kind": "TokenReview",
-                        "spec": {"token": token},
-                    },
-                ).get("status")
-                or {}
-            )
-            if not status.get("authenticated"):
-                return None
-            user = status.get("user") or {}
-            return Identity(
-                str(user.get("username", "")),
-                str(user.get("uid", "")),
-                tuple(user.get("groups") or ()),
-                {str(k): list(v) for k, v in (user.get("extra") or {}).items()},
-            )
-
-        result: Identity | None = self._cached(("token", digest), review)
-        return result
-
-    def allowed(self, who: Identity, attrs: JSON) -> tuple[bool, str]:
-        key = ("sar", who.username, who.uid, tuple(sorted(attrs.items())))
-
-        def review() -> tuple[bool, str]:
-            spec: JSON = {"user": who.username, "groups": list(who.groups), "resourceAttributes": attrs}
-            if who.uid:
-                spec["uid"] = who.uid
-            if who.extra:
-                spec["extra"] = who.extra
-            status = (
-                self._post(
-                    "/apis/authorization.k8s.io/v1/subjectaccessreviews",
-                    {
-                        "apiVersion": "authorization.k8s.io/v1",
-                        "kind": "SubjectAccessReview",
-                        "spec": spec,
-                    },
-                ).get("status")
-                or {}
-            )
-            return bool(status.get("allowed")) and not status.get("denied"), str(status.get("reason") or "")
-
-        result: tuple[bool, str] = self._cached(key, review)
-        return result
+            return super()._post(path, body)
+        except ReviewUnavailable as err:
+            raise Denied(grpc.StatusCode.UNAVAILABLE, str(err)) from None
 
     def check(self, method: str, metadata: Any, request: Any, peer: Identity | None = None) -> None:
         """Raise Denied unless the caller (its token, else `peer`: its client certificate's

@@ -20,13 +20,11 @@ import grpc
 
 from gangplugin.api.proto import gangs_pb2, gangs_pb2_grpc
 from gangplugin.core.errors import InputError
-from gangplugin.core.gangs import Evaluation, Phase, explain
-from gangplugin.core.states import CheckState
 from gangplugin.kube.client import JSON
 from gangplugin.readmodel import decisions
 from gangplugin.readmodel.model import Follower, ReadModel
 from gangplugin.readmodel.records import PodRecord, WorkloadRecord
-from gangplugin.readmodel.summaries import GangSummary, Owner, Summaries, dispatch_of, owner_of
+from gangplugin.readmodel.summaries import GangSummary, Owner, Summaries, owner_of
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +33,7 @@ Key = tuple[str, str]  # (namespace, gang name)
 MAX_WATCHES = 8
 
 
+#: The gate's steps whose message tells a waiting gang more than placement's reason does.
 def _check_field(field: str, value: str) -> None:
     if not value:
         raise InputError(field, "is required")
@@ -143,29 +142,9 @@ class GangService(gangs_pb2_grpc.GangServiceServicer):
 
     # -- explain -----------------------------------------------------------------------------------
 
-    def evaluate(self, wl: JSON, check: str) -> Evaluation | None:
-        """What the admission pass would decide for this waiting gang now: the gate (`core.gate`,
-        in its one order) over the facts the pass reads, on a fresh snapshot."""
-        verdict = decisions.explain(self.model, wl, check, self.clock())
-        if verdict is None:
-            return None
-        if verdict.blocked_by is not None:
-            blocker = verdict.blocked_by
-            return Evaluation(False, f"waiting for gang {blocker} to be Ready", blocked_by=blocker)
-        placement = verdict.decision.placement if verdict.decision is not None else None
-        if placement is None or verdict.preemption is not None:  # the message says whom it preempts
-            return Evaluation(False, verdict.full)
-        return Evaluation(placement.feasible, placement.reason, placement.level, tuple(placement.domains))
-
     def explanation(self, gang: GangSummary, wl: JSON | None) -> gangs_pb2.GangExplanation:
-        evaluation = None
-        if (
-            wl is not None
-            and not gang.dispatched
-            and gang.phase is Phase.PENDING
-            and gang.check_state is CheckState.PENDING
-        ):
-            evaluation = self.evaluate(wl, gang.admission_check)
+        said = decisions.explained(self.model, gang, wl, self.clock())
+        evaluation, record, worker = said.evaluation, said.dispatch, said.worker
         pods = self.model.gang_pods(gang.namespace, gang.gang_id)
         placements = sorted(
             (
@@ -175,20 +154,8 @@ class GangService(gangs_pb2_grpc.GangServiceServicer):
             ),
             key=lambda p: p.name,
         )
-        record, worker = dispatch_of(wl) if gang.dispatched and wl is not None else (None, "")
-        summary = explain(
-            gang.phase,
-            gang.pods,
-            queue=gang.cluster_queue,
-            domain=gang.domain,
-            check_message=gang.message,
-            retry_count=gang.retry_count,
-            evaluation=evaluation,
-            worker=worker,
-            dispatch=None if record is None else record.summary,
-        )
         out = gangs_pb2.GangExplanation(
-            gang=self.message(gang), summary=summary, pods=placements, worker=worker
+            gang=self.message(gang), summary=said.text, pods=placements, worker=worker
         )
         if evaluation is not None:
             out.evaluated = True

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import click
 
 from gangplugin.cli.files import in_file, load, one_object, read
 from gangplugin.cli.main import cli
 from gangplugin.cli.output import JSON, TABLE, YAML, emit, output_option
 from gangplugin.core.errors import InputError
-from gangplugin.core.placement import Placement, PlacementPolicy, place
+from gangplugin.core.placement import Placement, PlacementPolicy, never_whole, place
 from gangplugin.core.table import table
-from gangplugin.core.topology import DEFAULT_LEVELS, build_snapshot
+from gangplugin.core.topology import DEFAULT_LEVELS, Snapshot, build_snapshot
 from gangplugin.kube import job_records, records
 
 
@@ -92,25 +94,39 @@ def place_command(
     policy, topology_name = PlacementPolicy(), None
     if policy_path:
         policy, topology_name = read(policy_path, "--policy", records.policy_from_k8s)
-    levels: tuple[str, ...] = DEFAULT_LEVELS
-    if topology_path:
-        doc = load(topology_path, "--topology")
-        try:
-            levels = records.levels_from_topology(doc)
-        except InputError as err:
-            raise in_file(topology_path, err) from err
-        name = records.topology_name(doc)
-        if topology_name and name and topology_name != name:
-            raise InputError(
-                f"{policy_path}: spec.topologyName",
-                f"names Topology {topology_name!r} but --topology is {name!r}",
-            )
+    levels = _levels(topology_path, policy_path, topology_name)
     try:
         snapshot = build_snapshot(nodes, pods, levels)
     except InputError as err:
         raise in_file(nodes_path, err) from err
+    result = _placed(snapshot, job, policy)
+    emit(result.to_dict(), output, lambda: _text(result))
+
+
+def _levels(topology_path: str | None, policy_path: str | None, topology_name: str | None) -> tuple[str, ...]:
+    """The level order: the --topology file's (which must be the one the policy names)."""
+    if not topology_path:
+        return DEFAULT_LEVELS
+    doc = load(topology_path, "--topology")
+    try:
+        levels = records.levels_from_topology(doc)
+    except InputError as err:
+        raise in_file(topology_path, err) from err
+    name = records.topology_name(doc)
+    if topology_name and name and topology_name != name:
+        raise InputError(
+            f"{policy_path}: spec.topologyName",
+            f"names Topology {topology_name!r} but --topology is {name!r}",
+        )
+    return levels
+
+
+def _placed(snapshot: Snapshot, job: job_records.JobGang, policy: PlacementPolicy) -> Placement:
+    """Where the gang goes, or why not: that it can never start whole on these nodes, when so
+    (as the gang check says it), else why it does not fit now."""
     try:
         result = place(snapshot, job.gang, policy)
+        never = None if result.feasible else never_whole(snapshot, job.gang, policy)
     except InputError as err:
         raise InputError(job.field(err.field), err.problem) from err
-    emit(result.to_dict(), output, lambda: _text(result))
+    return result if never is None else replace(result, reason=never.message)

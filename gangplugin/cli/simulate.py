@@ -10,7 +10,7 @@ import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import cache
 from typing import Any
@@ -27,7 +27,7 @@ from gangplugin.core.optimal import MAX_NODES
 from gangplugin.core.plans import TrainingPlan
 from gangplugin.core.policy import GangPolicy
 from gangplugin.core.preemption import WITHIN_CLUSTER_QUEUE, QueuePreemption
-from gangplugin.core.simulate import GPU, POLICIES, Job, Replay, Settings, replay, scaled
+from gangplugin.core.simulate import GPU, NO_RESERVATION, POLICIES, Job, Replay, Settings, replay, scaled
 from gangplugin.core.timeutil import parse_time
 from gangplugin.core.topology import DEFAULT_LEVELS, INSTANCE_TYPE_LABEL, ULTRASERVER_LABEL, Node
 from gangplugin.kube import records
@@ -74,11 +74,17 @@ def _replays(
     nodes: list[Node], jobs: list[Job], policies: tuple[str, ...], settings: Settings
 ) -> list[Replay]:
     """One replay per policy; by default every policy (`optimal` only on a small cluster, and
-    where the `sim` extra installed its solver)."""
+    where the `sim` extra installed its solver; ours without reservation only when the
+    GangPolicy reserves)."""
     small = len(nodes) <= MAX_NODES
     solver = importlib.util.find_spec("scipy") is not None
     if not policies:
-        policies = tuple(p for p in POLICIES if (small and solver) or p != "optimal")
+        policies = tuple(
+            p
+            for p in POLICIES
+            if ((small and solver) or p != "optimal")
+            and (settings.policy.reservation.on or p != NO_RESERVATION)
+        )
         if small and not solver:
             _note_without_sim_extra()
     elif "optimal" in policies and not small:
@@ -112,83 +118,74 @@ def _jobs(trace: str | None, synthetic_count: int | None, seed: int) -> list[Job
     return synthetic(synthetic_count, seed)
 
 
+#: The flags of `gangctl simulate` (`_Flags` holds them), in the order --help lists them.
+_OPTIONS = (
+    click.option(
+        "--cluster", "cluster_path", required=True, help="A cluster shape (deploy/local/cluster-shape.yaml)."
+    ),
+    click.option("--trace", "trace_path", help="Job trace CSV (deploy/traces/acme-kalos-converted.csv)."),
+    click.option("--synthetic", "synthetic_count", type=int, help="Instead of --trace: N generated jobs."),
+    click.option("--seed", type=int, default=0, show_default=True, help="Seed of the --synthetic generator."),
+    click.option(
+        "--policy", "policies", multiple=True, help=f"Placement to compare: {', '.join(POLICIES)} (all)."
+    ),
+    click.option(
+        "--gang-policy", "gang_policy_path", help="A GangPolicy (spares, Sequential, timeouts, backoff)."
+    ),
+    click.option(
+        "--plan", "plan_paths", multiple=True, help="A TrainingPlan giving the queue's quota over time."
+    ),
+    click.option("--topology", "topology_path", help="A Kueue Topology giving the level order."),
+    click.option(
+        "--cluster-queue",
+        "cluster_queue_path",
+        help="A Kueue ClusterQueue whose spec.preemption the replay follows (default: Never).",
+    ),
+    click.option("--start", help="RFC 3339 instant of trace time 0 (default: the first plan block's start)."),
+    click.option("--startup", default="0s", show_default=True, help="Admission to all pods Ready, e.g. 2m."),
+    click.option(
+        "--preferred-topology",
+        default=ULTRASERVER_LABEL,
+        show_default=True,
+        help="Node label a job without a topology column prefers ('' for none).",
+    ),
+    click.option(
+        "--required-max-pods",
+        type=int,
+        default=0,
+        show_default=True,
+        help="Jobs of at most this many pods require the --preferred-topology level (18: one UltraServer).",
+    ),
+    click.option("--pod-gpus", type=int, help="Split pods asking for more GPUs into pods of this many."),
+    click.option(
+        "--arrival-scale",
+        type=float,
+        default=1.0,
+        show_default=True,
+        help="Multiply arrival times (0.5: twice the load).",
+    ),
+    click.option(
+        "--offerings",
+        "offerings_path",
+        help="The -o json of `gangctl plans search`: replay on each offering's capacity and name the one "
+        "that runs every job with the least reserved capacity left idle.",
+    ),
+    click.option("--plot", "plot_dir", help="Write utilization.png, wait-cdf.png and queue.png here."),
+    click.option("--sweep", help="ultraservers=A..B: replay once per UltraServer count."),
+    click.option("--max-p95-wait", help="With --sweep: the p95 wait to stay under, e.g. 1h."),
+)
+
+
+def _options(command: Callable[..., None]) -> Callable[..., None]:
+    for option in reversed(_OPTIONS):
+        command = option(command)
+    return command
+
+
 @cli.command("simulate")
-@click.option(
-    "--cluster", "cluster_path", required=True, help="A cluster shape (deploy/local/cluster-shape.yaml)."
-)
-@click.option("--trace", "trace_path", help="Job trace CSV (deploy/traces/acme-kalos-converted.csv).")
-@click.option("--synthetic", "synthetic_count", type=int, help="Instead of --trace: N generated jobs.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the --synthetic generator.")
-@click.option(
-    "--policy", "policies", multiple=True, help=f"Placement to compare: {', '.join(POLICIES)} (all)."
-)
-@click.option(
-    "--gang-policy", "gang_policy_path", help="A GangPolicy (spares, Sequential, timeouts, backoff)."
-)
-@click.option(
-    "--plan", "plan_paths", multiple=True, help="A TrainingPlan giving the queue's quota over time."
-)
-@click.option("--topology", "topology_path", help="A Kueue Topology giving the level order.")
-@click.option(
-    "--cluster-queue",
-    "cluster_queue_path",
-    help="A Kueue ClusterQueue whose spec.preemption the replay follows (default: Never).",
-)
-@click.option("--start", help="RFC 3339 instant of trace time 0 (default: the first plan block's start).")
-@click.option("--startup", default="0s", show_default=True, help="Admission to all pods Ready, e.g. 2m.")
-@click.option(
-    "--preferred-topology",
-    default=ULTRASERVER_LABEL,
-    show_default=True,
-    help="Node label a job without a topology column prefers ('' for none).",
-)
-@click.option(
-    "--required-max-pods",
-    type=int,
-    default=0,
-    show_default=True,
-    help="Jobs of at most this many pods require the --preferred-topology level (18: one UltraServer).",
-)
-@click.option("--pod-gpus", type=int, help="Split pods asking for more GPUs into pods of this many.")
-@click.option(
-    "--arrival-scale",
-    type=float,
-    default=1.0,
-    show_default=True,
-    help="Multiply arrival times (0.5: twice the load).",
-)
-@click.option(
-    "--offerings",
-    "offerings_path",
-    help="The -o json of `gangctl plans search`: replay on each offering's capacity and name the one "
-    "that runs every job with the least reserved capacity left idle.",
-)
-@click.option("--plot", "plot_dir", help="Write utilization.png, wait-cdf.png and queue.png here.")
-@click.option("--sweep", help="ultraservers=A..B: replay once per UltraServer count.")
-@click.option("--max-p95-wait", help="With --sweep: the p95 wait to stay under, e.g. 1h.")
+@_options
 @output_option(TABLE, JSON, YAML)
-def simulate_command(
-    cluster_path: str,
-    trace_path: str | None,
-    synthetic_count: int | None,
-    seed: int,
-    policies: tuple[str, ...],
-    gang_policy_path: str | None,
-    plan_paths: tuple[str, ...],
-    topology_path: str | None,
-    cluster_queue_path: str | None,
-    start: str | None,
-    startup: str,
-    preferred_topology: str,
-    required_max_pods: int,
-    pod_gpus: int | None,
-    arrival_scale: float,
-    offerings_path: str | None,
-    plot_dir: str | None,
-    sweep: str | None,
-    max_p95_wait: str | None,
-    output: str,
-) -> None:
+def simulate_command(**options: Any) -> None:
     """Replay a job trace over virtual time and compare placement policies.
 
     Every decision of policy gangplugin is the controllers' own code: admission order,
@@ -210,110 +207,197 @@ def simulate_command(
 
     Exits 0 when the replay ran, 2 for bad input (one line names the field or column).
     """
-    for name in policies:
+    flags = _Flags(**options)
+    # Everything the flags can get wrong is refused before the first replay, not after it.
+    chosen = _check_flags(flags)
+    shape = load(flags.cluster_path, "--cluster")
+    settings = _settings(flags)
+    jobs = _prepared_jobs(flags, settings.levels)
+    settings = replace(settings, preemption=_preemption(flags.cluster_queue_path))
+    if flags.sweep is not None:
+        _run_sweep(flags, shape, jobs, chosen, settings)
+    elif flags.max_p95_wait is not None:
+        raise InputError("--max-p95-wait", "goes with --sweep")
+    elif flags.offerings_path is not None:
+        _run_offerings(flags, shape, jobs, settings)
+    else:
+        _run_policies(flags, shape, jobs, chosen, settings)
+
+
+@dataclass(frozen=True, slots=True)
+class _Flags:
+    """The flags of `gangctl simulate`, as click parses them."""
+
+    cluster_path: str
+    trace_path: str | None
+    synthetic_count: int | None
+    seed: int
+    policies: tuple[str, ...]
+    gang_policy_path: str | None
+    plan_paths: tuple[str, ...]
+    topology_path: str | None
+    cluster_queue_path: str | None
+    start: str | None
+    startup: str
+    preferred_topology: str
+    required_max_pods: int
+    pod_gpus: int | None
+    arrival_scale: float
+    offerings_path: str | None
+    plot_dir: str | None
+    sweep: str | None
+    max_p95_wait: str | None
+    output: str
+
+
+def _check_flags(flags: _Flags) -> tuple[str, ...]:
+    """The flags that go together, and the policies to compare (ours always among them)."""
+    for name in flags.policies:
         if name not in POLICIES:
             raise InputError("--policy", f"{name!r} is not one of {', '.join(POLICIES)}")
-    # Everything the flags can get wrong is refused before the first replay, not after it.
-    if required_max_pods < 0:
-        raise InputError("--required-max-pods", f"{required_max_pods} is not a pod count >= 0 (0: none)")
-    for flag, value in (("--plot", plot_dir), ("--offerings", offerings_path)):
-        if value is not None and sweep is not None:
+    if flags.required_max_pods < 0:
+        raise InputError(
+            "--required-max-pods", f"{flags.required_max_pods} is not a pod count >= 0 (0: none)"
+        )
+    for flag, value in (("--plot", flags.plot_dir), ("--offerings", flags.offerings_path)):
+        if value is not None and flags.sweep is not None:
             raise InputError(flag, "does not go with --sweep (one replay per UltraServer count)")
-    if plot_dir is not None:
-        if offerings_path is not None:
+    if flags.plot_dir is not None:
+        if flags.offerings_path is not None:
             raise InputError("--plot", "does not go with --offerings (one replay per offering)")
-        _check_plot_dir(plot_dir)
-    chosen = tuple(dict.fromkeys(policies))
+        _check_plot_dir(flags.plot_dir)
+    chosen = tuple(dict.fromkeys(flags.policies))
     if chosen and "gangplugin" not in chosen:
         chosen = ("gangplugin", *chosen)  # the contract: ours is always there
-    shape = load(cluster_path, "--cluster")
+    return chosen
+
+
+def _settings(flags: _Flags) -> Settings:
+    """The replay's GangPolicy, plans, level order, start and startup (no preemption yet)."""
     gang_policy = (
-        read(gang_policy_path, "--gang-policy", gang_policy_from_k8s) if gang_policy_path else GangPolicy()
+        read(flags.gang_policy_path, "--gang-policy", gang_policy_from_k8s)
+        if flags.gang_policy_path
+        else GangPolicy()
     )
-    plans: list[TrainingPlan] = [read(p, "--plan", training_plan_from_manifest) for p in plan_paths]
+    plans: list[TrainingPlan] = [read(p, "--plan", training_plan_from_manifest) for p in flags.plan_paths]
     if len({p.cluster_queue for p in plans}) > 1:
         raise InputError("--plan", "the plans feed different ClusterQueues; the replay has one queue")
     levels = DEFAULT_LEVELS
-    if topology_path:
-        levels = read(topology_path, "--topology", records.levels_from_topology)
-    if start is not None:
-        origin = parse_time(start, "--start")
+    if flags.topology_path:
+        levels = read(flags.topology_path, "--topology", records.levels_from_topology)
+    if flags.start is not None:
+        origin = parse_time(flags.start, "--start")
     elif plans:
         origin = min(b.start for p in plans for b in p.blocks)
     else:
         origin = datetime(2026, 1, 1, tzinfo=UTC)
-    startup_s = parse_duration(startup, "--startup")
+    startup_s = parse_duration(flags.startup, "--startup")
     if startup_s >= gang_policy.ready_timeout and gang_policy.requeue.backoff_limit_count is None:
         raise InputError("--startup", "is not shorter than readyTimeout: every gang would time out forever")
-    jobs = _jobs(trace_path, synthetic_count, seed)
-    if pod_gpus is not None:
-        if pod_gpus < 1:
+    return Settings(
+        policy=gang_policy, plans=tuple(plans), start=origin, startup_seconds=startup_s, levels=levels
+    )
+
+
+def _prepared_jobs(flags: _Flags, levels: tuple[str, ...]) -> list[Job]:
+    """The trace's jobs as the flags scale them: pods split, topology asked, arrivals denser."""
+    jobs = _jobs(flags.trace_path, flags.synthetic_count, flags.seed)
+    if flags.pod_gpus is not None:
+        if flags.pod_gpus < 1:
             raise InputError("--pod-gpus", "must be at least 1")
-        jobs = scaled(jobs, pod_gpus)
-    if preferred_topology:
-        if preferred_topology not in levels:
-            raise InputError("--preferred-topology", f"{preferred_topology!r} is not one of the levels")
-        jobs = [_with_topology(j, preferred_topology, required_max_pods) for j in jobs]
-    elif required_max_pods:
+        jobs = scaled(jobs, flags.pod_gpus)
+    if flags.preferred_topology:
+        if flags.preferred_topology not in levels:
+            raise InputError("--preferred-topology", f"{flags.preferred_topology!r} is not one of the levels")
+        jobs = [_with_topology(j, flags.preferred_topology, flags.required_max_pods) for j in jobs]
+    elif flags.required_max_pods:
         raise InputError("--required-max-pods", "needs a --preferred-topology level")
-    if not 0 < arrival_scale < math.inf:
-        raise InputError("--arrival-scale", f"{arrival_scale} is not a number above 0 (0.5: twice the load)")
-    if arrival_scale != 1.0:
-        jobs = [replace(j, arrival=j.arrival * arrival_scale) for j in jobs]
-    preemption = QueuePreemption()
-    if cluster_queue_path:
-        preemption = read(cluster_queue_path, "--cluster-queue", cluster_queue_state).preemption
-        if preemption.within_cluster_queue not in WITHIN_CLUSTER_QUEUE:
-            raise InputError(
-                "--cluster-queue",
-                f"spec.preemption.withinClusterQueue {preemption.within_cluster_queue!r} is not one of "
-                f"{', '.join(WITHIN_CLUSTER_QUEUE)}",
-            )
-    settings = Settings(gang_policy, tuple(plans), origin, startup_s, levels, preemption)
-    if sweep is not None:
-        m = _SWEEP.fullmatch(sweep.strip())
-        if m is None or not 1 <= int(m.group(1)) <= int(m.group(2)):
-            raise InputError("--sweep", f"{sweep!r} is not like ultraservers=2..16")
-        limit = None if max_p95_wait is None else parse_duration(max_p95_wait, "--max-p95-wait")
-        points = []
-        for count in range(int(m.group(1)), int(m.group(2)) + 1):
-            nodes = _cluster(shape, cluster_path, count)
-            points.append((count, _replays(nodes, jobs, chosen, settings)))
-        emit(report.sweep_doc(points, limit), output, lambda: report.sweep_table(points, limit))
-        return
-    if max_p95_wait is not None:
-        raise InputError("--max-p95-wait", "goes with --sweep")
-    if offerings_path is not None:
-        if plans:
-            raise InputError("--offerings", "replaces --plan: each offering is replayed as the plan")
-        nodes = _cluster(shape, cluster_path, None)
-        results = []
-        for oid, plan in _offering_plans(load(offerings_path, "--offerings"), offerings_path, nodes):
-            first = min(b.start for b in plan.blocks)
-            at = settings if start is not None else replace(settings, start=first)
-            with _progress(oid) as tick:
-                results.append((oid, replay(nodes, jobs, "gangplugin", replace(at, plans=(plan,)), tick)))
-        emit(report.offerings_doc(results), output, lambda: report.offerings_table(results))
-        return
-    nodes = _cluster(shape, cluster_path, None)
-    replays = _replays(nodes, jobs, chosen, settings)
-    if plot_dir:
-        flags = {
-            "--gang-policy": gang_policy_path and os.path.basename(gang_policy_path),
-            "--plan": ",".join(os.path.basename(p) for p in plan_paths),
-            "--pod-gpus": pod_gpus,
-            "--arrival-scale": arrival_scale if arrival_scale != 1.0 else None,
-            "--required-max-pods": required_max_pods or None,
-            "--preferred-topology": preferred_topology if preferred_topology != ULTRASERVER_LABEL else None,
-            "--startup": startup if startup_s else None,
-        }
-        source = (
-            os.path.basename(trace_path) if trace_path else f"{synthetic_count} synthetic jobs, seed {seed}"
+    scale = flags.arrival_scale
+    if not 0 < scale < math.inf:
+        raise InputError("--arrival-scale", f"{scale} is not a number above 0 (0.5: twice the load)")
+    if scale != 1.0:
+        jobs = [replace(j, arrival=j.arrival * scale) for j in jobs]
+    return jobs
+
+
+def _preemption(cluster_queue_path: str | None) -> QueuePreemption:
+    """The ClusterQueue's Kueue `spec.preemption` the replay follows (Kueue's default: never)."""
+    if not cluster_queue_path:
+        return QueuePreemption()
+    preemption = read(cluster_queue_path, "--cluster-queue", cluster_queue_state).preemption
+    if preemption.within_cluster_queue not in WITHIN_CLUSTER_QUEUE:
+        raise InputError(
+            "--cluster-queue",
+            f"spec.preemption.withinClusterQueue {preemption.within_cluster_queue!r} is not one of "
+            f"{', '.join(WITHIN_CLUSTER_QUEUE)}",
         )
-        title = _plot_title(cluster_path, nodes, source, len(jobs), flags)
-        for path in report.plot(replays, plot_dir, title):
+    return preemption
+
+
+def _run_sweep(
+    flags: _Flags, shape: Any, jobs: list[Job], chosen: tuple[str, ...], settings: Settings
+) -> None:
+    assert flags.sweep is not None
+    m = _SWEEP.fullmatch(flags.sweep.strip())
+    if m is None or not 1 <= int(m.group(1)) <= int(m.group(2)):
+        raise InputError("--sweep", f"{flags.sweep!r} is not like ultraservers=2..16")
+    limit = None if flags.max_p95_wait is None else parse_duration(flags.max_p95_wait, "--max-p95-wait")
+    points = []
+    for count in range(int(m.group(1)), int(m.group(2)) + 1):
+        nodes = _cluster(shape, flags.cluster_path, count)
+        points.append((count, _replays(nodes, jobs, chosen, settings)))
+    emit(report.sweep_doc(points, limit), flags.output, lambda: report.sweep_table(points, limit))
+
+
+def _run_offerings(flags: _Flags, shape: Any, jobs: list[Job], settings: Settings) -> None:
+    assert flags.offerings_path is not None
+    if settings.plans:
+        raise InputError("--offerings", "replaces --plan: each offering is replayed as the plan")
+    nodes = _cluster(shape, flags.cluster_path, None)
+    results = []
+    for oid, plan in _offering_plans(load(flags.offerings_path, "--offerings"), flags.offerings_path, nodes):
+        first = min(b.start for b in plan.blocks)
+        at = settings if flags.start is not None else replace(settings, start=first)
+        with _progress(oid) as tick:
+            results.append((oid, replay(nodes, jobs, "gangplugin", replace(at, plans=(plan,)), tick)))
+    emit(report.offerings_doc(results), flags.output, lambda: report.offerings_table(results))
+
+
+def _run_policies(
+    flags: _Flags, shape: Any, jobs: list[Job], chosen: tuple[str, ...], settings: Settings
+) -> None:
+    nodes = _cluster(shape, flags.cluster_path, None)
+    replays = _replays(nodes, jobs, chosen, settings)
+    if flags.plot_dir:
+        title = _plot_title(flags.cluster_path, nodes, _source(flags), len(jobs), _changed_flags(flags))
+        for path in report.plot(replays, flags.plot_dir, title):
             click.echo(f"wrote {path}", err=True)
-    emit(report.summary_doc(len(jobs), replays), output, lambda: report.summary_table(len(jobs), replays))
+    emit(
+        report.summary_doc(len(jobs), replays),
+        flags.output,
+        lambda: report.summary_table(len(jobs), replays),
+    )
+
+
+def _source(flags: _Flags) -> str:
+    if flags.trace_path:
+        return os.path.basename(flags.trace_path)
+    return f"{flags.synthetic_count} synthetic jobs, seed {flags.seed}"
+
+
+def _changed_flags(flags: _Flags) -> dict[str, Any]:
+    """The flags that changed what the plots show, as the plots' title names them."""
+    return {
+        "--gang-policy": flags.gang_policy_path and os.path.basename(flags.gang_policy_path),
+        "--plan": ",".join(os.path.basename(p) for p in flags.plan_paths),
+        "--pod-gpus": flags.pod_gpus,
+        "--arrival-scale": flags.arrival_scale if flags.arrival_scale != 1.0 else None,
+        "--required-max-pods": flags.required_max_pods or None,
+        "--preferred-topology": (
+            flags.preferred_topology if flags.preferred_topology != ULTRASERVER_LABEL else None
+        ),
+        "--startup": flags.startup if parse_duration(flags.startup, "--startup") else None,
+    }
 
 
 def _plot_title(cluster_path: str, nodes: list[Node], source: str, jobs: int, flags: dict[str, Any]) -> str:

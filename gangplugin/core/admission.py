@@ -21,6 +21,8 @@ from gangplugin.core.topology import BoundPod, Snapshot
 
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 PROMISED_PREFIX = "~promised"
+#: How the check's message of a gang that does not fit now begins.
+NOT_NOW = "gang does not fit now: "
 
 
 def gang_id(workload_name: str) -> str:
@@ -140,9 +142,9 @@ def decide(
     if not placement.feasible:
         return AdmissionDecision(
             False,
-            f"gang does not fit now: {placement.summary or placement.reason}",
+            f"{NOT_NOW}{placement.summary or placement.reason}",
             placement=placement,
-            detail=f"gang does not fit now: {placement.reason}" if placement.summary else "",
+            detail=f"{NOT_NOW}{placement.reason}" if placement.summary else "",
         )
     domain = pinned_domain(snapshot, gang, placement)
     size = str(sum(ps.count for ps in gang.podsets))

@@ -111,37 +111,14 @@ def explain(
     """The sentences `gangctl explain` prints, most important first. `dispatch` (on a MultiKueue
     manager, for a gang that passes Kueue's MultiKueue check, not ours): what gangplugin's
     dispatcher last said about it; `worker`: the worker cluster it runs in or is nominated to."""
-    out: list[str] = []
-    where = f" in {domain[0]}={domain[1]}" if domain else ""
+    retried = f"Retried {retry_count} time{'s' if retry_count != 1 else ''} so far." if retry_count else ""
     if dispatch is not None:
-        out += _dispatched(phase, worker, dispatch, check_message)
-        if retry_count:
-            out.append(f"Retried {retry_count} time{'s' if retry_count != 1 else ''} so far.")
-        return "\n".join(out)
-    if phase is Phase.QUEUED:
-        out.append(
-            f"Waiting for quota in ClusterQueue {queue or '(unknown)'}: Kueue has not reserved it yet."
-        )
-    elif phase is Phase.PENDING and evaluation is None:
-        out.append(f"Waiting for all {pods.total} pods to get nodes ({pods.bound} have one).")
-    elif phase is Phase.PENDING:
-        out.append("Quota is reserved; the gang check holds it until the whole gang fits.")
-    elif phase is Phase.ADMITTED:
-        out.append(f"Admitted{where}: {pods.bound}/{pods.total} pods bound, {pods.ready} Ready.")
-    elif phase is Phase.RUNNING:
-        out.append(f"Running{where}: all {pods.total} pods Ready.")
-    elif phase is Phase.EVICTED:
-        out.append("Evicted and requeued: it waits to be admitted again (with backoff).")
-    elif phase is Phase.DEACTIVATED:
-        out.append("Deactivated: Kueue will not admit it again until spec.active is set to true.")
-    elif phase is Phase.REJECTED:
-        out.append("Rejected by the gang check: fix the Workload and submit it again.")
-    else:
-        out.append("Finished.")
+        return "\n".join(s for s in (*_dispatched(phase, worker, dispatch, check_message), retried) if s)
+    out = [_headline(phase, pods, queue, domain, evaluation, check_message)]
     if check_message:
         out.append(f"Gang check: {check_message}")
-    if retry_count:
-        out.append(f"Retried {retry_count} time{'s' if retry_count != 1 else ''} so far.")
+    if retried:
+        out.append(retried)
     if evaluation is not None:
         if evaluation.blocked_by is not None:
             out.append(f"Now: sequential admission waits for gang {evaluation.blocked_by} to be Ready.")
@@ -157,25 +134,56 @@ def explain(
     return "\n".join(out)
 
 
+#: What is said of a gang in a phase that needs no more than its name.
+_SAID = {
+    Phase.EVICTED: "Evicted and requeued: it waits to be admitted again (with backoff).",
+    Phase.DEACTIVATED: "Deactivated: Kueue will not admit it again until spec.active is set to true.",
+    Phase.REJECTED: "Rejected by the gang check: fix the Workload and submit it again.",
+    Phase.FINISHED: "Finished.",
+}
+#: The same on a MultiKueue manager, where the dispatcher and MultiKueue act instead.
+_SAID_DISPATCHED = {
+    **_SAID,
+    Phase.EVICTED: "Evicted and requeued: the dispatcher chooses a worker again.",
+    Phase.REJECTED: "Rejected by MultiKueue: fix the job and submit it again.",
+}
+
+
+def _headline(
+    phase: Phase,
+    pods: Pods,
+    queue: str,
+    domain: tuple[str, str] | None,
+    evaluation: Evaluation | None,
+    check_message: str,
+) -> str:
+    """The first sentence: where the gang stands (a check message says why quota is held)."""
+    where = f" in {domain[0]}={domain[1]}" if domain else ""
+    if phase is Phase.QUEUED:
+        return f"Waiting for quota in ClusterQueue {queue or '(unknown)'}: Kueue has not reserved it yet."
+    if phase is Phase.PENDING and evaluation is None and not check_message:
+        return f"Waiting for all {pods.total} pods to get nodes ({pods.bound} have one)."
+    if phase is Phase.PENDING:
+        return "Quota is reserved; the gang check holds it until the whole gang fits."
+    if phase is Phase.ADMITTED:
+        return f"Admitted{where}: {pods.bound}/{pods.total} pods bound, {pods.ready} Ready."
+    if phase is Phase.RUNNING:
+        return f"Running{where}: all {pods.total} pods Ready."
+    return _SAID[phase]
+
+
 def _dispatched(phase: Phase, worker: str, dispatch: str, check_message: str) -> list[str]:
     """The sentences for a gang on a MultiKueue manager: its pods run in a worker cluster."""
-    out: list[str] = []
     if phase is Phase.QUEUED:
-        out.append("Waiting for quota on the manager: Kueue has not reserved it yet.")
+        out = ["Waiting for quota on the manager: Kueue has not reserved it yet."]
     elif phase is Phase.PENDING and worker:
-        out.append(f"Nominated to worker cluster {worker}: its Kueue and gang check decide now.")
+        out = [f"Nominated to worker cluster {worker}: its Kueue and gang check decide now."]
     elif phase is Phase.PENDING:
-        out.append("Quota is reserved on the manager; no worker cluster has room for the whole gang yet.")
+        out = ["Quota is reserved on the manager; no worker cluster has room for the whole gang yet."]
     elif phase in (Phase.ADMITTED, Phase.RUNNING):
-        out.append(f"Admitted in worker cluster {worker or '(unknown)'}: its pods run there.")
-    elif phase is Phase.EVICTED:
-        out.append("Evicted and requeued: the dispatcher chooses a worker again.")
-    elif phase is Phase.DEACTIVATED:
-        out.append("Deactivated: Kueue will not admit it again until spec.active is set to true.")
-    elif phase is Phase.REJECTED:
-        out.append("Rejected by MultiKueue: fix the job and submit it again.")
+        out = [f"Admitted in worker cluster {worker or '(unknown)'}: its pods run there."]
     else:
-        out.append("Finished.")
+        out = [_SAID_DISPATCHED[phase]]
     if check_message:
         out.append(f"MultiKueue: {check_message}")
     if dispatch:

@@ -14,10 +14,16 @@ decides, with its reason (`GateVerdict`):
   sequential  Sequential mode: it waits for the admitted gang of its policy not Ready yet
   drain       the TrainingPlans feeding its quota let it start before their capacity ends
   placement   the whole gang fits now (`core.admission.decide`), off the domains held for
-              other gangs' preemptions: it is admitted
+              other gangs' preemptions and reserved for other gangs it would not end before
+              (`core.reservation`): it is admitted
+  whole       one that does not fit and never could (`placement.never_whole`: larger than
+              every domain of its required level) waits saying so, with the fix
   preemption  one that does not fit resumes its recorded preemption, or finds victims
               (`core.preemption.find_victims`) and holds their domain; not when its policy
               says Never or the caller models no preemption
+  reservation one that does not fit and has waited its policy's `reservation.afterWaiting`
+              gets a domain reserved (`core.reservation`), or keeps the one it has, and may
+              have checkpointable gangs of lower priority cleared from it
 
 Each step judges only what it can: one that needs a usable policy lets the gang through
 without one (the policy step holds it, wherever it stands), and a Workload whose gang or
@@ -36,7 +42,7 @@ from gangplugin.core.admission import AdmissionDecision, decide, sequential_bloc
 from gangplugin.core.drain import DrainDecision
 from gangplugin.core.errors import InputError
 from gangplugin.core.names import BLOCK_END_ANNOTATION
-from gangplugin.core.placement import Gang
+from gangplugin.core.placement import Gang, never_whole
 from gangplugin.core.policy import GangPolicy
 from gangplugin.core.preemption import (
     ClusterQueueState,
@@ -50,6 +56,7 @@ from gangplugin.core.preemption import (
     find_victims,
     hold_of,
 )
+from gangplugin.core.reservation import Holder, Reservation, Reservations, describe, reservation_level
 from gangplugin.core.timeutil import format_time
 from gangplugin.core.topology import Snapshot
 
@@ -83,6 +90,9 @@ class GangFacts:
     #: The podsets none of whose pods exists yet, for a gang whose placement annotations are
     #: read from its pods (the gang is not read in full until each has one).
     awaiting_pods: Sequence[str] = ()
+    #: How long it runs at most once admitted (None: it does not say): a gang that will end
+    #: before a reserved domain's expected start may run there meanwhile.
+    expected_runtime: float | None = None
 
 
 class GateStep(StrEnum):
@@ -95,14 +105,17 @@ class GateStep(StrEnum):
     SEQUENTIAL = "sequential"
     DRAIN = "drain"
     PLACEMENT = "placement"
+    WHOLE = "whole"
     PREEMPTION = "preemption"
+    RESERVATION = "reservation"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GateVerdict:
     """The gate's answer for one gang: admit (`decision.ready`), wait with `message` (and
     `wake_at`, when the decision may change by then), or reject. `step` names the step that
-    decided; `preemption`: whom it preempts or waits for; `hold`: a new hold to record.
+    decided; `preemption`: whom it preempts or waits for; `hold`: a new hold to record;
+    `reservation`: the domain reserved for it (to record when it is not the one recorded).
     `message` is what the check says, the same while the facts that decided stay the same;
     `detail` adds the counts that change meanwhile, for people (empty: `message` says all)."""
 
@@ -116,6 +129,7 @@ class GateVerdict:
     wake_at: float | None = None
     preemption: PreemptionPlan | None = None
     hold: Hold | None = None
+    reservation: Reservation | None = None
     detail: str = ""
 
     @property
@@ -216,16 +230,20 @@ class _Run:
     facts: GangFacts
     preemption: PreemptionState | None
     placer: Placer
+    reservations: Reservations | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class _Passage:
     """What the steps a gang passed hand on: annotations for its pods, and placement's answer
-    for a gang that does not fit (with the gang as placed, off the held domains)."""
+    for a gang that does not fit (with the gang as placed, off the held domains); the victim
+    search that found none, and when the gang should be decided again."""
 
     annotations: Mapping[str, str] = field(default_factory=dict)
     unfit: AdmissionDecision | None = None
     gang: Gang | None = None
+    searched: PreemptionPlan | None = None
+    wake_at: float | None = None
 
 
 class Stage(NamedTuple):
@@ -313,15 +331,42 @@ def _placement_step(run: _Run, passage: _Passage) -> GateVerdict | _Passage:
         return passage
     if isinstance(f.gang, InputError):
         return _rejected(GateStep.PLACEMENT, f.gang)
-    gang = f.gang
+    held: frozenset[str] = frozenset()
     if run.preemption is not None and run.preemption.holds:
-        gang = exclude_nodes(gang, run.preemption.held_for_others(f.contender.key, f.snapshot))
+        held = run.preemption.held_for_others(f.contender.key, f.snapshot)
+    notes: tuple[str, ...] = ()
+    if run.reservations is not None and run.reservations.holders:
+        reserved, notes = run.reservations.exclusions(f.contender, f.expected_runtime, f.snapshot)
+        held |= reserved
+    gang = exclude_nodes(f.gang, held)
     decision = run.placer(f.snapshot, gang, f.policy, passage.annotations)
     if decision.ready:
+        if run.reservations is not None:  # admitted: its reservation, if any, binds no one
+            run.reservations.release(f.contender.key)
         return GateVerdict(
             step=GateStep.PLACEMENT, message=decision.message, decision=decision, gang=gang, policy=f.policy
         )
+    if notes:
+        counting = f"; not counting {'; '.join(notes)}"
+        decision = replace(
+            decision,
+            message=decision.message + counting,
+            detail=decision.detail and decision.detail + counting,
+        )
     return replace(passage, unfit=decision, gang=gang)
+
+
+def _whole_step(run: _Run, passage: _Passage) -> GateVerdict | _Passage:
+    f = run.facts
+    if passage.unfit is None or f.snapshot is None or not isinstance(f.policy, GangPolicy):
+        return passage
+    assert not isinstance(f.gang, InputError)  # placement rejects an unreadable gang
+    never = never_whole(f.snapshot, f.gang, f.policy.placement)
+    if never is None:
+        return passage
+    return GateVerdict(
+        step=GateStep.WHOLE, message=never.message, decision=passage.unfit, gang=passage.gang, policy=f.policy
+    )
 
 
 def _preemption_step(run: _Run, passage: _Passage) -> GateVerdict | _Passage:
@@ -342,20 +387,97 @@ def _preemption_step(run: _Run, passage: _Passage) -> GateVerdict | _Passage:
     else:
         plan = state.victims(f.snapshot, gang, f.policy, f.contender)
         hold = hold_of(plan, f.quota_reserved_at, f.now) if plan.preempts else None
-    if plan.preempts or plan.waiting_for:
-        message, detail = plan.reason, ""
-    else:
-        message = f"{unfit.message}; preemption: {plan.summary or plan.reason}"
-        detail = f"{unfit.detail or unfit.message}; preemption: {plan.reason}"
+    if not (plan.preempts or plan.waiting_for):
+        return replace(passage, searched=plan)  # no victims: a reservation may still help
     return GateVerdict(
         step=GateStep.PREEMPTION,
-        message=message,
+        message=plan.reason,
         decision=unfit,
         gang=gang,
         policy=f.policy,
         preemption=plan,
         hold=hold,
-        detail=detail,
+    )
+
+
+def _reservation_step(run: _Run, passage: _Passage) -> GateVerdict | _Passage:
+    f, book, unfit, gang = run.facts, run.reservations, passage.unfit, passage.gang
+    if (
+        book is None
+        or unfit is None
+        or gang is None
+        or f.snapshot is None
+        or not isinstance(f.policy, GangPolicy)
+        or not isinstance(f.gang, Gang)
+        or f.policy.reservation.after_waiting is None
+    ):
+        return passage
+    rp, key = f.policy.reservation, f.contender.key
+    due = f.quota_reserved_at + (rp.after_waiting or 0.0)
+    if book.recorded(key) is None and f.now < due:
+        return replace(passage, wake_at=due)  # decided again once it is due
+
+    def waits(
+        message: str,
+        reservation: Reservation | None = None,
+        preemption: PreemptionPlan | None = None,
+        hold: Hold | None = None,
+        detail: str = "",
+    ) -> GateVerdict:
+        return GateVerdict(
+            step=GateStep.RESERVATION,
+            message=message,
+            decision=unfit,
+            gang=gang,
+            policy=f.policy if isinstance(f.policy, GangPolicy) else None,
+            preemption=preemption,
+            hold=hold,
+            reservation=reservation,
+            detail=detail,
+        )
+
+    why, why_detail = _unfit_messages(passage)
+
+    def told(then: str, reservation: Reservation | None = None) -> GateVerdict:
+        """Waits with why it does not fit, then `then` (the same in the message and its detail)."""
+        return waits(f"{why}; {then}", reservation, detail=why_detail and f"{why_detail}; {then}")
+
+    try:
+        level = reservation_level(f.snapshot, f.gang, f.policy.placement, rp.level)
+    except InputError as err:
+        book.release(key)
+        return told(f"no domain reserved: {err.field}: {err.problem}")
+    if level is None:  # it needs no whole domain (or a wider one than the policy reserves)
+        book.release(key)
+        return passage
+    asked = Reservation(f.snapshot.levels[level], "", f.quota_reserved_at, f.now)
+    holder = Holder(f.contender, f.gang, f.policy.placement, asked, rp.max_checkpointable_evictions)
+    reserved = book.reserve(holder, level, f.snapshot)
+    if reserved is None:
+        return told(
+            f"no {f.snapshot.levels[level]} to reserve for it yet: each overlaps the "
+            "reservation of a gang before it"
+        )
+    taken, start = reserved
+    state = run.preemption
+    plan = book.clearing(key, f.snapshot, state.queues) if state is not None else None
+    if plan is not None:
+        return waits(
+            plan.reason, preemption=plan, hold=hold_of(plan, f.quota_reserved_at, f.now), reservation=taken
+        )
+    return told(describe(taken, start), taken)
+
+
+def _unfit_messages(passage: _Passage) -> tuple[str, str]:
+    """Why a gang that does not fit waits: placement's reason and its victim search's, as a
+    message and its detail (see `GateVerdict`)."""
+    unfit, plan = passage.unfit, passage.searched
+    assert unfit is not None
+    if plan is None:
+        return unfit.message, unfit.detail
+    return (
+        f"{unfit.message}; preemption: {plan.summary or plan.reason}",
+        f"{unfit.detail or unfit.message}; preemption: {plan.reason}",
     )
 
 
@@ -368,17 +490,23 @@ ORDER: tuple[Stage, ...] = (
     Stage(GateStep.SEQUENTIAL, _sequential_step),
     Stage(GateStep.DRAIN, _drain_step),
     Stage(GateStep.PLACEMENT, _placement_step),
+    Stage(GateStep.WHOLE, _whole_step),
     Stage(GateStep.PREEMPTION, _preemption_step),
+    Stage(GateStep.RESERVATION, _reservation_step),
 )
 
 
 def gate(
-    facts: GangFacts, preemption: PreemptionState | None = None, placer: Placer = check_placement
+    facts: GangFacts,
+    preemption: PreemptionState | None = None,
+    placer: Placer = check_placement,
+    reservations: Reservations | None = None,
 ) -> GateVerdict:
     """The decision for one waiting gang, in `ORDER` (see the module docstring). `preemption`:
     the pass's preemption state (None: no preemption is modelled); `placer`: how the gang is
-    placed (the check's placement unless the simulator compares another)."""
-    run, passage = _Run(facts, preemption, placer), _Passage()
+    placed (the check's placement unless the simulator compares another); `reservations`: the
+    pass's reservations (None: none is modelled)."""
+    run, passage = _Run(facts, preemption, placer, reservations), _Passage()
     for step in ORDER:
         try:
             out = step.run(run, passage)
@@ -391,13 +519,16 @@ def gate(
     if unfit is None:
         raise ValueError("the gate's order has no placement step")
     policy = facts.policy if isinstance(facts.policy, GangPolicy) else None
+    message, detail = _unfit_messages(passage)
     return GateVerdict(
-        step=GateStep.PLACEMENT,
-        message=unfit.message,
+        step=GateStep.PLACEMENT if passage.searched is None else GateStep.PREEMPTION,
+        message=message,
         decision=unfit,
         gang=passage.gang,
         policy=policy,
-        detail=unfit.detail,
+        wake_at=passage.wake_at,
+        preemption=passage.searched,
+        detail=detail,
     )
 
 
@@ -412,6 +543,8 @@ class WaitingReason(StrEnum):
     POLICY_UNUSABLE = "PolicyUnusable"
     AWAITING_PODS = "AwaitingPods"
     UNKNOWN_KEY = "UnknownKey"
+    NEVER_WHOLE = "NeverWhole"
+    RESERVED = "Reserved"
 
 
 _STEP_REASONS = {
@@ -421,6 +554,8 @@ _STEP_REASONS = {
     GateStep.BACKOFF: WaitingReason.BACKOFF,
     GateStep.SEQUENTIAL: WaitingReason.SEQUENTIAL,
     GateStep.DRAIN: WaitingReason.PLAN_DRAIN,
+    GateStep.WHOLE: WaitingReason.NEVER_WHOLE,
+    GateStep.RESERVATION: WaitingReason.RESERVED,
 }
 
 

@@ -20,6 +20,10 @@ PLACEMENT_GATE = f"{GROUP}/placement"
 REQUIRED_TOPOLOGY_ANNOTATION = f"{GROUP}/required-topology"
 PREFERRED_TOPOLOGY_ANNOTATION = f"{GROUP}/preferred-topology"
 MAX_RUNTIME_ANNOTATION = f"{GROUP}/max-runtime"
+# "true": the job checkpoints, so a gang waiting for a domain reserved for it may have it
+# evicted early (GangPolicy spec.reservation.maxCheckpointableEvictions, where Kueue's
+# ClusterQueue rules allow preempting it).
+CHECKPOINTABLE_ANNOTATION = f"{GROUP}/checkpointable"
 # Slices: each consecutive group of `slice-size` pods of a podset inside one domain of the slice
 # level; the gang-level annotations above then hold all slices together. Kueue's own
 # podset-slice annotations are read the same way (a preferred slice level is ours only).
@@ -74,10 +78,24 @@ PREEMPTION_ANNOTATION = f"{GROUP}/preemption"
 # it out of the queue until then: no quota, no nodes); the check holds it back too, should it get
 # quota sooner. A drain or a preemption requeues with no backoff.
 BACKOFF_UNTIL_ANNOTATION = f"{GROUP}/backoff-until"
+# On a Workload whose Kueue PodsReady says that its job runs, not that its pods are Ready
+# (Kubeflow's kinds, PyTorchJob and MPIJob among them: Kueue reads the job's Running condition):
+# when (RFC 3339) the watchdog first saw every pod of the gang Ready since its admission. It stands
+# for PodsReady in the readiness watch of those gangs: with Kueue's, a rank whose readiness probe
+# never passed was never timed out (seen on real nodes).
+READY_AT_ANNOTATION = f"{GROUP}/ready-at"
 PREEMPTED_REASON = "Preempted"
+# Reservation for big gangs: on a gang that has waited longer than its GangPolicy's
+# spec.reservation.afterWaiting, the domain reserved for it (JSON; the state a restarted
+# controller resumes from). Only gangs that end before its expected start (or of higher
+# priority) are admitted into that domain meanwhile.
+RESERVATION_ANNOTATION = f"{GROUP}/reservation"
 # The Warning Event (and check message) on a Workload held for an unknown key of ours on a pod
 # template (core.keys).
 UNKNOWN_KEY_REASON = "UnknownKey"
+# The Warning Event (and check message) on a Workload whose gang can never start whole here
+# (larger than every domain of its required level, or than the cluster).
+NEVER_WHOLE_REASON = "CannotStartWhole"
 # MultiKueue (on a manager cluster): the dispatcherName that hands the choice of a worker to
 # gangplugin (Kueue's External dispatcher mode), and what it records on the manager's Workload
 # (core.dispatch.DispatchRecord as JSON).

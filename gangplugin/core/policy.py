@@ -42,6 +42,23 @@ class Requeue:
 
 
 @dataclass(frozen=True, slots=True)
+class ReservationPolicy:
+    """GangPolicy `spec.reservation`: a gang that has waited `after_waiting` seconds since its
+    quota was reserved gets a domain reserved (None: never; off unless the policy says so).
+    `level`: the widest level reserved (None: any); `max_checkpointable_evictions`: how many
+    checkpointable gangs of lower priority may be evicted to clear a reserved domain early,
+    where Kueue's ClusterQueue rules allow preempting them (0: none)."""
+
+    after_waiting: float | None = None
+    level: str | None = None
+    max_checkpointable_evictions: int = 0
+
+    @property
+    def on(self) -> bool:
+        return self.after_waiting is not None
+
+
+@dataclass(frozen=True, slots=True)
 class GangPolicy:
     ready_timeout: float = DEFAULT_READY_TIMEOUT
     unscheduled_timeout: float | None = None
@@ -56,6 +73,7 @@ class GangPolicy:
     max_replaced_nodes: int | None = None
     preemption: str = "ClusterQueue"
     bind_mode: str = "Ungate"
+    reservation: ReservationPolicy = field(default_factory=ReservationPolicy)
 
     @property
     def sequential(self) -> bool:
@@ -103,6 +121,13 @@ def validate_policy(policy: GangPolicy, field_prefix: str = "spec") -> GangPolic
         raise InputError(f"{p}.maxReplacedNodes", "must not be negative; leave it out for no limit")
     if policy.placement.spares_per_ultraserver < 0:
         raise InputError(f"{p}.sparesPerUltraServer", "must not be negative")
+    rs = policy.reservation
+    if rs.after_waiting is not None and rs.after_waiting < 0:
+        raise InputError(f"{p}.reservation.afterWaiting", "must not be negative, e.g. 10m (0s: at once)")
+    if rs.level is not None and not rs.level:
+        raise InputError(f"{p}.reservation.level", "names a node label; leave it out for any level")
+    if rs.max_checkpointable_evictions < 0:
+        raise InputError(f"{p}.reservation.maxCheckpointableEvictions", "must not be negative (0: none)")
     return policy
 
 

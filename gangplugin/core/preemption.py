@@ -26,7 +26,6 @@ Pure: the snapshot is changed only for the check and given back as it was.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -37,19 +36,18 @@ from gangplugin.core.placement import (
     Placement,
     PlacementPolicy,
     eligible_nodes,
-    fit_counter,
     gang_levels,
     held_spares,
     place,
 )
-from gangplugin.core.resources import PODS
+from gangplugin.core.resources import ACCELERATORS
 from gangplugin.core.timeutil import format_time
 from gangplugin.core.topology import BoundPod, Snapshot
+from gangplugin.core.victim_search import DomainFit, Pods, least_gpus, search
 
 WITHIN_CLUSTER_QUEUE = ("Never", "LowerPriority", "LowerOrNewerEqualPriority")
 RECLAIM_WITHIN_COHORT = ("Never", "LowerPriority", "Any")
 BORROW_WITHIN_COHORT = ("Never", "LowerPriority")
-_MAX_NODES_PER_DOMAIN = 4000  # branch-and-bound steps in one domain before settling for the best so far
 _MAX_CHECKS = 16  # candidate sets checked with `place`
 
 
@@ -201,145 +199,7 @@ def without(snapshot: Snapshot, gangs: Sequence[RunningGang]) -> Iterator[None]:
             snapshot.bind(pod)
 
 
-class _Domain:
-    """Fast fit counting inside one domain: per node, free capacity plus what victims free.
-    `eligible`: per podset, the ids of the domain's nodes its pods may use."""
-
-    def __init__(
-        self,
-        snapshot: Snapshot,
-        gang: Gang,
-        eligible: list[list[int]],
-        usage: Mapping[str, _Pods],
-    ) -> None:
-        self.snapshot, self.gang, self.usage = snapshot, gang, usage
-        self.fit = [fit_counter(ps) for ps in gang.podsets]
-        free = snapshot.free
-        # per podset: node id -> how many of its pods fit there now
-        self.nodes = [{n: fit(free[n], {}) for n in ns} for fit, ns in zip(self.fit, eligible, strict=True)]
-        self.base = [sum(ns.values()) for ns in self.nodes]
-
-    def gains(self, candidates: Sequence[RunningGang]) -> list[list[int]]:
-        """Per candidate and podset, an upper bound of the pods its eviction adds: on each of
-        its nodes, what fits once every candidate has left it. A set never adds more than the
-        sum of its members' gains."""
-        freed = self._freed([g.key for g in candidates])
-        full = {
-            n: [
-                self.fit[p](self.snapshot.free[n], extra) - here[n] if n in here else 0
-                for p, here in enumerate(self.nodes)
-            ]
-            for n, extra in freed.items()
-        }
-        return [
-            [sum(full[n][p] for n in {n for n, _ in self.usage[g.key]}) for p in range(len(self.nodes))]
-            for g in candidates
-        ]
-
-    def _freed(self, keys: Sequence[str]) -> dict[int, dict[str, int]]:
-        """Per node, what the pods of these gangs hold there (pod slots included)."""
-        freed: dict[int, dict[str, int]] = {}
-        for k in keys:
-            for n, requests in self.usage[k]:
-                acc = freed.get(n)
-                if acc is None:
-                    acc = freed[n] = {PODS: 0}
-                for r, q in requests.items():
-                    acc[r] = acc.get(r, 0) + q
-                acc[PODS] += 1
-        return freed
-
-    def fits(self, keys: Sequence[str]) -> bool:
-        freed = self._freed(keys)
-        for p, ps in enumerate(self.gang.podsets):
-            count, here = self.base[p], self.nodes[p]
-            for n, extra in freed.items():
-                if n in here:
-                    count += self.fit[p](self.snapshot.free[n], extra) - here[n]
-            if count < ps.count:
-                return False
-        return True
-
-
-def _search(dom: _Domain, candidates: list[RunningGang], bound: list[int]) -> list[list[RunningGang]]:
-    """Minimal sets of `candidates` (sorted cheapest first) that make the gang fit in `dom`,
-    by branch and bound: a branch is cut when it costs more GPUs than `bound[0]` (the fewest
-    of a fitting set found so far, in any domain) or when even all the gangs left could not
-    add the pods missing (`_Domain.gains`)."""
-    need = [ps.count - b for ps, b in zip(dom.gang.podsets, dom.base, strict=True)]
-    gains = dom.gains(candidates)
-    total = [sum(g[p] for g in gains) for p in range(len(need))]
-    if any(t < n for t, n in zip(total, need, strict=True)):
-        return []  # even all of them could not make room
-    if _cheapest_possible([c.gpus for c in candidates], [g[0] for g in gains], need[0]) > bound[0]:
-        return []
-    left = [[0] * len(need) for _ in range(len(candidates) + 1)]  # gains of candidates[i:]
-    for i in range(len(candidates) - 1, -1, -1):
-        left[i] = [a + b for a, b in zip(left[i + 1], gains[i], strict=True)]
-    found: list[list[RunningGang]] = []
-    steps = 0
-    chosen: list[RunningGang] = []
-
-    def dfs(start: int, gpus: int, got: list[int]) -> None:
-        nonlocal steps
-        for i in range(start, len(candidates)):
-            steps += 1
-            if steps > _MAX_NODES_PER_DOMAIN or any(
-                g + r < n for g, r, n in zip(got, left[i], need, strict=True)
-            ):
-                return
-            c = candidates[i]
-            cost = gpus + c.gpus
-            if cost > bound[0]:
-                continue
-            chosen.append(c)
-            now = [a + b for a, b in zip(got, gains[i], strict=True)]
-            if all(g >= n for g, n in zip(now, need, strict=True)) and dom.fits([g.key for g in chosen]):
-                found.append(list(chosen))
-                bound[0] = min(bound[0], cost)
-            else:
-                dfs(i + 1, cost, now)
-            chosen.pop()
-
-    dfs(0, 0, [0] * len(need))
-    return found
-
-
-def _least_gpus(costs: Sequence[int], inside: Sequence[int], missing: int) -> float:
-    """The fewest GPUs of whole gangs (`costs`) whose GPUs in the domain (`inside`) add up to
-    `missing`: exact over subsets when there are few gangs, the fractional bound otherwise."""
-    if missing <= 0:
-        return min(costs, default=0)
-    if len(costs) > 10:
-        return _cheapest_possible(costs, inside, missing)
-    best = float("inf")
-    for r in range(1, len(costs) + 1):
-        for subset in itertools.combinations(range(len(costs)), r):
-            if sum(inside[i] for i in subset) >= missing:
-                best = min(best, sum(costs[i] for i in subset))
-    return best
-
-
-def _cheapest_possible(gpus: Sequence[int], gains: Sequence[int], missing: int) -> float:
-    """A lower bound of the GPUs to preempt for `missing` more pods: the fractional knapsack
-    over the candidates' (cost, gain); infinity when all of them together fall short."""
-    if missing <= 0:
-        return 0.0
-    cost = 0.0
-    for g, gain in sorted(
-        ((g, n) for g, n in zip(gpus, gains, strict=True) if n > 0), key=lambda t: t[0] / t[1]
-    ):
-        if gain >= missing:
-            return cost + g * missing / gain
-        cost += g
-        missing -= gain
-    return float("inf")
-
-
-_Pods = list[tuple[int, Mapping[str, int]]]
-
-
-def _usage(snapshot: Snapshot, gang: RunningGang) -> _Pods:
+def _usage(snapshot: Snapshot, gang: RunningGang) -> Pods:
     """(node id, requests) of each of the gang's pods the snapshot counts: the snapshot's own
     entries, so no new object per pod (a search reads every running gang)."""
     return [e for key in gang.pods if (e := snapshot.pod_usage(*key)) is not None]
@@ -436,7 +296,7 @@ def _candidate_sets(
     # come from these gangs' GPUs there. A domain where some podset has no eligible node is
     # never searched, so it is left out here (it could only end the loop, as a costlier one does).
     gangs_in: dict[int, list[RunningGang]] = {}
-    usage: dict[int, dict[str, _Pods]] = {}
+    usage: dict[int, dict[str, Pods]] = {}
     least: dict[int, float] = {}
     for d, entries in index.gangs_in(req).items():
         nodes = eligible.get(d)
@@ -453,14 +313,14 @@ def _candidate_sets(
                     free_gpus += q
         gangs_in[d] = [g for g, _, _ in here]
         usage[d] = {g.key: use for g, _, use in here}
-        least[d] = _least_gpus([g.gpus for g, _, _ in here], [n for _, n, _ in here], wanted - free_gpus)
+        least[d] = least_gpus([g.gpus for g, _, _ in here], [n for _, n, _ in here], wanted - free_gpus)
     bound = [1 << 62]
     found: list[tuple[tuple[object, ...], list[RunningGang], int]] = []
     for d in sorted(gangs_in, key=lambda d: (least[d], d)):
         if least[d] > bound[0]:
             break
-        dom = _Domain(snapshot, gang, eligible[d].per_podset, usage[d])
-        for members in _search(dom, gangs_in[d], bound):
+        dom = DomainFit(snapshot, gang, eligible[d].per_podset, usage[d])
+        for members in search(dom, gangs_in[d], bound):
             found.append((_set_key(members), members, d))
     found.sort(key=lambda t: (t[0], domains[t[2]].value or ""))
     return [(members, d) for _, members, d in found]
@@ -489,7 +349,7 @@ class VictimIndex:
         self.snapshot = snapshot
         self._running = list(running)
         self._keys = frozenset(g.key for g in running)
-        self._gangs_in: dict[int | None, dict[int, list[tuple[str, int, _Pods]]]] = {}
+        self._gangs_in: dict[int | None, dict[int, list[tuple[str, int, Pods]]]] = {}
         self._eligible: dict[tuple[object, ...], dict[int, _Eligible]] = {}
 
     def covers(self, snapshot: Snapshot, running: Sequence[RunningGang]) -> bool:
@@ -505,16 +365,16 @@ class VictimIndex:
         labelled = {d for d in snap.by_level[req] if domains[d].value is not None}
         return lambda n: d if (d := path[n][req]) in labelled else None
 
-    def gangs_in(self, req: int | None) -> Mapping[int, list[tuple[str, int, _Pods]]]:
+    def gangs_in(self, req: int | None) -> Mapping[int, list[tuple[str, int, Pods]]]:
         """Per domain of level `req`: (key, GPUs there, pods there) of each running gang with
         pods there, cheapest first (fewest GPUs, lowest priority, latest started, key)."""
         kept = self._gangs_in.get(req)
         if kept is not None:
             return kept
         domain = self._domain_of(req)
-        out: dict[int, list[tuple[str, int, _Pods]]] = {}
+        out: dict[int, list[tuple[str, int, Pods]]] = {}
         for g in sorted(self._running, key=lambda g: (g.gpus, g.priority, -g.started_at, g.key)):
-            inside: dict[int, tuple[list[int], _Pods]] = {}
+            inside: dict[int, tuple[list[int], Pods]] = {}
             for n, requests in _usage(self.snapshot, g):
                 if (d := domain(n)) is None:
                     continue
@@ -597,9 +457,6 @@ def exclude_nodes(gang: Gang, nodes: frozenset[str]) -> Gang:
     return Gang(
         tuple(replace(ps, excluded_nodes=ps.excluded_nodes | nodes) for ps in gang.podsets), gang.name
     )
-
-
-ACCELERATORS = ("nvidia.com/gpu", "aws.amazon.com/neuron", "aws.amazon.com/neuroncore")
 
 
 def gang_gpus(gang: Gang) -> int:

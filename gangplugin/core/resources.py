@@ -17,6 +17,9 @@ from gangplugin.core.errors import InputError
 CPU = "cpu"
 MEMORY = "memory"
 PODS = "pods"
+#: The devices gangs are made of: what makes a node taken (not a spare), what a preemption and a
+#: reservation cost.
+ACCELERATORS = ("nvidia.com/gpu", "aws.amazon.com/neuron", "aws.amazon.com/neuroncore")
 
 _SUFFIX: dict[str, Decimal] = {
     "": Decimal(1),

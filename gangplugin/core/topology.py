@@ -22,7 +22,7 @@ from typing import Any
 
 from gangplugin.core.eligibility import PodConstraints, Taint
 from gangplugin.core.errors import InputError
-from gangplugin.core.resources import PODS
+from gangplugin.core.resources import ACCELERATORS, PODS
 
 ZONE_LABEL = "topology.kubernetes.io/zone"
 ULTRASERVER_LABEL = "topology.k8s.aws/ultraserver-id"
@@ -126,7 +126,7 @@ class Snapshot:
         self.free: list[dict[str, int]] = []  # allocatable minus requests of active bound pods
         self.usable: list[bool] = []  # Ready and not cordoned
         self.path: list[tuple[int, ...]] = []  # domain id per level
-        self.pod_count: list[int] = []  # active pods bound
+        self.accelerated: list[int] = []  # active pods bound holding an accelerator
         self.domains: list[Domain] = [Domain(0, -1, None, (), -1)]
         self.domain_ids: dict[tuple[str | None, ...], int] = {(): 0}
         self.by_level: list[list[int]] = [[] for _ in self.levels]
@@ -137,6 +137,9 @@ class Snapshot:
         # callers asking the same question again before anything changes: an admission pass
         # refusing 1,000 waiting gangs of one shape. Emptied by every change.
         self.memo: dict[Hashable, Any] = {}
+        # Answers read off the nodes alone (what a domain could ever hold), kept while pods come
+        # and go; emptied when a node changes.
+        self.node_memo: dict[Hashable, Any] = {}
         # (pod shape, constraints) -> (pods of it per node, summed per domain): `fit_counts`
         self._fits: dict[tuple[Requests, PodConstraints], tuple[dict[int, int], list[int]]] = {}
 
@@ -183,8 +186,10 @@ class Snapshot:
         return out
 
     def idle(self, node_id: int) -> bool:
-        """Usable and without any active pod: a whole node a fresh gang or a spare can take."""
-        return self.usable[node_id] and self.pod_count[node_id] == 0
+        """Usable and without an active pod holding an accelerator: a whole node a fresh gang or a
+        spare can take. Pods without one (a DaemonSet's, which every node of a real cluster runs;
+        CoreDNS) do not count: counted, they left no UltraServer of real nodes a spare."""
+        return self.usable[node_id] and self.accelerated[node_id] == 0
 
     def spare_nodes(self, per_ultraserver: int) -> frozenset[int]:
         """Node ids held as spares: in each UltraServer, the idle nodes with the highest names.
@@ -323,6 +328,7 @@ class Snapshot:
         if i is not None and self.nodes[i] == node:
             return  # a heartbeat: nothing placement reads changed, so what is kept stays
         self._changed()
+        self.node_memo.clear()
         self._fits.clear()  # a node's domains may change: counted again when next asked
         if i is None:
             i = len(self.nodes)
@@ -331,7 +337,7 @@ class Snapshot:
             self.free.append(dict(node.allocatable))
             self.usable.append(node.ready and not node.unschedulable)
             self.path.append(())
-            self.pod_count.append(0)
+            self.accelerated.append(0)
             self._pods_on.append(set())
             self._attach(i, node)
             return
@@ -353,6 +359,7 @@ class Snapshot:
         if i is None:
             return
         self._changed()
+        self.node_memo.clear()
         self._fits.clear()
         self._detach(i)
         for key in self._pods_on[i]:
@@ -361,7 +368,7 @@ class Snapshot:
         self.nodes[i] = None
         self.usable[i] = False
         self.free[i] = {}
-        self.pod_count[i] = 0
+        self.accelerated[i] = 0
 
     def bind(self, pod: BoundPod) -> None:
         """Count a pod's requests against its node (finished pods and unknown nodes are ignored)."""
@@ -374,7 +381,7 @@ class Snapshot:
         self._changed()
         self._pods[key] = (i, pod.requests)
         self._pods_on[i].add(key)
-        self.pod_count[i] += 1
+        self.accelerated[i] += holds_accelerator(pod.requests)
         self._charge(i, pod.requests, 1)
 
     def node_of(self, namespace: str, name: str) -> int | None:
@@ -394,7 +401,7 @@ class Snapshot:
         self._changed()
         i, requests = entry
         self._pods_on[i].discard((namespace, name))
-        self.pod_count[i] -= 1
+        self.accelerated[i] -= holds_accelerator(requests)
         self._charge(i, requests, -1)
 
     def _charge(self, node_id: int, requests: Mapping[str, int], sign: int) -> None:
@@ -425,3 +432,8 @@ def build_snapshot(
     for pod in pods:
         snap.bind(pod)
     return snap
+
+
+def holds_accelerator(requests: Mapping[str, int]) -> bool:
+    """Whether a pod of these requests holds an accelerator (what makes a node taken)."""
+    return any(requests.get(r, 0) > 0 for r in ACCELERATORS)

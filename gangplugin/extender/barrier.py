@@ -71,6 +71,8 @@ class ApiBinder:
         self._session: aiohttp.ClientSession | None = None
 
     async def __call__(self, namespace: str, name: str, uid: str, node: str) -> None:
+        if self.client.fence is not None:
+            self.client.fence()  # a replica that lost the leader Lease binds nothing more
         if self._session is None:  # made on the loop that uses it
             connector = aiohttp.TCPConnector(ssl=self.client.ssl_context, limit=self.connections)
             self._session = aiohttp.ClientSession(

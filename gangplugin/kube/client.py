@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import ssl
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,7 +75,7 @@ class _Auth(httpx.Auth):
 class Client:
     """Synchronous client; one connection pool per instance. Every request carries the
     credentials' current header; clients of other libraries (the bind barrier's aiohttp) take
-    theirs from the same `credentials`."""
+    theirs from the same `credentials`, and call `fence` before a write as `request` does."""
 
     def __init__(
         self,
@@ -84,28 +84,49 @@ class Client:
         credentials: Credentials | None = None,
         *,
         transport: httpx.BaseTransport | None = None,
+        server_trust: ssl.SSLContext | None = None,
+        timeout: float = 30.0,
     ) -> None:
         self.server = server.rstrip("/")
         self.ssl_context = ssl_context  # for async clients of the same server
         self.credentials = credentials or Credentials()
+        self._server_trust = server_trust
+        self._transport = transport
+        # Called before every write; raises ApiError to refuse it (a replica that lost the
+        # leader Lease writes nothing more, whichever thread tries).
+        self.fence: Callable[[], None] | None = None
         self._http = httpx.Client(
             base_url=self.server,
             verify=ssl_context,
             headers={"Accept": "application/json"},
             auth=_Auth(self.credentials),
-            timeout=30.0,
+            timeout=timeout,
             transport=transport,
         )
 
     @classmethod
-    def from_config(cls, config: ClusterConfig) -> Client:
-        return cls(config.server, config.ssl_context, config.credentials)
+    def from_config(cls, config: ClusterConfig, timeout: float = 30.0) -> Client:
+        return cls(
+            config.server,
+            config.ssl_context,
+            config.credentials,
+            server_trust=config.server_trust,
+            timeout=timeout,
+        )
+
+    def as_user(self, token: str) -> Client:
+        """A client of the same API server that acts as whoever `token` is: the API server
+        authenticates and authorizes each of its requests (and its admission webhooks see that
+        user). It trusts the server as this one does and never presents this one's client
+        certificate, which the API server would take for the caller. Close it after use."""
+        trust = self._server_trust if self._server_trust is not None else self.ssl_context
+        return Client(self.server, trust, Credentials(token=token), transport=self._transport)
 
     @classmethod
-    def from_kubeconfig(cls, path: str | os.PathLike[str] | None = None) -> Client:
+    def from_kubeconfig(cls, path: str | os.PathLike[str] | None = None, timeout: float = 30.0) -> Client:
         """The current context of the kubeconfig(s) (`path`, else $KUBECONFIG, several joined with
         os.pathsep), or the in-cluster ServiceAccount when neither is given and it runs in a pod."""
-        return cls.from_config(load_config(path))
+        return cls.from_config(load_config(path), timeout)
 
     def close(self) -> None:
         self._http.close()
@@ -119,6 +140,8 @@ class Client:
         content_type: str | None = None,
         params: dict[str, str] | None = None,
     ) -> JSON:
+        if method != "GET" and self.fence is not None:
+            self.fence()
         headers = {"Content-Type": content_type or "application/json"} if body is not None else {}
         content = (
             body if isinstance(body, bytes | str) else (orjson.dumps(body) if body is not None else None)

@@ -146,6 +146,9 @@ class ClusterConfig:
     client_key: bytes | None = None
     namespace: str = "default"
     extensions: dict[str, Any] = field(default_factory=dict)
+    #: Trusts the server as `ssl_context` does but presents no client certificate: for requests
+    #: made as someone else (a console user's own token). None: `ssl_context` presents none.
+    server_trust: ssl.SSLContext | None = None
 
 
 def load_config(
@@ -209,12 +212,16 @@ def kubeconfig_config(paths: str, context: str | None = None) -> ClusterConfig:
     who = f"kubeconfig user {user_name!r}"
 
     ca = _file_or_data(cluster, "certificate-authority", cluster_dir, f"cluster {ctx.get('cluster')!r}")
-    if cluster.get("insecure-skip-tls-verify"):
-        context_ssl = ssl.create_default_context()
-        context_ssl.check_hostname = False
-        context_ssl.verify_mode = ssl.CERT_NONE
-    else:
-        context_ssl = ssl.create_default_context(cadata=ca.decode() if ca else None)
+
+    def trusting() -> ssl.SSLContext:
+        if cluster.get("insecure-skip-tls-verify"):
+            insecure = ssl.create_default_context()
+            insecure.check_hostname = False
+            insecure.verify_mode = ssl.CERT_NONE
+            return insecure
+        return ssl.create_default_context(cadata=ca.decode() if ca else None)
+
+    context_ssl = trusting()
 
     cert = _file_or_data(user, "client-certificate", user_dir, who)
     key = _file_or_data(user, "client-key", user_dir, who)
@@ -230,7 +237,9 @@ def kubeconfig_config(paths: str, context: str | None = None) -> ClusterConfig:
         raise ConfigError(
             f"{who}: auth-provider {name!r} is not supported (kubectl dropped it too); use an exec plugin"
         )
+    server_trust = None
     if cert and key:
+        server_trust = trusting()
         load_cert_chain(context_ssl, cert, key)
     extensions = {
         str(e.get("name")): e.get("extension") for e in cluster.get("extensions") or [] if isinstance(e, dict)
@@ -244,6 +253,7 @@ def kubeconfig_config(paths: str, context: str | None = None) -> ClusterConfig:
         client_key=key,
         namespace=str(ctx.get("namespace") or "default"),
         extensions=extensions,
+        server_trust=server_trust,
     )
 
 

@@ -12,10 +12,22 @@ from typing import Any
 
 from gangplugin.core.durations import parse_duration
 from gangplugin.core.errors import InputError
-from gangplugin.core.names import BACKOFF_UNTIL_ANNOTATION, MAX_RUNTIME_ANNOTATION, PREEMPTION_ANNOTATION
+from gangplugin.core.names import (
+    BACKOFF_UNTIL_ANNOTATION,
+    MAX_RUNTIME_ANNOTATION,
+    PREEMPTION_ANNOTATION,
+    RESERVATION_ANNOTATION,
+)
 from gangplugin.core.plans import TrainingPlan
-from gangplugin.core.policy import DEFAULT_READY_TIMEOUT, GangPolicy, Requeue, validate_policy
+from gangplugin.core.policy import (
+    DEFAULT_READY_TIMEOUT,
+    GangPolicy,
+    Requeue,
+    ReservationPolicy,
+    validate_policy,
+)
 from gangplugin.core.preemption import ClusterQueueState, Hold, QueuePreemption
+from gangplugin.core.reservation import Reservation
 from gangplugin.core.timeutil import parse_time, to_seconds
 from gangplugin.kube.client import JSON
 from gangplugin.kube.plan_records import parse_plan
@@ -24,13 +36,13 @@ from gangplugin.kube.records import policy_from_k8s
 PODSET_LABEL = "kueue.x-k8s.io/podset"
 
 
-def _duration(spec: Mapping[str, Any], key: str, default: float | None) -> float | None:
+def _duration(spec: Mapping[str, Any], key: str, default: float | None, at: str = "spec") -> float | None:
     value = spec.get(key)
     if value is None:
         return default
     if str(value).strip().startswith("-"):
-        raise InputError(f"spec.{key}", f"{value!r} is negative; write a duration like 90s, 5m or 0s")
-    return parse_duration(str(value), f"spec.{key}")
+        raise InputError(f"{at}.{key}", f"{value!r} is negative; write a duration like 90s, 5m or 0s")
+    return parse_duration(str(value), f"{at}.{key}")
 
 
 def _int(value: object, field: str, default: int | None) -> int | None:
@@ -80,8 +92,29 @@ def gang_policy_from_k8s(obj: Mapping[str, Any]) -> GangPolicy:
             max_replaced_nodes=_int(spec.get("maxReplacedNodes"), "spec.maxReplacedNodes", None),
             preemption=str(spec.get("preemption", "ClusterQueue")),
             bind_mode=str(spec.get("bindMode", "Ungate")),
+            reservation=_reservation(spec),
         )
     )
+
+
+def _reservation(spec: Mapping[str, Any]) -> ReservationPolicy:
+    """`spec.reservation` (absent: off; present, `afterWaiting` is required)."""
+    raw = spec.get("reservation")
+    if raw is None:
+        return ReservationPolicy()
+    if not isinstance(raw, Mapping):
+        raise InputError("spec.reservation", "must be a mapping, e.g. {afterWaiting: 10m}")
+    if raw.get("afterWaiting") is None:
+        raise InputError(
+            "spec.reservation.afterWaiting",
+            "is required: how long a gang waits before a domain is reserved for it, e.g. 10m",
+        )
+    after = _duration(raw, "afterWaiting", None, "spec.reservation")
+    level = raw.get("level")
+    if level is not None and (not isinstance(level, str) or not level):
+        raise InputError("spec.reservation.level", "names a node label, e.g. topology.k8s.aws/ultraserver-id")
+    evictions = _int(raw.get("maxCheckpointableEvictions"), "spec.reservation.maxCheckpointableEvictions", 0)
+    return ReservationPolicy(after_waiting=after, level=level, max_checkpointable_evictions=evictions or 0)
 
 
 def policy_name_of_check(ac: Mapping[str, Any]) -> str | None:
@@ -126,6 +159,28 @@ def check_state(wl: Mapping[str, Any], name: str) -> JSON | None:
     for c in (wl.get("status") or {}).get("admissionChecks") or []:
         if c.get("name") == name:
             return dict(c)
+    return None
+
+
+# API groups of the job kinds whose Kueue integration sets a Workload's PodsReady from the job's
+# Running condition rather than from its pods' readiness (Kueue v0.17-v0.19, `PodsReady()` of the
+# Kubeflow jobs and MPIJob).
+PODS_READY_MEANS_RUNNING = ("kubeflow.org",)
+
+
+def pods_ready_means_running(wl: Mapping[str, Any]) -> bool:
+    owners = (wl.get("metadata") or {}).get("ownerReferences") or []
+    return any(str(o.get("apiVersion", "")).split("/")[0] in PODS_READY_MEANS_RUNNING for o in owners)
+
+
+def ready_changed(pod: Mapping[str, Any]) -> float | None:
+    """When the pod's Ready condition last changed (None: not said)."""
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Ready" and c.get("lastTransitionTime"):
+            try:
+                return epoch(c["lastTransitionTime"], "status.conditions[Ready].lastTransitionTime")
+            except InputError:
+                return None
     return None
 
 
@@ -261,11 +316,11 @@ def hold_from_k8s(wl: Mapping[str, Any]) -> Hold | None:
 
 def spent_holds(wl: Mapping[str, Any]) -> tuple[str, ...]:
     """The annotations holding an admitted Workload back whose purpose ended with its admission:
-    its preemption hold (a hold ends when the preemptor is admitted), and a backoff that ended
+    its preemption hold and its reservation (both end when the gang is admitted), and a backoff that ended
     before the admission began (one the watchdog writes for the timeout it is acting on ends
     after it, so it stays)."""
     annotations = (wl.get("metadata") or {}).get("annotations") or {}
-    spent = [PREEMPTION_ANNOTATION] if PREEMPTION_ANNOTATION in annotations else []
+    spent = [a for a in (PREEMPTION_ANNOTATION, RESERVATION_ANNOTATION) if a in annotations]
     raw = annotations.get(BACKOFF_UNTIL_ANNOTATION)
     if raw is not None:
         admitted = (conditions(wl).get("Admitted") or {}).get("lastTransitionTime")
@@ -287,6 +342,36 @@ def hold_annotation(hold: Hold) -> str:
             "victims": list(hold.victims),
             "quotaReservedAt": hold.quota_reserved_at,
             "at": hold.at,
+        },
+        separators=(",", ":"),
+    )
+
+
+def reservation_from_k8s(wl: Mapping[str, Any]) -> Reservation | None:
+    """The domain reserved for a waiting Workload (None: none, or unreadable: then nothing is
+    reserved, the safe side; the next pass reserves again and writes it anew)."""
+    raw = ((wl.get("metadata") or {}).get("annotations") or {}).get(RESERVATION_ANNOTATION)
+    if not raw:
+        return None
+    try:
+        d = json.loads(raw)
+        return Reservation(
+            level=str(d["level"]),
+            domain=str(d["domain"]),
+            quota_reserved_at=float(d["quotaReservedAt"]),
+            at=float(d["at"]),
+        )
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+
+
+def reservation_annotation(reservation: Reservation) -> str:
+    return json.dumps(
+        {
+            "level": reservation.level,
+            "domain": reservation.domain,
+            "quotaReservedAt": reservation.quota_reserved_at,
+            "at": reservation.at,
         },
         separators=(",", ":"),
     )

@@ -1,11 +1,13 @@
 """Leader election on a coordination.k8s.io/v1 Lease: the I/O around `core.leader`.
 
 One thread tries to acquire the Lease every retry period and, once it holds it, renews it every
-retry period. Writes carry the resourceVersion read (optimistic concurrency): of two replicas
-writing at once, one gets 409 Conflict and simply has not acquired. `lost_reason` is checked by
-`gangplugin serve`'s main thread on its own clock, so a renewal stuck in a slow HTTP call cannot
-keep a replica acting past its renew deadline. Deadlines run on the monotonic clock; the wall
-clock only stamps acquireTime and renewTime.
+retry period (`gangplugin serve` runs it in a process of its own: `renewer.py`). Writes carry
+the resourceVersion read (optimistic concurrency): of two replicas writing at once, one gets 409
+Conflict and simply has not acquired. A leader renews with one PUT of the Lease it last wrote
+(client-go's optimistic renewal); after a failed try it reads the Lease again first.
+`lost_reason` is checked on its own clock, so a renewal stuck in a slow HTTP call cannot keep a
+replica acting past its renew deadline. Deadlines run on the monotonic clock; the wall clock
+only stamps acquireTime and renewTime.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -81,8 +84,29 @@ def lease_to_k8s(record: LeaseRecord, namespace: str, name: str, current: JSON |
     return {"apiVersion": LEASES.api_version, "kind": "Lease", "metadata": meta, "spec": spec}
 
 
+@dataclass(frozen=True, slots=True)
+class Renewal:
+    """One renewal of a held Lease, on the monotonic clock: when it was due (a retry period after
+    the last try ended), when the renewing code began (late when it waited for a core or the
+    GIL) and when the API server had answered it."""
+
+    due: float
+    began: float
+    done: float
+
+    @property
+    def latency(self) -> float:
+        return self.done - self.due
+
+    @property
+    def wakeup(self) -> float:
+        return self.began - self.due
+
+
 class LeaderElector:
-    """Holds the Lease `namespace/name` for `identity` while `run` runs."""
+    """Holds the Lease `namespace/name` for `identity` while `run` runs; `on_renewed` hears of
+    every renewal once it leads; while `may_renew` says no (the process it is held for is
+    stopped), it does not renew, and past the deadline it has lost."""
 
     def __init__(
         self,
@@ -93,14 +117,18 @@ class LeaderElector:
         config: ElectionConfig,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
+        on_renewed: Callable[[Renewal], None] = lambda _r: None,
+        may_renew: Callable[[], bool] = lambda: True,
     ) -> None:
         self.client, self.namespace, self.name, self.identity = client, namespace, name, identity
+        self.on_renewed, self.may_renew = on_renewed, may_renew
         self.config = config.validate()
         self.clock, self.monotonic = clock, monotonic
         self.leading = threading.Event()
         self.holder: str | None = None  # who holds it, as last read
         self._observed: Observation | None = None
-        self._last_renewed = 0.0
+        self._written: JSON | None = None  # the Lease as this replica last wrote it, while it leads
+        self.last_renewed = 0.0  # monotonic: when the last successful try began
         self._lost: str | None = None
 
     @property
@@ -111,7 +139,11 @@ class LeaderElector:
         """One try; True when this replica holds the Lease afterwards."""
         now = round(self.clock(), 6)  # MicroTime precision, so what we write reads back equal
         mono = self.monotonic()  # before the calls: a slow write must not push the deadline out
-        current = self.client.get_or_none(LEASES, self.name, self.namespace)
+        written, self._written = self._written, None  # a failed try reads the Lease again
+        if written is not None and self.leading.is_set():
+            current: JSON | None = written
+        else:
+            current = self.client.get_or_none(LEASES, self.name, self.namespace)
         lease = record_from_k8s(current) if current is not None else None
         d = decide(lease, self._observed, self.identity, now, self.config, mono)
         self._observed = d.observed
@@ -123,9 +155,9 @@ class LeaderElector:
         body = lease_to_k8s(d.record, self.namespace, self.name, current)
         try:
             if d.action is Action.CREATE:
-                self.client.create(LEASES, body, self.namespace)
+                self._written = self.client.create(LEASES, body, self.namespace)
             else:
-                self.client.request("PUT", LEASES.path(self.namespace, self.name), body=body)
+                self._written = self.client.request("PUT", LEASES.path(self.namespace, self.name), body=body)
         except ApiError as err:
             if err.status == 409:  # someone else wrote it first; read again next time
                 return False
@@ -133,7 +165,7 @@ class LeaderElector:
         if not self.leading.is_set():
             log.info("lease %s: %s", self.lease, d.reason, extra={"identity": self.identity})
         self._observed = Observation(d.record, mono)
-        self._last_renewed = mono
+        self.last_renewed = mono
         self.holder = self.identity
         return True
 
@@ -141,7 +173,7 @@ class LeaderElector:
         """Why this replica must stop acting now (None while it may go on)."""
         if self._lost is not None:
             return self._lost
-        if self.leading.is_set() and lost(self._last_renewed, self.monotonic(), self.config):
+        if self.leading.is_set() and lost(self.last_renewed, self.monotonic(), self.config):
             return f"lease {self.lease} not renewed within {self.config.renew_deadline:g}s"
         return None
 
@@ -155,16 +187,34 @@ class LeaderElector:
     def _sleep(self, stop: threading.Event) -> bool:
         return stop.wait(self.config.retry_period * random.uniform(1.0, JITTER))
 
-    def run(self, stop: threading.Event, on_started: Callable[[], None]) -> None:
-        """Acquire (calling `on_started` once), then renew until `stop` (releasing the Lease) or
-        until a renewal fails past the deadline or finds another holder (`lost_reason` says so)."""
+    def run(
+        self, stop: threading.Event, on_started: Callable[[], None], release: threading.Event | None = None
+    ) -> None:
+        """Acquire (calling `on_started` once), then renew until `stop` (releasing the Lease,
+        unless `release` is given and not set) or until a renewal fails past the deadline or
+        finds another holder (`lost_reason` says so)."""
         while not self._try():
             if self._sleep(stop):
                 return
         self.leading.set()
         on_started()
-        while not stop.wait(self.config.retry_period):
-            if self._try():
+        due = self.monotonic() + self.config.retry_period
+        paused = False
+        while not stop.wait(max(0.0, due - self.monotonic())):
+            began = self.monotonic()
+            if not self.may_renew():
+                if not paused:
+                    log.warning(
+                        "lease %s: not renewed while the process it is held for is stopped", self.lease
+                    )
+                paused, renewed = True, False
+            else:
+                paused, renewed = False, self._try()
+            done = self.monotonic()
+            if renewed:
+                self._renewed(Renewal(due, began, done))
+            due = done + self.config.retry_period
+            if renewed:
                 continue
             if self.holder not in (None, self.identity):
                 self._lost = f"lease {self.lease} is now held by {self.holder}"
@@ -172,7 +222,19 @@ class LeaderElector:
                 self._lost = why
                 self.leading.clear()
                 return
-        self.release()
+        if release is None or release.is_set():
+            self.release()
+
+    def _renewed(self, r: Renewal) -> None:
+        if r.latency > self.config.retry_period:  # a fifth of the way to the renew deadline
+            log.warning(
+                "lease %s renewed %.1fs after it was due (began %.1fs late; answered in %.1fs)",
+                self.lease,
+                r.latency,
+                r.wakeup,
+                r.done - r.began,
+            )
+        self.on_renewed(r)
 
     def release(self) -> None:
         """Give the Lease up (a clean shutdown): a successor takes over without waiting it out."""

@@ -9,7 +9,8 @@ from typing import Any
 import click
 
 from gangplugin.kube.client import JOBS, PODS, WORKLOADS, Client
-from gangplugin.localcluster.cluster import REPO, ClusterError, LocalCluster
+from gangplugin.localcluster.cluster import GANGPLUGIN_NAMESPACE, REPO, ClusterError, LocalCluster, cache_dir
+from gangplugin.localcluster.probes import Deadline
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -31,6 +32,20 @@ def up(sample: bool) -> None:
         f"\nkubectl and gangctl work against the cluster with:\n  export KUBECONFIG={cluster.kubeconfig}\n"
         "  gangctl get gangs -A"
     )
+    if "console" in cluster.spec.gangplugin_components:
+        click.echo(console_note(cluster))
+
+
+def console_note(cluster: LocalCluster) -> str:
+    """Where the web console is and how to sign in to it."""
+    kubectl = cache_dir() / "bin" / "kubectl"
+    return (
+        f"\nThe console: https://127.0.0.1:{cluster.ports.gangplugin_console()}/\n"
+        f"  its certificate is signed by the cluster's CA ({cluster.pki_dir / 'ca.crt'}): trust it, or\n"
+        "  accept the browser's warning; sign in with a token of the local admin ServiceAccount:\n"
+        f"  {kubectl} --kubeconfig {cluster.kubeconfig} -n {GANGPLUGIN_NAMESPACE} "
+        "create token console-admin --duration=24h"
+    )
 
 
 @cli.command()
@@ -45,14 +60,21 @@ def down() -> None:
 
 @cli.command()
 def status() -> None:
-    """Say whether the cluster runs, and which processes."""
+    """Say whether the cluster runs, which processes, and how often each was started again."""
     cluster = LocalCluster()
     procs = cluster.running_processes()
     if not procs:
         click.echo("no local cluster running")
         sys.exit(1)
-    for name, pid in procs.items():
-        click.echo(f"{name:<26} pid {pid}")
+    restarts = cluster.restarts()
+    for name in cluster.recorded_processes():
+        pid = f"pid {procs[name]}" if name in procs else "exited, being started again"
+        r = restarts.get(name)
+        again = f"  restarted {r['count']}x, last exit {r['lastExit']}: {r['lastLine']}" if r else ""
+        click.echo(f"{name:<26} {pid}{again}")
+    keeper = cluster.keeper()
+    kept = f"pid {keeper} (starts again what exits)" if keeper else "not running: nothing restarts what exits"
+    click.echo(f"{'keeper':<26} {kept}")
     click.echo(f"KUBECONFIG={cluster.kubeconfig}")
 
 
@@ -66,9 +88,9 @@ def run_sample(cluster: LocalCluster, timeout: float = 120.0) -> None:
             f"\nsubmitted Job {ns}/{name} ({job['spec']['parallelism']} pods) to LocalQueue "
             f"{job['metadata']['labels']['kueue.x-k8s.io/queue-name']}"
         )
-        deadline = time.monotonic() + timeout
+        deadline = Deadline(timeout)
         reported: set[str] = set()
-        while time.monotonic() < deadline:
+        while not deadline.passed():
             wls = [
                 w
                 for w in client.list(WORKLOADS, ns)["items"]

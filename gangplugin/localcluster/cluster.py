@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -38,7 +39,12 @@ from gangplugin.localcluster.upstream import REPO, cache_dir, jobset_version, ve
 WITH_ENV = "GANGPLUGIN_WITH"
 KUEUE_VERSION_ENV = "GANGPLUGIN_KUEUE_VERSION"
 SHAPE_ENV = "GANGPLUGIN_SHAPE"
+REPLICAS_ENV = "GANGPLUGIN_REPLICAS"
+DEFAULT_REPLICAS = 2  # `gangplugin serve` processes, as the Helm chart installs it
 SAMPLE_SHAPE = REPO / "deploy" / "local" / "cluster-shape.yaml"
+# One request of `up`'s installs: large CRDs applied while kwok creates thousands of nodes, on a
+# machine others load too, can take longer than a client's usual 30 s.
+SETUP_REQUEST_TIMEOUT = 120.0
 
 
 def _names(listed: str) -> list[str]:
@@ -58,7 +64,8 @@ class LocalCluster:
     - `generic_workload`: GANGPLUGIN_GENERIC_WORKLOAD=1 (off by default).
     - `shape`: the LocalClusterShape of its nodes: GANGPLUGIN_SHAPE, else the sample.
     - `gangplugin_components`: what `gangplugin serve` runs: GANGPLUGIN_COMPONENTS, else its
-      defaults; `gangplugin_args`: more `serve` flags.
+      defaults; `gangplugin_args`: more `serve` flags; `gangplugin_replicas`: how many `serve`
+      processes elect a leader: GANGPLUGIN_REPLICAS, else 2 (as the Helm chart installs it).
     - `kueue_config`: settings merged into Kueue's Configuration last (a MultiKueue manager's
       `multiKueue`; `multikueue.py` starts a manager and its workers).
     """
@@ -76,6 +83,7 @@ class LocalCluster:
         gangplugin_components: Iterable[str] | None = None,
         gangplugin_args: Iterable[str] | None = None,
         kueue_config: Mapping[str, Any] | None = None,
+        gangplugin_replicas: int | None = None,
     ) -> None:
         self.state_dir = (
             state_dir or Path(os.environ.get("GANGPLUGIN_STATE", REPO / ".local" / "cluster"))
@@ -104,6 +112,9 @@ class LocalCluster:
         )
         args = tuple(gangplugin_args if gangplugin_args is not None else recorded.get("gangpluginArgs", ()))
         kueue = dict(kueue_config if kueue_config is not None else recorded.get("kueueConfig", {}))
+        replicas = gangplugin_replicas or int(
+            env.get(REPLICAS_ENV) or recorded.get("gangpluginReplicas") or DEFAULT_REPLICAS
+        )
         self._chosen = choose(components)
         names = tuple(c.name for c in self._chosen)
         self.spec = ClusterSpec(
@@ -120,6 +131,7 @@ class LocalCluster:
             cache=cache_dir(),
             gangplugin_args=args,
             kueue_config=kueue,
+            gangplugin_replicas=replicas,
         )
         self._supervisor = Supervisor(
             self.state_dir,
@@ -133,15 +145,18 @@ class LocalCluster:
                 "gangpluginComponents": list(served),
                 "gangpluginArgs": list(args),
                 "kueueConfig": kueue,
+                "gangpluginReplicas": replicas,
             },
         )
 
     @staticmethod
     def _gangplugin_components() -> tuple[str, ...]:
-        """What `gangplugin serve` runs: GANGPLUGIN_COMPONENTS, else what it runs by default."""
+        """What `gangplugin serve` runs: GANGPLUGIN_COMPONENTS, else what it runs by default and
+        the web console (off by default in a cluster; on here, for the developer at the desk)."""
         from gangplugin.server.main import DEFAULT_COMPONENTS
 
-        return tuple(_names(os.environ.get("GANGPLUGIN_COMPONENTS", ",".join(DEFAULT_COMPONENTS))))
+        default = ",".join((*DEFAULT_COMPONENTS, "console"))
+        return tuple(_names(os.environ.get("GANGPLUGIN_COMPONENTS", default)))
 
     # ---- where things are ----------------------------------------------------------------
 
@@ -189,6 +204,7 @@ class LocalCluster:
         """Start the cluster; False when it was already running (nothing started)."""
         if self.is_running():
             self._log(f"cluster already running (state in {self.state_dir}); `make down` stops it")
+            self._keep()
             return False
         if self.running_processes():
             self._log("a previous cluster is half-running; stopping what is left of it")
@@ -206,7 +222,12 @@ class LocalCluster:
             self._log("start failed; stopping everything that was started")
             self.down(quiet=True)
             raise
+        self._keep()
         return True
+
+    def _keep(self) -> None:
+        """From now on a process that exits is started again, as kubelet would (`keeper.py`)."""
+        self._supervisor.keep((sys.executable, "-m", "gangplugin.localcluster.keeper", str(self.state_dir)))
 
     def add(self, *names: str, build: bool = True) -> tuple[str, ...]:
         """Start the optional components `names` on this running cluster, as `up` would have
@@ -238,7 +259,7 @@ class LocalCluster:
         # The supervisor records what already runs before it starts more.
         self._supervisor.stop("kueue")
         kueue = self._component("kueue")
-        client = Client.from_kubeconfig(self.kubeconfig)
+        client = Client.from_kubeconfig(self.kubeconfig, timeout=SETUP_REQUEST_TIMEOUT)
         try:
             # As in `up`: every install at once, then each started in the registry's order.
             with ThreadPoolExecutor(len(added) + 1) as pool:
@@ -272,7 +293,7 @@ class LocalCluster:
         control_plane, rest = self._chosen[: len(CONTROL_PLANE)], self._chosen[len(CONTROL_PLANE) :]
         for comp in control_plane:
             self._start(comp)
-        client = Client.from_kubeconfig(self.kubeconfig)
+        client = Client.from_kubeconfig(self.kubeconfig, timeout=SETUP_REQUEST_TIMEOUT)
         try:
             # Every install at once, from the start: the API server establishes the CRDs of the
             # later components while the earlier ones start.
@@ -287,14 +308,26 @@ class LocalCluster:
         self._log(f"cluster up in {time.monotonic() - t0:.1f}s; export KUBECONFIG={self.kubeconfig}")
 
     def _start(self, comp: Component) -> None:
-        proc = comp.process(self.spec)
-        if proc is not None:
+        for proc in comp.processes(self.spec):
             self._supervisor.start(proc)
 
     def process(self, name: str) -> Process | None:
-        """The process of component `name` (or "gangplugin-<n>", another gangplugin replica) as
-        `up` or `restart` starts it (None: nothing to run); for a test that runs it otherwise."""
-        return self._component(name).process(self.spec)
+        """The process of component `name` (or "gangplugin-<n>", another gangplugin replica, or
+        one of a component's several, "real-node-<node>") as `up` or `restart` starts it (None:
+        nothing to run); for a test that runs it otherwise."""
+        return self._named_process(name)
+
+    def _named_process(
+        self, name: str, *, extender: bool = True, args: tuple[str, ...] = (), lead: bool = True
+    ) -> Process | None:
+        try:
+            comp = self._component(name, extender=extender, args=args, lead=lead)
+        except ClusterError:
+            for other in self._chosen:
+                if (proc := other.process_named(self.spec, name)) is not None:
+                    return proc
+            raise
+        return comp.process(self.spec)
 
     def _component(
         self, name: str, *, extender: bool = True, args: tuple[str, ...] = (), lead: bool = True
@@ -325,13 +358,43 @@ class LocalCluster:
         """Kill one running process (a component's name, or "gangplugin-<n>") and start it again
         (or start it, if it was not running); `extender` chooses kube-scheduler's configuration,
         `args` are more `gangplugin serve` flags, `lead=False` lets replica 1 come back as a
-        follower (tests and benchmarks use these)."""
-        comp = self._component(name, extender=extender, args=args, lead=lead)
-        self._supervisor.stop(name, kill)
-        proc = comp.process(self.spec)
+        follower (tests and benchmarks use these). "gangplugin" with `lead` rolls every replica,
+        as a changed Deployment does: the others stop cleanly first (a leader among them
+        releases the Lease), replica 1 comes back leading with `args`, then they start again
+        with them too, as followers."""
+        proc = self._named_process(name, extender=extender, args=args, lead=lead)
         if proc is None:
             raise ClusterError(f"{name} has nothing to run")
+        others = self.gangplugin_replicas()[1:] if name == "gangplugin" and lead else ()
+        for other in others:
+            self._supervisor.stop(other, signal.SIGTERM)
+        self._supervisor.stop(name, kill)
         self._supervisor.start(proc)
+        for other in others:
+            replica = self._component(other, args=args).process(self.spec)
+            assert replica is not None
+            self._supervisor.start(replica)
+
+    def gangplugin_replicas(self) -> tuple[str, ...]:
+        """The process names of `gangplugin serve`'s replicas, replica 1 ("gangplugin") first."""
+        if not self.spec.gangplugin_components:
+            return ()
+        n = self.spec.gangplugin_replicas
+        return ("gangplugin", *(f"gangplugin-{i}" for i in range(2, n + 1)))
+
+    def keeper(self) -> int | None:
+        """The keeper's pid while it runs (`keeper.py`)."""
+        return self._supervisor.keeper()
+
+    def recorded_processes(self) -> tuple[str, ...]:
+        """Every process the cluster runs, in start order: running, or being started again."""
+        return tuple(read_state(self.state_dir).get("processes", {}))
+
+    def restarts(self) -> dict[str, dict[str, Any]]:
+        """Per process the keeper started again: `count`, `lastExit` (UTC) and `lastLine` (the
+        last line it wrote before it exited)."""
+        found: dict[str, dict[str, Any]] = read_state(self.state_dir).get("restarts", {})
+        return found
 
     def apply_file(self, client: Client, path: Path) -> list[dict[str, Any]]:
         """Server-side apply every document of a YAML file (kinds this cluster knows)."""
@@ -340,6 +403,8 @@ class LocalCluster:
     def down(self, *, quiet: bool = False) -> None:
         """Stop every recorded process (TERM, then KILL) and forget the state."""
         self._supervisor.stop_all(quiet=quiet)
+        for comp in self._chosen:
+            comp.stopped(self.spec)
         # etcd's data goes with the cluster: the next `up` starts clean.
         shutil.rmtree(data_dir(self.spec), ignore_errors=True)
 

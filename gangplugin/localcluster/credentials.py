@@ -34,6 +34,13 @@ def write(spec: ClusterSpec) -> None:
     ca = CertificateAuthority(spec.pki_dir)
     ca.issue("apiserver", common_name="kube-apiserver", hosts=APISERVER_HOSTS)
     ca.issue("admin", common_name="kubernetes-admin", organization="system:masters", client=True)
+    # kube-apiserver's own, to the kubelets of real nodes (logs, exec), as kubeadm's.
+    ca.issue(
+        "apiserver-kubelet-client",
+        common_name="kube-apiserver-kubelet-client",
+        organization="system:masters",
+        client=True,
+    )
     ca.issue("webhook", common_name="gangplugin-local-webhooks", hosts=("127.0.0.1", "localhost"))
     clients = CertificateAuthority(spec.extender_clients_dir, common_name="gangplugin-local-extender-clients")
     clients.issue("kube-scheduler", common_name="kube-scheduler", client=True)
@@ -42,6 +49,23 @@ def write(spec: ClusterSpec) -> None:
     copy_serving_pair(spec, spec.serving_cert_dir)
     spec.kubeconfig.write_text(yaml.safe_dump(kubeconfig(spec, ca), sort_keys=False))
     spec.kubeconfig.chmod(0o600)
+
+
+def client_kubeconfig(
+    spec: ClusterSpec, name: str, common_name: str, organization: str | None = None
+) -> Path:
+    """`<state>/kubeconfigs/<name>`: a kubeconfig for the identity `common_name` (in group
+    `organization`), with a client certificate of its own from the cluster CA (a real node's
+    kubelet is system:node:<node> in system:nodes, kube-proxy is system:kube-proxy)."""
+    ca = CertificateAuthority(spec.pki_dir)
+    cert, key = ca.issue(f"client-{name}", common_name=common_name, organization=organization, client=True)
+    doc = kubeconfig(spec, ca)
+    doc["users"][0]["user"] = {"client-certificate": str(cert), "client-key": str(key)}
+    path = spec.state_dir / "kubeconfigs" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    path.chmod(0o600)
+    return path
 
 
 def copy_serving_pair(spec: ClusterSpec, directory: Path) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import contextlib
 from collections.abc import Callable, Collection, Iterable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import yaml
 
 from gangplugin.kube.client import NODES, ApiError, Client, Resource
 from gangplugin.localcluster.errors import ClusterError
-from gangplugin.localcluster.probes import wait
+from gangplugin.localcluster.probes import INSTALL_DEADLINE, persist, wait
 from gangplugin.localcluster.spec import ClusterSpec
 
 FIELD_MANAGER = "gangplugin-localcluster"
@@ -57,9 +58,14 @@ def apply_crds(
                     "conversionReviewVersions": ["v1"],
                 },
             }
-        client.apply(CRDS, crd, field_manager=FIELD_MANAGER)
-        names.append(crd["metadata"]["name"])
-    wait(lambda: all(_established(client, n) for n in names), 30, f"{what}'s CRDs to be established")
+        name = crd["metadata"]["name"]
+        persist(partial(client.apply, CRDS, crd, field_manager=FIELD_MANAGER), f"applying CRD {name}")
+        names.append(name)
+    wait(
+        lambda: all(_established(client, n) for n in names),
+        INSTALL_DEADLINE,
+        f"{what}'s CRDs to be established",
+    )
 
 
 def _established(client: Client, name: str) -> bool:
@@ -113,6 +119,22 @@ def apply_webhooks(
         client.apply(WEBHOOK_KINDS[cfg["kind"]], cfg, field_manager=FIELD_MANAGER)
 
 
+def wait_webhooks_answer(
+    client: Client, resource: Resource, probe: dict[str, Any], timeout: float, what: str
+) -> None:
+    """Until a dry-run create of `probe` goes through `what`'s mutating and validating webhooks
+    (the controller's process being up is not enough: the API server must reach its webhooks)."""
+
+    def ok() -> bool:
+        try:
+            client.request("POST", resource.path(), body=probe, params={"dryRun": "All"})
+            return True
+        except ApiError:
+            return False
+
+    wait(ok, timeout, f"{what}'s webhooks to answer")
+
+
 def install_upstream(
     client: Client,
     spec: ClusterSpec,
@@ -158,6 +180,13 @@ _KINDS: dict[tuple[str, str], Resource] = {
     ("v1", "Pod"): Resource("v1", "pods"),
     ("v1", "Service"): Resource("v1", "services"),
     ("batch/v1", "Job"): Resource("batch/v1", "jobs"),
+    ("apps/v1", "Deployment"): Resource("apps/v1", "deployments"),
+    ("rbac.authorization.k8s.io/v1", "ClusterRole"): Resource(
+        "rbac.authorization.k8s.io/v1", "clusterroles", namespaced=False
+    ),
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): Resource(
+        "rbac.authorization.k8s.io/v1", "clusterrolebindings", namespaced=False
+    ),
     ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): CRDS,
     ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicy"): Resource(
         "admissionregistration.k8s.io/v1", "mutatingadmissionpolicies", namespaced=False
@@ -187,7 +216,10 @@ def resource_for(obj: dict[str, Any]) -> Resource:
 def apply_file(client: Client, path: Path) -> list[dict[str, Any]]:
     """Server-side apply every document of a YAML file (kinds this cluster knows)."""
     return [
-        client.apply(resource_for(doc), doc, field_manager=FIELD_MANAGER)
+        persist(
+            partial(client.apply, resource_for(doc), doc, field_manager=FIELD_MANAGER),
+            f"applying {doc['kind']} {doc['metadata']['name']} from {path.name}",
+        )
         for doc in yaml.safe_load_all(path.read_text())
         if doc
     ]

@@ -8,7 +8,8 @@ and deploy/local/multikueue/manager-queues.yaml.
 The manager's Kueue dispatches with `dispatcher`: gangplugin's (`gangplugin.io/dispatcher`,
 Kueue's External mode, with `gangplugin serve --components multikueue,api` on the manager), or
 one of Kueue's own (AllAtOnce, Incremental; the manager's gangplugin then serves only the API).
-`use(dispatcher)` restarts the manager's Kueue and gangplugin with another one.
+`use(dispatcher)` restarts the manager's Kueue and gangplugin with another one. Each cluster
+runs one `gangplugin serve` (no follower): a test stops a worker's gang check by stopping it.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from gangplugin.localcluster import manifests
 from gangplugin.localcluster.cluster import LocalCluster
 from gangplugin.localcluster.components.kueue import KUEUE_NAMESPACE
 from gangplugin.localcluster.ports import Ports
-from gangplugin.localcluster.probes import wait
+from gangplugin.localcluster.probes import INSTALL_DEADLINE, wait
 from gangplugin.localcluster.upstream import REPO, versions
 
 ALL_AT_ONCE = "kueue.x-k8s.io/multikueue-dispatcher-all-at-once"
@@ -96,6 +97,7 @@ class MultiKueueClusters:
                 shape=shape,
                 gangplugin_args=(),
                 kueue_config={},
+                gangplugin_replicas=1,
             )
             for i, (name, shape) in enumerate(sorted((workers or WORKER_SHAPES).items()))
         }
@@ -112,6 +114,7 @@ class MultiKueueClusters:
             gangplugin_components=("multikueue", "api") if ours else ("api",),
             gangplugin_args=self.gangplugin_args if ours else (),
             kueue_config=manager_kueue_config(dispatcher),
+            gangplugin_replicas=1,
         )
 
     def clusters(self) -> dict[str, LocalCluster]:
@@ -157,7 +160,11 @@ class MultiKueueClusters:
             }
             client.apply(manifests.resource_for(config), config, field_manager=manifests.FIELD_MANAGER)
             manifests.apply_file(client, MANAGER_QUEUES)
-            wait(lambda: self._active(client), 120, "Kueue on the manager to connect to every worker")
+            wait(
+                lambda: self._active(client),
+                INSTALL_DEADLINE,
+                "Kueue on the manager to connect to every worker",
+            )
         finally:
             client.close()
 
@@ -184,7 +191,11 @@ class MultiKueueClusters:
         self.manager.restart("gangplugin")
         client = Client.from_kubeconfig(self.manager.kubeconfig)
         try:
-            wait(lambda: self._active(client), 120, "Kueue on the manager to connect to every worker")
+            wait(
+                lambda: self._active(client),
+                INSTALL_DEADLINE,
+                "Kueue on the manager to connect to every worker",
+            )
         finally:
             client.close()
 

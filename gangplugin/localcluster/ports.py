@@ -92,6 +92,12 @@ class Ports:
         """Replica 1's gRPC port for client-certificate callers (kubectl's admin user)."""
         return self.base + 609
 
+    def gangplugin_console(self, n: int = 1) -> int:
+        """The web console of `gangplugin serve` replica n (every replica serves it): 608 for
+        replica 1, 800 + n for the others (apart from the replicas' other ports, which take
+        every port of 609-616: clusters 9 ports apart share none, see the tests)."""
+        return self.base + 608 if n == 1 else self.base + 800 + n
+
     def gangplugin_replica(self, n: int) -> tuple[int, int, int]:
         """Health, gRPC and webhook ports of `gangplugin serve` replica n (1 has the ones above).
         Replicas share the extender's port: only the leader binds it, as a Service would pick

@@ -44,6 +44,8 @@ class ClusterSpec:
     gangplugin_args: tuple[str, ...] = ()
     # Settings merged into Kueue's Configuration last (a MultiKueue manager's `multiKueue`).
     kueue_config: Mapping[str, Any] = field(default_factory=dict)
+    # `gangplugin serve` processes, with leader election between them (the Helm chart's two).
+    gangplugin_replicas: int = 2
 
     @property
     def bin_dir(self) -> Path:

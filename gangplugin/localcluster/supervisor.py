@@ -1,27 +1,33 @@
 """Runs a local cluster's programs as plain processes, and stops them from any shell.
 
 Each process runs detached in its own process group (it outlives the shell that started it) with
-its log in `<state>/logs/<name>.log`. `<state>/state.json` records what runs, and the options the
-cluster was started with, so `down` from another shell stops exactly that and a second `up` finds
-the running cluster. A recorded pid counts only while it is alive and its command line names the
-state directory: pids get reused.
+its log in `<state>/logs/<name>.log`. `<state>/state.json` records what runs (`processes`: name ->
+pid), how each was started (`commands`: what the keeper needs to start it again as it was), its
+restarts, the keeper's pid, and the options the cluster was started with, so `down` from another
+shell stops exactly that and a second `up` finds the running cluster. A recorded pid counts only
+while it is alive and its command line names the state directory: pids get reused. The shell that
+runs `up`, a test restarting a component and the keeper (`keeper.py`) change the file at once:
+each change reads and writes it whole under a lock (`state.lock`). A stopped process is forgotten
+before it is signalled, so the keeper never starts again what was stopped on purpose.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gangplugin.localcluster.errors import ClusterError
+from gangplugin.localcluster.probes import Deadline
 
 # How long a stopped process gets to exit before the next, harder step.
 STOP_GRACE = 15.0
@@ -40,6 +46,30 @@ class Process:
     env: Mapping[str, str] = field(default_factory=dict)
     startup_timeout: float = 60.0
     ports: tuple[int, ...] = ()
+    # Its CPU niceness (`nice`): below 0, it gets more of a busy machine's CPU than the rest.
+    nice: int = 0
+
+    def command(self) -> dict[str, Any]:
+        """What state.json records of it: enough to start it again as it was."""
+        argv = ["nice", "-n", str(self.nice), *self.argv] if self.nice else list(self.argv)
+        return {"argv": argv, "env": dict(self.env), "ports": list(self.ports)}
+
+
+def launch(state_dir: Path, name: str, command: Mapping[str, Any]) -> subprocess.Popen[bytes]:
+    """Start a recorded command detached, in its own process group, its output appended to
+    `<state>/logs/<name>.log`."""
+    log_dir = state_dir / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    with (log_dir / f"{name}.log").open("ab") as out:
+        return subprocess.Popen(
+            command["argv"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # survives this shell; stopped by `down`
+            env={**os.environ, **command.get("env", {})},
+            cwd=state_dir,
+        )
 
 
 def alive(pid: int) -> bool:
@@ -84,8 +114,8 @@ def port_free(port: int) -> bool:
 def wait_port_free(port: int, timeout: float = PORT_FREE_TIMEOUT) -> None:
     """Until 127.0.0.1:`port` can be bound (a killed process's sockets are closed), or `timeout`:
     then the program starting there says itself what holds it."""
-    deadline = time.monotonic() + timeout
-    while not port_free(port) and time.monotonic() < deadline:
+    deadline = Deadline(timeout)
+    while not port_free(port) and not deadline.passed():
         time.sleep(0.2)
 
 
@@ -104,6 +134,30 @@ def read_state(state_dir: Path) -> dict[str, Any]:
         return {}
 
 
+def ours(state_dir: Path, pid: int) -> bool:
+    """`pid` runs and is a process of the cluster in `state_dir` (its command line names it)."""
+    return alive(pid) and str(state_dir) in cmdline(pid)
+
+
+@contextlib.contextmanager
+def changing_state(state_dir: Path) -> Iterator[dict[str, Any]]:
+    """state.json to change, under the lock every writer takes; written back whole (atomically)
+    when the block ends, deleted when the block empties it."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    with (state_dir / "state.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        state = read_state(state_dir)
+        yield state
+        path = state_dir / "state.json"
+        if not state:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+            return
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=2))
+        tmp.replace(path)
+
+
 class Supervisor:
     """The processes of the cluster rooted at `state_dir`; `options` are recorded beside them."""
 
@@ -115,29 +169,33 @@ class Supervisor:
         self.log_dir = state_dir / "logs"
         self.options = dict(options or {})
         self._log = log
-        self._started: dict[str, int] = {}
 
     def _recorded(self) -> dict[str, int]:
         procs: dict[str, int] = read_state(self.state_dir).get("processes", {})
         return procs
 
-    def _ours(self, pid: int) -> bool:
-        return alive(pid) and str(self.state_dir) in cmdline(pid)
-
-    def _write(self) -> None:
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.state_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"processes": self._started, "options": self.options}, indent=2))
-        tmp.replace(self.state_file)
+    @contextlib.contextmanager
+    def _changing(self) -> Iterator[dict[str, Any]]:
+        with changing_state(self.state_dir) as state:
+            state.setdefault("processes", {})
+            yield state
+            if self.options:
+                state["options"] = self.options
 
     def running(self) -> dict[str, int]:
         """Recorded processes that still run and are still ours."""
-        return {n: p for n, p in self._recorded().items() if self._ours(p)}
+        return {n: p for n, p in self._recorded().items() if ours(self.state_dir, p)}
+
+    def keeper(self) -> int | None:
+        """The keeper's pid while it runs (it starts again what exits: `keeper.py`)."""
+        pid = read_state(self.state_dir).get("keeper")
+        return pid if isinstance(pid, int) and ours(self.state_dir, pid) else None
 
     def is_running(self) -> bool:
-        """Every recorded process runs (a cluster half of which died is not running)."""
+        """Every recorded process runs, or the keeper does and starts again what does not (a
+        cluster half of which died, with nothing to heal it, is not running)."""
         procs = self.running()
-        return bool(procs) and set(procs) == set(self._recorded())
+        return bool(procs) and (set(procs) == set(self._recorded()) or self.keeper() is not None)
 
     def start(self, proc: Process) -> None:
         """Start `proc` and wait until it is healthy; raises, with the end of its log, if it exits
@@ -149,22 +207,13 @@ class Supervisor:
             )
         for port in proc.ports:
             wait_port_free(port)
-        self.log_dir.mkdir(parents=True, exist_ok=True)
         logf = self.log_dir / f"{proc.name}.log"
-        with logf.open("ab") as out:
-            child = subprocess.Popen(
-                proc.argv,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,  # survives this shell; stopped by `down`
-                env={**os.environ, **proc.env},
-                cwd=self.state_dir,
-            )
-        self._started[proc.name] = child.pid
-        self._write()
-        deadline = time.monotonic() + proc.startup_timeout
-        while time.monotonic() < deadline:
+        with self._changing() as state:
+            child = launch(self.state_dir, proc.name, proc.command())
+            state["processes"][proc.name] = child.pid
+            state.setdefault("commands", {})[proc.name] = proc.command()
+        deadline = Deadline(proc.startup_timeout)  # of an idle machine
+        while not deadline.passed():
             if child.poll() is not None:
                 raise ClusterError(
                     f"{proc.name} exited with status {child.returncode} while starting; "
@@ -179,11 +228,19 @@ class Supervisor:
             f"last lines of {logf}:\n{tail(logf)}"
         )
 
+    def keep(self, argv: tuple[str, ...]) -> None:
+        """Start the keeper (`argv`) unless it runs: from now on what exits is started again."""
+        with self._changing() as state:
+            if self.keeper() is None:
+                state["keeper"] = launch(self.state_dir, "keeper", {"argv": argv}).pid
+
     def stop(self, name: str, sig: signal.Signals = signal.SIGKILL) -> None:
-        """Signal one process's group, wait until it is gone, and forget it."""
-        self._started.update(self._recorded())
-        pid = self._started.pop(name, None)
-        if pid is not None and self._ours(pid):
+        """Forget one process (the keeper leaves it alone from then on), signal its group and wait
+        until it is gone."""
+        with self._changing() as state:
+            pid = state["processes"].pop(name, None)
+            state.get("commands", {}).pop(name, None)
+        if pid is not None and ours(self.state_dir, pid):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, sig)
             if not _gone(pid):  # ignored the signal, or left its group: the process itself, for good
@@ -194,29 +251,35 @@ class Supervisor:
             with contextlib.suppress(OSError):  # no such process
                 if _zombie(pid):  # a killed leader, no command line left, whose threads hold its ports
                     _gone(pid)
-        self._write()
 
     def stop_all(self, *, quiet: bool = False) -> None:
-        """Stop every process (TERM, then KILL), newest first, and forget the state."""
-        # The state file wins: a restart from another instance records new pids there.
-        procs = {**self._started, **self._recorded()}
-        ours = {n: p for n, p in procs.items() if self._ours(p)}
+        """Stop the keeper, then every process (TERM, then KILL), newest first, and forget the
+        state."""
+        keeper = self.keeper()
+        if keeper is not None:  # first: it would start again what is being stopped
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(keeper, signal.SIGTERM)
+            if not _gone(keeper):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(keeper, signal.SIGKILL)
+        procs = self._recorded()
+        ours_ = {n: p for n, p in procs.items() if ours(self.state_dir, p)}
         # Reverse start order: clients before the API server, the API server before etcd.
-        for name, pid in reversed(list(ours.items())):
+        for name, pid in reversed(list(ours_.items())):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGTERM)
             if not quiet:
                 self._log(f"  stopping {name} (pid {pid})")
         deadline = time.monotonic() + STOP_GRACE
-        while any(alive(p) for p in ours.values()) and time.monotonic() < deadline:
+        while any(alive(p) for p in ours_.values()) and time.monotonic() < deadline:
             time.sleep(0.2)
-        for pid in ours.values():
+        for pid in ours_.values():
             if alive(pid):
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(pid, signal.SIGKILL)
-        self._started.clear()
-        with contextlib.suppress(FileNotFoundError):
-            self.state_file.unlink()
+        if self.state_dir.exists():
+            with changing_state(self.state_dir) as state:
+                state.clear()
 
 
 def _gone(pid: int) -> bool:

@@ -33,7 +33,7 @@ from typing import Any
 
 import orjson
 
-from gangplugin.core.admission import QueuedWorkload, admission_queue
+from gangplugin.core.admission import admission_queue
 from gangplugin.core.dispatch import (
     ANSWER_TIMEOUT,
     REFUSAL_TTL,
@@ -279,18 +279,7 @@ class MultiKueueDispatcher:
             if entry is None:
                 continue
             entries[parsed.key] = (wl, entry.name)
-            queued.append(
-                QueuedWorkload(
-                    key=parsed.key,
-                    policy=None,
-                    state=entry.state,
-                    quota_reserved=parsed.quota_reserved,
-                    finished=parsed.finished,
-                    evicted=parsed.evicted,
-                    quota_reserved_at=parsed.quota_reserved_at,
-                    created_at=parsed.created_at,
-                )
-            )
+            queued.append(parsed.queued(entry.state))
         for gone in set(self._written) - seen:
             del self._written[gone]
         waiting: list[_Waiting] = []

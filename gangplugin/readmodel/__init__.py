@@ -14,4 +14,4 @@ NAME = "read-model"
 def of(runtime: Runtime) -> ReadModel:
     """The process's read model (made, with its caches and handlers, by the first component
     that asks: ask in `setup`, before the caches start)."""
-    return runtime.shared(NAME, lambda: ReadModel(runtime.informer, runtime.dispatcher(NAME)))
+    return runtime.shared(NAME, lambda: ReadModel(runtime.informer, runtime.dispatcher(NAME), jobs=True))

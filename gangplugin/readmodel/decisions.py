@@ -1,27 +1,38 @@
 """What the gate (`core.gate`) decides a waiting gang on, read from the read model: its facts
-as plain values (errors included) and the preemption state of a pass. The admission pass and
-`gangctl explain` both read them here, so explain says what the next pass decides.
+as plain values (errors included), and the preemption state and reservations of a pass. The
+admission pass and `gangctl explain` both read them here, so explain says what the next pass
+decides; and what `gangctl explain` and the console say about any gang (`explained`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from gangplugin.core.admission import promised_pods
+from gangplugin.core import gangs
+from gangplugin.core.admission import NOT_NOW, promised_pods
+from gangplugin.core.dispatch import DispatchRecord
 from gangplugin.core.drain import DrainDecision
 from gangplugin.core.errors import InputError
-from gangplugin.core.gate import Backoff, GangFacts, GateVerdict, PreemptionState, gate
+from gangplugin.core.gangs import Evaluation, Phase
+from gangplugin.core.gate import Backoff, GangFacts, GateStep, GateVerdict, PreemptionState, gate
 from gangplugin.core.names import BACKOFF_UNTIL_ANNOTATION
 from gangplugin.core.placement import Gang
 from gangplugin.core.policy import GangPolicy
 from gangplugin.core.preemption import ClusterQueueState, Contender, RunningGang, gang_gpus
 from gangplugin.core.quota import next_quota_change
+from gangplugin.core.reservation import GangEnd, Holder, Reservations
 from gangplugin.core.states import CheckState
 from gangplugin.core.topology import Snapshot
 from gangplugin.kube import kueue_records as rec
 from gangplugin.kube.client import JSON
+from gangplugin.readmodel.ends import declared_runtime, gang_end, owner_job
 from gangplugin.readmodel.model import Queue, ReadModel
+from gangplugin.readmodel.summaries import GangSummary, dispatch_of
+
+#: Steps whose message a person is told as it is (it names what the gang waits for).
+_TOLD = (GateStep.WHOLE, GateStep.RESERVATION)
 
 
 def backoff(wl: JSON) -> Backoff | None:
@@ -71,12 +82,7 @@ def gang_facts(
         at = next_quota_change(plans, cluster_queue, datetime.fromtimestamp(now, UTC))
         change = None if at is None else at.timestamp()
     return GangFacts(
-        contender=Contender(
-            key=record.key,
-            priority=rec.priority(wl),
-            cluster_queue=record.cluster_queue,
-            created_at=record.created_at,
-        ),
+        contender=contender_of(model, wl),
         policy=policy,
         gang=gang,
         snapshot=snap,
@@ -87,6 +93,20 @@ def gang_facts(
         drain=drain,
         next_quota_change=change,
         awaiting_pods=tuple(model.gangs.podsets_without_pods(wl)),
+        expected_runtime=declared_runtime(
+            model.gangs.with_pod_group_annotations(wl), owner_job(wl, model.jobs)
+        ),
+    )
+
+
+def contender_of(model: ReadModel, wl: JSON) -> Contender:
+    """The waiting gang as preemption and reservations rank it."""
+    record = model.record(wl)
+    return Contender(
+        key=record.key,
+        priority=rec.priority(wl),
+        cluster_queue=record.cluster_queue,
+        created_at=record.created_at,
     )
 
 
@@ -149,6 +169,45 @@ def preemption_state(model: ReadModel, queue: Queue, now: float) -> PreemptionSt
     return PreemptionState(holds, lambda: running_gangs(model), lambda: queue_rules(model))
 
 
+def gang_ends(model: ReadModel, keys: Sequence[str]) -> dict[str, GangEnd]:
+    """When each admitted gang (by Workload key) is expected to end (`readmodel.ends`)."""
+    ours = model.our_checks()
+    out = {}
+    for key in keys:
+        found = model.workload(key)
+        check = model.check_of(found[0], ours) if found is not None else None
+        if found is None or check is None:
+            continue
+        wl, record = found
+        out[key] = gang_end(
+            model.gangs.with_pod_group_annotations(wl), record, check, owner_job(wl, model.jobs)
+        )
+    return out
+
+
+def reservations(model: ReadModel, queue: Queue, now: float, gov: PreemptionState) -> Reservations:
+    """A pass's (or explain's) reservations: the live ones recorded on the waiting gangs (each
+    for its quota reservation, under a policy that still reserves), ranked by the queue's
+    order; the running gangs (`gov`'s) and their ends read on first use."""
+    holders = {}
+    for q in queue.order.candidates:
+        entry = queue.entries[q.key]
+        taken = rec.reservation_from_k8s(entry.wl)
+        if taken is None or not taken.live(entry.record.quota_reserved_at):
+            continue
+        try:
+            policy, gang = model.policy(q.policy), model.gangs.gang(entry.wl)
+        except InputError:
+            continue
+        if policy.reservation.on:
+            evictions = policy.reservation.max_checkpointable_evictions
+            holders[q.key] = Holder(contender_of(model, entry.wl), gang, policy.placement, taken, evictions)
+    order = {q.key: i for i, q in enumerate(queue.order.candidates)}
+    return Reservations(
+        holders, lambda: gov.running, lambda: gang_ends(model, [g.key for g in gov.running]), now, order
+    )
+
+
 def explain(model: ReadModel, wl: JSON, check: str, now: float) -> GateVerdict | None:
     """What the admission pass would decide for this waiting gang now (None: not our check),
     on a fresh snapshot with every admitted gang's promise; nothing is charged or written."""
@@ -165,4 +224,58 @@ def explain(model: ReadModel, wl: JSON, check: str, now: float) -> GateVerdict |
         return snapshots[levels]
 
     facts = gang_facts(model, wl, ours[check], snapshot, queue.order.unready, now)
-    return gate(facts, preemption_state(model, queue, now))
+    gov = preemption_state(model, queue, now)
+    return gate(facts, gov, reservations=reservations(model, queue, now, gov))
+
+
+def evaluation(model: ReadModel, wl: JSON, check: str, now: float) -> Evaluation | None:
+    """`explain` as a person is told it (`gangctl explain`'s "Now:" line, the console's gang
+    page): whether the waiting gang fits now, where, or why not (None: not our check)."""
+    verdict = explain(model, wl, check, now)
+    if verdict is None:
+        return None
+    if verdict.blocked_by is not None:
+        blocker = verdict.blocked_by
+        return Evaluation(False, f"waiting for gang {blocker} to be Ready", blocked_by=blocker)
+    placement = verdict.decision.placement if verdict.decision is not None else None
+    # The message says whom it preempts, that it can never start whole, what it reserved (told
+    # in full: with the counts the check's message leaves out)
+    if placement is None or verdict.preemption is not None or verdict.step in _TOLD:
+        return Evaluation(False, verdict.full)
+    # (a gang kept off domains reserved for others: the message names them too)
+    reason = placement.reason if placement.feasible else verdict.full.removeprefix(NOT_NOW)
+    return Evaluation(placement.feasible, reason, placement.level, tuple(placement.domains))
+
+
+@dataclass(frozen=True, slots=True)
+class Explained:
+    """What is said about a gang: `text`, the sentences of `core.gangs.explain`, and what they
+    rest on. `evaluation`: for a gang waiting on our check, what the next pass would decide;
+    `dispatch`, `worker`: on a MultiKueue manager, a dispatched gang's record and its worker."""
+
+    text: str
+    evaluation: Evaluation | None = None
+    dispatch: DispatchRecord | None = None
+    worker: str = ""
+
+
+def explained(model: ReadModel, gang: GangSummary, wl: JSON | None, now: float | None) -> Explained:
+    """What `gangctl explain` says about a gang (`wl`: its Workload, None for a pod gang). `now`
+    None: without the next pass's decision (a list of gangs; each decision is a pass's work)."""
+    evaluated = None
+    waiting = gang.phase is Phase.PENDING and gang.check_state is CheckState.PENDING
+    if wl is not None and now is not None and waiting and not gang.dispatched:
+        evaluated = evaluation(model, wl, gang.admission_check, now)
+    record, worker = dispatch_of(wl) if gang.dispatched and wl is not None else (None, "")
+    text = gangs.explain(
+        gang.phase,
+        gang.pods,
+        queue=gang.cluster_queue,
+        domain=gang.domain,
+        check_message=gang.message,
+        retry_count=gang.retry_count,
+        evaluation=evaluated,
+        worker=worker,
+        dispatch=None if record is None else record.summary,
+    )
+    return Explained(text, evaluated, record, worker)

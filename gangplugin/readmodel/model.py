@@ -22,12 +22,13 @@ from typing import Any
 from gangplugin.core.admission import AdmissionQueue, QueuedWorkload, admission_queue, gang_id, promise
 from gangplugin.core.errors import InputError
 from gangplugin.core.placement import Gang
+from gangplugin.core.plans import TrainingPlan
 from gangplugin.core.policy import GangPolicy
 from gangplugin.core.states import CheckState
 from gangplugin.core.topology import Snapshot
 from gangplugin.core.watchdog import GangObservation
 from gangplugin.kube import kueue_records as rec
-from gangplugin.kube.client import CLUSTER_QUEUES, JSON, LOCAL_QUEUES, NODES, PODS, WORKLOADS
+from gangplugin.kube.client import CLUSTER_QUEUES, JOBS, JSON, LOCAL_QUEUES, NODES, PODS, WORKLOADS
 from gangplugin.kube.dispatcher import Dispatcher
 from gangplugin.kube.informer import Informer, object_key
 from gangplugin.kube.resources import (
@@ -39,6 +40,7 @@ from gangplugin.kube.resources import (
 )
 from gangplugin.readmodel.capacity import LiveCapacity, Promise
 from gangplugin.readmodel.checks import Checks, OurCheck
+from gangplugin.readmodel.ends import JobDeadline, job_deadline
 from gangplugin.readmodel.gangs import Gangs
 from gangplugin.readmodel.pods import PodIndex
 from gangplugin.readmodel.records import (
@@ -108,7 +110,9 @@ class Queue:
 
 
 class ReadModel:
-    def __init__(self, informer: InformerFactory, dispatcher: Dispatcher) -> None:
+    def __init__(self, informer: InformerFactory, dispatcher: Dispatcher, *, jobs: bool = False) -> None:
+        """`jobs`: keep a cache of batch Jobs' deadlines too (what a reservation reads of how
+        long a Job runs; this cluster's model only, not a MultiKueue worker's)."""
         self.dispatcher = dispatcher
         self.workloads: Informer[JSON] = informer(WORKLOADS)
         self.admission_checks: Informer[JSON] = informer(ADMISSION_CHECKS)
@@ -117,9 +121,10 @@ class ReadModel:
         self.flavors: Informer[JSON] = informer(RESOURCE_FLAVORS)
         self.cluster_queues: Informer[JSON] = informer(CLUSTER_QUEUES)
         self.local_queues: Informer[JSON] = informer(LOCAL_QUEUES)
-        self.plans: Informer[Any] = informer(TRAINING_PLANS, rec.plan_or_none)
+        self.plans: Informer[TrainingPlan | None] = informer(TRAINING_PLANS, rec.plan_or_none)
         self.nodes: Informer[NodeRecord] = informer(NODES, node_record)
         self.pods: Informer[PodRecord] = informer(PODS, pod_record)
+        self.jobs: Informer[JobDeadline] | None = informer(JOBS, job_deadline) if jobs else None
         self.checks = Checks(self.admission_checks, self.policies, self.topologies)
         self.index = PodIndex()
         self.gangs = Gangs(self.pods, self.index, self.flavors, self.plans)
@@ -186,7 +191,7 @@ class ReadModel:
         for f in self._followers:
             f.config(kind, object_key(some), new is not None)
 
-    def _on_plan(self, _event: str, old: Any, new: Any) -> None:
+    def _on_plan(self, _event: str, old: TrainingPlan | None, new: TrainingPlan | None) -> None:
         some = new or old
         for f in self._followers:
             f.config(Config.TRAINING_PLAN, some.name if some is not None else "", new is not None)
@@ -283,18 +288,8 @@ class ReadModel:
                 continue
             entries[record.key] = Entry(wl=wl, record=record, check=check)
             queued.append(
-                QueuedWorkload(
-                    key=record.key,
-                    policy=check.policy,
-                    state=check.entry.state,
-                    quota_reserved=record.quota_reserved,
-                    finished=record.finished,
-                    evicted=record.evicted,
-                    quota_reserved_at=record.quota_reserved_at,
-                    created_at=record.created_at,
-                    admitted_at=record.admitted_at,
-                    ever_ready=record.ever_ready,
-                    assumed=assumed is not None and assumed(record.key, wl),
+                record.queued(
+                    check.entry.state, check.policy, assumed=assumed is not None and assumed(record.key, wl)
                 )
             )
         return Queue(order=admission_queue(queued), entries=entries)
@@ -325,6 +320,8 @@ class ReadModel:
                     since.append(node.ready_since)
         if ever and pr is not None and not pr.status:
             since.append(pr.at)
+        if ever and record.pods_ready_means_running:  # Kueue's PodsReady stays True: the pods say
+            since += [t for p in bound if not p.ready and (t := p.ready_changed) is not None]
         return GangObservation(
             size=record.size,
             bound=len(bound),
@@ -386,15 +383,7 @@ class ReadModel:
 
 def holds_capacity(record: WorkloadRecord, state: CheckState | None) -> bool:
     """Whether a Workload holds the capacity the check promised it, as `admission_queue` counts it."""
-    one = QueuedWorkload(
-        key=record.key,
-        policy=None,
-        state=state,
-        quota_reserved=record.quota_reserved,
-        finished=record.finished,
-        evicted=record.evicted,
-    )
-    return bool(admission_queue([one]).admitted)
+    return bool(admission_queue([record.queued(state)]).admitted)
 
 
 def fingerprint(updates: Sequence[Mapping[str, Any]], bound: Mapping[str, int]) -> tuple[Any, ...]:

@@ -13,10 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gangplugin.core.admission import gang_id
+from gangplugin.core.admission import QueuedWorkload, gang_id
 from gangplugin.core.errors import InputError
 from gangplugin.core.keys import KUEUE_PODSET_PREFIX
-from gangplugin.core.names import GANG_LABEL, GANG_SIZE_ANNOTATION, GROUP
+from gangplugin.core.names import GANG_LABEL, GANG_SIZE_ANNOTATION, GROUP, READY_AT_ANNOTATION
 from gangplugin.core.states import CheckState
 from gangplugin.core.topology import FINISHED_PHASES, BoundPod, Node
 from gangplugin.kube import kueue_records as rec
@@ -80,7 +80,8 @@ class PodRecord:
     """A pod as the gang check reads it. `gang`: its gangplugin.io/gang label; `pod_group`: the
     Kueue pod group it belongs to (`role`: its podset there); `placement`: its annotations under
     our prefix and Kueue's podset prefix (a pod group's topology is read from its pods);
-    `bound`: the capacity it holds (None: not bound, or finished)."""
+    `bound`: the capacity it holds (None: not bound, or finished); `scheduled_at`: when it got its
+    node (the console's timeline of a gang)."""
 
     namespace: str
     name: str
@@ -97,6 +98,8 @@ class PodRecord:
     role: str | None
     placement: tuple[tuple[str, str], ...]
     bound: BoundPod | None
+    scheduled_at: float | None = None  # when it got its node (PodScheduled True; None: not yet)
+    ready_changed: float | None = None  # when its Ready condition last changed (None: not said)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -116,6 +119,16 @@ class PodRecord:
 def _size(raw: object) -> int | None:
     text = str(raw or "").strip()
     return int(text) if text.isdigit() else None
+
+
+def _scheduled_at(obj: JSON) -> float | None:
+    c = rec.conditions(obj).get("PodScheduled") or {}
+    if c.get("status") != "True" or not c.get("lastTransitionTime"):
+        return None
+    try:
+        return rec.epoch(c["lastTransitionTime"], "status.conditions[PodScheduled].lastTransitionTime")
+    except InputError:
+        return None
 
 
 def pod_record(obj: JSON) -> PodRecord:
@@ -152,6 +165,8 @@ def pod_record(obj: JSON) -> PodRecord:
             )
         ),
         bound=bound,
+        scheduled_at=_scheduled_at(obj),
+        ready_changed=rec.ready_changed(obj),
     )
 
 
@@ -201,17 +216,43 @@ class WorkloadRecord:
     cluster_queue: str
     queue_name: str
     size: int
+    # A kind whose PodsReady Kueue sets when the job runs, not when its pods are Ready (Kubeflow's):
+    # the watchdog says when the gang was fully Ready instead (READY_AT_ANNOTATION, `ready_at`).
+    pods_ready_means_running: bool = False
+    ready_at: float | None = None
 
     def check(self, names: Mapping[str, object] | frozenset[str]) -> CheckEntry | None:
         """The entry of the first of `names` the Workload carries."""
         return next((c for c in self.checks if c.name in names), None)
 
+    def queued(
+        self, state: CheckState | None, policy: str | None = None, *, assumed: bool = False
+    ) -> QueuedWorkload:
+        """The Workload as the admission order (`core.admission.admission_queue`) reads it, with
+        its check in `state` under GangPolicy `policy`; `assumed`: see `QueuedWorkload`."""
+        return QueuedWorkload(
+            key=self.key,
+            policy=policy,
+            state=state,
+            quota_reserved=self.quota_reserved,
+            finished=self.finished,
+            evicted=self.evicted,
+            quota_reserved_at=self.quota_reserved_at,
+            created_at=self.created_at,
+            admitted_at=self.admitted_at,
+            ever_ready=self.ever_ready,
+            assumed=assumed,
+        )
+
     @property
     def ever_ready(self) -> bool:
         """Whether the gang was fully Ready since its current admission: its PodsReady is newer
         than its Admitted, and True, or a recovery from a failed node (WaitForRecovery,
-        Recovered: it ran, and is being made whole). The one Sequential rule: every reader of
-        "admitted and not Ready yet" counts by it."""
+        Recovered: it ran, and is being made whole); for a kind whose PodsReady says only that it
+        runs, the watchdog's READY_AT_ANNOTATION since its admission. The one Sequential rule:
+        every reader of "admitted and not Ready yet" counts by it."""
+        if self.pods_ready_means_running:
+            return self.ready_at is not None and self.ready_at >= self.admitted_at
         pr = self.pods_ready
         if pr is None or pr.at < self.admitted_at:
             return False  # none, or left over from an earlier admission
@@ -276,4 +317,14 @@ def workload_record(wl: Mapping[str, Any]) -> WorkloadRecord:
         cluster_queue=str((status.get("admission") or {}).get("clusterQueue") or ""),
         queue_name=str(spec.get("queueName") or ""),
         size=size,
+        pods_ready_means_running=rec.pods_ready_means_running(wl),
+        ready_at=_annotated_time(meta, READY_AT_ANNOTATION),
     )
+
+
+def _annotated_time(meta: Mapping[str, Any], key: str) -> float | None:
+    raw = (meta.get("annotations") or {}).get(key)
+    try:
+        return rec.epoch(raw, key) if raw else None
+    except InputError:
+        return None

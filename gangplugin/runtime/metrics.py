@@ -116,6 +116,20 @@ LEADER = Gauge(
     "1 while this replica holds the leader Lease (and runs the controllers), else 0.",
     ["lease"],
 )
+# A renewal is due every retry period (2 s); the leader stops at the renew deadline (10 s).
+_RENEW = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10, 12, 15, 20)
+RENEW_LATENCY = Histogram(
+    "gangplugin_leader_renew_latency_seconds",
+    "From when a renewal of the held leader Lease was due (a retry period after the last try) to "
+    "the API server's answer to it: what must stay below the renew deadline.",
+    buckets=_RENEW,
+)
+RENEW_WAKEUP = Histogram(
+    "gangplugin_leader_renew_wakeup_seconds",
+    "Of that, how late the renewing code began: it waited for a core or the GIL (the rest is "
+    "the API server's answer).",
+    buckets=_RENEW,
+)
 
 
 def barrier_waiting(namespace: str, gang: str, pods: int) -> None:

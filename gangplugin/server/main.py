@@ -6,6 +6,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -23,6 +24,8 @@ from gangplugin.server.settings import ServeOptions, election_of, settings_of
 
 COMPONENTS = tuple(REGISTRY)
 __all__ = ["COMPONENTS", "DEFAULT_COMPONENTS", "cli", "main", "serve"]
+#: A click option decorator.
+Option = Callable[[Callable[..., None]], Callable[..., None]]
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -31,119 +34,142 @@ def cli() -> None:
     """gangplugin's server side."""
 
 
+def _listener(name: str, bind: str, where: str, certificate: str) -> list[Option]:
+    """An HTTPS (or gRPC) listener's address and serving certificate options."""
+    return [
+        click.option(f"--{name}-bind", default=bind, show_default=True, help=where),
+        click.option(f"--{name}-tls-cert", default=None, help=certificate),
+        click.option(f"--{name}-tls-key", default=None, help=f"Key of --{name}-tls-cert."),
+    ]
+
+
+def _shown(flag: str, default: object, text: str | None = None, **kw: Any) -> Option:
+    """An option whose default --help shows."""
+    return click.option(flag, default=default, show_default=True, help=text, **kw)
+
+
+OPTIONS: list[Option] = [
+    click.option(
+        "--kubeconfig",
+        envvar="KUBECONFIG",
+        default=None,
+        help="Kubeconfig file(s), several joined with ':' and merged as kubectl does; in-cluster when unset.",
+    ),
+    _shown(
+        "--components",
+        ",".join(DEFAULT_COMPONENTS),
+        f"Comma-separated components to run, of {', '.join(REGISTRY)}.",
+    ),
+    *_listener(
+        "health",
+        "0.0.0.0:8081",
+        "Where /healthz, /readyz and /metrics are served.",
+        "Certificate (PEM) for --health-bind; HTTP when unset.",
+    ),
+    _shown("--log-level", "INFO"),
+    _shown(
+        "--log-format",
+        "json",
+        "json: one object per line (ts, level, logger, msg, fields); text: for a terminal.",
+        type=click.Choice(["json", "text"]),
+    ),
+    _shown(
+        "--leader-elect/--no-leader-elect",
+        True,
+        "Run the controllers and the extender only while holding the Lease (for several replicas).",
+    ),
+    click.option(
+        "--leader-election-namespace",
+        default=None,
+        help="Namespace of the Lease  [default: the pod's, else gangplugin-system]",
+    ),
+    _shown("--leader-election-id", "gangplugin", "Name of the Lease."),
+    click.option(
+        "--leader-election-identity",
+        default=None,
+        help="This replica's name in the Lease  [default: $POD_NAME, else hostname_uuid]",
+    ),
+    _shown("--leader-election-lease-duration", "15s"),
+    _shown("--leader-election-renew-deadline", "10s"),
+    _shown("--leader-election-retry-period", "2s"),
+    *_listener(
+        "grpc",
+        "0.0.0.0:8090",
+        "Where the gRPC API listens.",
+        "gRPC serving certificate (PEM); plain text when unset.",
+    ),
+    click.option(
+        "--grpc-mtls-bind",
+        default=None,
+        help="Also listen here for callers with a client certificate (kubectl's client-certificate users).",
+    ),
+    click.option(
+        "--grpc-client-ca",
+        default=None,
+        help="CA of those client certificates: the API server's --client-ca-file.",
+    ),
+    *_listener(
+        "extender", "0.0.0.0:8443", "Extender's address.", "Serving certificate (PEM); plain HTTP when unset."
+    ),
+    click.option(
+        "--extender-client-ca",
+        default=None,
+        type=click.Path(exists=True, dir_okay=False),
+        help="CA (PEM) of the only callers the extender answers: mutual TLS, a client without a "
+        "certificate it signed is refused in the handshake. Give it a CA that signs only "
+        "kube-scheduler's client certificate (its extender tlsConfig certFile/keyFile).",
+    ),
+    _shown(
+        "--extender-barrier-timeout",
+        60.0,
+        "Seconds a gang may take to reach bind whole (cover the scheduler's pass over its backlog); "
+        "keep below the scheduler's httpTimeout. The extender's and the ungater's plans expire after "
+        "twice this.",
+    ),
+    _shown(
+        "--extender-spares-per-ultraserver",
+        0,
+        "Spare nodes per UltraServer for gangs no GangPolicy governs (extender and ungater).",
+        type=click.IntRange(0),
+    ),
+    *_listener(
+        "webhook",
+        "0.0.0.0:9443",
+        "Admission webhook's address.",
+        "Webhook serving certificate (PEM); the API server needs it.",
+    ),
+    *_listener(
+        "console",
+        "0.0.0.0:8444",
+        "Where the web console listens (HTTPS).",
+        "The console's serving certificate (PEM); required.",
+    ),
+    _shown(
+        "--multikueue-namespace",
+        "kueue-system",
+        "Kueue's namespace on the manager, where its MultiKueueClusters' kubeconfig Secrets are.",
+    ),
+    _shown(
+        "--multikueue-answer-timeout",
+        "2m",
+        "How long a nominated worker may take to admit or refuse a gang before the next is tried.",
+    ),
+    _shown(
+        "--multikueue-refusal-ttl",
+        "5m",
+        "How long a worker that refused a gang is not asked about it again.",
+    ),
+]
+
+
+def _options(command: Callable[..., None]) -> Callable[..., None]:
+    for option in reversed(OPTIONS):  # --help lists them in this order
+        command = option(command)
+    return command
+
+
 @cli.command()
-@click.option(
-    "--kubeconfig",
-    envvar="KUBECONFIG",
-    default=None,
-    help="Kubeconfig file(s), several joined with ':' and merged as kubectl does; in-cluster when unset.",
-)
-@click.option(
-    "--components",
-    default=",".join(DEFAULT_COMPONENTS),
-    show_default=True,
-    help=f"Comma-separated components to run, of {', '.join(REGISTRY)}.",
-)
-@click.option(
-    "--health-bind",
-    default="0.0.0.0:8081",
-    show_default=True,
-    help="Where /healthz, /readyz and /metrics are served.",
-)
-@click.option("--health-tls-cert", default=None, help="Certificate (PEM) for --health-bind; HTTP when unset.")
-@click.option("--health-tls-key", default=None, help="Key of --health-tls-cert.")
-@click.option("--log-level", default="INFO", show_default=True)
-@click.option(
-    "--log-format",
-    type=click.Choice(["json", "text"]),
-    default="json",
-    show_default=True,
-    help="json: one object per line (ts, level, logger, msg, fields); text: for a terminal.",
-)
-@click.option(
-    "--leader-elect/--no-leader-elect",
-    default=True,
-    show_default=True,
-    help="Run the controllers and the extender only while holding the Lease (for several replicas).",
-)
-@click.option(
-    "--leader-election-namespace",
-    default=None,
-    help="Namespace of the Lease  [default: the pod's, else gangplugin-system]",
-)
-@click.option("--leader-election-id", default="gangplugin", show_default=True, help="Name of the Lease.")
-@click.option(
-    "--leader-election-identity",
-    default=None,
-    help="This replica's name in the Lease  [default: $POD_NAME, else hostname_uuid]",
-)
-@click.option("--leader-election-lease-duration", default="15s", show_default=True)
-@click.option("--leader-election-renew-deadline", default="10s", show_default=True)
-@click.option("--leader-election-retry-period", default="2s", show_default=True)
-@click.option("--grpc-bind", default="0.0.0.0:8090", show_default=True, help="Where the gRPC API listens.")
-@click.option("--grpc-tls-cert", default=None, help="gRPC serving certificate (PEM); plain text when unset.")
-@click.option("--grpc-tls-key", default=None, help="Key of --grpc-tls-cert.")
-@click.option(
-    "--grpc-mtls-bind",
-    default=None,
-    help="Also listen here for callers with a client certificate (kubectl's client-certificate users).",
-)
-@click.option(
-    "--grpc-client-ca",
-    default=None,
-    help="CA of those client certificates: the API server's --client-ca-file.",
-)
-@click.option("--extender-bind", default="0.0.0.0:8443", show_default=True, help="Extender's address.")
-@click.option("--extender-tls-cert", default=None, help="Serving certificate (PEM); plain HTTP when unset.")
-@click.option("--extender-tls-key", default=None, help="Key of --extender-tls-cert.")
-@click.option(
-    "--extender-client-ca",
-    default=None,
-    type=click.Path(exists=True, dir_okay=False),
-    help="CA (PEM) of the only callers the extender answers: mutual TLS, a client without a "
-    "certificate it signed is refused in the handshake. Give it a CA that signs only "
-    "kube-scheduler's client certificate (its extender tlsConfig certFile/keyFile).",
-)
-@click.option(
-    "--extender-barrier-timeout",
-    default=60.0,
-    show_default=True,
-    help="Seconds a gang may take to reach bind whole (cover the scheduler's pass over its backlog); "
-    "keep below the scheduler's httpTimeout. The extender's and the ungater's plans expire after "
-    "twice this.",
-)
-@click.option(
-    "--extender-spares-per-ultraserver",
-    default=0,
-    show_default=True,
-    type=click.IntRange(0),
-    help="Spare nodes per UltraServer for gangs no GangPolicy governs (extender and ungater).",
-)
-@click.option(
-    "--webhook-bind", default="0.0.0.0:9443", show_default=True, help="Admission webhook's address."
-)
-@click.option(
-    "--webhook-tls-cert", default=None, help="Webhook serving certificate (PEM); the API server needs it."
-)
-@click.option("--webhook-tls-key", default=None, help="Key of --webhook-tls-cert.")
-@click.option(
-    "--multikueue-namespace",
-    default="kueue-system",
-    show_default=True,
-    help="Kueue's namespace on the manager, where its MultiKueueClusters' kubeconfig Secrets are.",
-)
-@click.option(
-    "--multikueue-answer-timeout",
-    default="2m",
-    show_default=True,
-    help="How long a nominated worker may take to admit or refuse a gang before the next is tried.",
-)
-@click.option(
-    "--multikueue-refusal-ttl",
-    default="5m",
-    show_default=True,
-    help="How long a worker that refused a gang is not asked about it again.",
-)
+@_options
 def serve(**values: Any) -> None:
     """Run the chosen components in one process until SIGTERM."""
     options = ServeOptions(**values)

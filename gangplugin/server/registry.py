@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from gangplugin.admission.component import Admission
 from gangplugin.api.component import Api
+from gangplugin.console.component import WebConsole
 from gangplugin.extender.component import Extender
 from gangplugin.extender.ungater_component import UngaterComponent
 from gangplugin.multikueue.component import MultiKueue
@@ -24,7 +25,9 @@ REGISTRY: dict[str, Callable[[ServeSettings], Component]] = {
     "api": lambda s: Api(s.api),
     "webhook": lambda s: Webhook(s.webhook),
     "multikueue": lambda s: MultiKueue(s.multikueue),
+    "console": lambda s: WebConsole(s.console),
 }
 # What `serve` runs unless told: every component but the MultiKueue dispatcher, which only a
-# manager cluster runs (it has no nodes; its gangs run in worker clusters).
-DEFAULT_COMPONENTS = tuple(c for c in REGISTRY if c != "multikueue")
+# manager cluster runs (it has no nodes; its gangs run in worker clusters), and the web console,
+# which serves people and is turned on where wanted (the chart's console.enabled).
+DEFAULT_COMPONENTS = tuple(c for c in REGISTRY if c not in ("multikueue", "console"))

@@ -4,8 +4,11 @@ components that may run anywhere, then — once this replica holds the leader Le
 live in memory). Caches are synced once their first lists are held and handled by every
 component's handlers (`Informer.wait_synced`).
 
-A leader that cannot renew within the renew deadline exits non-zero at once (controller-runtime
-does the same): it restarts clean as a follower instead of acting on a lease it may have lost.
+The Lease is renewed by a process of its own (`kube/renewer.py`): nothing this process does can
+make a renewal late. A leader that has not renewed within the renew deadline exits non-zero at
+once (controller-runtime does the same): it restarts clean as a follower instead of acting on a
+lease it may have lost; until it has exited, the API client refuses its writes (`Client.fence`),
+whichever thread tries one first.
 """
 
 from __future__ import annotations
@@ -17,10 +20,11 @@ from dataclasses import dataclass
 from gangplugin.core.leader import ElectionConfig
 from gangplugin.kube.client import ApiError
 from gangplugin.kube.informer import wait_all_synced
-from gangplugin.kube.lease import LeaderElector, label_leader_pod
+from gangplugin.kube.lease import Renewal, label_leader_pod
+from gangplugin.kube.renewer import ElectionTarget, RenewerProcess
 from gangplugin.runtime.components import Component, Runtime
 from gangplugin.runtime.memory import freeze_long_lived
-from gangplugin.runtime.metrics import LEADER
+from gangplugin.runtime.metrics import LEADER, RENEW_LATENCY, RENEW_WAKEUP
 
 log = logging.getLogger("gangplugin.serve")
 
@@ -36,6 +40,12 @@ class Election:
     identity: str
     config: ElectionConfig
     pod: str | None = None  # this replica's pod (in its namespace), labelled while it leads
+    kubeconfig: str | None = None  # the renewing process's API server, as `serve`'s (None: found)
+
+
+def _observe(renewal: Renewal) -> None:
+    RENEW_LATENCY.observe(renewal.latency)
+    RENEW_WAKEUP.observe(renewal.wakeup)
 
 
 class Server:
@@ -45,7 +55,7 @@ class Server:
         self.runtime, self.modules, self.election = runtime, modules, election
         self.anywhere = {n: m for n, m in modules.items() if election is None or not m.needs_leader}
         self.leader_only = {n: m for n, m in modules.items() if n not in self.anywhere}
-        self.elector: LeaderElector | None = None
+        self.elector: RenewerProcess | None = None
         self._phase = "syncing watch caches"
         self._ready = threading.Event()
         self._leading_started = threading.Event()
@@ -88,7 +98,8 @@ class Server:
     def _start_election(self) -> None:
         e = self.election
         assert e is not None
-        elector = self.elector = LeaderElector(self.runtime.client, e.namespace, e.name, e.identity, e.config)
+        target = ElectionTarget(e.kubeconfig, e.namespace, e.name, e.identity, e.config)
+        elector = self.elector = RenewerProcess(target, on_renewed=_observe)
         LEADER.labels(elector.lease).set(0)
         if e.pod:
             self._label(False)  # a leader that restarted in the same pod is a follower now
@@ -104,6 +115,7 @@ class Server:
 
     def _on_leading(self) -> None:
         assert self.elector is not None
+        self.runtime.client.fence = self._fence
         try:
             for mod in self.leader_only.values():
                 mod.start(self.runtime)
@@ -116,6 +128,12 @@ class Server:
         LEADER.labels(self.elector.lease).set(1)
         self._leading_started.set()
         log.info("leading %s: started %s", self.elector.lease, ", ".join(self.leader_only))
+
+    def _fence(self) -> None:
+        """Before every write: refused once leadership may be lost, even before `wait` exits."""
+        assert self.elector is not None
+        if (why := self.elector.lost_reason()) is not None:
+            raise ApiError(503, "LeadershipLost", f"not written: {why}")
 
     def _label(self, leading: bool) -> None:
         e = self.election

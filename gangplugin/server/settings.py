@@ -15,6 +15,7 @@ from pathlib import Path
 import click
 
 from gangplugin.api.component import ApiSettings
+from gangplugin.console.component import ConsoleSettings
 from gangplugin.core.durations import parse_duration
 from gangplugin.core.errors import InputError
 from gangplugin.core.leader import ElectionConfig
@@ -59,6 +60,9 @@ class ServeOptions:
     webhook_bind: str
     webhook_tls_cert: str | None
     webhook_tls_key: str | None
+    console_bind: str
+    console_tls_cert: str | None
+    console_tls_key: str | None
     multikueue_namespace: str
     multikueue_answer_timeout: str
     multikueue_refusal_ttl: str
@@ -73,6 +77,7 @@ class ServeSettings:
     reservations: ReservationSettings  # the gang reservations the extender and ungater share
     webhook: WebhookSettings
     multikueue: DispatchSettings
+    console: ConsoleSettings
 
 
 def _duration(value: str, option: str) -> float:
@@ -88,6 +93,7 @@ def _pairs(o: ServeOptions) -> None:
         ("extender", o.extender_tls_cert, o.extender_tls_key),
         ("webhook", o.webhook_tls_cert, o.webhook_tls_key),
         ("grpc", o.grpc_tls_cert, o.grpc_tls_key),
+        ("console", o.console_tls_cert, o.console_tls_key),
     ):
         if (cert is None) != (key is None):
             raise click.BadParameter("give both or neither", param_hint=f"--{flag}-tls-cert/--{flag}-tls-key")
@@ -119,9 +125,19 @@ def _multikueue(o: ServeOptions) -> DispatchSettings:
     )
 
 
+def _console(o: ServeOptions) -> ConsoleSettings:
+    if not o.console_tls_cert or not o.console_tls_key:
+        raise click.BadParameter(
+            "the console receives users' tokens and serves HTTPS only: give its certificate and key",
+            param_hint="--console-tls-cert/--console-tls-key",
+        )
+    return ConsoleSettings(bind=o.console_bind, tls_cert=o.console_tls_cert, tls_key=o.console_tls_key)
+
+
 def settings_of(o: ServeOptions, wanted: Collection[str]) -> ServeSettings:
     """The settings tree; click.BadParameter naming the option for anything unusable. The
-    options of the gRPC API and the dispatcher are read only when they run (`wanted`)."""
+    options of the gRPC API, the dispatcher and the console are read only when they run
+    (`wanted`)."""
     _pairs(o)
     return ServeSettings(
         api=_api(o) if "api" in wanted else ApiSettings(),
@@ -138,6 +154,7 @@ def settings_of(o: ServeOptions, wanted: Collection[str]) -> ServeSettings:
         ),
         webhook=WebhookSettings(bind=o.webhook_bind, tls_cert=o.webhook_tls_cert, tls_key=o.webhook_tls_key),
         multikueue=_multikueue(o) if "multikueue" in wanted else DispatchSettings(),
+        console=_console(o) if "console" in wanted else ConsoleSettings(),
     )
 
 
@@ -176,4 +193,5 @@ def election_of(o: ServeOptions) -> Election | None:
         o.leader_election_identity or _default_identity(),
         config,
         os.environ.get("POD_NAME") or None,
+        o.kubeconfig,
     )

@@ -1,1 +1,1 @@
-"""The capacity simulator's I/O: traces, the summary, plots (the event loop is core/simulate.py)."""
+"""The capacity simulator's I/O: traces, the summary, plots (the event loop is core/simulate/)."""

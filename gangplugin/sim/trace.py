@@ -6,7 +6,9 @@ pod), and the run time as `duration` (seconds) or `num_iteration` x `iteration_c
 Optional: `job_id` (else the row number), `max_runtime` (seconds; default the run time, as a job
 that declares `gangplugin.io/max-runtime` honestly), `required_topology`, `preferred_topology`
 (node labels), `priority` (the job's Kueue priority, a whole number; default 0, Kueue's without a
-WorkloadPriorityClass). The Kalos format's other columns (`IGNORED`) are allowed and not read.
+WorkloadPriorityClass), `checkpointable` (true or false, default false: the job may be evicted
+early from a domain reserved for a gang of higher priority). The Kalos format's other columns
+(`IGNORED`) are allowed and not read.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from gangplugin.core.simulate import Job
 
 REQUIRED = ("arrival_time", "gpu_workers", "gpu_per_worker")
 RUNTIME_COLUMNS = ("duration", ("num_iteration", "iteration_computing_time"))
-OPTIONAL = ("job_id", "max_runtime", "required_topology", "preferred_topology", "priority")
+OPTIONAL = ("job_id", "max_runtime", "required_topology", "preferred_topology", "priority", "checkpointable")
 #: Columns of the Kalos trace format (deploy/traces/) the replay does not read.
 IGNORED = (
     "iteration_networking_time",
@@ -109,9 +111,19 @@ def jobs_from_rows(rows: Iterable[Mapping[str, str | None]], columns: Iterable[s
                 required_topology=(row.get("required_topology") or "").strip() or None,
                 preferred_topology=(row.get("preferred_topology") or "").strip() or None,
                 priority=_priority(row, line),
+                checkpointable=_flag(row, "checkpointable", line),
             )
         )
     return jobs
+
+
+def _flag(row: Mapping[str, str | None], column: str, line: int) -> bool:
+    raw = (row.get(column) or "").strip().lower()
+    if raw in ("", "false", "0"):
+        return False
+    if raw in ("true", "1"):
+        return True
+    raise InputError(f"line {line}: {column}", f"{raw!r} is not true or false")
 
 
 def read_trace(path: str) -> list[Job]:

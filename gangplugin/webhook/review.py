@@ -4,7 +4,7 @@ Validating (`review`): the API server runs the CRD's schema and CEL rules first;
 here passed them. The webhook adds what those cannot see: the same parsing the controllers do
 (so an object the controllers would refuse is refused up front, with the field named), and
 references to other objects (a GangPolicy's `topologyName` must name a Kueue Topology whose
-levels are node labels).
+levels are node labels, and its `reservation.level` must be one of those levels).
 
 Mutating (`gate_review`): a pod of a bindMode Ungate or PodGroup gang is created behind the
 placement scheduling gate, so kube-scheduler leaves it alone until the ungater pins it to its
@@ -23,6 +23,7 @@ import orjson
 from gangplugin.core.errors import InputError
 from gangplugin.core.names import BIND_MODE_LABEL, GANG_LABEL, PLACEMENT_GATE
 from gangplugin.core.policy import PINNED_BIND_MODES, POD_GROUP_BIND_MODE
+from gangplugin.core.topology import DEFAULT_LEVELS
 from gangplugin.kube import kueue_records as rec
 from gangplugin.kube.records import levels_from_topology
 
@@ -49,19 +50,26 @@ def gang_policy_validator(topology_of: TopologyOf, pod_groups_served: PodGroupsS
         # Refused up front: without the API its gangs' PodGroups could never be created.
         if policy.bind_mode == POD_GROUP_BIND_MODE and not pod_groups_served():
             raise InputError("spec.bindMode", POD_GROUP_API_MISSING)
-        if policy.topology_name is None:
-            return
-        topo = topology_of(policy.topology_name)
-        if topo is None:
+        levels = DEFAULT_LEVELS
+        if policy.topology_name is not None:
+            topo = topology_of(policy.topology_name)
+            if topo is None:
+                raise InputError(
+                    "spec.topologyName",
+                    f"Kueue Topology {policy.topology_name!r} does not exist; create it first, "
+                    "or leave topologyName out for the default levels",
+                )
+            try:
+                levels = levels_from_topology(topo, f"Topology {policy.topology_name}")
+            except InputError as err:
+                raise InputError("spec.topologyName", f"{err.field}: {err.problem}") from None
+        widest = policy.reservation.level
+        if widest is not None and widest not in levels:
             raise InputError(
-                "spec.topologyName",
-                f"Kueue Topology {policy.topology_name!r} does not exist; create it first, "
-                "or leave topologyName out for the default levels",
+                "spec.reservation.level",
+                f"{widest!r} is not one of the policy's levels ({', '.join(levels)}); name one of them, "
+                "or leave it out to reserve at any level",
             )
-        try:
-            levels_from_topology(topo, f"Topology {policy.topology_name}")
-        except InputError as err:
-            raise InputError("spec.topologyName", f"{err.field}: {err.problem}") from None
 
     return validate
 

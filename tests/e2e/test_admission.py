@@ -11,99 +11,42 @@ Ready condition False, which the node lifecycle controller acts on as for a dead
 from __future__ import annotations
 
 import itertools
-import time
-from datetime import datetime
 from typing import Any
 
 import pytest
 import yaml
 
-from gangplugin.core.names import BIND_MODE_LABEL, GANG_LABEL, GANG_SIZE_ANNOTATION
-from gangplugin.kube.client import EVENTS, JOBS, NODES, PODS, WORKLOADS, ApiError, Client, Resource
+from gangplugin.core.names import (
+    BIND_MODE_LABEL,
+    GANG_LABEL,
+    GANG_SIZE_ANNOTATION,
+    REQUIRED_TOPOLOGY_ANNOTATION,
+)
+from gangplugin.kube.client import EVENTS, PODS, ApiError, Client
+from gangplugin.kube.kueue_records import is_true
 from gangplugin.kube.resources import GANG_POLICIES, TOPOLOGIES
 from gangplugin.localcluster.cluster import REPO
-from gangplugin.localcluster.nodes import NOT_READY_LABEL
-from tests.e2e.conftest import E2ECluster, e2e_local_cluster
-from tests.e2e.kube import (
-    condition,
-    gpu_job,
-    is_true,
-    job_pods,
-    pod_group_member,
-    unique,
-    wait_for,
-    workload_of,
+from tests.support import objects
+from tests.support.cluster import E2ECluster, e2e_local_cluster
+from tests.support.gangs import (
+    HOSTNAME,
+    NEVER_READY,
+    US,
+    check_of,
+    epoch,
+    events_of,
+    node_us,
+    rejected,
+    requeued,
+    retries,
+    running_gang,
+    submit,
+    workload,
 )
-from tests.e2e.scrape import wait_decided
-
-US = "topology.k8s.aws/ultraserver-id"
-HOSTNAME = "kubernetes.io/hostname"
-NEVER_READY = "e2e.gangplugin.io/never-ready"
-
-
-def submit(
-    client: Client,
-    namespace: str,
-    queue: str,
-    pods: int,
-    *,
-    labels: dict[str, str] | None = None,
-    name: str | None = None,
-    affinity: dict[str, Any] | None = None,
-) -> str:
-    name = name or unique("job")
-    job = gpu_job(
-        name,
-        namespace,
-        queue,
-        pods,
-        4,
-        metadata={"annotations": {"gangplugin.io/required-topology": US}, "labels": labels or {}},
-    )
-    if affinity is not None:
-        job["spec"]["template"]["spec"]["affinity"] = affinity
-    client.create(JOBS, job)
-    return name
-
-
-def submit_one_per_zone(client: Client, namespace: str, queue: str, pods: int) -> str:
-    """A Job whose pods must each be in another zone, required in one UltraServer (one zone):
-    placement does not model inter-pod anti-affinity, so it is admitted, yet only one of its
-    pods can be bound."""
-    name = unique("job")
-    apart = {"labelSelector": {"matchLabels": {"app": name}}, "topologyKey": "topology.kubernetes.io/zone"}
-    affinity = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [apart]}}
-    return submit(client, namespace, queue, pods, labels={"app": name}, name=name, affinity=affinity)
-
-
-def check_of(wl: dict[str, Any]) -> dict[str, Any]:
-    return next(iter(wl.get("status", {}).get("admissionChecks") or []), {})
-
-
-def workload(client: Client, namespace: str, job: str, timeout: float = 60) -> dict[str, Any]:
-    return wait_for(lambda: workload_of(client, namespace, job), timeout, f"the Workload of {job}")
-
-
-def _epoch(ts: str) -> float:
-    return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
-
-
-def events_of(client: Client, namespace: str, name: str) -> list[dict[str, Any]]:
-    items = client.list(EVENTS, namespace, field_selector=f"involvedObject.name={name}")["items"]
-    return [e for e in items if e.get("source", {}).get("component") == "gangplugin-admission"]
-
-
-def node_us(client: Client) -> dict[str, str]:
-    return {n["metadata"]["name"]: n["metadata"]["labels"].get(US, "") for n in client.list(NODES)["items"]}
-
-
-def running_gang(client: Client, namespace: str, job: str, pods: int) -> list[dict[str, Any]]:
-    def ready() -> list[dict[str, Any]] | None:
-        items = [p for p in job_pods(client, namespace, job) if not p["metadata"].get("deletionTimestamp")]
-        ok = len(items) == pods and all(is_true(p, "Ready") for p in items)
-        return items if ok else None
-
-    return wait_for(ready, 120, f"{pods} Ready pods of {job}")
+from tests.support.kube import condition, job_pods, unique, wait_for, workload_of
+from tests.support.nodes import fail_nodes, heal_nodes
+from tests.support.objects import JOBSETS, gang_policy, pod_group_member
+from tests.support.scrape import wait_decided
 
 
 @pytest.mark.compat
@@ -130,9 +73,6 @@ def test_gang_admitted_into_one_ultraserver(cluster: E2ECluster, namespace: str,
         assert pod["spec"]["nodeSelector"][HOSTNAME] == pod["spec"]["nodeName"]
         assert not pod["spec"].get("schedulingGates"), pod["spec"]
     assert any(e["reason"] == "GangAdmitted" for e in events_of(client, namespace, wl["metadata"]["name"]))
-
-
-JOBSETS = Resource("jobset.x-k8s.io/v1alpha2", "jobsets")
 
 
 @pytest.mark.compat
@@ -189,63 +129,13 @@ def test_gang_too_big_for_any_ultraserver_waits_with_a_clear_message(
     assert not is_true(wl, "Admitted") and not job_pods(client, namespace, job)
 
 
-def requeued(check: dict[str, Any]) -> bool:
-    """Whether a check entry is the watchdog sending its gang back whole: a Retry (no backoff:
-    Kueue evicts and requeues it), or, for a requeue with a backoff, which the watchdog evicts
-    itself (`watchdog._back_off`), the check back to Pending saying the backoff and its end."""
-    message = str(check.get("message", ""))
-    return check.get("state") == "Retry" or (
-        check.get("state") == "Pending" and "after backoff" in message and "backoff until" in message
-    )
-
-
-def _retries(client: Client, namespace: str, job: str, want: int, timeout: float) -> list[dict[str, Any]]:
-    """The check each time the watchdog requeued (`requeued`) or rejected the gang, until `want`
-    of them were seen.
-
-    Read from a watch, not by polling: Kueue resets the check to Pending as soon as it has
-    evicted (Retry) or deactivated (Rejected) the Workload, so either state lasts only moments,
-    and the next admission pass rewrites a backoff's Pending message once it has quota again."""
-    seen: list[dict[str, Any]] = []
-    last = None
-    deadline = time.monotonic() + timeout
-    listing = client.list(WORKLOADS, namespace)
-    rv = listing["metadata"]["resourceVersion"]
-    objects = list(listing["items"])
-    while len(seen) < want:
-        for wl in objects:
-            owners = wl.get("metadata", {}).get("ownerReferences", [])
-            c = check_of(wl)
-            key = (c.get("state"), c.get("lastTransitionTime"))
-            if (
-                any(o.get("name") == job for o in owners)
-                and (requeued(c) or c.get("state") == "Rejected")
-                and key != last
-            ):
-                seen.append({**c, "_wl": wl})
-                last = key
-        left = int(deadline - time.monotonic())
-        if len(seen) >= want or left <= 0:
-            break
-        # A watch from the listed resourceVersion on: every write, however short-lived.
-        objects = []
-        for event in client.watch(WORKLOADS, namespace, resource_version=rv, timeout_seconds=min(left, 5)):
-            rv = event["object"].get("metadata", {}).get("resourceVersion", rv)
-            if event["type"] in ("ADDED", "MODIFIED"):
-                objects.append(event["object"])
-    assert len(seen) >= want, (
-        f"saw {len(seen)} of {want} timeouts: {[(c['state'], c['message']) for c in seen]}"
-    )
-    return seen
-
-
 def test_never_ready_gang_is_requeued_with_backoff(
     cluster: E2ECluster, namespace: str, gang_queue: Any
 ) -> None:
     client = cluster.client
     queue = gang_queue(readyTimeout="3s", requeue={"backoffBaseSeconds": 4, "backoffMaxSeconds": 8})
     job = submit(client, namespace, queue, 2, labels={NEVER_READY: "true"})
-    seen = _retries(client, namespace, job, 3, 150)
+    seen = retries(client, namespace, job, 3, 150)
     assert all(requeued(c) for c in seen), seen
     backoffs = [4, 8, 8]  # 4 * 2^(n-1), capped at 8
     for n, (c, backoff) in enumerate(zip(seen, backoffs, strict=True), 1):
@@ -259,7 +149,7 @@ def test_never_ready_gang_is_requeued_with_backoff(
     for (prev, nxt), backoff in zip(itertools.pairwise(seen), backoffs, strict=False):
         readmitted = condition(nxt["_wl"], "Admitted")
         assert readmitted is not None
-        waited = _epoch(readmitted["lastTransitionTime"]) - _epoch(prev["lastTransitionTime"])
+        waited = epoch(readmitted["lastTransitionTime"]) - epoch(prev["lastTransitionTime"])
         assert waited >= backoff - 1, (waited, prev)
     wl = seen[-1]["_wl"]
     evicted = [
@@ -275,7 +165,7 @@ def test_gang_deactivated_after_backoff_limit(cluster: E2ECluster, namespace: st
         readyTimeout="2s", requeue={"backoffBaseSeconds": 1, "backoffMaxSeconds": 2, "backoffLimitCount": 1}
     )
     job = submit(client, namespace, queue, 2, labels={NEVER_READY: "true"})
-    seen = _retries(client, namespace, job, 2, 120)
+    seen = retries(client, namespace, job, 2, 120)
     assert requeued(seen[0]) and seen[1]["state"] == "Rejected", seen
     assert "backoffLimitCount 1" in seen[1]["message"]
     wl = wait_for(
@@ -324,32 +214,6 @@ def test_sequential_admits_the_next_gang_only_after_the_first_is_ready(
     assert admitted["state"] == "Ready" and admitted["lastTransitionTime"] >= ready_at
 
 
-def _fail_node(client: Client, *names: str) -> None:
-    """Make nodes NotReady; several at once: their Ready conditions are flipped back to back
-    (everything else done first) so the controller sees them fail together."""
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    down = {
-        "type": "Ready",
-        "status": "False",
-        "reason": "E2ENodeDown",
-        "message": "made NotReady by an e2e test",
-        "lastHeartbeatTime": now,
-        "lastTransitionTime": now,
-    }
-    conditions = {}
-    for name in names:
-        client.patch(NODES, name, {"metadata": {"labels": {NOT_READY_LABEL: "true"}}})
-        node = client.get(NODES, name)
-        conditions[name] = [c for c in node["status"]["conditions"] if c["type"] != "Ready"] + [down]
-    for name in names:
-        client.patch(NODES, name, {"status": {"conditions": conditions[name]}}, subresource="status")
-
-
-def _heal_node(client: Client, name: str) -> None:
-    client.patch(NODES, name, {"metadata": {"labels": {NOT_READY_LABEL: None}}})
-    wait_for(lambda: is_true(client.get(NODES, name), "Ready"), 60, f"{name} Ready again (kwok)")
-
-
 @pytest.mark.compat
 def test_node_failure_replaced_from_spare(cluster: E2ECluster, namespace: str, gang_queue: Any) -> None:
     client = cluster.client
@@ -360,7 +224,7 @@ def test_node_failure_replaced_from_spare(cluster: E2ECluster, namespace: str, g
     wait_for(lambda: is_true(workload(client, namespace, job), "PodsReady"), 60, "PodsReady")
     domain = check_of(wl)["podSetUpdates"][0]["nodeSelector"][US]
     victim = sorted(p["spec"]["nodeName"] for p in pods)[0]
-    _fail_node(client, victim)
+    fail_nodes(client, victim)
     try:
         ev = wait_for(
             lambda: [
@@ -388,14 +252,18 @@ def test_node_failure_replaced_from_spare(cluster: E2ECluster, namespace: str, g
         assert {us[p["spec"]["nodeName"]] for p in again} == {domain}
         assert check_of(workload(client, namespace, job))["state"] == "Ready"
     finally:
-        _heal_node(client, victim)
+        heal_nodes(client, victim)
 
 
 def _seventeen_in_one_ultraserver(
-    client: Client, namespace: str, queue: str
+    client: Client, namespace: str, gang_queue: Any, recovery_timeout: str
 ) -> tuple[str, dict[str, Any], dict[str, tuple[str, str]]]:
-    """A 17-pod gang Running in one UltraServer of 18 (its 18th node left as the spare):
+    """A 17-pod gang Running in one UltraServer of 18 (its 18th node left as the spare), in a
+    queue that replaces a failed node from the spare within `recovery_timeout`:
     (job, Workload, pod name -> (uid, node))."""
+    queue = gang_queue(
+        nodeFailure="ReplaceFromSpare", sparesPerUltraServer=1, recoveryTimeout=recovery_timeout
+    )
     job = submit(client, namespace, queue, 17)
     pods = running_gang(client, namespace, job, 17)
     wait_for(lambda: is_true(workload(client, namespace, job), "PodsReady"), 60, "PodsReady")
@@ -412,13 +280,12 @@ def test_node_failure_in_a_full_ultraserver_is_replaced_by_its_spare(
     client = cluster.client
     # Long enough that no busy machine runs it out: that the gang was never requeued (no
     # GangRequeued below) is what shows it was whole again within recoveryTimeout.
-    queue = gang_queue(nodeFailure="ReplaceFromSpare", sparesPerUltraServer=1, recoveryTimeout="10m")
-    job, wl, before = _seventeen_in_one_ultraserver(client, namespace, queue)
+    job, wl, before = _seventeen_in_one_ultraserver(client, namespace, gang_queue, "10m")
     domain = check_of(wl)["podSetUpdates"][0]["nodeSelector"][US]
     in_domain = sorted(n for n, us in node_us(client).items() if us == domain)
     (spare,) = sorted(set(in_domain) - {node for _, node in before.values()})
     victim = sorted(node for _, node in before.values())[0]
-    _fail_node(client, victim)
+    fail_nodes(client, victim)
     try:
 
         def whole_again() -> list[dict[str, Any]] | None:
@@ -440,20 +307,19 @@ def test_node_failure_in_a_full_ultraserver_is_replaced_by_its_spare(
         assert not incomplete, incomplete
         assert check_of(workload(client, namespace, job))["state"] == "Ready"
     finally:
-        _heal_node(client, victim)
+        heal_nodes(client, victim)
 
 
 def test_two_failed_nodes_with_one_spare_requeue_the_gang_whole_without_deleting_first(
     cluster: E2ECluster, namespace: str, gang_queue: Any
 ) -> None:
     client = cluster.client
-    queue = gang_queue(nodeFailure="ReplaceFromSpare", sparesPerUltraServer=1, recoveryTimeout="10s")
-    job, wl, before = _seventeen_in_one_ultraserver(client, namespace, queue)
+    job, wl, before = _seventeen_in_one_ultraserver(client, namespace, gang_queue, "10s")
     victims = sorted(node for _, node in before.values())[:2]
     for v in victims:
-        _fail_node(client, v)
+        fail_nodes(client, v)
     try:
-        (retry,) = _retries(client, namespace, job, 1, 90)
+        (retry,) = retries(client, namespace, job, 1, 90)
         assert requeued(retry) and "recoveryTimeout 10s" in retry["message"], retry
         # Decided at once, for both nodes: no pod was moved to the spare before the requeue.
         reasons = [e["reason"] for e in events_of(client, namespace, wl["metadata"]["name"])]
@@ -461,7 +327,7 @@ def test_two_failed_nodes_with_one_spare_requeue_the_gang_whole_without_deleting
         assert not [e for e in client.list(EVENTS, namespace)["items"] if e["reason"] == "GangIncomplete"]
     finally:
         for v in victims:
-            _heal_node(client, v)
+            heal_nodes(client, v)
 
 
 @pytest.mark.compat
@@ -474,12 +340,12 @@ def test_node_failure_requeues_after_recovery_timeout(
     pods = running_gang(client, namespace, job, 2)
     wait_for(lambda: is_true(workload(client, namespace, job), "PodsReady"), 60, "PodsReady")
     victim = pods[0]["spec"]["nodeName"]
-    _fail_node(client, victim)
+    fail_nodes(client, victim)
     try:
-        (retry,) = _retries(client, namespace, job, 1, 90)
+        (retry,) = retries(client, namespace, job, 1, 90)
         assert requeued(retry) and "recoveryTimeout 3s" in retry["message"] and victim in retry["message"]
     finally:
-        _heal_node(client, victim)
+        heal_nodes(client, victim)
 
 
 @pytest.mark.compat
@@ -547,9 +413,8 @@ def test_controller_killed_during_admission_and_restarted(
 def test_bad_gang_policy_is_refused_naming_the_field(
     cluster: E2ECluster, spec: dict[str, Any], field: str, says: str
 ) -> None:
-    body = {"apiVersion": "gangplugin.io/v1alpha1", "kind": "GangPolicy", "metadata": {"name": unique("bad")}}
     with pytest.raises(ApiError) as err:
-        cluster.client.create(GANG_POLICIES, {**body, "spec": spec})
+        cluster.client.create(GANG_POLICIES, gang_policy(unique("bad"), **spec))
     assert err.value.status == 422
     assert field in str(err.value) and says in str(err.value), str(err.value)
 
@@ -559,12 +424,7 @@ def test_gang_policy_naming_a_missing_topology_is_refused_by_the_webhook(cluster
     webhook refuses the write, names the field, and lets it through once the Topology is there."""
     client = cluster.client
     topology = unique("topo")
-    policy = {
-        "apiVersion": "gangplugin.io/v1alpha1",
-        "kind": "GangPolicy",
-        "metadata": {"name": unique("needs-topo")},
-        "spec": {"topologyName": topology},
-    }
+    policy = gang_policy(unique("needs-topo"), topologyName=topology)
     with pytest.raises(ApiError) as err:
         client.create(GANG_POLICIES, policy)
     text = str(err.value)
@@ -572,9 +432,7 @@ def test_gang_policy_naming_a_missing_topology_is_refused_by_the_webhook(cluster
     assert 'admission webhook "gangpolicies.gangplugin.io" denied the request' in text, text
     assert "spec.topologyName" in text and f"Kueue Topology {topology!r} does not exist" in text, text
     assert client.get_or_none(GANG_POLICIES, policy["metadata"]["name"]) is None  # nothing half-made
-    levels = [{"nodeLabel": "topology.k8s.aws/ultraserver-id"}, {"nodeLabel": "kubernetes.io/hostname"}]
-    topo = {"apiVersion": TOPOLOGIES.api_version, "kind": "Topology", "metadata": {"name": topology}}
-    client.create(TOPOLOGIES, {**topo, "spec": {"levels": levels}})
+    client.create(TOPOLOGIES, objects.topology(topology, US, HOSTNAME))
     try:
         created = client.create(GANG_POLICIES, policy)
         assert created["spec"]["topologyName"] == topology
@@ -587,26 +445,8 @@ def test_workload_naming_an_unknown_topology_level_is_rejected(
     cluster: E2ECluster, namespace: str, gang_queue: Any
 ) -> None:
     client = cluster.client
-    queue = gang_queue()
-    name = unique("job")
-    job = gpu_job(
-        name,
-        namespace,
-        queue,
-        2,
-        4,
-        metadata={"annotations": {"gangplugin.io/required-topology": "example.com/rack"}},
-    )
-    client.create(JOBS, job)
-    wl = wait_for(
-        lambda: (w := workload_of(client, namespace, name)) and w["spec"].get("active") is False and w,
-        60,
-        "the Workload deactivated",
-    )
-    (rejected,) = [
-        e for e in events_of(client, namespace, wl["metadata"]["name"]) if e["reason"] == "GangRejected"
-    ]
-    assert (
-        "gangplugin.io/required-topology" in rejected["message"] and "example.com/rack" in rejected["message"]
-    )
+    rack = {REQUIRED_TOPOLOGY_ANNOTATION: "example.com/rack"}
+    name = submit(client, namespace, gang_queue(), 2, annotations=rack)
+    _, event = rejected(client, namespace, name)
+    assert "gangplugin.io/required-topology" in event["message"] and "example.com/rack" in event["message"]
     assert not job_pods(client, namespace, name)

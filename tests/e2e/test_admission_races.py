@@ -13,14 +13,12 @@ from collections import Counter
 from typing import Any
 
 from gangplugin.kube.client import JOBS, NODES, PODS, WORKLOADS, Client
-from tests.e2e.conftest import E2ECluster, e2e_local_cluster
-from tests.e2e.kube import GB200, is_true, job_pods, wait_for
-from tests.e2e.scrape import pass_seen, resource_version
-from tests.e2e.test_admission import (
-    US,
-    check_of,
-    submit,
-)
+from gangplugin.kube.kueue_records import is_true
+from tests.support.cluster import E2ECluster, e2e_local_cluster
+from tests.support.gangs import US, check_of, submit
+from tests.support.kube import job_pods, wait_for
+from tests.support.objects import GB200
+from tests.support.scrape import pass_seen, resource_version
 
 GANG = 8  # pods of 4 GPUs: one GB200 node each, so an UltraServer of 18 holds two gangs
 

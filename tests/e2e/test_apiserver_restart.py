@@ -14,15 +14,8 @@ import time
 from typing import Any
 
 from gangplugin.localcluster.cluster import LocalCluster
-from tests.e2e.conftest import E2ECluster
-from tests.e2e.test_admission import (
-    check_of,
-    node_us,
-    running_gang,
-    submit,
-    workload,
-)
-from tests.e2e.test_serve import _local
+from tests.support.cluster import E2ECluster, local_of
+from tests.support.gangs import check_of, node_us, running_gang, submit, workload
 
 
 def test_admission_and_binding_carry_on_after_kube_apiserver_restarts(
@@ -30,7 +23,7 @@ def test_admission_and_binding_carry_on_after_kube_apiserver_restarts(
     namespace: str,
     gang_queue: Any,
 ) -> None:
-    local = _local(cluster)
+    local = local_of(cluster)
     queue = gang_queue()
     local.restart("gangplugin", args=PATIENT)
     try:

@@ -12,10 +12,11 @@ import pytest
 
 from gangplugin.core.names import BACKOFF_UNTIL_ANNOTATION
 from gangplugin.kube.client import JOBS
+from gangplugin.kube.kueue_records import is_true
 from gangplugin.kube.resources import GANG_POLICIES
-from tests.e2e.conftest import E2ECluster, e2e_local_cluster
-from tests.e2e.kube import condition, is_true, job_pods, wait_until, workload_of
-from tests.e2e.test_admission import NEVER_READY, _epoch, check_of, running_gang, submit, workload
+from tests.support.cluster import E2ECluster, e2e_local_cluster
+from tests.support.gangs import NEVER_READY, check_of, epoch, running_gang, submit, workload
+from tests.support.kube import condition, job_pods, wait_until, workload_of
 
 # The first gang's backoff. It only has to outlast the second gang's admission (a few seconds),
 # which the test shows by the order of the two Workloads' own timestamps.
@@ -72,7 +73,7 @@ def test_a_gang_in_backoff_holds_neither_nodes_nor_quota(
     running_gang(client, namespace, second, 2)
     admitted = condition(workload(client, namespace, second), "Admitted")
     assert admitted is not None and admitted["status"] == "True"
-    assert _epoch(admitted["lastTransitionTime"]) < _epoch(until), (admitted, until, first_state())
+    assert epoch(admitted["lastTransitionTime"]) < epoch(until), (admitted, until, first_state())
     assert not is_true(workload(client, namespace, first), "QuotaReserved"), first_state()
 
     # Restarted mid-backoff: the backoff's end is on the Workload, the new process carries on.
@@ -88,6 +89,6 @@ def test_a_gang_in_backoff_holds_neither_nodes_nor_quota(
         readmitted, BACKOFF_SECONDS + 120, lambda: f"waiting for the first gang again: {first_state()}"
     )
     at = condition(again, "Admitted")
-    assert at is not None and _epoch(at["lastTransitionTime"]) >= _epoch(until), (at, until)
+    assert at is not None and epoch(at["lastTransitionTime"]) >= epoch(until), (at, until)
     assert check_of(again)["state"] == "Ready" and check_of(again).get("retryCount") == 1, check_of(again)
     assert not (again["status"].get("requeueState") or {}).get("requeueAt"), again["status"]

@@ -15,60 +15,38 @@ from typing import Any
 
 import pytest
 
-from gangplugin.core.names import BIND_MODE_LABEL, PLACEMENT_GATE, REQUIRED_TOPOLOGY_ANNOTATION
+from gangplugin.core.names import PLACEMENT_GATE, REQUIRED_TOPOLOGY_ANNOTATION
 from gangplugin.core.policy import PINNED_BIND_MODES
 from gangplugin.kube.client import EVENTS, JOBS, NAMESPACES, PODS, WORKLOADS, Client, Resource
 from gangplugin.server.main import DEFAULT_COMPONENTS
-from tests.e2e.conftest import E2ECluster, e2e_local_cluster
-from tests.e2e.kube import GB200, condition, gpu_job, job_pods, trainer_pod_spec, unique, wait_for, wait_until
-from tests.e2e.test_admission import (
+from tests.support.cluster import E2ECluster, e2e_local_cluster
+from tests.support.gangs import (
     HOSTNAME,
+    SESSION_BIND_MODES,
     US,
-    _fail_node,
-    _heal_node,
-    _retries,
+    assert_whole_in_domain,
     check_of,
+    gates,
     node_us,
     requeued,
+    retries,
     running_gang,
     submit,
     submit_one_per_zone,
     workload,
 )
-
-MODES = ["Ungate", "Extender"]
-SERVICE_ACCOUNTS = Resource("v1", "serviceaccounts")
+from tests.support.grpcauth import SERVICE_ACCOUNTS
+from tests.support.kube import condition, job_pods, unique, wait_for, wait_until
+from tests.support.nodes import fail_nodes, heal_nodes
+from tests.support.objects import GB200, gpu_job, trainer_pod_spec
 
 
 def _holds_node(pod: dict[str, Any]) -> bool:
     return bool(pod["spec"].get("nodeName")) and not pod["metadata"].get("deletionTimestamp")
 
 
-def _gates(pod: dict[str, Any]) -> list[str]:
-    return [g["name"] for g in pod["spec"].get("schedulingGates") or []]
-
-
-def assert_whole_in_domain(
-    client: Client, namespace: str, job: str, mode: str, pods: list[dict[str, Any]]
-) -> str:
-    check = check_of(workload(client, namespace, job))
-    (update,) = check["podSetUpdates"]
-    domain = update["nodeSelector"][US]
-    assert update["labels"][BIND_MODE_LABEL] == mode
-    us = node_us(client)
-    nodes = [p["spec"]["nodeName"] for p in pods]
-    assert {us[n] for n in nodes} == {domain}, nodes
-    assert len(set(nodes)) == len(nodes)  # one 4-GPU pod per 4-GPU node
-    for p in pods:
-        assert not _gates(p), p["spec"]
-        pin = p["spec"]["nodeSelector"].get(HOSTNAME)
-        pinned = mode in PINNED_BIND_MODES
-        assert pin == (p["spec"]["nodeName"] if pinned else None), p["spec"]["nodeSelector"]
-    return domain
-
-
 @pytest.mark.compat
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", SESSION_BIND_MODES)
 def test_gang_runs_whole_in_its_domain(
     cluster: E2ECluster, namespace: str, gang_queue: Any, mode: str
 ) -> None:
@@ -77,7 +55,7 @@ def test_gang_runs_whole_in_its_domain(
     assert_whole_in_domain(client, namespace, job, mode, running_gang(client, namespace, job, 8))
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", SESSION_BIND_MODES)
 def test_a_gang_that_stays_partly_bound_is_requeued_whole(
     cluster: E2ECluster, namespace: str, gang_queue: Any, mode: str
 ) -> None:
@@ -88,7 +66,7 @@ def test_a_gang_that_stays_partly_bound_is_requeued_whole(
         bindMode=mode, unscheduledTimeout="3s", readyTimeout="10m", requeue={"backoffBaseSeconds": 600}
     )
     name = submit_one_per_zone(client, namespace, queue, 2)
-    (retry,) = _retries(client, namespace, name, 1, 120)
+    (retry,) = retries(client, namespace, name, 1, 120)
     assert requeued(retry) and "after backoff 10m" in retry["message"], retry
     # 0/2 with the extender's bind barrier (all or nothing), 1/2 with kube-scheduler alone
     assert "/2 pods bound to nodes" in retry["message"] and "unscheduledTimeout 3s" in retry["message"]
@@ -235,7 +213,7 @@ def _decided(client: Client, namespace: str, names: list[str]) -> list[dict[str,
     return wait_for(all_decided, 60, f"kube-scheduler to decide {len(names)} plain pods")
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", SESSION_BIND_MODES)
 def test_plain_gpu_pods_racing_a_gang_never_take_its_capacity(
     cluster: E2ECluster, namespace: str, gang_queue: Any, mode: str
 ) -> None:
@@ -363,11 +341,11 @@ def test_gangplugin_killed_while_releasing_an_ungate_gang_completes_it(
 
     def released_in_part() -> list[dict[str, Any]] | None:
         pods = job_pods(client, namespace, name)
-        pinned = [p for p in pods if not _gates(p)]
+        pinned = [p for p in pods if not gates(p)]
         return pods if len(pods) == size and pinned else None
 
     pods = wait_for(released_in_part, 120, f"the first pin of {name}", interval=0.02)
-    gated_at_kill = sum(1 for p in pods if PLACEMENT_GATE in _gates(p))
+    gated_at_kill = sum(1 for p in pods if PLACEMENT_GATE in gates(p))
     e2e_local_cluster().restart("gangplugin")
     print(f"gangplugin killed with {gated_at_kill} of {size} pods still gated")
     pods = running_gang(client, namespace, name, size)
@@ -376,7 +354,7 @@ def test_gangplugin_killed_while_releasing_an_ungate_gang_completes_it(
     us = node_us(client)
     assert {us[p["spec"]["nodeName"]] for p in pods} == {domain}
     for p in pods:
-        assert p["spec"]["nodeSelector"][HOSTNAME] == p["spec"]["nodeName"] and not _gates(p)
+        assert p["spec"]["nodeSelector"][HOSTNAME] == p["spec"]["nodeName"] and not gates(p)
 
 
 def test_a_pod_pinned_to_a_node_that_fails_before_it_is_bound_is_made_again_and_pinned_elsewhere(
@@ -399,14 +377,14 @@ def test_a_pod_pinned_to_a_node_that_fails_before_it_is_bound_is_made_again_and_
             pods = [p for p in job_pods(client, namespace, job) if not p["metadata"].get("deletionTimestamp")]
             pins = [p["spec"].get("nodeSelector", {}).get(HOSTNAME) for p in pods]
             names = {p["metadata"]["name"] for p in pods}
-            whole = len(pods) == 8 and all(pins) and not any(_gates(p) for p in pods)
+            whole = len(pods) == 8 and all(pins) and not any(gates(p) for p in pods)
             return pods if whole and avoid not in pins and gone not in names else None
 
         pods = wait_for(lambda: pinned(None, None), 120, "8 pods pinned")
         assert not any(p["spec"].get("nodeName") for p in pods), "kube-scheduler is down: nothing bound"
         stranded = min(pods, key=lambda p: p["metadata"]["name"])
         failed = stranded["spec"]["nodeSelector"][HOSTNAME]
-        _fail_node(client, failed)
+        fail_nodes(client, failed)
         pods = wait_for(
             lambda: pinned(failed, stranded["metadata"]["name"]), 90, f"a pod pinned again off {failed}"
         )
@@ -417,7 +395,7 @@ def test_a_pod_pinned_to_a_node_that_fails_before_it_is_bound_is_made_again_and_
     finally:
         local.restart("kube-scheduler")
         if failed is not None:
-            _heal_node(client, failed)
+            heal_nodes(client, failed)
     pods = running_gang(client, namespace, job, 8)
     assert_whole_in_domain(client, namespace, job, "Ungate", pods)
     assert failed not in {p["spec"]["nodeName"] for p in pods}

@@ -18,12 +18,11 @@ import pytest
 from gangplugin.core.names import BLOCK_END_ANNOTATION, MAX_RUNTIME_ANNOTATION, PLAN_DRAINING_REASON
 from gangplugin.core.timeutil import format_time, parse_time
 from gangplugin.kube.client import EVENTS, JOBS, ApiError, Client
+from gangplugin.kube.kueue_records import is_true
 from gangplugin.kube.resources import ADMISSION_CHECKS, TRAINING_PLANS
-from tests.e2e.conftest import E2ECluster
-from tests.e2e.kube import gpu_job, is_true, job_pods, queue_objects, unique, wait_for, workload_of
-from tests.e2e.test_plans import flavor_quota, plan_manifest
-
-P5 = "ml.p5.48xlarge"
+from tests.support.cluster import E2ECluster
+from tests.support.kube import flavor_quota, job_pods, unique, wait_for, workload_of
+from tests.support.objects import P5, admission_check, capacity_block, gpu_job, queue_objects, training_plan
 
 
 @pytest.fixture
@@ -35,28 +34,17 @@ def plan_queue(cluster: E2ECluster, namespace: str) -> Iterator[Callable[..., st
 
     def make(end: datetime, lead: str, count: int) -> str:
         name = unique("dq")
-        client.create(
-            ADMISSION_CHECKS,
-            {
-                "apiVersion": "kueue.x-k8s.io/v1beta2",
-                "kind": "AdmissionCheck",
-                "metadata": {"name": name},
-                "spec": {"controllerName": "gangplugin.io/gang"},
-            },
-        )
-        made.append((ADMISSION_CHECKS, name))
-        for res, obj in queue_objects(name, namespace, 0, P5):
-            if obj["kind"] == "ClusterQueue":
-                obj["spec"]["admissionChecksStrategy"] = {"admissionChecks": [{"name": name}]}
+        for res, obj in [
+            (ADMISSION_CHECKS, admission_check(name)),
+            *queue_objects(name, namespace, 0, P5, checks=[name]),
+        ]:
             client.create(res, obj)
             if not res.namespaced:
                 made.append((res, name))
         start = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=5)
-        plan = plan_manifest(
-            name, name, start, end, testOverrides={"anyBlockTimes": True, "terminationLead": lead}
+        client.create(
+            TRAINING_PLANS, training_plan(name, name, [capacity_block(start, end, count)], lead=lead)
         )
-        plan["spec"]["reservedCapacity"][0]["instanceCount"] = count
-        client.create(TRAINING_PLANS, plan)
         made.append((TRAINING_PLANS, name))
         wait_for(lambda: flavor_quota(client, name)["nvidia.com/gpu"] == 8 * count, 60, "the plan's quota")
         return name

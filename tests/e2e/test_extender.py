@@ -8,51 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from gangplugin.core.names import GANG_LABEL, GANG_SIZE_ANNOTATION, REQUIRED_TOPOLOGY_ANNOTATION
+from gangplugin.core.names import GANG_LABEL
 from gangplugin.kube.client import EVENTS, NODES, PODS, Client
-from tests.e2e.conftest import E2ECluster, e2e_local_cluster
-from tests.e2e.kube import unique, wait_for, wait_until
-from tests.e2e.scrape import barrier_waiting
+from tests.support.cluster import E2ECluster, e2e_local_cluster
+from tests.support.kube import unique, wait_for, wait_until
+from tests.support.objects import gpu_pod
+from tests.support.scrape import barrier_waiting
 
 US_LABEL = "topology.k8s.aws/ultraserver-id"
-
-
-def gpu_pod(
-    namespace: str,
-    name: str,
-    *,
-    gang: str | None = None,
-    size: int | None = None,
-    gpus: int = 4,
-    required: str | None = None,
-    node_selector: dict[str, str] | None = None,
-    scheduler: str | None = None,
-) -> dict[str, Any]:
-    labels = {GANG_LABEL: gang} if gang else {}
-    annotations = {GANG_SIZE_ANNOTATION: str(size)} if size else {}
-    if required:
-        annotations[REQUIRED_TOPOLOGY_ANNOTATION] = required
-    spec: dict[str, Any] = {
-        "containers": [
-            {
-                "name": "trainer",
-                "image": "trainer:latest",
-                "resources": {
-                    "requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": str(gpus)},
-                    "limits": {"nvidia.com/gpu": str(gpus)},
-                },
-            }
-        ],
-        "nodeSelector": node_selector or {},
-    }
-    if scheduler:
-        spec["schedulerName"] = scheduler
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels, "annotations": annotations},
-        "spec": spec,
-    }
 
 
 def create_gang(client: Client, namespace: str, gang: str, size: int, names: range, **kw: Any) -> None:

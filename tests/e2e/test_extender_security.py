@@ -18,9 +18,9 @@ import pytest
 
 from gangplugin.kube.client import EVENTS, NODES, PODS, Client
 from gangplugin.localcluster.pki import CertificateAuthority
-from tests.e2e.conftest import E2ECluster, e2e_local_cluster
-from tests.e2e.kube import wait_for
-from tests.e2e.test_extender import gpu_pod
+from tests.support.cluster import E2ECluster, e2e_local_cluster
+from tests.support.kube import wait_for
+from tests.support.objects import gpu_pod
 
 
 def _probe(client: Client, namespace: str) -> tuple[str, str]:

@@ -6,24 +6,23 @@ from __future__ import annotations
 
 import json
 import os
-import queue as queues
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from gangplugin.kube.client import JOBS, Resource
-from tests.e2e import grpcauth
-from tests.e2e.conftest import E2ECluster
-from tests.e2e.kube import gpu_job, unique, wait_for, workload_of
+from gangplugin.kube.client import JOBS
+from tests.support import grpcauth
+from tests.support.cli import Running
+from tests.support.cluster import E2ECluster
+from tests.support.kube import unique, wait_for, workload_of
+from tests.support.objects import JOBSETS, gpu_job
 
 GANGCTL = str(Path(sys.executable).parent / "gangctl")
 US = "topology.k8s.aws/ultraserver-id"
 REPO = Path(__file__).resolve().parents[2]
-JOBSETS = Resource("jobset.x-k8s.io/v1alpha2", "jobsets")
 VIEWER = [{"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["get", "list", "watch"]}]
 
 
@@ -46,60 +45,6 @@ def gangctl(cluster: E2ECluster, token: str, *args: str, timeout: float = 240) -
         check=False,
     )
     return done.returncode, done.stdout, done.stderr
-
-
-class Running:
-    """A gangctl started in the background; its stdout line by line as it prints them."""
-
-    def __init__(self, cluster: E2ECluster, token: str, *args: str) -> None:
-        self.proc = subprocess.Popen(
-            [GANGCTL, *args],
-            env=_env(cluster, token),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        self.lines: queues.Queue[str | None] = queues.Queue()
-        self.seen: list[str] = []
-        self.errors: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
-        self._stderr = threading.Thread(target=self._read_errors, daemon=True)
-        self._stderr.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.put(line.rstrip("\n"))
-        self.lines.put(None)
-
-    def _read_errors(self) -> None:
-        assert self.proc.stderr is not None
-        self.errors.extend(self.proc.stderr)
-
-    def until(self, wanted: Any, timeout: float, what: str) -> str:
-        """The first line `wanted` holds for, waiting up to `timeout`, or fail with what was seen."""
-        try:
-            while (line := self.lines.get(timeout=timeout)) is not None:
-                self.seen.append(line)
-                if wanted(line):
-                    return line
-        except queues.Empty:
-            pass
-        raise AssertionError(f"{what}: not within {timeout}s; gangctl printed {self.seen}")
-
-    def finish(self, timeout: float) -> tuple[int, str]:
-        """Its exit status and stderr, once it exits; every stdout line is in `seen` (only the
-        reader threads read the pipes: `communicate` would take the last lines from them)."""
-        code = self.proc.wait(timeout=timeout)
-        while (line := self.lines.get(timeout=timeout)) is not None:
-            self.seen.append(line)
-        self._stderr.join(timeout)
-        return code, "".join(self.errors)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.communicate(timeout=30)
 
 
 def test_get_explain_and_wait_on_live_gangs(cluster: E2ECluster, namespace: str, gang_queue: Any) -> None:
@@ -284,11 +229,12 @@ def test_a_job_by_kind_and_name_typed_before_its_workload_exists(
     grpcauth.grant(client, namespace, "viewer", VIEWER)
     token = grpcauth.service_account_token(client, namespace, "viewer")
     job = unique("train")
+    env = _env(cluster, token)
     waiting = Running(
-        cluster, token, "wait", f"job/{job}", "-n", namespace, "--for", "ready", "--timeout", "3m"
+        [GANGCTL, "wait", f"job/{job}", "-n", namespace, "--for", "ready", "--timeout", "3m"], env
     )
     watching = Running(
-        cluster, token, "get", "gangs", f"jobs.batch/{job}", "-n", namespace, "-w", "-o", "wide"
+        [GANGCTL, "get", "gangs", f"jobs.batch/{job}", "-n", namespace, "-w", "-o", "wide"], env
     )
     try:
         first = waiting.until(lambda line: line.startswith("waiting"), 60, "wait's first line")

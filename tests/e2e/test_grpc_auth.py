@@ -9,8 +9,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from gangplugin.api.proto import gangs_pb2, gangs_pb2_grpc, plans_pb2, plans_pb2_grpc
-from tests.e2e import grpcauth
-from tests.e2e.conftest import E2ECluster
+from tests.support import grpcauth
+from tests.support.cluster import E2ECluster
 
 READ_WORKLOADS = [
     {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["get", "list", "watch"]}

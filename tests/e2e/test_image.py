@@ -13,7 +13,7 @@
   leader labels its own pod as in a cluster.
 - Both answer /healthz, exactly one holds the Lease, a gang goes through Kueue, their admission
   check, the base's second kube-scheduler and their extender; killing the leader's container hands
-  the Lease over within the protocol's worst case (tests/e2e/leases.py: acquireTime - last
+  the Lease over within the protocol's worst case (tests/support/leases.py: acquireTime - last
   renewTime <= D + 2*J*P + 4T, and never before the renew deadline, so two leaders never act at
   once); no log line says the API server refused a request.
 """
@@ -37,15 +37,16 @@ import pytest
 from gangplugin.core.leader import ElectionConfig
 from gangplugin.core.names import LEADER_LABEL
 from gangplugin.kube.client import PODS, ApiError, Client
+from gangplugin.kube.lease import LEASES
 from gangplugin.localcluster.cluster import REPO, LocalCluster
-from tests.e2e import base_install, containers
-from tests.e2e.base_install import LEASES, NAMESPACE, refused, run_gang
-from tests.e2e.conftest import E2ECluster
-from tests.e2e.containers import build_image, engine
-from tests.e2e.grpcauth import service_account_token
-from tests.e2e.kube import gang_queues, unique, wait_for
-from tests.e2e.leases import REQUEST_TIMEOUT, watch_handover, worst_case_handover
-from tests.unit.test_manifests import render
+from tests.support import base_install, containers
+from tests.support.base_install import NAMESPACE, refused, run_gang
+from tests.support.cluster import E2ECluster
+from tests.support.containers import build_image, engine
+from tests.support.grpcauth import service_account_token
+from tests.support.kube import gang_queues, unique, wait_for
+from tests.support.leases import REQUEST_TIMEOUT, watch_handover, worst_case_handover
+from tests.support.manifests import render
 
 ELECTION = ElectionConfig()  # serve's --leader-election-* defaults, which the Deployment keeps
 

@@ -30,27 +30,46 @@ from gangplugin.core.names import (
     GANG_SIZE_ANNOTATION,
     REQUIRED_TOPOLOGY_ANNOTATION,
 )
-from gangplugin.kube.client import JOBS, PODS, WORKLOADS, ApiError, Client, Resource
+from gangplugin.kube.client import (
+    CLUSTER_QUEUES,
+    JOBS,
+    LOCAL_QUEUES,
+    PODS,
+    WORKLOADS,
+    ApiError,
+    Client,
+    Resource,
+)
+from gangplugin.kube.kueue_records import is_true
 from gangplugin.kube.resources import ADMISSION_CHECKS, GANG_POLICIES, RESOURCE_FLAVORS
-from tests.e2e.conftest import E2ECluster
-from tests.e2e.jobkinds import KINDS, PRIORITY_LABEL, Kind, gang_pods, running, sample
-from tests.e2e.kube import CLUSTER_QUEUES, GB200, gpu_job, is_true, unique, wait_for, wait_until
-from tests.e2e.test_admission import (
+from tests.support.cluster import E2ECluster
+from tests.support.gangs import (
     HOSTNAME,
+    SESSION_BIND_MODES,
     US,
-    _fail_node,
-    _heal_node,
-    _retries,
     check_of,
     events_of,
     node_us,
+    rejected,
     requeued,
+    retries,
     workload,
 )
-from tests.e2e.test_bind_modes import MODES
+from tests.support.jobkinds import KINDS, PRIORITY_LABEL, Kind, gang_pods, running, sample
+from tests.support.kube import unique, wait_active, wait_for, wait_until
+from tests.support.nodes import fail_nodes, heal_nodes
+from tests.support.objects import (
+    GB200,
+    WORKLOAD_PRIORITY_CLASSES,
+    admission_check,
+    cluster_queue,
+    gang_policy,
+    gpu_job,
+    local_queue,
+    resource_flavor,
+    workload_priority_class,
+)
 
-LOCAL_QUEUES = Resource("kueue.x-k8s.io/v1beta2", "localqueues")
-PRIORITY_CLASSES = Resource("kueue.x-k8s.io/v1beta2", "workloadpriorityclasses", namespaced=False)
 # The UltraServer the stories run in (their flavor's only one): 18 nodes.
 DOMAIN = "gb200-us-4"
 DOMAIN_NODES = 18
@@ -86,53 +105,21 @@ def one_ultraserver_queue(client: Client, namespace: str, mode: str) -> Iterator
             "readyTimeout": "10m",
             "requeue": {"backoffBaseSeconds": 1, "backoffMaxSeconds": 1},
         }
-        create(GANG_POLICIES, _obj("gangplugin.io/v1alpha1", "GangPolicy", name, spec=policy))
-        params = {"apiGroup": "gangplugin.io", "kind": "GangPolicy", "name": name}
-        check = {"controllerName": "gangplugin.io/gang", "parameters": params}
-        create(ADMISSION_CHECKS, _obj("kueue.x-k8s.io/v1beta2", "AdmissionCheck", name, spec=check))
-        labels = {"node.kubernetes.io/instance-type": GB200, US: DOMAIN}
-        create(
-            RESOURCE_FLAVORS,
-            _obj("kueue.x-k8s.io/v1beta2", "ResourceFlavor", name, spec={"nodeLabels": labels}),
-        )
-        quota = [
-            {"name": "cpu", "nominalQuota": "10000"},
-            {"name": "memory", "nominalQuota": "100000Gi"},
-            {"name": "nvidia.com/gpu", "nominalQuota": str(4 * DOMAIN_NODES)},
-        ]
-        cq = {
-            "namespaceSelector": {},
-            "admissionChecksStrategy": {"admissionChecks": [{"name": name}]},
-            "preemption": {"withinClusterQueue": "LowerPriority"},
-            "resourceGroups": [
-                {
-                    "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
-                    "flavors": [{"name": name, "resources": quota}],
-                }
-            ],
-        }
-        create(CLUSTER_QUEUES, _obj("kueue.x-k8s.io/v1beta2", "ClusterQueue", name, spec=cq))
-        lq = _obj("kueue.x-k8s.io/v1beta2", "LocalQueue", name, spec={"clusterQueue": name})
-        lq["metadata"]["namespace"] = namespace
-        client.create(LOCAL_QUEUES, lq, namespace)
+        create(GANG_POLICIES, gang_policy(name, **policy))
+        create(ADMISSION_CHECKS, admission_check(name, policy=name))
+        create(RESOURCE_FLAVORS, resource_flavor(name, GB200, **{US: DOMAIN}))
+        lower = {"withinClusterQueue": "LowerPriority"}
+        create(CLUSTER_QUEUES, cluster_queue(name, name, 4 * DOMAIN_NODES, checks=[name], preemption=lower))
+        client.create(LOCAL_QUEUES, local_queue(name, namespace), namespace)
         low, high = f"{name}-low", f"{name}-high"
         for prio, value in ((low, 100), (high, 1000)):
-            create(
-                PRIORITY_CLASSES,
-                {**_obj("kueue.x-k8s.io/v1beta2", "WorkloadPriorityClass", prio), "value": value},
-            )
-        wait_for(
-            lambda: is_true(client.get(CLUSTER_QUEUES, name), "Active"), 60, f"ClusterQueue {name} Active"
-        )
+            create(WORKLOAD_PRIORITY_CLASSES, workload_priority_class(prio, value))
+        wait_active(client, name)
         yield Queue(name, name, low, high)
     finally:
         for res, obj_name in reversed(made):
             with contextlib.suppress(ApiError):
                 client.delete(res, obj_name)
-
-
-def _obj(api_version: str, kind: str, name: str, **body: Any) -> dict[str, Any]:
-    return {"apiVersion": api_version, "kind": kind, "metadata": {"name": name}, **body}
 
 
 def assert_whole_in_domain(
@@ -191,7 +178,7 @@ def _replaced_from_spare(client: Client, namespace: str, job: str, kind: Kind, m
     pods = running(client, namespace, job, kind)
     wl_name = workload(client, namespace, job)["metadata"]["name"]
     victim, before = _alone_on_its_node(pods), _uids(pods)
-    _fail_node(client, victim)
+    fail_nodes(client, victim)
     try:
         replaced = wait_for(
             lambda: [e for e in events_of(client, namespace, wl_name) if e["reason"] == "NodeReplaced"],
@@ -214,7 +201,7 @@ def _replaced_from_spare(client: Client, namespace: str, job: str, kind: Kind, m
         reasons = [e["reason"] for e in events_of(client, namespace, wl_name)]
         assert "GangRequeued" not in reasons, reasons
     finally:
-        _heal_node(client, victim)
+        heal_nodes(client, victim)
     _pods_ready(client, namespace, job)
 
 
@@ -232,12 +219,12 @@ def _requeued_whole_after_recovery_timeout(
     )
     pods = running(client, namespace, job, kind)
     victim, before = _alone_on_its_node(pods), _uids(pods)
-    _fail_node(client, victim)
+    fail_nodes(client, victim)
     try:
-        (retry,) = _retries(client, namespace, job, 1, 120)
+        (retry,) = retries(client, namespace, job, 1, 120)
         assert requeued(retry) and "recoveryTimeout 3s" in retry["message"], retry
     finally:
-        _heal_node(client, victim)
+        heal_nodes(client, victim)
     client.patch(
         GANG_POLICIES, policy, {"spec": {"nodeFailure": "ReplaceFromSpare", "recoveryTimeout": "10m"}}
     )
@@ -313,7 +300,7 @@ def _preempted_whole(client: Client, namespace: str, job: str, kind: Kind, mode:
     assert_whole_in_domain(client, workload(client, namespace, job), back, kind, mode)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", SESSION_BIND_MODES)
 @pytest.mark.parametrize("kind", KINDS, ids=[k.name for k in KINDS])
 def test_gang_admitted_replaced_requeued_and_preempted_whole(
     job_controllers: E2ECluster, namespace: str, kind: Kind, mode: str
@@ -367,13 +354,6 @@ def test_rayjob_in_k8sjobmode_is_refused_with_the_fix(
     name = unique("k8sjob")
     kind = Kind("rayjob-k8sjobmode", rayjob.resource, lambda: obj, rayjob.pods + 1, rayjob.gpu_pods)
     kind.submit(client, name, namespace, gang_queue())
-    wl = wait_for(
-        lambda: (w := workload(client, namespace, name)) and w["spec"].get("active") is False and w,
-        60,
-        "the RayJob's Workload deactivated",
-    )
-    (rejected,) = [
-        e for e in events_of(client, namespace, wl["metadata"]["name"]) if e["reason"] == "GangRejected"
-    ]
-    assert "RayJob spec.submissionMode" in rejected["message"] and "HTTPMode" in rejected["message"], rejected
+    wl, event = rejected(client, namespace, name)
+    assert "RayJob spec.submissionMode" in event["message"] and "HTTPMode" in event["message"], event
     assert not gang_pods(client, namespace, wl)

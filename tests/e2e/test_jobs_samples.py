@@ -14,10 +14,11 @@ from typing import Any
 import yaml
 
 from gangplugin.kube.client import JOBS, ApiError, Client, Resource
-from tests.e2e.conftest import E2ECluster
-from tests.e2e.jobkinds import KINDS, SAMPLES, gang_pods
-from tests.e2e.kube import is_true, wait_until, workload_of
-from tests.e2e.test_admission import node_us
+from gangplugin.kube.kueue_records import is_true
+from tests.support.cluster import E2ECluster
+from tests.support.gangs import node_us
+from tests.support.jobkinds import KINDS, SAMPLES, gang_pods
+from tests.support.kube import wait_until, workload_of
 
 SERVICES = Resource("v1", "services")
 RESOURCES = {("batch/v1", "Job"): JOBS, ("v1", "Service"): SERVICES} | {

@@ -11,10 +11,12 @@ from typing import Any
 import pytest
 
 from gangplugin.kube.client import JOBS, WORKLOADS, Client, Resource
+from gangplugin.kube.kueue_records import is_true
 from gangplugin.kube.resources import ADMISSION_CHECKS
-from tests.e2e.conftest import E2ECluster, e2e_kueue_version, e2e_local_cluster
-from tests.e2e.kube import GB200, condition, gpu_job, is_true, queue_objects, unique, wait_for, workload_of
-from tests.e2e.test_admission import _epoch
+from tests.support.cluster import E2ECluster, e2e_kueue_version, e2e_local_cluster
+from tests.support.gangs import epoch
+from tests.support.kube import condition, unique, wait_for, workload_of
+from tests.support.objects import GB200, admission_check, gpu_job, queue_objects
 
 
 @pytest.mark.compat
@@ -66,18 +68,9 @@ def test_kueue_evicts_on_a_retry_only_once_its_requeue_after_seconds_have_passed
     client = cluster.client
     name = unique("probe")
     made: list[tuple[Resource, dict[str, Any]]] = [
-        (
-            ADMISSION_CHECKS,
-            {
-                "apiVersion": "kueue.x-k8s.io/v1beta2",
-                "kind": "AdmissionCheck",
-                "metadata": {"name": name},
-                "spec": {"controllerName": PROBE},
-            },
-        ),
-        *queue_objects(name, namespace, 8, GB200),
+        (ADMISSION_CHECKS, admission_check(name, controller=PROBE)),
+        *queue_objects(name, namespace, 8, GB200, checks=[name]),
     ]
-    made[-2][1]["spec"]["admissionChecksStrategy"] = {"admissionChecks": [{"name": name}]}
     try:
         for res, obj in made:
             client.create(res, obj)
@@ -120,7 +113,7 @@ def test_kueue_evicts_on_a_retry_only_once_its_requeue_after_seconds_have_passed
         eviction = condition(wait_for(evicted, RETRY_AFTER + 60, "Kueue to evict on the Retry"), "Evicted")
         assert eviction is not None
         # Evicted at requeueAt, not at the Retry: Kueue waited the backoff out first.
-        assert _epoch(eviction["lastTransitionTime"]) >= _epoch(at), (eviction, at)
+        assert epoch(eviction["lastTransitionTime"]) >= epoch(at), (eviction, at)
     finally:
         client.delete(JOBS, name, namespace)
         for res, obj in reversed(made):

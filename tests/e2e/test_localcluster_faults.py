@@ -1,6 +1,7 @@
 """`make up` fails clearly and leaves nothing behind: a busy port, a component that cannot start;
-it comes up again over a cluster that died without `make down`; and clusters of a chosen set of
-components run side by side."""
+it comes up again over a cluster that died without `make down`; a process that exits is started
+again, as kubelet would, and counted; and clusters of a chosen set of components run side by
+side."""
 
 from __future__ import annotations
 
@@ -11,13 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
-from gangplugin.kube.client import NODES, Client, Resource
+from gangplugin.kube.client import CLUSTER_QUEUES, NODES, ApiError, Client
+from gangplugin.localcluster.__main__ import cli
 from gangplugin.localcluster.cluster import ClusterError, LocalCluster, Ports, alive
-from tests.e2e.conftest import e2e_kueue_version, e2e_port_base
-from tests.e2e.kube import wait_for
-
-CLUSTER_QUEUES = Resource("kueue.x-k8s.io/v1beta2", "clusterqueues", namespaced=False)
+from tests.support.cluster import e2e_kueue_version, e2e_port_base
+from tests.support.kube import wait_for
 
 
 def _ports(k: int) -> Ports:
@@ -74,7 +75,9 @@ def test_second_up_finds_the_running_cluster_and_down_leaves_nothing(tmp_path: P
         assert again.running_processes() == first.running_processes()
         # Killed without `make down` (a crash, a reboot): etcd keeps gangplugin's webhooks, which
         # must not refuse the next `up` its own GangPolicy while gangplugin is not serving yet.
-        pids = list(first.running_processes().values())
+        # The keeper first: a reboot leaves nothing running to start the rest again.
+        assert first.keeper() is not None
+        pids = [first.keeper(), *first.running_processes().values()]
         for pid in pids:
             os.killpg(pid, signal.SIGKILL)
         # Gone for good (no thread left holding a port) before the next `up`, as after a reboot.
@@ -116,3 +119,44 @@ def test_control_planes_with_kueue_only_run_side_by_side(tmp_path: Path) -> None
         first.down(quiet=True)
         second.down(quiet=True)
     assert second.running_processes() == {}
+
+
+def _kueue_answers(client: Client) -> bool:
+    """Kueue's own webhook answers: its defaulting adds the finalizer."""
+    queue = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": "q"}}
+    try:
+        made = client.request("POST", CLUSTER_QUEUES.path(), body=queue, params={"dryRun": "All"})
+    except ApiError:
+        return False
+    return "kueue.x-k8s.io/resource-in-use" in made["metadata"]["finalizers"]
+
+
+def test_a_process_that_exits_is_started_again_and_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kueue killed behind the cluster's back (a crash): the keeper starts it again at once, as
+    kubelet restarts a container, logs it, and `make status` counts it."""
+    cluster = _cluster(tmp_path, 6, components=("kube-controller-manager", "kueue"))
+    try:
+        assert cluster.up(build=False)
+        client = Client.from_kubeconfig(cluster.kubeconfig)
+        try:
+            crashed = cluster.running_processes()["kueue"]
+            os.killpg(crashed, signal.SIGKILL)
+            wait_for(
+                lambda: cluster.running_processes().get("kueue", crashed) != crashed,
+                120,
+                "the keeper to start Kueue again",
+            )
+            assert cluster.restarts()["kueue"]["count"] == 1
+            wait_for(lambda: _kueue_answers(client), 180, "the restarted Kueue's webhook to answer")
+        finally:
+            client.close()
+        assert f"kueue (pid {crashed}) exited" in (cluster.log_dir / "keeper.log").read_text()
+        monkeypatch.setenv("GANGPLUGIN_STATE", str(cluster.state_dir))
+        status = CliRunner().invoke(cli, ["status"])
+        kueue = next(line for line in status.output.splitlines() if line.startswith("kueue "))
+        assert "restarted 1x" in kueue, status.output
+    finally:
+        cluster.down(quiet=True)
+    assert cluster.running_processes() == {} and cluster.keeper() is None

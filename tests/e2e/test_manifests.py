@@ -24,13 +24,14 @@ import pytest
 import yaml
 
 from gangplugin.core.names import PLAN_QUOTA_ANNOTATION
-from gangplugin.kube.client import ApiError, Client, Resource
+from gangplugin.kube.client import CLUSTER_QUEUES, ApiError, Client, Resource
 from gangplugin.kube.resources import TRAINING_PLANS
-from tests.e2e import base_install
-from tests.e2e.base_install import NAMESPACE, docs, refused, run_gang, run_kubectl, start, stop
-from tests.e2e.conftest import E2ECluster
-from tests.e2e.kube import CLUSTER_QUEUES, gang_queues, queue_objects, unique, wait_for
-from tests.unit.test_manifests import BASE, CERT_MANAGER, kustomize, render, render_text
+from tests.support import base_install
+from tests.support.base_install import NAMESPACE, docs, refused, run_gang, run_kubectl, start, stop
+from tests.support.cluster import E2ECluster
+from tests.support.kube import gang_queues, unique, wait_for
+from tests.support.manifests import BASE, CERT_MANAGER, kustomize, render, render_text
+from tests.support.objects import P5, capacity_block, queue_objects, training_plan
 
 
 @pytest.fixture(scope="module")
@@ -120,35 +121,17 @@ def test_least_privilege_runs_a_gang_end_to_end(
 
             # A plan for a future block: the controller writes its status and the queue's bookkeeping.
             plan_queue = unique("plan")
-            for res, obj in queue_objects(plan_queue, namespace, 8, "ml.p5.48xlarge"):
+            for res, obj in queue_objects(plan_queue, namespace, 8, P5):
                 client.create(res, obj)
                 if not res.namespaced:
                     made.append((res, plan_queue))
             begin = (datetime.now(UTC) + timedelta(days=2)).replace(
                 hour=11, minute=30, second=0, microsecond=0
             )
+            end = begin + timedelta(days=1)
             client.create(
                 TRAINING_PLANS,
-                {
-                    "apiVersion": "gangplugin.io/v1alpha1",
-                    "kind": "TrainingPlan",
-                    "metadata": {"name": plan_queue},
-                    "spec": {
-                        "targetResource": "training-job",
-                        "clusterQueue": plan_queue,
-                        "flavor": plan_queue,
-                        "resourcesPerInstance": {"nvidia.com/gpu": 8},
-                        "reservedCapacity": [
-                            {
-                                "instanceType": "ml.p5.48xlarge",
-                                "instanceCount": 1,
-                                "availabilityZone": "us-east-1b",
-                                "startTime": begin.strftime("%Y-%m-%dT%H:%M:%SZ"),
-                                "endTime": (begin + timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                            }
-                        ],
-                    },
-                },
+                training_plan(plan_queue, plan_queue, [capacity_block(begin, end, 1)], lead=None),
             )
             made.append((TRAINING_PLANS, plan_queue))
             wait_for(

@@ -5,7 +5,7 @@ check), each a local cluster of its own, 1,000 ports apart above the session's b
 (`gangplugin/localcluster/multikueue.py`). Jobs are submitted to the manager.
 
 What is asserted is what the workers' API servers showed, watched from the start
-(`tests/e2e/multikueue.py`): a gang is admitted in one worker at most, its pods bound in one at
+(`tests/support/multikueue.py`): a gang is admitted in one worker at most, its pods bound in one at
 most, and a worker that gangplugin's dispatcher did not nominate never gets a copy of the gang
 (so no quota is ever reserved there).
 """
@@ -27,13 +27,15 @@ import pytest
 
 from gangplugin.core.names import DISPATCH_ANNOTATION
 from gangplugin.kube.client import JOBS, NODES, WORKLOADS, Client
+from gangplugin.kube.kueue_records import is_true
 from gangplugin.kube.resources import MULTIKUEUE_CLUSTERS
 from gangplugin.localcluster.cluster import REPO, ClusterError
 from gangplugin.localcluster.multikueue import MultiKueueClusters
-from tests.e2e.conftest import e2e_port_base
-from tests.e2e.kube import gpu_job, is_true, job_pods, unique, wait_for, wait_until, workload_of
-from tests.e2e.multikueue import Monitor
-from tests.e2e.test_admission import _fail_node, _heal_node
+from tests.support.cluster import e2e_port_base
+from tests.support.kube import job_pods, unique, wait_for, wait_until, workload_of
+from tests.support.multikueue import Monitor
+from tests.support.nodes import fail_nodes, heal_nodes
+from tests.support.objects import gpu_job
 
 US = "topology.k8s.aws/ultraserver-id"
 NS = "team-a"
@@ -288,7 +290,7 @@ def test_a_node_failure_in_b_recovers_in_b(mk: MK, jobs: list[str]) -> None:
     gang = manager_workload(mk, job)["metadata"]["name"]
     b = mk.workers["worker-b"]
     victim = sorted(p["spec"]["nodeName"] for p in job_pods(b, NS, job))[0]
-    _fail_node(b, victim)
+    fail_nodes(b, victim)
     try:
 
         def whole_again() -> bool:
@@ -298,7 +300,7 @@ def test_a_node_failure_in_b_recovers_in_b(mk: MK, jobs: list[str]) -> None:
 
         wait_until(whole_again, SLOW, lambda: state(mk, job))
     finally:
-        _heal_node(b, victim)
+        heal_nodes(b, victim)
     assert_one_worker(mk, job, gang)
     assert mk.monitor.copies_in(gang) == {"worker-b"}
     assert manager_workload(mk, job)["status"].get("clusterName") == "worker-b"

@@ -15,20 +15,12 @@ from typing import Any
 import pytest
 
 from gangplugin.kube.client import JOBS, NODES, Client
-from tests.e2e.conftest import E2ECluster
-from tests.e2e.kube import gpu_job, is_true, job_pods, unique, wait_for
-from tests.e2e.test_admission import (
-    US,
-    _fail_node,
-    _heal_node,
-    _retries,
-    check_of,
-    events_of,
-    node_us,
-    requeued,
-    running_gang,
-    workload,
-)
+from gangplugin.kube.kueue_records import is_true
+from tests.support.cluster import E2ECluster
+from tests.support.gangs import US, check_of, events_of, node_us, requeued, retries, running_gang, workload
+from tests.support.kube import job_pods, unique, wait_for
+from tests.support.nodes import fail_nodes, heal_nodes
+from tests.support.objects import gpu_job
 
 LAYER2 = "topology.k8s.aws/network-node-layer-2"
 INDEX = "batch.kubernetes.io/job-completion-index"
@@ -80,10 +72,10 @@ def test_failed_nodes_of_one_ultraserver_replaced_up_to_max_then_requeued(
     assert set(check_of(wl)["podSetUpdates"][0]["nodeSelector"]) == {LAYER2}
     (target,) = first
     victims = sorted(p["spec"]["nodeName"] for p in pods if us[p["spec"]["nodeName"]] == target)[:failed]
-    _fail_node(client, *victims)
+    fail_nodes(client, *victims)
     try:
         if failed > 2:
-            (retry,) = _retries(client, namespace, job, 1, 90)
+            (retry,) = retries(client, namespace, job, 1, 90)
             assert requeued(retry) and "more than maxReplacedNodes 2" in retry["message"], retry
             reasons = [e["reason"] for e in events_of(client, namespace, wl["metadata"]["name"])]
             assert "GangRequeued" in reasons and "NodeReplaced" not in reasons, reasons
@@ -137,4 +129,4 @@ def test_failed_nodes_of_one_ultraserver_replaced_up_to_max_then_requeued(
         assert check_of(workload(client, namespace, job))["state"] == "Ready"
     finally:
         for v in victims:
-            _heal_node(client, v)
+            heal_nodes(client, v)

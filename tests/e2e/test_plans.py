@@ -13,38 +13,13 @@ from typing import Any
 
 import pytest
 
-from gangplugin.core.resources import canonical
 from gangplugin.core.timeutil import format_time, parse_time
-from gangplugin.kube.client import CLUSTER_QUEUES, EVENTS, JOBS, ApiError, Client
+from gangplugin.kube.client import EVENTS, JOBS, ApiError
+from gangplugin.kube.kueue_records import is_true
 from gangplugin.kube.resources import TRAINING_PLANS
-from tests.e2e.conftest import E2ECluster
-from tests.e2e.kube import condition, gpu_job, is_true, queue_objects, unique, wait_for, workload_of
-
-
-def plan_manifest(name: str, cq: str, start: datetime, end: datetime, **spec: Any) -> dict[str, Any]:
-    body = {
-        "targetResource": "training-job",
-        "clusterQueue": cq,
-        "flavor": cq,
-        "resourcesPerInstance": {"nvidia.com/gpu": 8},
-        "testOverrides": {"anyBlockTimes": True, "terminationLead": "5s"},
-        "reservedCapacity": [
-            {
-                "instanceType": "ml.p5.48xlarge",
-                "instanceCount": 2,
-                "availabilityZone": "us-east-1b",
-                "startTime": format_time(start),
-                "endTime": format_time(end),
-            }
-        ],
-    }
-    body.update(spec)
-    return {
-        "apiVersion": "gangplugin.io/v1alpha1",
-        "kind": "TrainingPlan",
-        "metadata": {"name": name},
-        "spec": body,
-    }
+from tests.support.cluster import E2ECluster
+from tests.support.kube import condition, flavor_quota, unique, wait_for, workload_of
+from tests.support.objects import capacity_block, gpu_job, queue_objects, training_plan
 
 
 @pytest.fixture
@@ -59,13 +34,6 @@ def queue(cluster: E2ECluster, namespace: str) -> Iterator[str]:
         cluster.client.delete(res, obj["metadata"]["name"], obj["metadata"].get("namespace"))
 
 
-def flavor_quota(client: Client, cq: str) -> dict[str, int]:
-    """The flavor's nominalQuota in canonical units (Kueue rewrites "10000" as "10k")."""
-    obj = client.get(CLUSTER_QUEUES, cq)
-    flavor = obj["spec"]["resourceGroups"][0]["flavors"][0]
-    return {r["name"]: canonical(r["name"], r["nominalQuota"], r["name"]) for r in flavor["resources"]}
-
-
 @pytest.mark.compat
 def test_quota_follows_a_block_and_admits_a_waiting_gang(
     cluster: E2ECluster, namespace: str, queue: str
@@ -74,7 +42,7 @@ def test_quota_follows_a_block_and_admits_a_waiting_gang(
     start = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=20)
     end = start + timedelta(seconds=40)
     plan = unique("tp")
-    client.create(TRAINING_PLANS, plan_manifest(plan, queue, start, end))
+    client.create(TRAINING_PLANS, training_plan(plan, queue, [capacity_block(start, end)]))
     try:
         status = wait_for(lambda: client.get(TRAINING_PLANS, plan).get("status"), 30, "the plan's status")
         assert status["status"] == "Scheduled"
@@ -134,9 +102,10 @@ def test_two_plans_add_up_and_a_deleted_plan_gives_its_share_back(cluster: E2ECl
     start = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=5)
     end = start + timedelta(minutes=10)
     a, b = unique("tp"), unique("tp")
-    client.create(TRAINING_PLANS, plan_manifest(a, queue, start, end))
+    client.create(TRAINING_PLANS, training_plan(a, queue, [capacity_block(start, end)]))
     client.create(
-        TRAINING_PLANS, plan_manifest(b, queue, start, end, resourcesPerInstance={"nvidia.com/gpu": 4})
+        TRAINING_PLANS,
+        training_plan(b, queue, [capacity_block(start, end)], resourcesPerInstance={"nvidia.com/gpu": 4}),
     )
     try:
         wait_for(lambda: flavor_quota(client, queue)["nvidia.com/gpu"] == 24, 30, "16 + 8 GPUs of two plans")
@@ -154,7 +123,10 @@ def test_missing_queue_is_a_condition_and_an_event(cluster: E2ECluster) -> None:
     client = cluster.client
     name = unique("tp")
     start = datetime.now(UTC) + timedelta(hours=1)
-    client.create(TRAINING_PLANS, plan_manifest(name, "no-such-queue", start, start + timedelta(hours=1)))
+    client.create(
+        TRAINING_PLANS,
+        training_plan(name, "no-such-queue", [capacity_block(start, start + timedelta(hours=1))]),
+    )
     try:
         cond = wait_for(
             lambda: next(
@@ -200,13 +172,12 @@ def test_missing_queue_is_a_condition_and_an_event(cluster: E2ECluster) -> None:
 def test_api_server_refuses_rule_breaking_plans(
     cluster: E2ECluster, change: dict[str, Any], field: str, words: str
 ) -> None:
-    doc = plan_manifest(
+    doc = training_plan(
         unique("tp"),
         "training",
-        parse_time("2026-12-01T11:30:00Z", "t"),
-        parse_time("2026-12-03T11:30:00Z", "t"),
+        [capacity_block(parse_time("2026-12-01T11:30:00Z", "t"), parse_time("2026-12-03T11:30:00Z", "t"))],
+        lead=None,
     )
-    del doc["spec"]["testOverrides"]
     doc["spec"]["reservedCapacity"][0].update(change)
     with pytest.raises(ApiError) as err:
         cluster.client.create(TRAINING_PLANS, doc)
@@ -216,8 +187,7 @@ def test_api_server_refuses_rule_breaking_plans(
 
 def test_overlapping_blocks_are_refused(cluster: E2ECluster) -> None:
     s, e = parse_time("2026-12-01T11:30:00Z", "t"), parse_time("2026-12-03T11:30:00Z", "t")
-    doc = plan_manifest(unique("tp"), "training", s, e)
-    del doc["spec"]["testOverrides"]
+    doc = training_plan(unique("tp"), "training", [capacity_block(s, e)], lead=None)
     block = dict(doc["spec"]["reservedCapacity"][0])
     doc["spec"]["reservedCapacity"].append(
         {**block, "startTime": "2026-12-02T11:30:00Z", "endTime": "2026-12-04T11:30:00Z"}

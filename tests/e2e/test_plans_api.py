@@ -12,9 +12,9 @@ import pytest
 from gangplugin.api.proto import plans_pb2, plans_pb2_grpc
 from gangplugin.core.timeutil import format_time
 from gangplugin.kube.resources import TRAINING_PLANS
-from tests.e2e import grpcauth
-from tests.e2e.conftest import E2ECluster
-from tests.e2e.kube import unique
+from tests.support import grpcauth
+from tests.support.cluster import E2ECluster
+from tests.support.kube import unique
 
 
 @pytest.fixture
@@ -48,17 +48,19 @@ def test_create_from_an_offering_reserves_its_capacity(
     assert block.end_time.endswith("T11:30:00Z")
     search.search_time = found.search_time
     name = unique("tp")
-    created = stub.CreateTrainingPlan(
-        plans_pb2.CreateTrainingPlanRequest(
-            training_plan_name=name,
+
+    def create(plan: str) -> plans_pb2.CreateTrainingPlanResponse:
+        request = plans_pb2.CreateTrainingPlanRequest(
+            training_plan_name=plan,
             training_plan_offering_id=offering.training_plan_offering_id,
             search=search,
             cluster_queue="training",
             flavor="p5",
             resources_per_instance={"nvidia.com/gpu": "8"},
-        ),
-        timeout=30,
-    )
+        )
+        return stub.CreateTrainingPlan(request, timeout=30)
+
+    created = create(name)
     try:
         assert created.training_plan_name == name
         obj = cluster.client.get(TRAINING_PLANS, name)
@@ -77,17 +79,7 @@ def test_create_from_an_offering_reserves_its_capacity(
         )
         # The same offering cannot be bought twice.
         with pytest.raises(grpc.RpcError) as err:
-            stub.CreateTrainingPlan(
-                plans_pb2.CreateTrainingPlanRequest(
-                    training_plan_name=unique("tp"),
-                    training_plan_offering_id=offering.training_plan_offering_id,
-                    search=search,
-                    cluster_queue="training",
-                    flavor="p5",
-                    resources_per_instance={"nvidia.com/gpu": "8"},
-                ),
-                timeout=30,
-            )
+            create(unique("tp"))
         assert err.value.code() == grpc.StatusCode.NOT_FOUND
     finally:
         cluster.client.delete(TRAINING_PLANS, name)

@@ -17,12 +17,12 @@ import pytest
 from gangplugin.core.names import GANG_LABEL
 from gangplugin.kube.client import Client
 from gangplugin.kube.discovery import serves
+from gangplugin.kube.kueue_records import is_true
 from gangplugin.kube.resources import PODGROUPS
 from gangplugin.localcluster.cluster import REPO, LocalCluster, Ports
-from tests.e2e.conftest import E2ECluster, e2e_kueue_version, e2e_port_base, started
-from tests.e2e.kube import condition, is_true, job_pods, wait_for, wait_until
-from tests.e2e.test_admission import running_gang, submit, submit_one_per_zone, workload
-from tests.e2e.test_bind_modes import assert_whole_in_domain
+from tests.support.cluster import E2ECluster, e2e_kueue_version, e2e_port_base, started
+from tests.support.gangs import assert_whole_in_domain, running_gang, submit, submit_one_per_zone, workload
+from tests.support.kube import condition, job_pods, wait_for, wait_until
 
 # Clear of every port of a cluster at the session's base (Ports: offsets 247..945).
 PORT_OFFSET = 50

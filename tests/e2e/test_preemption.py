@@ -9,137 +9,22 @@ seen here is the gang check's, for topology.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import Any
 
 import pytest
 
 from gangplugin.core.names import PREEMPTION_ANNOTATION
-from gangplugin.kube.client import JOBS, PODS, WORKLOADS, ApiError, Client, Resource
-from gangplugin.kube.resources import ADMISSION_CHECKS, GANG_POLICIES, RESOURCE_FLAVORS
-from tests.e2e.conftest import E2ECluster, e2e_local_cluster
-from tests.e2e.kube import GB200, gpu_job, is_true, job_pods, unique, wait_for, workload_of
-from tests.e2e.scrape import wait_decided
-from tests.e2e.test_admission import US, check_of, events_of, running_gang, workload
-
-PRIORITY_CLASSES = Resource("kueue.x-k8s.io/v1beta2", "workloadpriorityclasses", namespaced=False)
-CLUSTER_QUEUES = Resource("kueue.x-k8s.io/v1beta2", "clusterqueues", namespaced=False)
-LOCAL_QUEUES = Resource("kueue.x-k8s.io/v1beta2", "localqueues")
-LOWER = {"withinClusterQueue": "LowerPriority"}
-
-
-class Governance:
-    """The Kueue and gangplugin objects of one test; `close` deletes them."""
-
-    def __init__(self, client: Client, namespace: str) -> None:
-        self.client, self.namespace = client, namespace
-        self.made: list[tuple[Resource, str]] = []
-        self.check = unique("gp")
-        self.flavor = self.check
-        self._create(
-            GANG_POLICIES,
-            {"apiVersion": "gangplugin.io/v1alpha1", "kind": "GangPolicy", "metadata": {"name": self.check}},
-        )
-        self._create(
-            ADMISSION_CHECKS,
-            {
-                "apiVersion": "kueue.x-k8s.io/v1beta2",
-                "kind": "AdmissionCheck",
-                "metadata": {"name": self.check},
-                "spec": {
-                    "controllerName": "gangplugin.io/gang",
-                    "parameters": {"apiGroup": "gangplugin.io", "kind": "GangPolicy", "name": self.check},
-                },
-            },
-        )
-        self._create(
-            RESOURCE_FLAVORS,
-            {
-                "apiVersion": "kueue.x-k8s.io/v1beta2",
-                "kind": "ResourceFlavor",
-                "metadata": {"name": self.flavor},
-                "spec": {"nodeLabels": {"node.kubernetes.io/instance-type": GB200}},
-            },
-        )
-
-    def _create(self, res: Resource, obj: dict[str, Any]) -> None:
-        self.client.create(res, obj)
-        self.made.append((res, obj["metadata"]["name"]))
-
-    def priority(self, value: int) -> str:
-        name = unique(f"p{value}")
-        self._create(
-            PRIORITY_CLASSES,
-            {
-                "apiVersion": "kueue.x-k8s.io/v1beta2",
-                "kind": "WorkloadPriorityClass",
-                "metadata": {"name": name},
-                "value": value,
-            },
-        )
-        return name
-
-    def queue(self, gpus: int, preemption: dict[str, Any], cohort: str | None = None, **limits: int) -> str:
-        """A ClusterQueue with `gpus` nominal GPUs (and `borrowingLimit`/`lendingLimit`) and its
-        LocalQueue, both named as returned."""
-        name = unique("cq")
-        gpu: dict[str, Any] = {"name": "nvidia.com/gpu", "nominalQuota": str(gpus)}
-        gpu.update({k: str(v) for k, v in limits.items()})
-        spec: dict[str, Any] = {
-            "namespaceSelector": {},
-            "admissionChecksStrategy": {"admissionChecks": [{"name": self.check}]},
-            "preemption": preemption,
-            "resourceGroups": [
-                {
-                    "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
-                    "flavors": [
-                        {
-                            "name": self.flavor,
-                            "resources": [
-                                {"name": "cpu", "nominalQuota": "10000"},
-                                {"name": "memory", "nominalQuota": "100000Gi"},
-                                gpu,
-                            ],
-                        }
-                    ],
-                }
-            ],
-        }
-        if cohort:
-            spec["cohortName"] = cohort
-        self._create(
-            CLUSTER_QUEUES,
-            {
-                "apiVersion": "kueue.x-k8s.io/v1beta2",
-                "kind": "ClusterQueue",
-                "metadata": {"name": name},
-                "spec": spec,
-            },
-        )
-        self.client.create(
-            LOCAL_QUEUES,
-            {
-                "apiVersion": "kueue.x-k8s.io/v1beta2",
-                "kind": "LocalQueue",
-                "metadata": {"name": name, "namespace": self.namespace},
-                "spec": {"clusterQueue": name},
-            },
-        )
-        wait_for(
-            lambda: is_true(self.client.get(CLUSTER_QUEUES, name), "Active"),
-            60,
-            f"ClusterQueue {name} Active",
-        )
-        return name
-
-    def close(self) -> None:
-        for res, name in reversed(self.made):
-            with contextlib.suppress(ApiError):
-                self.client.delete(res, name)
+from gangplugin.kube.client import JOBS, WORKLOADS, Client
+from gangplugin.kube.kueue_records import is_true
+from tests.support.cluster import E2ECluster, e2e_local_cluster
+from tests.support.gangs import US, check_of, clear, domain_of, events_of, running_gang, workload
+from tests.support.kube import job_pods, unique, wait_for, workload_of
+from tests.support.objects import gpu_job
+from tests.support.preemption import LOWER, Governance, preempted
+from tests.support.scrape import wait_decided
 
 
 @pytest.fixture
@@ -148,17 +33,6 @@ def gov(cluster: E2ECluster, namespace: str) -> Iterator[Governance]:
     yield g
     clear(cluster.client, namespace)
     g.close()
-
-
-def clear(client: Client, namespace: str) -> None:
-    for job in client.list(JOBS, namespace)["items"]:
-        with contextlib.suppress(ApiError):
-            client.request(
-                "DELETE",
-                JOBS.path(namespace, job["metadata"]["name"]),
-                body={"propagationPolicy": "Background", "gracePeriodSeconds": 0},
-            )
-    wait_for(lambda: not client.list(PODS, namespace)["items"] or None, 120, "the test's pods gone")
 
 
 def submit(client: Client, namespace: str, queue: str, pods: int, priority: str) -> str:
@@ -171,11 +45,6 @@ def submit(client: Client, namespace: str, queue: str, pods: int, priority: str)
     return name
 
 
-def domain_of(client: Client, namespace: str, job: str) -> str:
-    check = check_of(workload(client, namespace, job))
-    return str(check["podSetUpdates"][0]["nodeSelector"][US])
-
-
 def fill(client: Client, namespace: str, queue: str, priority: str, gangs: int) -> dict[str, str]:
     """`gangs` gangs of 8 pods, one after the other (best fit packs two per UltraServer, two
     nodes left free in each); job -> UltraServer."""
@@ -184,18 +53,6 @@ def fill(client: Client, namespace: str, queue: str, priority: str, gangs: int) 
         job = submit(client, namespace, queue, 8, priority)
         running_gang(client, namespace, job, 8)
         out[job] = domain_of(client, namespace, job)
-    return out
-
-
-def preempted(client: Client, namespace: str, jobs: list[str]) -> set[str]:
-    """The jobs whose Workload got a Preempted event from the gang check."""
-    out = set()
-    for job in jobs:
-        wl = workload_of(client, namespace, job)
-        if wl and any(
-            e["reason"] == "Preempted" for e in events_of(client, namespace, wl["metadata"]["name"])
-        ):
-            out.add(job)
     return out
 
 
@@ -311,7 +168,8 @@ def test_restart_in_the_middle_of_a_preemption_finishes_it_and_holds_nothing_for
     queue = gov.queue(2000, LOWER)
     lows = fill(client, namespace, queue, low, 8)
     local = e2e_local_cluster()
-    local.stop_process("gangplugin")
+    for replica in local.gangplugin_replicas():  # none left to take over
+        local.stop_process(replica)
     try:
         big = submit(client, namespace, queue, 16, high)
         wl = wait_for(

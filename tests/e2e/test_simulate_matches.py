@@ -22,14 +22,11 @@ from gangplugin.core.preemption import QueuePreemption
 from gangplugin.core.simulate import Job, Settings, replay
 from gangplugin.kube import records
 from gangplugin.kube.client import JOBS, NODES, PODS, ApiError
-from tests.e2e.conftest import E2ECluster
-from tests.e2e.kube import GB200, gpu_job, unique, wait_for, workload_of
-from tests.e2e.test_admission import (
-    US,
-    check_of,
-    running_gang,
-)
-from tests.e2e.test_preemption import LOWER, Governance, clear, domain_of, preempted
+from tests.support.cluster import E2ECluster
+from tests.support.gangs import US, check_of, clear, domain_of, running_gang
+from tests.support.kube import unique, wait_for, workload_of
+from tests.support.objects import GB200, gpu_job
+from tests.support.preemption import LOWER, Governance, preempted
 
 SIZES = (8, 4, 12, 6, 16, 2, 10, 5, 3, 14)  # cycled until they over-subscribe the UltraServers used
 USED = 3  # UltraServers of 18 nodes the test takes (more than one, so where matters)

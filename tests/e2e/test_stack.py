@@ -7,22 +7,13 @@ from typing import Any
 
 import pytest
 
-from gangplugin.kube.client import JOBS, NODES, PODS, WORKLOADS, Client, Resource
+from gangplugin.kube.client import CLUSTER_QUEUES, JOBS, NODES, PODS, WORKLOADS, Client
+from gangplugin.kube.kueue_records import is_true
 from gangplugin.localcluster.cluster import versions as _versions
-from tests.e2e.conftest import E2ECluster
-from tests.e2e.kube import (
-    condition,
-    gpu_job,
-    is_true,
-    job_pods,
-    pod_group_member,
-    queue_objects,
-    unique,
-    wait_for,
-    workload_of,
-)
+from tests.support.cluster import E2ECluster
+from tests.support.kube import condition, job_pods, unique, wait_for, workload_of
+from tests.support.objects import gpu_job, pod_group_member, queue_objects
 
-CLUSTER_QUEUES = Resource("kueue.x-k8s.io/v1beta2", "clusterqueues", namespaced=False)
 GB200 = "ml.p6e-gb200.36xlarge"
 
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 from gangplugin.core.names import REQUIRED_TOPOLOGY_ANNOTATION, UNKNOWN_KEY_REASON
-from gangplugin.kube.client import JOBS
-from tests.e2e.conftest import E2ECluster
-from tests.e2e.kube import gpu_job, is_true, job_pods, unique, wait_for, wait_until
-from tests.e2e.test_admission import US, check_of, events_of, running_gang, workload
+from gangplugin.kube.kueue_records import is_true
+from tests.support.cluster import E2ECluster
+from tests.support.gangs import US, check_of, events_of, running_gang, submit, workload
+from tests.support.kube import job_pods, unique, wait_for, wait_until
 
 TYPO = "gangplugin.io/required-toplogy"
 
@@ -20,8 +20,7 @@ def test_a_misspelt_key_holds_the_gang_with_a_message_and_a_warning_naming_it(
 ) -> None:
     client = cluster.client
     queue = gang_queue()
-    name = unique("typo")
-    client.create(JOBS, gpu_job(name, namespace, queue, 4, 4, metadata={"annotations": {TYPO: US}}))
+    name = submit(client, namespace, queue, 4, name=unique("typo"), annotations={TYPO: US})
     wl = workload(client, namespace, name)
     wl_name = wl["metadata"]["name"]
 
@@ -43,11 +42,8 @@ def test_a_misspelt_key_holds_the_gang_with_a_message_and_a_warning_naming_it(
     assert warnings[0]["type"] == "Warning" and TYPO in warnings[0]["message"]
     assert not is_true(current, "Admitted") and not job_pods(client, namespace, name)
 
-    fixed = unique("spelt")  # the same Job, spelt right: admitted whole in one UltraServer
-    client.create(
-        JOBS,
-        gpu_job(fixed, namespace, queue, 4, 4, metadata={"annotations": {REQUIRED_TOPOLOGY_ANNOTATION: US}}),
-    )
+    # the same Job, spelt right: admitted whole in one UltraServer
+    fixed = submit(client, namespace, queue, 4, name=unique("spelt"))
     pods = running_gang(client, namespace, fixed, 4)
     assert len({p["spec"]["nodeName"] for p in pods}) == 4
     # Decided after the typo'd one, which is still held, not admitted meanwhile.

@@ -33,9 +33,10 @@ from gangplugin.core.timeutil import format_time
 from gangplugin.kube.client import JOBS
 from gangplugin.kube.resources import TRAINING_PLANS
 from gangplugin.localcluster.cluster import REPO
-from tests.e2e.conftest import E2ECluster
-from tests.e2e.kube import gpu_job, unique, wait_for, workload_of
-from tests.unit.test_manifests import kubectl
+from tests.support.cluster import E2ECluster
+from tests.support.kube import unique, wait_for, workload_of
+from tests.support.manifests import kubectl
+from tests.support.objects import gpu_job
 
 US = "topology.k8s.aws/ultraserver-id"
 FIXTURES = REPO / "tests" / "unit" / "fixtures"

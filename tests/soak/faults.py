@@ -10,6 +10,7 @@ field, or (what only a controller can see) be reported on the object within a de
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import signal
 import ssl
@@ -24,20 +25,27 @@ from typing import Any
 import httpx
 
 from gangplugin.core.timeutil import format_time
-from gangplugin.kube.client import EVENTS, JOBS, NODES, PODS, WORKLOADS, ApiError, Client
+from gangplugin.kube.client import EVENTS, JOBS, JSON, NODES, PODS, WORKLOADS, ApiError, Client, Resource
+from gangplugin.kube.kueue_records import conditions
 from gangplugin.kube.lease import LEASES
 from gangplugin.kube.resources import GANG_POLICIES, TRAINING_PLANS
 from gangplugin.localcluster.cluster import GANGPLUGIN_NAMESPACE, ClusterError, LocalCluster
-from gangplugin.localcluster.nodes import NOT_READY_LABEL
+from gangplugin.localcluster.probes import Deadline
 from tests.soak import observer as obs
 from tests.soak.observer import Observer, Violation, Window
 from tests.soak.queues import MODES, PLAN, TEAMS, queue_name
+from tests.soak.slowproxy import SlowProxy
 from tests.soak.stream import GB200, US, GangSpec, Stream, job_manifest
+from tests.support.nodes import fail_nodes, heal_nodes
+from tests.support.objects import capacity_block, gang_policy, training_plan
 
 KINDS = (
     "kill-leader",
     "kill-follower",
+    "sigstop-leader",
     "restart-apiserver",
+    "slow-apiserver",
+    "restart-etcd",
     "restart-scheduler",
     "restart-kueue",
     "node-notready",
@@ -51,7 +59,10 @@ KINDS = (
 SCOPES = {
     "kill-leader": obs.ALL,
     "kill-follower": obs.CONTROL,
+    "sigstop-leader": obs.ALL,
     "restart-apiserver": obs.ALL,
+    "slow-apiserver": obs.ALL,
+    "restart-etcd": obs.ALL,
     "restart-scheduler": obs.BINDING,
     "restart-kueue": obs.CONTROL,
     "node-notready": obs.NODES,
@@ -63,8 +74,6 @@ SCOPES = {
     "bad-plan": obs.NONE,
     "process-exited": obs.ALL,
 }
-# What the supervisor starts again when it exits (kubelet's part for the pods of a real cluster).
-SUPERVISED = ("gangplugin", "gangplugin-2", "kube-scheduler", "kueue", "kube-apiserver")
 FAULT_TAINT = "soak.gangplugin.io/fault"
 REPLY_DEADLINE = 120.0  # a controller's answer to bad input (the check's message, a plan's condition)
 
@@ -101,10 +110,11 @@ class Injector(threading.Thread):
         stream: Stream,
         plan: list[PlannedFault],
         log: Callable[[str], None],
+        proxy: SlowProxy,
     ) -> None:
         super().__init__(name="soak-injector", daemon=True)
         self.cluster, self.client, self.observer, self.stream = cluster, client, observer, stream
-        self.plan, self.log = plan, log
+        self.plan, self.log, self.proxy = plan, log, proxy
         self.start_at = time.time()
         self.stop = threading.Event()
         self.injected: Counter[str] = Counter()
@@ -116,11 +126,12 @@ class Injector(threading.Thread):
         self._heals: list[tuple[threading.Timer, _Once]] = []
         self._checks: list[threading.Thread] = []
         self._bad = 0
-        # Held while a process is killed and started again: the supervisor keeps its hands off.
+        # Held while a process is killed and started again: the exit watcher keeps its hands off.
         self._processes = threading.Lock()
+        self._seen: dict[str, tuple[int, float]] = {}  # name -> (pid, when last seen running)
         self.exits: Counter[str] = Counter()
         self._supervising = threading.Event()
-        self._supervisor = threading.Thread(target=self._supervise, name="soak-supervisor", daemon=True)
+        self._supervisor = threading.Thread(target=self._watch_exits, name="soak-exits", daemon=True)
 
     # -- the plan -------------------------------------------------------------------------------
 
@@ -138,10 +149,10 @@ class Injector(threading.Thread):
                 done = False
             (self.injected if done else self.skipped)[fault.kind] += 1
 
-    def _window(self, kind: str, **where: Any) -> Window:
+    def _window(self, kind: str, start: float | None = None, **where: Any) -> Window:
         with self._lock:
             self._ids += 1
-            w = Window(self._ids, kind, SCOPES[kind], time.time(), **where)
+            w = Window(self._ids, kind, SCOPES[kind], start or time.time(), **where)
         self.observer.fault(w)
         return w
 
@@ -176,10 +187,10 @@ class Injector(threading.Thread):
         return False
 
     def _await_leader(self) -> None:
-        deadline = time.monotonic() + 120
+        deadline = Deadline(120)
         while not self._leading():
-            if time.monotonic() > deadline:
-                raise RuntimeError("no gangplugin replica leads 120s after a replica was restarted")
+            if deadline.passed():
+                raise RuntimeError("no gangplugin replica leads 120s (of an idle machine) after a restart")
             time.sleep(0.5)
 
     def _kill(self, kind: str, name: str, rng: random.Random, wait_leader: bool) -> bool:
@@ -192,31 +203,43 @@ class Injector(threading.Thread):
                 if wait_leader:
                     self._await_leader()
             finally:  # a window never left open: it would excuse everything after it
+                self._seen.clear()  # what the fault changed is no exit
                 self._end(w, process=name)
         return True
 
-    def _supervise(self) -> None:
-        """kubelet's part: a supervised process that exited is started again, as a pod's
-        container is. `gangplugin serve` exits by design when, leading, it cannot renew its
-        Lease within the renew deadline (kube-apiserver down for longer): it restarts as a
-        follower. Each exit is a window (nothing may be blamed on the time it was down)."""
+    def _watch_exits(self) -> None:
+        """The cluster's keeper starts again what exits, as kubelet restarts a pod's container
+        (`gangplugin serve` exits by design when, leading, it cannot renew its Lease within the
+        renew deadline: after kube-apiserver or etcd was down for longer, or the process was
+        stopped). Each exit is a window from when the process was last seen running until it
+        runs again (and a gangplugin replica leads): nothing may be blamed on that time."""
         while self._supervising.is_set():
             with self._processes:
                 running = self.cluster.running_processes()
-                for name in SUPERVISED:
-                    if name in running:
-                        continue
-                    w = self._window("process-exited")
-                    try:
-                        self.cluster.restart(name, lead=False)
-                        if name.startswith("gangplugin"):
-                            self._await_leader()
-                    except (ClusterError, RuntimeError, OSError) as err:
-                        self.log(f"  supervisor: {name} could not be started again: {err}")
-                    finally:
-                        self.exits[name] += 1
-                        self._end(w, process=name)
+                for name in self.cluster.recorded_processes():
+                    pid, last = running.get(name), self._seen.get(name)
+                    if last is not None and pid != last[0]:
+                        self._healed(name, last[1])
+                        pid = self.cluster.running_processes().get(name)
+                    if pid is not None:
+                        self._seen[name] = (pid, time.time())
             time.sleep(1)
+
+    def _healed(self, name: str, since: float) -> None:
+        w = self._window("process-exited", start=since)
+        try:
+            deadline = Deadline(600)  # the keeper's backoff reaches 5 minutes
+            while name not in self.cluster.running_processes():
+                if deadline.passed():
+                    raise RuntimeError(f"the keeper did not start {name} again in 600s")
+                time.sleep(0.5)
+            if name.startswith("gangplugin"):
+                self._await_leader()
+        except (ClusterError, RuntimeError, OSError) as err:
+            self.log(f"  exits: {name} did not come back: {err}")
+        finally:
+            self.exits[name] += 1
+            self._end(w, process=name)
 
     def _kill_leader(self, rng: random.Random) -> bool:
         leader = self._leader()
@@ -235,17 +258,67 @@ class Injector(threading.Thread):
             try:
                 self.cluster.restart(name)
             finally:
+                self._seen.clear()
                 self._end(w, process=name)
         return True
 
     def _restart_apiserver(self, rng: random.Random) -> bool:
         return self._restart("restart-apiserver", "kube-apiserver")
 
+    def _restart_etcd(self, rng: random.Random) -> bool:
+        return self._restart("restart-etcd", "etcd")
+
     def _restart_scheduler(self, rng: random.Random) -> bool:
         return self._restart("restart-scheduler", "kube-scheduler")
 
     def _restart_kueue(self, rng: random.Random) -> bool:
         return self._restart("restart-kueue", "kueue")
+
+    def _sigstop_leader(self, rng: random.Random) -> bool:
+        """The leader's processes stopped (SIGSTOP to its group, as a CPU-starved container)
+        for longer than the renew deadline, then continued: the follower takes the Lease once it
+        expires, and the old leader must stop acting before that (it exits when it sees it could
+        not renew; the keeper starts it again)."""
+        leader = self._leader()
+        pid = self.cluster.running_processes().get(leader or "")
+        if leader is None or pid is None:
+            return False
+        with self._processes:
+            w = self._window("sigstop-leader")
+            try:
+                os.killpg(pid, signal.SIGSTOP)
+                time.sleep(rng.uniform(11, 20))  # past the renew deadline, 10 s
+                os.killpg(pid, signal.SIGCONT)
+                self._await_leader()
+            finally:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, signal.SIGCONT)  # never left stopped
+                self._end(w, process=leader)
+        return True
+
+    def _slow_apiserver(self, rng: random.Random) -> bool:
+        """Every call gangplugin makes held 1-3 s by the proxy its kubeconfig names, for 30-60 s
+        (healed by a timer, as node faults are: the plan goes on meanwhile)."""
+        if self.proxy.slow.is_set():
+            return False
+        w = self._window("slow-apiserver")
+        self.proxy.slow.set()
+
+        def healed() -> None:
+            self.proxy.slow.clear()
+            self._end(w)
+
+        self._later(rng.uniform(30, 60), healed)
+        return True
+
+    def _later(self, seconds: float, heal: Callable[[], None]) -> None:
+        """`heal` after `seconds`, or at once when `heal_all` comes first; exactly once."""
+        heal_once = _Once(heal)
+        timer = threading.Timer(seconds, heal_once)
+        timer.daemon = True
+        with self._lock:
+            self._heals.append((timer, heal_once))
+        timer.start()
 
     # -- nodes ----------------------------------------------------------------------------------
 
@@ -290,15 +363,15 @@ class Injector(threading.Thread):
             hurt(n)
 
         def healed() -> None:
-            deadline = time.monotonic() + 180
+            deadline = Deadline(180)
             try:
                 for n in nodes:
                     while True:  # the API may be down (another fault): keep trying
                         try:
                             heal(n)
                             break
-                        except (ApiError, httpx.HTTPError, OSError, RuntimeError):
-                            if time.monotonic() > deadline:
+                        except (ApiError, httpx.HTTPError, OSError, RuntimeError, AssertionError):
+                            if deadline.passed():
                                 raise  # left as it is: the clean-up check reports the node
                             time.sleep(1)
             finally:
@@ -306,39 +379,18 @@ class Injector(threading.Thread):
                     self._faulted_nodes.difference_update(nodes)
                 self._end(w, nodes=nodes)
 
-        heal_once = _Once(healed)
-        timer = threading.Timer(rng.uniform(15, 45), heal_once)
-        timer.daemon = True
-        with self._lock:
-            self._heals.append((timer, heal_once))
-        timer.start()
+        self._later(rng.uniform(15, 45), healed)
         return True
 
-    def _fail(self, name: str) -> None:
-        now = format_time(datetime.now(UTC).replace(microsecond=0))
-        self.client.patch(NODES, name, {"metadata": {"labels": {NOT_READY_LABEL: "true"}}})
-        node = self.client.get(NODES, name)
-        down = {
-            "type": "Ready",
-            "status": "False",
-            "reason": "SoakNodeDown",
-            "message": "made NotReady by the soak's fault injector",
-            "lastHeartbeatTime": now,
-            "lastTransitionTime": now,
-        }
-        conds = [c for c in node["status"]["conditions"] if c["type"] != "Ready"] + [down]
-        self.client.patch(NODES, name, {"status": {"conditions": conds}}, subresource="status")
-
-    def _revive(self, name: str) -> None:
-        self.client.patch(NODES, name, {"metadata": {"labels": {NOT_READY_LABEL: None}}})
-        deadline = time.monotonic() + 90
-        while not obs.is_true(self.client.get(NODES, name), "Ready"):  # kwok initializes it again
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{name} not Ready 90s after it was healed")
-            time.sleep(0.5)
-
     def _node_notready(self, rng: random.Random) -> bool:
-        return self._node_fault("node-notready", rng, rng.randint(1, 3), self._fail, self._revive)
+        def fail(name: str) -> None:
+            fail_nodes(
+                self.client, name, reason="SoakNodeDown", message="made NotReady by the soak's fault injector"
+            )
+
+        return self._node_fault(
+            "node-notready", rng, rng.randint(1, 3), fail, lambda n: heal_nodes(self.client, n, timeout=90)
+        )
 
     def _cordon(self, rng: random.Random) -> bool:
         def cordon(n: str, on: bool) -> None:
@@ -419,77 +471,38 @@ class Injector(threading.Thread):
             ({"topologyName": "no-such-topology"}, "topologyName"),
         ]
         spec, field = rng.choice(variants)
-        body = {
-            "apiVersion": "gangplugin.io/v1alpha1",
-            "kind": "GangPolicy",
-            "metadata": {"name": name},
-            "spec": spec,
-        }
-        refused = self._refused(
-            "bad-policy", f"GangPolicy {name} {spec}", lambda: self.client.create(GANG_POLICIES, body), field
+        body = gang_policy(name, **spec)
+        return self._bad_object(
+            "bad-policy", f"GangPolicy {name} {spec}", GANG_POLICIES, body, field, "Valid"
         )
-        if refused is None:
-            # Only what needs another object may get in while no webhook answers: it must say so.
-            self._expect(
-                f"GangPolicy {name} {spec}",
-                lambda: any(
-                    c.get("type") == "Valid" and c.get("status") == "False" and field in c.get("message", "")
-                    for c in ((self.client.get_or_none(GANG_POLICIES, name) or {}).get("status") or {}).get(
-                        "conditions"
-                    )
-                    or []
-                ),
-                f"a Valid=False condition naming {field}",
-                cleanup=lambda: self.client.delete(GANG_POLICIES, name),
-            )
-        return True
 
     def _bad_plan(self, rng: random.Random) -> bool:
         self._bad += 1
         name = f"soak-bad-{self._bad:03d}"
         start = datetime.now(UTC).replace(microsecond=0) + timedelta(minutes=5)
-        block = {
-            "instanceType": "ml.p5.48xlarge",
-            "instanceCount": 2,
-            "availabilityZone": "us-east-1b",
-            "startTime": format_time(start),
-            "endTime": format_time(start + timedelta(minutes=10)),
-        }
+        block = capacity_block(start, start + timedelta(minutes=10))
         variants = [
             ({"instanceCount": 3}, {}, "instanceCount"),
             ({"endTime": format_time(start - timedelta(minutes=1))}, {}, "endTime"),
             ({}, {"clusterQueue": "no-such-queue"}, "no-such-queue"),
         ]
         block_change, spec_change, field = rng.choice(variants)
-        body = {
-            "apiVersion": "gangplugin.io/v1alpha1",
-            "kind": "TrainingPlan",
-            "metadata": {"name": name},
-            "spec": {
-                "targetResource": "training-job",
-                "clusterQueue": PLAN,
-                "flavor": "p5",
-                "resourcesPerInstance": {"nvidia.com/gpu": 8},
-                "testOverrides": {"anyBlockTimes": True, "terminationLead": "15s"},
-                "reservedCapacity": [{**block, **block_change}],
-                **spec_change,
-            },
-        }
+        body = training_plan(name, PLAN, [{**block, **block_change}], flavor="p5", lead="15s", **spec_change)
         what = f"TrainingPlan {name} {block_change or spec_change}"
-        if self._refused("bad-plan", what, lambda: self.client.create(TRAINING_PLANS, body), field) is None:
+        return self._bad_object("bad-plan", what, TRAINING_PLANS, body, field, "Accepted")
+
+    def _bad_object(
+        self, kind: str, what: str, res: Resource, body: JSON, field: str, condition: str
+    ) -> bool:
+        """Create the bad object `body`: refused naming `field`, or let in (only what needs another
+        object may get in while no webhook answers) with its `condition` False, naming it."""
+        name = body["metadata"]["name"]
+        if self._refused(kind, what, lambda: self.client.create(res, body), field) is None:
             self._expect(
                 what,
-                lambda: any(
-                    c.get("type") == "Accepted"
-                    and c.get("status") == "False"
-                    and field in c.get("message", "")
-                    for c in ((self.client.get_or_none(TRAINING_PLANS, name) or {}).get("status") or {}).get(
-                        "conditions"
-                    )
-                    or []
-                ),
-                f"an Accepted=False condition naming {field}",
-                cleanup=lambda: self.client.delete(TRAINING_PLANS, name),
+                lambda: _refusal_naming(self.client.get_or_none(res, name), condition, field),
+                f"the condition {condition}=False naming {field}",
+                cleanup=lambda: self.client.delete(res, name),
             )
         return True
 
@@ -635,3 +648,9 @@ def _quietly(evidence: Callable[[], list[dict[str, Any]]]) -> list[dict[str, Any
         return evidence()
     except (ApiError, httpx.HTTPError, OSError):
         return []
+
+
+def _refusal_naming(obj: dict[str, Any] | None, kind: str, field: str) -> bool:
+    """Whether the object's `kind` condition is False with a message naming `field`."""
+    c = conditions(obj or {}).get(kind) or {}
+    return c.get("status") == "False" and field in c.get("message", "")

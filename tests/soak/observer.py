@@ -763,16 +763,13 @@ class Observer:
             if all(labels.get(k) == v for k, v in wanted.items()) or name in adm.reported_outside:
                 continue
             adm.reported_outside.add(name)
-            wl = self.workloads.get(track.key)
-            self.violations.append(
-                Violation(
-                    "admitted-twice",
-                    now,
-                    track.key,
-                    f"{track.key}: pod {name} of admission {adm.number} bound to {pod_node(pod)}, "
-                    f"outside the admitted domain {_domain_text(adm.domain)}",
-                    (*((workload_brief(wl),) if wl else ()), pod_brief(pod), node_brief(node)),
-                )
+            self._admitted_twice(
+                track,
+                now,
+                f"pod {name} of admission {adm.number} bound to {pod_node(pod)}, "
+                f"outside the admitted domain {_domain_text(adm.domain)}",
+                pod_brief(pod),
+                node_brief(node),
             )
 
     def _check_excess(self, track: GangTrack, now: float) -> None:
@@ -781,15 +778,14 @@ class Observer:
             return
         track.excess_reported = True
         pods = [p for p in self.gang_pods(track.key) if pod_current(p) and pod_node(p)]
+        message = f"{len(pods)} pods hold nodes at once, the gang has {track.size}"
+        self._admitted_twice(track, now, message, *(pod_brief(p) for p in pods))
+
+    def _admitted_twice(self, track: GangTrack, now: float, message: str, *evidence: JSON) -> None:
         wl = self.workloads.get(track.key)
+        brief = (workload_brief(wl),) if wl else ()
         self.violations.append(
-            Violation(
-                "admitted-twice",
-                now,
-                track.key,
-                f"{track.key}: {len(pods)} pods hold nodes at once, the gang has {track.size}",
-                (*((workload_brief(wl),) if wl else ()), *(pod_brief(p) for p in pods)),
-            )
+            Violation("admitted-twice", now, track.key, f"{track.key}: {message}", (*brief, *evidence))
         )
 
     # -- stuck ----------------------------------------------------------------------------------

@@ -11,9 +11,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from gangplugin.core.timeutil import format_time
 from gangplugin.kube.client import CLUSTER_QUEUES, LOCAL_QUEUES, ApiError, Client
 from gangplugin.kube.resources import ADMISSION_CHECKS, GANG_POLICIES, TRAINING_PLANS
+from tests.support.objects import (
+    admission_check,
+    capacity_block,
+    cluster_queue,
+    gang_policy,
+    local_queue,
+    training_plan,
+)
 
 TEAMS = ("team-a", "team-b")  # namespaces the local cluster creates (deploy/local/queues.yaml)
 MODES = ("Ungate", "Extender", "PodGroup")
@@ -36,7 +43,7 @@ def queue_name(mode: str) -> str:
     return {"Plan": PLAN, "Bad": BAD}.get(mode) or check_name(mode)
 
 
-def cluster_queue(team: str, mode: str) -> str:
+def cluster_queue_name(team: str, mode: str) -> str:
     return f"soak-{team.removeprefix('team-')}-{mode.lower()}"
 
 
@@ -78,26 +85,7 @@ POLICIES = {
 
 
 def _queue(name: str, flavor: str, gpus: int, check: str, cohort: str | None) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "namespaceSelector": {},
-        "queueingStrategy": "BestEffortFIFO",
-        "admissionChecksStrategy": {"admissionChecks": [{"name": check}]},
-        "resourceGroups": [
-            {
-                "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
-                "flavors": [
-                    {
-                        "name": flavor,
-                        "resources": [
-                            {"name": "cpu", "nominalQuota": "2000"},
-                            {"name": "memory", "nominalQuota": "20000Gi"},
-                            {"name": "nvidia.com/gpu", "nominalQuota": str(gpus)},
-                        ],
-                    }
-                ],
-            }
-        ],
-    }
+    spec: dict[str, Any] = {"queueingStrategy": "BestEffortFIFO"}
     if cohort:
         spec["cohortName"] = cohort
         spec["preemption"] = {
@@ -105,12 +93,7 @@ def _queue(name: str, flavor: str, gpus: int, check: str, cohort: str | None) ->
             "reclaimWithinCohort": "Any",
             "borrowWithinCohort": {"policy": "LowerPriority", "maxPriorityThreshold": 100},
         }
-    return {
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "ClusterQueue",
-        "metadata": {"name": name},
-        "spec": spec,
-    }
+    return cluster_queue(name, flavor, gpus, cpu="2000", memory="20000Gi", checks=[check], **spec)
 
 
 def plan_blocks(start: datetime, seconds: float) -> list[dict[str, Any]]:
@@ -123,20 +106,12 @@ def plan_blocks(start: datetime, seconds: float) -> list[dict[str, Any]]:
     blocks, t = [], start
     for i in range(count):
         end = t + timedelta(seconds=length * (0.8 if i % 3 == 2 else 1.0))
-        blocks.append(_block(t, end, sizes[i % len(sizes)]))
+        blocks.append(
+            capacity_block(t.replace(microsecond=0), end.replace(microsecond=0), sizes[i % len(sizes)])
+        )
         t = end + timedelta(seconds=length * 0.2 if i % 3 == 2 else 0)
-    blocks.append(_block(t, t + timedelta(days=1), 8))
+    blocks.append(capacity_block(t.replace(microsecond=0), (t + timedelta(days=1)).replace(microsecond=0), 8))
     return blocks
-
-
-def _block(start: datetime, end: datetime, count: int) -> dict[str, Any]:
-    return {
-        "instanceType": "ml.p5.48xlarge",
-        "instanceCount": count,
-        "availabilityZone": "us-east-1b",
-        "startTime": format_time(start.replace(microsecond=0)),
-        "endTime": format_time(end.replace(microsecond=0)),
-    }
 
 
 def install(client: Client, seconds: float) -> None:
@@ -144,75 +119,28 @@ def install(client: Client, seconds: float) -> None:
     objects: list[tuple[Any, dict[str, Any]]] = []
     for mode, policy in POLICIES.items():
         name = queue_name(mode)
-        objects.append(
-            (
-                GANG_POLICIES,
-                {
-                    "apiVersion": "gangplugin.io/v1alpha1",
-                    "kind": "GangPolicy",
-                    "metadata": {"name": name},
-                    "spec": policy.spec,
-                },
-            )
-        )
-        objects.append(
-            (
-                ADMISSION_CHECKS,
-                {
-                    "apiVersion": "kueue.x-k8s.io/v1beta2",
-                    "kind": "AdmissionCheck",
-                    "metadata": {"name": name},
-                    "spec": {
-                        "controllerName": "gangplugin.io/gang",
-                        "parameters": {"apiGroup": "gangplugin.io", "kind": "GangPolicy", "name": name},
-                    },
-                },
-            )
-        )
+        objects += [
+            (GANG_POLICIES, gang_policy(name, **policy.spec)),
+            (ADMISSION_CHECKS, admission_check(name, name)),
+        ]
     # 6 ClusterQueues of 48 GPUs: the 288 GPUs of the four GB200 UltraServers, lent and borrowed
     for team in TEAMS:
         for mode in MODES:
             objects.append(
                 (
                     CLUSTER_QUEUES,
-                    _queue(cluster_queue(team, mode), GB200_FLAVOR, 48, check_name(mode), COHORT),
+                    _queue(cluster_queue_name(team, mode), GB200_FLAVOR, 48, check_name(mode), COHORT),
                 )
             )
     objects.append((CLUSTER_QUEUES, _queue(PLAN, PLAN_FLAVOR, 0, PLAN, None)))
     objects.append((CLUSTER_QUEUES, _queue(BAD, GB200_FLAVOR, 16, check_name("Ungate"), None)))
     for team in TEAMS:
         for mode in (*MODES, "Plan", "Bad"):
-            target = {"Plan": PLAN, "Bad": BAD}.get(mode) or cluster_queue(team, mode)
-            objects.append(
-                (
-                    LOCAL_QUEUES,
-                    {
-                        "apiVersion": "kueue.x-k8s.io/v1beta2",
-                        "kind": "LocalQueue",
-                        "metadata": {"name": queue_name(mode), "namespace": team},
-                        "spec": {"clusterQueue": target},
-                    },
-                )
-            )
+            target = {"Plan": PLAN, "Bad": BAD}.get(mode) or cluster_queue_name(team, mode)
+            objects.append((LOCAL_QUEUES, local_queue(queue_name(mode), team, target)))
     start = datetime.now(UTC) - timedelta(seconds=5)
-    objects.append(
-        (
-            TRAINING_PLANS,
-            {
-                "apiVersion": "gangplugin.io/v1alpha1",
-                "kind": "TrainingPlan",
-                "metadata": {"name": PLAN},
-                "spec": {
-                    "targetResource": "training-job",
-                    "clusterQueue": PLAN,
-                    "flavor": PLAN_FLAVOR,
-                    "resourcesPerInstance": {"nvidia.com/gpu": 8},
-                    "testOverrides": {"anyBlockTimes": True, "terminationLead": TERMINATION_LEAD},
-                    "reservedCapacity": plan_blocks(start, seconds),
-                },
-            },
-        )
-    )
+    plan = training_plan(PLAN, PLAN, plan_blocks(start, seconds), flavor=PLAN_FLAVOR, lead=TERMINATION_LEAD)
+    objects.append((TRAINING_PLANS, plan))
     for res, obj in objects:
         client.apply(res, obj, field_manager="gangplugin-soak")
 

@@ -9,19 +9,21 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 from gangplugin.kube.client import CLUSTER_QUEUES, PODS, WORKLOADS, ApiError, Client
 from gangplugin.kube.resources import PODGROUPS, TRAINING_PLANS
-from gangplugin.localcluster.cluster import LocalCluster
+from gangplugin.localcluster.cluster import LocalCluster, Ports
 from tests.soak import queues
 from tests.soak.apiwatch import Eyes
 from tests.soak.faults import KINDS, Injector, plan_faults
 from tests.soak.observer import Observer, Violation, workload_brief
+from tests.soak.slowproxy import PORT_OFFSET, SlowProxy
 from tests.soak.stream import Stream, draw
 
 DRAIN_LIFETIME = 10.0  # while draining, a gang runs this long before it is deleted
@@ -40,12 +42,35 @@ class SoakConfig:
     mean_gap: float = 12.0
 
 
-def start_second_replica(cluster: LocalCluster) -> None:
-    """The follower beside the leader `up` started (as tests/e2e/test_serve.py does)."""
-    cluster.restart("gangplugin-2")
+@contextlib.contextmanager
+def soak_cluster(
+    state_dir: Path, base: int, seed: int, log: Callable[[str], None] = print, keep: bool = False
+) -> Iterator[tuple[LocalCluster, SlowProxy]]:
+    """The soak's local cluster (the GenericWorkload gate on, so every bind mode runs; two
+    gangplugin replicas, as always), its `gangplugin serve` replicas talking to kube-apiserver
+    through the slow proxy (off until its fault); stopped afterwards unless `keep` (then they
+    talk to kube-apiserver directly again: the proxy goes with this process)."""
+    ports = Ports(base)
+    proxy = SlowProxy(ports.at(PORT_OFFSET), ports.apiserver, seed)
+    proxy.start()
+    cluster = LocalCluster(state_dir, ports, log=log, generic_workload=True)
+    try:
+        cluster.up()
+        via = proxy.kubeconfig(cluster.kubeconfig, state_dir / "gangplugin-via-proxy.kubeconfig")
+        cluster = LocalCluster(state_dir, ports, log=log, gangplugin_args=(f"--kubeconfig={via}",))
+        cluster.restart("gangplugin")  # every replica, with the proxy's kubeconfig from now on
+        yield cluster, proxy
+    finally:
+        if keep:
+            LocalCluster(state_dir, ports, log=log, gangplugin_args=()).restart("gangplugin")
+        else:
+            cluster.down(quiet=True)
+        proxy.close()
 
 
-def run_soak(cluster: LocalCluster, config: SoakConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
+def run_soak(
+    cluster: LocalCluster, proxy: SlowProxy, config: SoakConfig, log: Callable[[str], None] = print
+) -> dict[str, Any]:
     seconds = config.minutes * 60
     client = Client.from_kubeconfig(cluster.kubeconfig)
     queues.install(client, seconds + config.drain_minutes * 60)
@@ -56,7 +81,7 @@ def run_soak(cluster: LocalCluster, config: SoakConfig, log: Callable[[str], Non
     plan = plan_faults(config.seed, seconds, config.faults, config.kinds)
     log(f"soak: {config.minutes:g} min, seed {config.seed}: {len(gangs)} gangs, {len(plan)} faults planned")
     stream = Stream(client, gangs, bursts, observer, config.seed, log)
-    injector = Injector(cluster, client, observer, stream, plan, log)
+    injector = Injector(cluster, client, observer, stream, plan, log, proxy)
     t0 = time.time()
     stream.start_at = injector.start_at = t0
     stream.start()

@@ -26,11 +26,12 @@ from typing import Any
 import httpx
 
 from gangplugin.kube.client import JOBS, PODS, WORKLOADS, ApiError, Client
+from gangplugin.kube.kueue_records import is_true
 from gangplugin.localcluster.cluster import REPO
 from gangplugin.sim.trace import read_trace
-from tests.e2e.kube import trainer_pod_spec
 from tests.soak.observer import Observer
 from tests.soak.queues import POLICIES, PRIORITIES, TEAMS, queue_name
+from tests.support.objects import trainer_pod_spec
 
 TRACE = REPO / "deploy" / "traces" / "acme-kalos-converted.csv"
 US = "topology.k8s.aws/ultraserver-id"
@@ -349,7 +350,7 @@ class Stream(threading.Thread):
             specs = dict(self.submitted)
         for key, spec in specs.items():
             members = pods.get(key, [])
-            ready = [p for p in members if _ready(p)]
+            ready = [p for p in members if is_true(p, "Ready")]
             if key in admitted and len(ready) >= spec.size:
                 running[key] = members
                 self.running_since.setdefault(key, now)
@@ -395,10 +396,3 @@ class Stream(threading.Thread):
             for pod in self.client.list(PODS, team, label_selector="soak.gangplugin.io/plain")["items"]:
                 self.client.delete(PODS, pod["metadata"]["name"], team)
         self.plain.clear()
-
-
-def _ready(pod: dict[str, Any]) -> bool:
-    return any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in (pod.get("status") or {}).get("conditions") or []
-    )

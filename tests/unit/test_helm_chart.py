@@ -17,7 +17,6 @@ import os
 import re
 import subprocess
 import sys
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -28,40 +27,12 @@ from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from prometheus_client import REGISTRY
 
 import gangplugin.runtime.metrics  # noqa: F401  # registers every metric
-from gangplugin.localcluster.cluster import REPO, cache_dir
+from gangplugin.localcluster.cluster import REPO
+from tests.support.manifests import CHART, KUBE_VERSION, helm, run_helm, template
 
-CHART = REPO / "deploy" / "helm" / "gangplugin"
 HERE = Path(__file__).parent / "helm"
 VALUES = sorted((HERE / "values").glob("*.yaml"))
-KUBE_VERSION = "v1.33.5"  # a cluster helm template pretends to talk to
 GENERATED = re.compile(r"^(\s+(?:tls\.crt|tls\.key|ca\.crt|caBundle): ).+$", re.M)
-
-
-def helm() -> Path:
-    path = cache_dir() / "bin" / "helm"
-    if not path.exists():
-        raise AssertionError(f"{path} is missing: run `make build` (hack/build-upstream.sh) first")
-    return path
-
-
-def run_helm(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(helm()), *args], capture_output=True, text=True, check=False, timeout=120)
-
-
-@cache
-def template(*flags: str) -> str:
-    out = run_helm(
-        "template",
-        "gangplugin",
-        str(CHART),
-        "--namespace",
-        "gangplugin-system",
-        "--kube-version",
-        KUBE_VERSION,
-        *flags,
-    )
-    assert out.returncode == 0, out.stderr
-    return out.stdout
 
 
 def objects(*flags: str) -> list[dict[str, Any]]:
@@ -278,3 +249,22 @@ def test_a_single_replica_gets_no_pdb_that_would_block_every_drain() -> None:
     assert pdbs(*scheduler) == {"gangplugin", "gangplugin-scheduler"}
     assert pdbs(*scheduler, "--set", "replicas=1") == {"gangplugin-scheduler"}
     assert pdbs(*scheduler, "--set", "scheduler.replicas=1") == {"gangplugin"}
+
+
+def test_the_console_runs_serves_components_and_console_behind_its_service() -> None:
+    from gangplugin.server.main import DEFAULT_COMPONENTS
+
+    objs = objects("--set", "console.enabled=true")
+    (container,) = find(objs, "Deployment", "gangplugin")["spec"]["template"]["spec"]["containers"]
+    assert f"--components={','.join((*DEFAULT_COMPONENTS, 'console'))}" in container["args"]
+    assert {"name": "console", "containerPort": 8444, "protocol": "TCP"} in container["ports"]
+    service = find(objs, "Service", "gangplugin-console")
+    assert service["spec"]["ports"][0]["targetPort"] == "console"
+    find(objs, "ClusterRole", "gangplugin-console-viewer")
+    manager = objects("--set", "console.enabled=true", "--set", "multikueue.manager=true")
+    (container,) = find(manager, "Deployment", "gangplugin")["spec"]["template"]["spec"]["containers"]
+    assert "--components=multikueue,api,webhook,console" in container["args"]
+    off = objects()
+    assert not [o for o in off if "console" in o["metadata"]["name"]]
+    (container,) = find(off, "Deployment", "gangplugin")["spec"]["template"]["spec"]["containers"]
+    assert not [a for a in container["args"] if a.startswith(("--components", "--console"))]

@@ -11,7 +11,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2] / "gangplugin"
 LAYERS = ("core", "kube", "runtime", "readmodel")  # each may import the ones before it
-COMPONENTS = {"admission", "extender", "plans", "webhook", "api", "sim", "multikueue"}
+COMPONENTS = {"admission", "extender", "plans", "webhook", "api", "sim", "multikueue", "console"}
 ASSEMBLY = {"server", "cli", "localcluster"}
 
 

@@ -40,21 +40,23 @@ KUEUE_WEBHOOKS = [
 
 
 def test_every_port_of_every_component_is_its_own_and_below_the_next_base(tmp_path: Path) -> None:
-    cluster = LocalCluster(state_dir=tmp_path, components=[c.name for c in REGISTRY])
-    comps = [*CONTROL_PLANE, *REGISTRY, Gangplugin(replica=2), Gangplugin(replica=3)]
-    ports = [p for c in comps for name, p in c.listens(cluster.spec).items() if "extender" not in name]
-    ports.append(cluster.ports.gangplugin_extender)  # shared by the replicas: only the leader binds it
+    cluster = LocalCluster(state_dir=tmp_path, components=[c.name for c in REGISTRY], gangplugin_replicas=3)
+    ports = [p for c in (*CONTROL_PLANE, *REGISTRY) for p in c.listens(cluster.spec).values()]
     assert len(ports) == len(set(ports))
+    own = [p for n in (1, 2, 3) for p in Gangplugin(replica=n).replica_ports(cluster.spec).values()]
+    assert (
+        len(own) == len(set(own)) and cluster.ports.gangplugin_extender not in own
+    )  # only the leader binds it
     assert all(cluster.ports.base <= p < cluster.ports.base + 1000 for p in ports)
 
 
 def test_clusters_nine_ports_apart_share_no_port(tmp_path: Path) -> None:
-    # tests/e2e/test_localcluster_faults.py runs up to five clusters so beside the session's.
+    # tests/e2e/test_localcluster_faults.py runs up to six clusters so beside the session's.
     def ports(base: int) -> set[int]:
         spec = LocalCluster(state_dir=tmp_path / str(base), ports=Ports(base)).spec
         return {p for c in choose(DEFAULT) for p in c.listens(spec).values()}
 
-    sets = [ports(26000 + 9 * k) for k in range(6)]
+    sets = [ports(26000 + 9 * k) for k in range(7)]
     assert all(not (a & b) for i, a in enumerate(sets) for b in sets[i + 1 :])
     assert max(max(s) for s in sets) < 27000
 
@@ -115,13 +117,20 @@ def test_a_control_plane_with_kueue_only_runs_no_nodes_no_gangplugin_and_no_exte
         cluster.restart("kwok")
 
 
-def test_kueue_s_binary_and_manifests_follow_the_chosen_version(tmp_path: Path) -> None:
+def test_kueue_s_binary_and_manifests_follow_the_chosen_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Kueue's metrics certificate goes to a fixed path of the machine; here, to this test's own,
+    # so the verdict does not depend on whether a cluster ever ran on this machine.
+    monkeypatch.setattr("gangplugin.localcluster.components.kueue.METRICS_CERT_DIR", tmp_path / "certs")
     default = LocalCluster(state_dir=tmp_path / "a", ports=Ports(26000))
     (tmp_path / "a").mkdir()
+    credentials.write(default.spec)
     proc = default.process("kueue")
     assert proc and Path(proc.argv[0]).name == f"kueue-{versions()['KUEUE_VERSION']}"
     newer = LocalCluster(state_dir=tmp_path / "b", ports=Ports(27000), kueue_version="v0.19.2")
     (tmp_path / "b").mkdir()
+    credentials.write(newer.spec)
     proc = newer.process("kueue")
     assert proc and Path(proc.argv[0]).name == "kueue-v0.19.2"
     # JobSet at the version each Kueue is built against.
@@ -282,3 +291,15 @@ def test_adding_components_needs_a_running_cluster_and_is_nothing_for_those_it_r
         cluster.add("kuberay", build=False)
     with pytest.raises(ClusterError, match="unknown component ray"):
         LocalCluster(state_dir=tmp_path).add("ray", build=False)
+
+
+def test_the_control_plane_runs_niced_and_is_started_again_so(tmp_path: Path) -> None:
+    """etcd and kube-apiserver get a busy machine's CPU before the rest (a real control plane has
+    nodes of its own); the command the keeper starts again keeps that."""
+    cluster = LocalCluster(state_dir=tmp_path)
+    for name in ("etcd", "kube-apiserver"):
+        proc = cluster.process(name)
+        assert proc is not None and proc.nice < 0
+        assert proc.command()["argv"][:3] == ["nice", "-n", str(proc.nice)]
+    scheduler = cluster.process("kube-scheduler")
+    assert scheduler is not None and scheduler.command()["argv"][0] == scheduler.argv[0]

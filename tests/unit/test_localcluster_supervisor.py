@@ -15,32 +15,9 @@ from pathlib import Path
 import pytest
 
 from gangplugin.localcluster.errors import ClusterError
-from gangplugin.localcluster.probes import http_ok
 from gangplugin.localcluster.supervisor import Process, Supervisor, alive, port_free, read_state
-from tests.e2e.kube import wait_for
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _http_server(name: str, state_dir: Path) -> Process:
-    """A real server whose command line names the state directory, as every component's does."""
-    port = _free_port()
-    argv = (
-        sys.executable,
-        "-m",
-        "http.server",
-        str(port),
-        "--bind",
-        "127.0.0.1",
-        "--directory",
-        str(state_dir),
-    )
-    return Process(name, argv, health=lambda: http_ok(f"http://127.0.0.1:{port}/"), ports=(port,))
+from tests.support.kube import wait_for
+from tests.support.processes import http_server
 
 
 def _quiet(_message: str) -> None:
@@ -49,12 +26,14 @@ def _quiet(_message: str) -> None:
 
 def test_started_processes_are_seen_from_another_shell_and_stopped_newest_first(tmp_path: Path) -> None:
     sup = Supervisor(tmp_path, _quiet, options={"ports": 26000})
-    sup.start(_http_server("first", tmp_path))
-    sup.start(_http_server("second", tmp_path))
+    sup.start(http_server("first", tmp_path))
+    sup.start(http_server("second", tmp_path))
     pids = sup.running()
     assert list(pids) == ["first", "second"]
     assert all(os.getpgid(pid) == pid for pid in pids.values()), "each in a process group of its own"
-    assert read_state(tmp_path) == {"processes": pids, "options": {"ports": 26000}}
+    state = read_state(tmp_path)
+    assert state["processes"] == pids and state["options"] == {"ports": 26000}
+    assert state["commands"]["first"]["argv"][:3] == [sys.executable, "-m", "http.server"]
     assert (tmp_path / "logs" / "first.log").exists()
 
     other_shell = Supervisor(tmp_path, _quiet)
@@ -68,8 +47,8 @@ def test_started_processes_are_seen_from_another_shell_and_stopped_newest_first(
 
 def test_one_process_stops_and_is_forgotten_the_rest_runs(tmp_path: Path) -> None:
     sup = Supervisor(tmp_path, _quiet)
-    sup.start(_http_server("a", tmp_path))
-    sup.start(_http_server("b", tmp_path))
+    sup.start(http_server("a", tmp_path))
+    sup.start(http_server("b", tmp_path))
     a = sup.running()["a"]
     Supervisor(tmp_path, _quiet).stop("a", signal.SIGTERM)
     assert not alive(a)

@@ -13,9 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import tempfile
 import tomllib
-from functools import cache
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -24,70 +22,11 @@ import yaml
 
 from gangplugin.core.names import LEADER_LABEL
 from gangplugin.core.policy import PINNED_BIND_MODES
-from gangplugin.localcluster.cluster import REPO, cache_dir
+from gangplugin.localcluster.cluster import REPO
 from gangplugin.server.main import serve
+from tests.support.manifests import BASE, SCHEDULER_COMPONENT, kustomize, overlay_of, render, versions
 
-BASE = REPO / "deploy" / "manifests" / "base"
-SCHEDULER_COMPONENT = REPO / "deploy" / "manifests" / "components" / "scheduler"
 CRDS = REPO / "deploy" / "helm" / "gangplugin" / "crds"
-CERT_MANAGER = "cert-manager.io/v1"
-
-
-def kubectl() -> Path:
-    """The kubectl built with the pinned upstream programs; fails loudly when it is missing."""
-    path = cache_dir() / "bin" / "kubectl"
-    if not path.exists():
-        raise AssertionError(f"{path} is missing: run `make build` (hack/build-upstream.sh) first")
-    return path
-
-
-def versions() -> dict[str, str]:
-    return dict(
-        line.split("=", 1)
-        for line in (REPO / "hack" / "versions.env").read_text().splitlines()
-        if line and not line.startswith("#")
-    )
-
-
-def kustomize(directory: Path) -> str:
-    """`kubectl kustomize` with its default load restrictor, as `kubectl apply -k` renders."""
-    out = subprocess.run(
-        [str(kubectl()), "kustomize", str(directory)], capture_output=True, text=True, check=False
-    )
-    assert out.returncode == 0, f"kubectl kustomize {directory} failed: {out.stderr}"
-    return out.stdout
-
-
-@cache
-def overlay() -> Path:
-    """An admin's overlay with the second scheduler (docs/install.md), outside the checkout."""
-    directory = Path(tempfile.mkdtemp(prefix="gangplugin-overlay-"))
-    (directory / "kustomization.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "kustomize.config.k8s.io/v1beta1",
-                "kind": "Kustomization",
-                "resources": [os.path.relpath(BASE, directory)],  # kustomize takes no absolute path
-                "components": [os.path.relpath(SCHEDULER_COMPONENT, directory)],
-                "images": [
-                    {"name": "registry.k8s.io/kube-scheduler", "newTag": versions()["KUBERNETES_VERSION"]}
-                ],
-            }
-        )
-    )
-    return directory
-
-
-@cache
-def render_text() -> str:
-    """The base with the scheduler's Component, as an overlay renders it."""
-    return kustomize(overlay())
-
-
-@cache
-def render() -> tuple[dict[str, Any], ...]:
-    """The rendered objects, parsed once (tests only read them)."""
-    return tuple(o for o in yaml.load_all(render_text(), Loader=yaml.CSafeLoader) if o)
 
 
 def find(kind: str, name: str) -> dict[str, Any]:
@@ -169,17 +108,7 @@ def test_base_alone_installs_no_second_scheduler() -> None:
 
 
 def kustomize_component_alone() -> str:
-    directory = Path(tempfile.mkdtemp(prefix="gangplugin-component-"))
-    (directory / "kustomization.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "kustomize.config.k8s.io/v1beta1",
-                "kind": "Kustomization",
-                "components": [os.path.relpath(SCHEDULER_COMPONENT, directory)],
-            }
-        )
-    )
-    return kustomize(directory)
+    return kustomize(overlay_of("component", components=[SCHEDULER_COMPONENT]))
 
 
 def test_crds_are_the_charts_and_all_of_them() -> None:

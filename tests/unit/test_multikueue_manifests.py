@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 
 from gangplugin.server.main import COMPONENTS, serve
-from tests.unit.test_helm_chart import template
+from tests.support.manifests import template
 
 
 def render(*flags: str) -> list[dict[str, Any]]:

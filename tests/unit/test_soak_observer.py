@@ -13,6 +13,7 @@ import pytest
 
 from tests.soak import observer as obs
 from tests.soak.observer import Observer, Window
+from tests.support import objects
 
 SOAK = Path(__file__).resolve().parents[1] / "soak"
 T0 = 1_800_000_000.0  # whole seconds, as the API's timestamps
@@ -55,14 +56,7 @@ def test_the_observer_imports_nothing_of_gangplugin(module: str) -> None:
 
 
 def node(name: str, us: str = "us-1", gpus: int = 4, ready: bool = True, **spec: Any) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "labels": {US: us, obs.HOSTNAME: name}},
-        "spec": spec,
-        "status": {
-            "allocatable": {"cpu": "144", "memory": "1700Gi", "pods": "110", obs.GPU: str(gpus)},
-            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-        },
-    }
+    return objects.node(name, us, gpus=gpus, memory="1700Gi", ready=ready, **spec)
 
 
 def pod(
@@ -86,16 +80,19 @@ def pod(
                 "lastTransitionTime": ts(bound or created),
             }
         )
-    labels = {obs.GANG_LABEL: gang, obs.BIND_MODE_LABEL: mode} if gang else {}
-    return {
-        "metadata": {"name": name, "namespace": "ns", "labels": labels, "creationTimestamp": ts(created)},
-        "spec": {
-            "nodeName": node_name,
-            "containers": [{"resources": {"requests": {"cpu": "1", "memory": "1Gi", obs.GPU: str(gpus)}}}],
-            **spec,
-        },
-        "status": {"phase": "Running" if node_name else "Pending", "conditions": conds},
-    }
+    requests = {"cpu": "1", "memory": "1Gi", obs.GPU: gpus}
+    labels = {obs.BIND_MODE_LABEL: mode} if gang else {}
+    p = objects.pod(
+        name,
+        gang=gang,
+        node=node_name,
+        requests=requests,
+        conditions=conds,
+        labels=labels,
+        creationTimestamp=ts(created),
+    )
+    p["spec"].update(spec)
+    return p
 
 
 def workload(
@@ -107,24 +104,18 @@ def workload(
     message: str = "gang admitted",
     **meta: Any,
 ) -> dict[str, Any]:
-    template = {"spec": {"containers": [{"resources": {"requests": {obs.GPU: "4"}}}]}}
-    update = {"name": "main", "nodeSelector": {US: us} if us else {}}
-    return {
-        "metadata": {"name": name, "namespace": "ns", "creationTimestamp": ts(at - 5), **meta},
-        "spec": {"podSets": [{"name": "main", "count": size, "template": template}]},
-        "status": {
-            "conditions": [{"type": "QuotaReserved", "status": "True", "lastTransitionTime": ts(at)}],
-            "admissionChecks": [
-                {
-                    "name": "gang",
-                    "state": state,
-                    "message": message,
-                    "lastTransitionTime": ts(at),
-                    "podSetUpdates": [update],
-                }
-            ],
-        },
-    }
+    check = objects.check_state(
+        "gang", state, pinned={US: us} if us else {}, message=message, lastTransitionTime=ts(at)
+    )
+    return objects.workload(
+        name,
+        "ns",
+        objects.podset(size),
+        conditions=[objects.condition("QuotaReserved", lastTransitionTime=ts(at))],
+        checks=[check],
+        creationTimestamp=ts(at - 5),
+        **meta,
+    )
 
 
 def cluster(o: Observer, nodes: int = 4, us: str = "us-1") -> None:

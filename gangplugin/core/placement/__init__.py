@@ -39,7 +39,9 @@ for every pod, or none. Why a gang does not fit is told by `explain`.
 Spares (`spares`): with `spares_per_ultraserver = k`, the k idle nodes with the highest names in
 each UltraServer are held back from every gang except one already running in that UltraServer,
 for which they are the first choice to replace a failed node (`recovery`: `replace`, `recover`).
-The answer is a pure function of its inputs; input order never matters.
+A gang that could not fit even with every pod gone (larger than every domain of its required
+level, spares kept) is told it can never start whole, with the numbers and the fix
+(`wholeness`). The answer is a pure function of its inputs; input order never matters.
 """
 
 from gangplugin.core.placement.capacity import eligible_nodes, fit_counter
@@ -57,11 +59,13 @@ from gangplugin.core.placement.model import (
 from gangplugin.core.placement.place import place
 from gangplugin.core.placement.recovery import recover, replace
 from gangplugin.core.placement.spares import held_spares
+from gangplugin.core.placement.wholeness import NeverWhole, holds_whole, never_whole
 
 __all__ = [
     "Assignment",
     "Gang",
     "GangLevels",
+    "NeverWhole",
     "Placement",
     "PlacementPolicy",
     "PodSet",
@@ -71,6 +75,8 @@ __all__ = [
     "fit_counter",
     "gang_levels",
     "held_spares",
+    "holds_whole",
+    "never_whole",
     "place",
     "recover",
     "replace",

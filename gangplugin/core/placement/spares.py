@@ -1,8 +1,8 @@
-"""The spare rule, in one place: with `spares_per_ultraserver = k`, the k idle nodes with the
-highest names in each UltraServer (`Snapshot.spare_nodes`) are held back from every gang except
-one already running in that UltraServer, for which they are the first choice to replace a failed
-node. The admission check's `place` and `recover` and the extender's plan of a recreated pod all
-ask `held_spares`."""
+"""The spare rule, in one place: with `spares_per_ultraserver = k`, the k idle nodes (no pod
+holding an accelerator on them) with the highest names in each UltraServer
+(`Snapshot.spare_nodes`) are held back from every gang except one already running in that
+UltraServer, for which they are the first choice to replace a failed node. The admission check's
+`place` and `recover` and the extender's plan of a recreated pod all ask `held_spares`."""
 
 from __future__ import annotations
 

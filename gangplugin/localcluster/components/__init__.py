@@ -26,6 +26,7 @@ from gangplugin.localcluster.components.kueue import Kueue
 from gangplugin.localcluster.components.kueue_tas import KueueTas
 from gangplugin.localcluster.components.kwok import Kwok
 from gangplugin.localcluster.components.lws import LeaderWorkerSet
+from gangplugin.localcluster.components.real_nodes import RealNodes
 from gangplugin.localcluster.components.scheduler import KubeScheduler
 from gangplugin.localcluster.components.trainer import Trainer
 from gangplugin.localcluster.components.training_operator import TrainingOperator
@@ -52,6 +53,8 @@ REGISTRY: tuple[Component, ...] = (
     KubeRay(),
     Kueue(),
     Gangplugin(),
+    # Real kubelets beside the fake nodes (optional): GANGPLUGIN_WITH=real-nodes.
+    RealNodes(),
     # The bench's peers (bench/peers.py), optional: never started by `make up` or CI.
     KueueTas(),
     VolcanoWebhookManager(),

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gangplugin.localcluster.components.base import Component
+from gangplugin.localcluster.components.base import CONTROL_PLANE_NICE, Component
 from gangplugin.localcluster.probes import https_ok
+from gangplugin.localcluster.realnodes.pool import SERVICE_CIDR, Network
 from gangplugin.localcluster.spec import GENERIC_WORKLOAD_API, GENERIC_WORKLOAD_GATE, ClusterSpec
 from gangplugin.localcluster.supervisor import Process
 
@@ -19,12 +20,19 @@ class KubeApiserver(Component):
 
     def process(self, spec: ClusterSpec) -> Process:
         pki, port = spec.pki_dir, spec.ports.apiserver
+        # Real nodes' pods reach it through the `kubernetes` Service, whose endpoint is the
+        # advertised address: the host's on the pool's bridge (a loopback one is refused).
+        address = (
+            ("--bind-address=0.0.0.0", f"--advertise-address={Network(spec.ports.base).gateway}")
+            if "real-nodes" in spec.components
+            else ("--bind-address=127.0.0.1",)
+        )
         return Process(
             self.name,
             (
                 str(spec.bin_dir / "kube-apiserver"),
                 f"--etcd-servers=http://127.0.0.1:{spec.ports.etcd}",
-                "--bind-address=127.0.0.1",
+                *address,
                 f"--secure-port={port}",
                 f"--tls-cert-file={pki / 'apiserver.crt'}",
                 f"--tls-private-key-file={pki / 'apiserver.key'}",
@@ -32,7 +40,11 @@ class KubeApiserver(Component):
                 f"--service-account-key-file={pki / 'sa.pub'}",
                 f"--service-account-signing-key-file={pki / 'sa.key'}",
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-                "--service-cluster-ip-range=10.96.0.0/16",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",
+                f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
+                # A real node's name resolves nowhere: its kubelet by its address.
+                "--kubelet-preferred-address-types=InternalIP,Hostname",
                 "--authorization-mode=Node,RBAC",
                 "--allow-privileged=true",
                 "--enable-priority-and-fairness=false",
@@ -47,4 +59,5 @@ class KubeApiserver(Component):
             ),
             startup_timeout=120.0,
             ports=(port,),
+            nice=CONTROL_PLANE_NICE,
         )

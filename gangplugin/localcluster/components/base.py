@@ -11,6 +11,12 @@ from gangplugin.kube.client import Client
 from gangplugin.localcluster.spec import ClusterSpec
 from gangplugin.localcluster.supervisor import Process
 
+# etcd and kube-apiserver run at this niceness: every controller's request, the leader Lease's
+# renewals among them, crosses them, and in a real cluster they have nodes of their own; here
+# they get the CPU they need before a Go build or busy loops beside the cluster do. (Without
+# root, `nice` says it cannot and runs them as they are.)
+CONTROL_PLANE_NICE = -10
+
 
 @dataclass(frozen=True)
 class Component:
@@ -49,9 +55,25 @@ class Component:
         """Its command line and health check (None: nothing to run); may write its config files."""
         raise NotImplementedError(f"{type(self).__name__} runs no process")
 
+    def processes(self, spec: ClusterSpec) -> tuple[Process, ...]:
+        """Every process it runs, started in this order, each waited for until healthy: `process`'s
+        one by default; a component that runs several (gangplugin: one per replica; the real
+        nodes: one per node) gives each a name of its own."""
+        proc = self.process(spec)
+        return (proc,) if proc is not None else ()
+
+    def process_named(self, spec: ClusterSpec, name: str) -> Process | None:
+        """Its process called `name` as `processes` starts it, for a restart of that one alone
+        (None: no process of its has that name)."""
+        return self.process(spec) if name == self.name else None
+
     def started(self, spec: ClusterSpec, client: Client, log: Callable[[str], None]) -> None:
         """What follows once it is healthy: waiting for its webhooks, objects that need the
         components before it running (the local queues need Kueue's webhooks)."""
+
+    def stopped(self, spec: ClusterSpec) -> None:
+        """What `down` removes once every process is stopped: state it made outside them (the
+        real nodes' containers, bridge and cgroups)."""
 
 
 def kube_serving_flags(spec: ClusterSpec, port: int, cert_dir: str) -> tuple[str, ...]:

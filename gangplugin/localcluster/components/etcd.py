@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from gangplugin.localcluster.components.base import Component
+from gangplugin.localcluster.components.base import CONTROL_PLANE_NICE, Component
 from gangplugin.localcluster.probes import http_ok
 from gangplugin.localcluster.spec import ClusterSpec
 from gangplugin.localcluster.supervisor import Process
@@ -40,4 +40,5 @@ class Etcd(Component):
             ),
             health=lambda: http_ok(f"{client}/health"),
             ports=tuple(self.listens(spec).values()),
+            nice=CONTROL_PLANE_NICE,
         )

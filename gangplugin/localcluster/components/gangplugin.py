@@ -6,7 +6,7 @@ from __future__ import annotations
 import ssl
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import httpx
@@ -24,13 +24,17 @@ GANGPLUGIN_NAMESPACE = "gangplugin-system"
 # Its own name: the e2e manifests test dry-runs the base's objects beside it.
 WEBHOOK_CONFIGURATION = "gangplugin-local"
 LOCAL_QUEUES = REPO / "deploy" / "local" / "queues.yaml"
+# The web console's local user (a ServiceAccount bound to cluster-admin): `make up` says how to
+# get a token of it.
+CONSOLE_ADMIN = REPO / "deploy" / "local" / "console-admin.yaml"
 
 
 @dataclass(frozen=True)
 class Gangplugin(Component):
-    """Replica 1 is the one `up` starts and waits to lead (`lead=False`: ready as a follower
-    too, when another replica holds the Lease); `restart("gangplugin-2")` starts a second one, a
-    follower until the first is gone. `args` are more `serve` flags."""
+    """`spec.gangplugin_replicas` replicas (two, as the Helm chart installs it), electing a
+    leader. Replica 1 is the one `up` starts first and waits to lead (`lead=False`: ready as a
+    follower too, when another replica holds the Lease); the others start after it, followers
+    until it is gone. `args` are more `serve` flags."""
 
     name = "gangplugin"
     requires = ("kueue",)
@@ -42,14 +46,28 @@ class Gangplugin(Component):
         return ()  # this package's own console script, beside the running Python
 
     def listens(self, spec: ClusterSpec) -> dict[str, int]:
-        p = spec.ports
-        health, grpc, webhook = p.gangplugin_replica(self.replica)
+        """Every replica's ports (checked free before `up` starts anything)."""
+        found = {"gangplugin extender": spec.ports.gangplugin_extender}
+        for n in range(1, spec.gangplugin_replicas + 1):
+            found.update(replace(self, replica=n).replica_ports(spec))
+        return found
+
+    def replica_ports(self, spec: ClusterSpec) -> dict[str, int]:
+        """This replica's own ports; not the extender's: only the leader binds it, and another
+        replica may lead."""
+        p, n = spec.ports, self.replica
+        health, grpc, webhook = p.gangplugin_replica(n)
+        name = self.name if n == 1 else f"{self.name}-{n}"
         return {
-            "gangplugin health": health,
-            "gangplugin extender": p.gangplugin_extender,
-            "gangplugin webhook": webhook,
-            "gangplugin grpc": grpc,
-            **({"gangplugin grpc mtls": p.gangplugin_grpc_mtls} if self.replica == 1 else {}),
+            f"{name} health": health,
+            f"{name} webhook": webhook,
+            f"{name} grpc": grpc,
+            **({f"{name} grpc mtls": p.gangplugin_grpc_mtls} if n == 1 else {}),
+            **(
+                {f"{name} console": p.gangplugin_console(n)}
+                if "console" in spec.gangplugin_components
+                else {}
+            ),
         }
 
     def install(self, spec: ClusterSpec, client: Client) -> None:
@@ -59,6 +77,10 @@ class Gangplugin(Component):
         # A cluster that died with gangplugin's webhooks registered keeps them in etcd; with
         # gangplugin not serving yet they would refuse the local GangPolicy.
         manifests.delete_webhooks(client, WEBHOOK_CONFIGURATION)
+
+    def processes(self, spec: ClusterSpec) -> tuple[Process, ...]:
+        every = (replace(self, replica=n).process(spec) for n in range(1, spec.gangplugin_replicas + 1))
+        return tuple(p for p in every if p is not None)
 
     def process(self, spec: ClusterSpec) -> Process | None:
         if not spec.gangplugin_components:
@@ -109,21 +131,28 @@ class Gangplugin(Component):
                 f"--extender-client-ca={spec.extender_clients_dir / 'ca.crt'}",
                 f"--webhook-bind=127.0.0.1:{webhook}",
                 *tls("webhook"),
+                *(
+                    (f"--console-bind=127.0.0.1:{p.gangplugin_console(replica)}", *tls("console"))
+                    if "console" in spec.gangplugin_components
+                    else ()
+                ),
                 *spec.gangplugin_args,
                 *self.args,
             ),
             health=ready,
-            # Not the extender's port: only the leader binds it, and another replica may lead.
-            ports=tuple(port for name, port in self.listens(spec).items() if name != "gangplugin extender"),
+            ports=tuple(self.replica_ports(spec).values()),
         )
 
     def started(self, spec: ClusterSpec, client: Client, log: Callable[[str], None]) -> None:
         """The local queues (they need Kueue's webhooks; only where the gang check runs: a
-        MultiKueue manager has queues of its own), then deploy/manifests/base's webhook
-        configurations (validating and mutating), pointed at replica 1 with the cluster CA:
-        registered once gangplugin serves them, and only when its webhook component runs."""
+        MultiKueue manager has queues of its own), the console's local user, then
+        deploy/manifests/base's webhook configurations (validating and mutating), pointed at
+        replica 1 with the cluster CA: registered once gangplugin serves them, and only when its
+        webhook component runs."""
         if "admission" in spec.gangplugin_components:
             manifests.apply_file(client, LOCAL_QUEUES)
+        if "console" in spec.gangplugin_components and self.replica == 1:
+            manifests.apply_file(client, CONSOLE_ADMIN)
         if "webhook" not in spec.gangplugin_components:
             return
         docs = yaml.safe_load_all((REPO / "deploy" / "manifests" / "base" / "webhook.yaml").read_text())

@@ -15,11 +15,11 @@ from typing import Any
 
 import yaml
 
-from gangplugin.kube.client import ApiError, Client, Resource
+from gangplugin.kube.client import Client, Resource
 from gangplugin.localcluster import credentials, kueue_config, manifests
 from gangplugin.localcluster.components.base import Component
 from gangplugin.localcluster.errors import ClusterError
-from gangplugin.localcluster.probes import http_ok, wait
+from gangplugin.localcluster.probes import INSTALL_DEADLINE, http_ok
 from gangplugin.localcluster.spec import ClusterSpec
 from gangplugin.localcluster.supervisor import Process
 
@@ -175,12 +175,4 @@ class Kueue(Component):
             "metadata": {"name": "gangplugin-webhook-probe"},
         }
         flavors = Resource("kueue.x-k8s.io/v1beta2", "resourceflavors", namespaced=False)
-
-        def ok() -> bool:
-            try:
-                client.request("POST", flavors.path(), body=probe, params={"dryRun": "All"})
-                return True
-            except ApiError:
-                return False
-
-        wait(ok, 60, "Kueue's webhooks to answer")
+        manifests.wait_webhooks_answer(client, flavors, probe, INSTALL_DEADLINE, "Kueue")

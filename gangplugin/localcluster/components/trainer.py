@@ -18,7 +18,7 @@ from gangplugin.kube.client import Client, Resource
 from gangplugin.localcluster import manifests
 from gangplugin.localcluster.components.base import Component
 from gangplugin.localcluster.components.operators import manifests_dir, serving_tmpdir
-from gangplugin.localcluster.probes import http_ok, wait
+from gangplugin.localcluster.probes import INSTALL_DEADLINE, http_ok, wait
 from gangplugin.localcluster.spec import ClusterSpec
 from gangplugin.localcluster.supervisor import Process
 
@@ -91,4 +91,8 @@ class Trainer(Component):
             client.apply(CLUSTER_TRAINING_RUNTIMES, runtime, field_manager=manifests.FIELD_MANAGER)
             return True
 
-        wait(applied, 60, f"Trainer's webhooks to take ClusterTrainingRuntime {runtime['metadata']['name']}")
+        wait(
+            applied,
+            INSTALL_DEADLINE,
+            f"Trainer's webhooks to take ClusterTrainingRuntime {runtime['metadata']['name']}",
+        )

@@ -24,6 +24,7 @@ from gangplugin.localcluster.components.base import Component
 from gangplugin.localcluster.components.operators import manifests_dir, serving_tmpdir
 from gangplugin.localcluster.errors import ClusterError
 from gangplugin.localcluster.probes import http_ok
+from gangplugin.localcluster.realnodes.images import PYTORCH_INIT, PYTORCH_INIT_TEMPLATE
 from gangplugin.localcluster.spec import ClusterSpec
 from gangplugin.localcluster.supervisor import Process
 
@@ -94,6 +95,16 @@ class TrainingOperator(Component):
                 f"--webhook-server-port={ports['training-operator webhook']}",
                 "--metrics-bind-address=0",  # off: nothing here reads it
                 f"--health-probe-bind-address=127.0.0.1:{health}",
+                # Its PyTorchJob workers' init container on real nodes: an image they hold (no
+                # registry) and a template its busybox runs (kwok's nodes fake containers).
+                *(
+                    (
+                        f"--pytorch-init-container-image={PYTORCH_INIT}",
+                        f"--pytorch-init-container-template-file={PYTORCH_INIT_TEMPLATE}",
+                    )
+                    if "real-nodes" in spec.components
+                    else ()
+                ),
             ),
             env={"KUBECONFIG": str(spec.kubeconfig), "TMPDIR": str(serving_tmpdir(spec, self.name))},
             # Ready once its rotator is done and its webhook server listens.

@@ -30,11 +30,11 @@ from typing import Any
 import yaml
 
 from gangplugin.core.topology import DEFAULT_LEVELS, ULTRASERVER_LABEL
-from gangplugin.kube.client import ApiError, Client, Resource
+from gangplugin.kube.client import Client, Resource
 from gangplugin.localcluster import manifests, nodes
 from gangplugin.localcluster.components.base import Component
 from gangplugin.localcluster.errors import ClusterError
-from gangplugin.localcluster.probes import http_ok, https_ok, wait
+from gangplugin.localcluster.probes import INSTALL_DEADLINE, http_ok, https_ok, wait
 from gangplugin.localcluster.spec import ClusterSpec
 from gangplugin.localcluster.supervisor import Process
 from gangplugin.localcluster.upstream import versions
@@ -236,15 +236,7 @@ class VolcanoWebhookManager(Component):
             "metadata": {"name": "gangplugin-webhook-probe"},
             "spec": {"weight": 1},
         }
-
-        def ok() -> bool:
-            try:
-                client.request("POST", QUEUES.path(), body=probe, params={"dryRun": "All"})
-                return True
-            except ApiError:
-                return False
-
-        wait(ok, 120, "Volcano's webhooks to answer")
+        manifests.wait_webhooks_answer(client, QUEUES, probe, INSTALL_DEADLINE, "Volcano")
 
 
 @dataclass(frozen=True)
@@ -333,7 +325,7 @@ class VolcanoScheduler(Component):
 
     def started(self, spec: ClusterSpec, client: Client, log: Callable[[str], None]) -> None:
         """Until the default queue (the scheduler makes it) is there."""
-        wait(lambda: bool(client.get(QUEUES, "default")), 120, "Volcano's default queue")
+        wait(lambda: bool(client.get(QUEUES, "default")), INSTALL_DEADLINE, "Volcano's default queue")
 
 
 VOLCANO = ("volcano-webhook-manager", "volcano-controller-manager", "volcano-scheduler")

@@ -5,13 +5,13 @@ there: the annotation was read only to decide a drain)."""
 from __future__ import annotations
 
 from gangplugin.core.names import MAX_RUNTIME_ANNOTATION
+from gangplugin.kube.client import WORKLOADS
 from gangplugin.readmodel.decisions import explain
-from tests.unit.api.cluster import NOW, WORKLOADS, Caches, standard, workload
+from tests.support.caches import NOW, standard, workload
 
 
 def verdict(max_runtime: str | None = None, **annotations: str) -> tuple[bool, str]:
-    caches = Caches()
-    standard(caches)
+    caches = standard()
     wl = workload("wl", 2)
     template = wl["spec"]["podSets"][0]["template"]["metadata"]["annotations"]
     template.update(annotations)

@@ -15,42 +15,24 @@ import pytest
 
 import gangplugin.core.gate as gate_module
 from gangplugin.admission.controller import GangAdmission
-from gangplugin.api.proto import gangs_pb2, gangs_pb2_grpc
 from gangplugin.core.gate import ORDER, Stage
 from gangplugin.core.policy import GangPolicy
 from gangplugin.core.simulate import Job, Settings, replay
 from gangplugin.core.topology import ULTRASERVER_LABEL, Node
 from gangplugin.kube.client import WORKLOADS
 from gangplugin.kube.resources import ADMISSION_CHECKS, GANG_POLICIES
-from tests.unit.api.cluster import NOW, Caches, serving, standard, workload
-from tests.unit.kube.fakeapi import FakeApi
+from tests.support.caches import NOW, Caches, explain, standard, workload
+from tests.support.fakeapi import FakeApi
+from tests.support.objects import admission_check, gang_policy
 
 US = ULTRASERVER_LABEL
 
 
 @pytest.fixture
 def caches() -> Caches:
-    c = Caches()
-    standard(c)
-    c.put(
-        GANG_POLICIES,
-        {
-            "apiVersion": "gangplugin.io/v1alpha1",
-            "kind": "GangPolicy",
-            "metadata": {"name": "one-at-a-time"},
-            "spec": {"admission": "Sequential"},
-        },
-    )
-    c.put(
-        ADMISSION_CHECKS,
-        {
-            "metadata": {"name": "gang"},
-            "spec": {
-                "controllerName": "gangplugin.io/gang",
-                "parameters": {"apiGroup": "gangplugin.io", "kind": "GangPolicy", "name": "one-at-a-time"},
-            },
-        },
-    )
+    c = standard()
+    c.put(GANG_POLICIES, gang_policy("one-at-a-time", admission="Sequential"))
+    c.put(ADMISSION_CHECKS, admission_check("gang", policy="one-at-a-time"))
     c.put(WORKLOADS, workload("first", 2, check="Ready", admitted=True, pinned={US: "us-1"}))
     c.put(WORKLOADS, workload("second", 2))
     return c
@@ -80,15 +62,6 @@ def pass_writes(caches: Caches) -> dict[str, Any]:
     return entry
 
 
-def explained(caches: Caches) -> gangs_pb2.GangExplanation:
-    with serving(caches) as channel:
-        stub = gangs_pb2_grpc.GangServiceStub(channel)
-        reply: gangs_pb2.GangExplanation = stub.ExplainGang(
-            gangs_pb2.ExplainGangRequest(namespace="team-a", name="second"), timeout=10
-        )
-    return reply
-
-
 def simulated_wait() -> float | None:
     """The same case replayed: "b" arrives while "a" is admitted and its pods start (5 s)."""
     nodes = [
@@ -104,7 +77,7 @@ def test_in_the_one_order_sequential_holds_the_gang_in_all_three(caches: Caches)
     entry = pass_writes(caches)
     assert entry["state"] == "Pending"
     assert entry["message"] == "Sequential admission: waiting for gang team-a/first to be Ready"
-    e = explained(caches)
+    e = explain(caches, "second")
     assert e.evaluated and not e.fits_now and e.reason == "waiting for gang team-a/first to be Ready"
     assert simulated_wait() == 4  # admitted once "a" is Ready at 5
 
@@ -116,6 +89,6 @@ def test_the_order_changed_in_one_place_changes_all_three(
     entry = pass_writes(caches)
     assert entry["state"] == "Ready" and entry["message"].startswith("gang admitted")
     assert entry["podSetUpdates"][0]["nodeSelector"] == {US: "us-1"}  # beside first (best fit)
-    e = explained(caches)
+    e = explain(caches, "second")
     assert e.evaluated and e.fits_now and list(e.domains) == ["us-1"]
     assert simulated_wait() == 0

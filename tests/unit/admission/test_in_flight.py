@@ -12,14 +12,13 @@ import httpx
 from gangplugin.admission.controller import GangAdmission
 from gangplugin.kube.client import JSON, WORKLOADS
 from gangplugin.runtime.admissions import AdmissionsInFlight, Subscriber
-from tests.unit.api.cluster import NOW, Caches, standard, workload
-from tests.unit.kube.fakeapi import FakeApi
+from tests.support.caches import NOW, standard, workload
+from tests.support.fakeapi import FakeApi
 
 
 def run_pass(write: httpx.Response | None) -> tuple[list[tuple[str, Any, int]], FakeApi]:
     """One pass over a gang that fits; `write`: the API server's answer to its status write."""
-    caches = Caches()
-    standard(caches)
+    caches = standard()
     caches.put(WORKLOADS, workload("train", 2))
     api = FakeApi()
     if write is not None:

@@ -14,8 +14,8 @@ from gangplugin.admission.outbox import Outbox, Sent
 from gangplugin.core.preemption import Hold
 from gangplugin.kube.client import WORKLOADS
 from gangplugin.runtime.admissions import AdmissionsInFlight, Subscriber
-from tests.unit.api.cluster import NOW, Caches, standard, workload
-from tests.unit.kube.fakeapi import FakeApi
+from tests.support.caches import NOW, Caches, standard, workload
+from tests.support.fakeapi import FakeApi
 
 
 def test_admissions_go_out_side_by_side_unless_ordered() -> None:

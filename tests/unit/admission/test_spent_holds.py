@@ -13,9 +13,9 @@ import orjson
 
 from gangplugin.admission.controller import GangAdmission
 from gangplugin.core.names import BACKOFF_UNTIL_ANNOTATION, PREEMPTION_ANNOTATION
-from gangplugin.kube.client import Client
+from gangplugin.kube.client import PODS, WORKLOADS, Client
 from gangplugin.kube.kueue_records import spent_holds
-from tests.unit.api.cluster import NOW, PODS, WORKLOADS, Caches, pod, standard, workload
+from tests.support.caches import NOW, Caches, pod, standard, workload
 
 HOLD = orjson.dumps(
     {"level": "topology.k8s.aws/ultraserver-id", "domain": "us-1", "nodes": [], "victims": ["team-a/v"]}

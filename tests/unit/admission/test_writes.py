@@ -3,7 +3,7 @@ e2e tests run them against Kueue): each is conditional on the copy the decision 
 
 from __future__ import annotations
 
-from typing import Any
+from functools import partial
 
 import httpx
 import orjson
@@ -11,13 +11,13 @@ import pytest
 
 from gangplugin.admission.writes import BACKOFF_FIELD_MANAGER, CheckWriter
 from gangplugin.kube.client import Client
+from tests.support import objects
 
 UNTIL = "2026-12-01T10:01:00Z"
 NOW = 1796119200.0  # 2026-12-01T10:00:00Z
 
 
-def workload() -> dict[str, Any]:
-    return {"metadata": {"name": "wl", "namespace": "ns", "resourceVersion": "41", "generation": 3}}
+workload = partial(objects.workload, resourceVersion="41", generation=3)
 
 
 class Api:

@@ -4,73 +4,23 @@ record), and gangctl prints them."""
 
 from __future__ import annotations
 
-from typing import Any
-
-import orjson
 import pytest
 
 from gangplugin.api.proto import gangs_pb2, gangs_pb2_grpc
 from gangplugin.cli.gangs import explain_text
-from gangplugin.core.dispatch import DispatchRecord, WorkerVerdict
-from gangplugin.core.names import DISPATCH_ANNOTATION
 from gangplugin.kube.client import WORKLOADS
 from gangplugin.kube.resources import ADMISSION_CHECKS
-from tests.unit.api.cluster import NOW, Caches, cond, serving, workload
-
-US = "topology.k8s.aws/ultraserver-id"
-RECORD = DispatchRecord(
-    "b",
-    NOW,
-    (),
-    (
-        WorkerVerdict(
-            "b",
-            True,
-            True,
-            "chosen: all 6 pods fit in ultraserver-id b-us1 (best fit)",
-            "gb200",
-            US,
-            ("b-us1",),
-            0,
-        ),
-        WorkerVerdict("a", False, False, "does not fit now: the best domain has room for 4 of 6 pods"),
-    ),
-    "nominated b: chosen: all 6 pods fit",
-)
-
-
-def dispatched(name: str, *, record: DispatchRecord | None, **status: Any) -> dict[str, Any]:
-    wl = workload(name, 6, check=None)
-    wl["status"] = {
-        "conditions": [cond("QuotaReserved")],
-        "admissionChecks": [
-            {"name": "multikueue", "state": "Pending", "message": "", "lastTransitionTime": "x"}
-        ],
-        **status,
-    }
-    if record is not None:
-        wl["metadata"]["annotations"] = {DISPATCH_ANNOTATION: orjson.dumps(record.to_dict()).decode()}
-    return wl
+from tests.support.caches import Caches, cond, explain, serving
+from tests.support.dispatched import RECORD, US, dispatched
+from tests.support.objects import admission_check
 
 
 @pytest.fixture
 def caches() -> Caches:
     c = Caches()
-    c.put(
-        ADMISSION_CHECKS,
-        {"metadata": {"name": "multikueue"}, "spec": {"controllerName": "kueue.x-k8s.io/multikueue"}},
-    )
+    c.put(ADMISSION_CHECKS, admission_check("multikueue", controller="kueue.x-k8s.io/multikueue"))
     c.put(WORKLOADS, dispatched("g", record=RECORD, nominatedClusterNames=["b"]))
     return c
-
-
-def explain(caches: Caches, name: str) -> gangs_pb2.GangExplanation:
-    with serving(caches) as channel:
-        stub = gangs_pb2_grpc.GangServiceStub(channel)
-        reply: gangs_pb2.GangExplanation = stub.ExplainGang(
-            gangs_pb2.ExplainGangRequest(namespace="team-a", name=name), timeout=10
-        )
-    return reply
 
 
 def test_a_nominated_gang_shows_every_worker_s_verdict(caches: Caches) -> None:

@@ -26,8 +26,8 @@ from gangplugin.extender.barrier import Barrier
 from gangplugin.extender.server import ExtenderHandlers, make_app
 from gangplugin.kube.client import PODS, WORKLOADS
 from gangplugin.runtime.asgi import serve
-from tests.unit.api.cluster import Caches, pod, serving, standard, workload
-from tests.unit.extender.test_server import NODES, Recorder, free_port, make_cache
+from tests.support.caches import pod, serving, standard, workload
+from tests.support.extender import NODES, Recorder, free_port, make_cache
 
 EXAMPLES = int(os.environ.get("GANGPLUGIN_FUZZ_EXAMPLES", "60"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
@@ -87,8 +87,7 @@ def message_of(cls: type[Message], depth: int = 0) -> st.SearchStrategy[Message]
 
 @pytest.fixture(scope="module")
 def channel() -> Iterator[grpc.Channel]:
-    caches = Caches()
-    standard(caches)
+    caches = standard()
     caches.put(WORKLOADS, workload("fits", 3))
     caches.put(WORKLOADS, workload("run", 2, check="Ready", admitted=True))
     caches.put(PODS, pod("pg-0", "pg", node="us2-0", size=2))

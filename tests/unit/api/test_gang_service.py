@@ -10,15 +10,14 @@ import pytest
 
 from gangplugin.api.proto import gangs_pb2, gangs_pb2_grpc
 from gangplugin.kube.client import PODS, WORKLOADS
-from tests.unit.api.cluster import Caches, owned, pod, serving, standard, workload
+from tests.support.caches import Caches, owned, pod, serving, standard, workload
 
 US = "topology.k8s.aws/ultraserver-id"
 
 
 @pytest.fixture
 def caches() -> Caches:
-    c = Caches()
-    standard(c)
+    c = standard()
     c.put(
         WORKLOADS,
         workload("run", 2, check="Ready", admitted=True, pinned={US: "us-1"}, message="gang admitted"),

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from gangplugin.api.proto import gangs_pb2, gangs_pb2_grpc
 from gangplugin.kube.client import CLUSTER_QUEUES, PODS, WORKLOADS
 from gangplugin.kube.resources import ADMISSION_CHECKS, GANG_POLICIES
-from tests.unit.api.cluster import NOW, Caches, pod, serving, standard, workload
+from tests.support.caches import NOW, Caches, explain, pod, standard, workload
+from tests.support.objects import admission_check, gang_policy
 
 US = "topology.k8s.aws/ultraserver-id"
 
@@ -34,8 +34,7 @@ def prioritized(wl: dict[str, Any], priority: int) -> dict[str, Any]:
 @pytest.fixture
 def caches() -> Caches:
     """us-1 holds low1 (2 pods), us-2 holds low2 (3 pods); "high" needs a whole UltraServer."""
-    c = Caches()
-    standard(c)
+    c = standard()
     c.put(CLUSTER_QUEUES, queue("LowerPriority"))
     for name, us, n in (("low1", "us-1", 2), ("low2", "us-2", 3)):
         wl = workload(name, n, check="Ready", admitted=True, pinned={US: us}, message="gang admitted")
@@ -46,17 +45,8 @@ def caches() -> Caches:
     return c
 
 
-def explain(caches: Caches, name: str = "high") -> gangs_pb2.GangExplanation:
-    with serving(caches) as channel:
-        stub = gangs_pb2_grpc.GangServiceStub(channel)
-        reply: gangs_pb2.GangExplanation = stub.ExplainGang(
-            gangs_pb2.ExplainGangRequest(namespace="team-a", name=name), timeout=10
-        )
-    return reply
-
-
 def test_explain_names_the_victims_of_one_ultraserver_and_why(caches: Caches) -> None:
-    e = explain(caches)
+    e = explain(caches, "high")
     assert e.evaluated and not e.fits_now
     # Freeing us-1 costs 8 GPUs (low1), us-2 12 (low2): the fewest GPUs win.
     assert e.reason.startswith(f"preempting team-a/low1 (8 GPUs) to free {US}=us-1 for team-a/high")
@@ -66,32 +56,15 @@ def test_explain_names_the_victims_of_one_ultraserver_and_why(caches: Caches) ->
 
 def test_equal_priority_is_not_preempted_and_the_reason_says_so(caches: Caches) -> None:
     caches.put(WORKLOADS, prioritized(workload("high", 4), 10))
-    e = explain(caches)
+    e = explain(caches, "high")
     assert not e.fits_now and "preempting" not in e.reason
     assert "protected by withinClusterQueue: LowerPriority, priority 10 >= 10" in e.reason
 
 
 def test_gang_policy_preemption_never_turns_it_off(caches: Caches) -> None:
-    caches.put(
-        GANG_POLICIES,
-        {
-            "apiVersion": "gangplugin.io/v1alpha1",
-            "kind": "GangPolicy",
-            "metadata": {"name": "calm"},
-            "spec": {"preemption": "Never"},
-        },
-    )
-    caches.put(
-        ADMISSION_CHECKS,
-        {
-            "metadata": {"name": "gang"},
-            "spec": {
-                "controllerName": "gangplugin.io/gang",
-                "parameters": {"apiGroup": "gangplugin.io", "kind": "GangPolicy", "name": "calm"},
-            },
-        },
-    )
-    e = explain(caches)
+    caches.put(GANG_POLICIES, gang_policy("calm", preemption="Never"))
+    caches.put(ADMISSION_CHECKS, admission_check("gang", policy="calm"))
+    e = explain(caches, "high")
     assert not e.fits_now and e.reason.startswith("needs 4 pods") and "preempt" not in e.reason
 
 
@@ -108,5 +81,5 @@ def test_a_domain_held_for_another_preemptor_is_not_offered(caches: Caches) -> N
     caches.put(WORKLOADS, prioritized(workload("other", 2), 0))
     e = explain(caches, "other")
     assert not e.fits_now and "us-1" not in list(e.domains)
-    h = explain(caches)
+    h = explain(caches, "high")
     assert h.reason.startswith("preempting team-a/low1: evicting the rest")

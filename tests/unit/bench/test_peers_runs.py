@@ -12,7 +12,7 @@ from _peers.systems import SYSTEMS, Capacity
 
 from gangplugin.localcluster.cluster import LocalCluster, Ports
 from gangplugin.localcluster.components import CONTROL_PLANE, REGISTRY
-from tests.unit.kube.fakeapi import FakeApi
+from tests.support.fakeapi import FakeApi
 
 
 def _args(reps, parts):
@@ -29,7 +29,8 @@ def test_a_run_goes_on_with_the_parts_its_saved_repetitions_lack():
 
 
 def test_every_part_has_rows_in_the_tables():
-    assert list(peers.PARTS) == ["burst", "stream", "big", "recovery", "preemption"]
+    assert list(peers.PARTS) == ["burst", "stream", "big", "recovery", "preemption", "starvation"]
+    assert "starvation" not in peers.DEFAULT_PARTS  # run only when asked
     assert all(callable(p.run) and callable(p.rows) for p in peers.PARTS.values())
 
 

@@ -5,25 +5,19 @@ whose Workload Kueue has not made yet."""
 from __future__ import annotations
 
 import json
-import queue
-import subprocess
-import sys
-import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from gangplugin.kube.client import PODS, WORKLOADS
-from tests.unit.api.cluster import Caches, owned, pod, served, standard, workload
-
-COMMAND = [sys.executable, "-c", "from gangplugin.cli.main import main; main()"]
+from tests.support.caches import Caches, owned, pod, served, standard, workload
+from tests.support.cli import GANGCTL, Running
 
 
 @pytest.fixture
 def caches() -> Caches:
-    c = Caches()
-    standard(c)
+    c = standard()
     c.put(
         WORKLOADS,
         workload("run", 2, check="Ready", admitted=True, pinned={"topology.k8s.aws/ultraserver-id": "us-1"}),
@@ -42,45 +36,13 @@ def address(caches: Caches) -> Iterator[str]:
 
 
 def args(address: str, *command: str) -> list[str]:
-    return [*COMMAND, *command, "--server", address, "--plaintext", "--token", "t"]
+    return [*GANGCTL, *command, "--server", address, "--plaintext", "--token", "t"]
 
 
 @pytest.fixture
 def gangctl(gangctl: Any) -> Any:
     """The conftest's in-process runner, against the loopback server at `address`."""
-    return lambda address, *command: gangctl(*args(address, *command)[len(COMMAND) :])
-
-
-class Lines:
-    """A running gangctl's stdout, line by line as it prints them."""
-
-    def __init__(self, address: str, *command: str) -> None:
-        self.proc = subprocess.Popen(
-            args(address, *command), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-        self._lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-        self.seen: list[str] = []
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self._lines.put(line.rstrip("\n"))
-        self._lines.put(None)
-
-    def next(self) -> str:
-        try:
-            line = self._lines.get(timeout=30)
-        except queue.Empty:
-            raise AssertionError(f"no line within 30s; seen: {self.seen}") from None
-        assert line is not None, f"gangctl ended (status {self.proc.wait()}); seen: {self.seen}"
-        self.seen.append(line)
-        return line
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(timeout=30)
+    return lambda address, *command: gangctl(*args(address, *command)[len(GANGCTL) :])
 
 
 def test_kind_name_of_the_owning_job_wide_and_name(address: str, gangctl: Any) -> None:
@@ -140,7 +102,7 @@ def test_a_job_with_no_gang_is_not_found(address: str, gangctl: Any) -> None:
 
 
 def test_get_watch_prints_a_row_per_change(caches: Caches, address: str) -> None:
-    watch = Lines(address, "get", "gangs", "-n", "team-a", "-w")
+    watch = Running(args(address, "get", "gangs", "-n", "team-a", "-w"))
     try:
         head = watch.next()
         rows = {watch.next().split()[0] for _ in range(3)}
@@ -155,7 +117,7 @@ def test_get_watch_prints_a_row_per_change(caches: Caches, address: str) -> None
 
 
 def test_wait_for_a_job_typed_before_kueue_made_its_workload(caches: Caches, address: str) -> None:
-    wait = Lines(address, "wait", "job/fresh", "-n", "team-a", "--timeout", "1m")
+    wait = Running(args(address, "wait", "job/fresh", "-n", "team-a", "--timeout", "1m"))
     try:
         assert wait.next() == "waiting for the gang of job/fresh in namespace team-a to be ready (timeout 1m)"
         caches.put(

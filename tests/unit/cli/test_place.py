@@ -2,39 +2,36 @@
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.support.cli import gangctl_process
+
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 
 
 def gangctl(*args, cwd=FIXTURES):
-    return subprocess.run(
-        [sys.executable, "-c", "from gangplugin.cli.main import main; main()", "place", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=60,
-    )
+    return gangctl_process("place", *args, cwd=cwd, timeout=60)
+
+
+def place_json(*args, cwd=FIXTURES):
+    """`gangctl place ... -o json`'s answer; it must exit 0."""
+    out = gangctl(*args, "-o", "json", cwd=cwd)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
 
 
 def test_preferred_fits_across_two_ultraservers():
-    out = gangctl(
+    result = place_json(
         "--nodes",
         "gb200_nodes.yaml",
         "--workload",
         "workload_36_preferred.yaml",
         "--topology",
         "topology_hyperpod.yaml",
-        "-o",
-        "json",
     )
-    assert out.returncode == 0, out.stderr
-    result = json.loads(out.stdout)
     assert list(result) == ["feasible", "level", "domains", "assignments", "reason"]
     assert result["feasible"] is True
     assert result["level"] == "topology.k8s.aws/network-node-layer-2" and result["domains"] == ["nn-4d5e6f"]
@@ -43,7 +40,7 @@ def test_preferred_fits_across_two_ultraservers():
 
 
 def test_required_is_answered_infeasible_with_exit_0():
-    out = gangctl(
+    result = place_json(
         "--nodes",
         "gb200_nodes.yaml",
         "--pods",
@@ -52,16 +49,14 @@ def test_required_is_answered_infeasible_with_exit_0():
         "workload_36_required.yaml",
         "--policy",
         "gangpolicy_spares.yaml",
-        "-o",
-        "json",
     )
-    assert out.returncode == 0, out.stderr
-    result = json.loads(out.stdout)
     assert result["feasible"] is False and result["assignments"] == [] and result["level"] is None
-    assert (
-        "in one topology.k8s.aws/ultraserver-id; best is us-1 with room for 17 (1 more held as spare)"
-        in result["reason"]
+    # 36 pods in UltraServers of 18 nodes: not a wait, a gang that can never start whole
+    assert result["reason"].startswith(
+        "can never start whole: it needs 36 pods (144 GPUs) in one topology.k8s.aws/ultraserver-id; "
+        "the largest, us-1, has room for 17 of its 36 pods (18 nodes, 1 held as spare); split it into slices"
     )
+    assert "gangplugin.io/preferred-topology instead of required-topology" in result["reason"]
 
 
 def test_spares_and_bound_pods_with_yaml_and_table_output():
@@ -90,9 +85,7 @@ def test_spares_and_bound_pods_with_yaml_and_table_output():
 
 
 def test_job_manifest():
-    out = gangctl("--nodes", "gb200_nodes.yaml", "--workload", "job_4.yaml", "-o", "json")
-    assert out.returncode == 0, out.stderr
-    result = json.loads(out.stdout)
+    result = place_json("--nodes", "gb200_nodes.yaml", "--workload", "job_4.yaml")
     assert result["feasible"] and [a["index"] for a in result["assignments"]] == [0, 1, 2, 3]
     assert {a["podSet"] for a in result["assignments"]} == {"main"}
 
@@ -189,9 +182,7 @@ def test_slices_per_ultraserver_fit_or_are_explained_per_slice(tmp_path, size, f
     }
     path = tmp_path / "wl.yaml"
     path.write_text(yaml.safe_dump(wl))
-    out = gangctl("--nodes", "gb200_nodes.yaml", "--workload", str(path), "-o", "json")
-    assert out.returncode == 0, out.stderr
-    result = json.loads(out.stdout)
+    result = place_json("--nodes", "gb200_nodes.yaml", "--workload", str(path))
     assert result["feasible"] is feasible
     if feasible:
         assert "4 slices of 9 over 2 topology.k8s.aws/ultraserver-id" in result["reason"]
@@ -232,9 +223,7 @@ def test_slice_size_not_dividing_the_count_names_the_field(tmp_path):
     ],
 )
 def test_every_kind_kueue_integrates(workload, extra, podsets):
-    out = gangctl("--nodes", "gb200_nodes.yaml", "--workload", workload, *extra, "-o", "json")
-    assert out.returncode == 0, out.stderr
-    result = json.loads(out.stdout)
+    result = place_json("--nodes", "gb200_nodes.yaml", "--workload", workload, *extra)
     assert result["feasible"] and result["level"] == "topology.k8s.aws/ultraserver-id"
     counts = {}
     for a in result["assignments"]:
@@ -302,3 +291,22 @@ def test_a_misspelt_kueue_podset_key_on_a_workload_is_refused_too(tmp_path):
     assert out.returncode == 2
     assert "spec.podSets[0].template.metadata.annotations" in out.stderr
     assert "did you mean kueue.x-k8s.io/podset-required-topology?" in out.stderr
+
+
+def test_a_pytorchjob_one_ultraserver_cannot_hold_is_told_it_can_never_start_whole(tmp_path):
+    """Issue 33's held-out job: 1 master + 18 workers required in one UltraServer of 18 nodes
+    with one spare never fits; `place` says so with the numbers and the fix, as the check does."""
+
+    def eighteen(j):
+        j["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = 18
+
+    (tmp_path / "jobs").mkdir()
+    job = _copy_with(tmp_path, "jobs/pytorchjob.yaml", eighteen)
+    args = ["--nodes", str(FIXTURES / "gb200_nodes.yaml"), "--workload", str(job)]
+    out = gangctl(*args, "--policy", str(FIXTURES / "gangpolicy_spares.yaml"), "-o", "json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    reason = json.loads(out.stdout)["reason"]
+    assert reason.startswith(
+        "can never start whole: it needs 19 pods (76 GPUs) in one topology.k8s.aws/ultraserver-id; "
+        "the largest, us-1, has room for 17 of its 19 pods (18 nodes, 1 held as spare); split it into slices"
+    )

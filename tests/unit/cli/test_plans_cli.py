@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from gangplugin.kube.resources import TRAINING_PLANS
-from tests.unit.api.cluster import Caches, served, standard
+from tests.support.caches import served, standard
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "plans"
 INVENTORY = str(FIXTURES / "inventory.yaml")
@@ -400,8 +400,7 @@ def test_installed_entry_point() -> None:
 
 
 def test_online_search_and_list(gangctl: Any) -> None:
-    caches = Caches()
-    standard(caches)  # two UltraServers of 4 GPU nodes
+    caches = standard()  # two UltraServers of 4 GPU nodes
     caches.put(TRAINING_PLANS, yaml.safe_load((FIXTURES / "plan.yaml").read_text()))
     day = datetime.now(UTC) + timedelta(days=2)
     window = [

@@ -1,11 +1,11 @@
 """`gangctl simulate` end to end: shape and trace files in, the documented JSON out."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import yaml
+
+from tests.support.cli import gangctl_process
 
 REPO = Path(__file__).resolve().parents[3]
 POLICY_KEYS = ["policy", "gpuUtilization", "waitSeconds", "neverRan", "strandedGpuHours", "makespanSeconds"]
@@ -36,13 +36,7 @@ d,30,2,4,10
 
 
 def gangctl(*args, cwd):
-    return subprocess.run(
-        [sys.executable, "-c", "from gangplugin.cli.main import main; main()", "simulate", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=120,
-    )
+    return gangctl_process("simulate", *args, cwd=cwd, timeout=120)
 
 
 def files(tmp_path, trace=TRACE):

@@ -13,7 +13,7 @@ from gangplugin.core.admission import (
 from gangplugin.core.names import GANG_LABEL, GANG_SIZE_ANNOTATION
 from gangplugin.core.placement import Gang, PlacementPolicy, PodSet, place
 from gangplugin.core.topology import ULTRASERVER_LABEL, build_snapshot
-from tests.unit.core.clusters import GPU, LEVELS, gang, ultraservers
+from tests.support.core import GPU, LEVELS, gang, ultraservers
 
 
 def snap(count: int = 2, size: int = 4):  # type: ignore[no-untyped-def]

@@ -31,7 +31,7 @@ from gangplugin.core.plans import CapacityBlock, TrainingPlan
 from gangplugin.core.policy import GangPolicy
 from gangplugin.core.states import CheckState
 from gangplugin.core.topology import INSTANCE_TYPE_LABEL, ULTRASERVER_LABEL, BoundPod, build_snapshot
-from tests.unit.core.clusters import GPU, LEVELS, gang, ultraservers
+from tests.support.core import GPU, LEVELS, gang, ultraservers
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC).timestamp()
 GB200 = FlavorQuota("gb200", {}, {"cpu": 10**9, GPU: 10**6})
@@ -55,7 +55,8 @@ def test_a_gang_that_fits_only_in_one_worker_goes_there_and_the_other_says_why()
     assert d.chosen == "b"
     assert [v.worker for v in d.verdicts] == ["b", "a"]
     a = d.verdicts[1]
-    assert not a.fits and not a.chosen and a.reason.startswith("gang does not fit now:")
+    # a's UltraServers have 4 nodes: the gang of 6 could never start whole there, and a says so
+    assert not a.fits and not a.chosen and a.reason.startswith("can never start whole: it needs 6 pods")
     assert d.verdicts[0].chosen and d.verdicts[0].level == ULTRASERVER_LABEL
     assert d.summary.startswith("nominated b: chosen:")
 
@@ -81,8 +82,9 @@ def test_a_gang_that_fits_nowhere_is_not_nominated_and_every_worker_says_why():
     d = dispatch(required(9), [worker("a", [4]), worker("b", [8])], NOW)
     assert d.chosen is None and d.fit is None
     assert all(not v.fits for v in d.verdicts)
-    assert d.summary.startswith("fits in no worker now: a: gang does not fit now:")
-    assert "b: gang does not fit now:" in d.summary
+    # 9 pods in UltraServers of 4 and 8 nodes: never, and each worker says so
+    assert d.summary.startswith("fits in no worker now: a: can never start whole: it needs 9 pods")
+    assert "b: can never start whole: it needs 9 pods" in d.summary
 
 
 def test_unusable_and_recently_refusing_workers_are_skipped_with_their_reason():
@@ -129,7 +131,8 @@ def test_a_resource_no_flavor_covers_is_no_quota():
 def test_the_flavor_nodes_are_the_only_ones_the_gang_may_use():
     labelled = FlavorQuota("gb200", {INSTANCE_TYPE_LABEL: "ml.p6e-gb200.36xlarge"}, GB200.free)
     d = dispatch(required(4), [worker("a", [8], flavors=(labelled,))], NOW)
-    assert d.chosen is None and d.verdicts[0].reason.startswith("gang does not fit now:")
+    # the flavor's label is on none of the worker's nodes: no node the gang may use, ever
+    assert d.chosen is None and d.verdicts[0].reason.startswith("can never start whole: it needs 4 pods")
 
 
 def test_plan_capacity_must_last_the_gang_s_max_runtime():

@@ -24,7 +24,7 @@ from gangplugin.core.gate import (
 from gangplugin.core.keys import UnknownKey
 from gangplugin.core.names import BLOCK_END_ANNOTATION
 from gangplugin.core.placement import Gang
-from gangplugin.core.policy import GangPolicy
+from gangplugin.core.policy import GangPolicy, ReservationPolicy
 from gangplugin.core.preemption import (
     ClusterQueueState,
     Contender,
@@ -32,8 +32,9 @@ from gangplugin.core.preemption import (
     QueuePreemption,
     RunningGang,
 )
+from gangplugin.core.reservation import Reservations
 from gangplugin.core.topology import ULTRASERVER_LABEL, BoundPod, Snapshot, build_snapshot
-from tests.unit.core.clusters import GPU, LEVELS, gang, node, ultraservers
+from tests.support.core import GPU, LEVELS, gang, node, ultraservers
 
 US = ULTRASERVER_LABEL
 LOWER = {"q": ClusterQueueState("q", preemption=QueuePreemption(within_cluster_queue="LowerPriority"))}
@@ -86,7 +87,9 @@ def test_the_order_is_one_sequence_of_named_steps() -> None:
         "sequential",
         "drain",
         "placement",
+        "whole",
         "preemption",
+        "reservation",
     ]
 
 
@@ -252,7 +255,8 @@ def test_why_a_gang_waits_is_the_step_that_held_it_back() -> None:
         "Backoff": facts(named(gang(1)), backoff=Backoff(150.0, "2026-11-30T12:01:00Z")),
         "Sequential": facts(named(gang(1)), policy=seq, unready=("ns/a",)),
         "PlanDrain": facts(named(gang(1)), drain=no),
-        "NoFit": facts(named(gang(9))),  # more than one UltraServer of 4 nodes holds
+        "NoFit": facts(named(gang(6)), busy()[0]),  # 3 of the 8 nodes free
+        "NeverWhole": facts(named(gang(9))),  # more than the 8 nodes of the cluster
         "AwaitingPods": facts(named(gang(1)), awaiting_pods=("worker",)),
     }
     misspelt = named(
@@ -261,6 +265,13 @@ def test_why_a_gang_waits_is_the_step_that_held_it_back() -> None:
     held["UnknownKey"] = facts(misspelt)
     for reason, f in held.items():
         assert waiting_reason(gate(f)) == reason
+    snap, gangs = busy()
+    reserving = GangPolicy(reservation=ReservationPolicy(after_waiting=0.0))
+    book = Reservations({}, lambda: gangs, dict, 100.0, {})
+    assert (
+        waiting_reason(gate(facts(named(gang(6)), snap, policy=reserving), reservations=book)) == "Reserved"
+    )
+    held["Reserved"] = facts(named(gang(1)))
     assert set(held) | {"Preempting"} == set(WaitingReason)
 
 

@@ -22,8 +22,7 @@ from gangplugin.core.topology import (
     Node,
     build_snapshot,
 )
-
-from .clusters import GPU, GPU_NODE, LEVELS, gang, node, ultraservers
+from tests.support.core import GPU, GPU_NODE, LEVELS, gang, node, ultraservers
 
 US = ULTRASERVER_LABEL
 

@@ -4,10 +4,9 @@ checked against brute force on small clusters (hypothesis)."""
 from __future__ import annotations
 
 import itertools
-import os
 from dataclasses import replace
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from gangplugin.core.placement import Gang, PlacementPolicy, PodSet, place
@@ -21,14 +20,8 @@ from gangplugin.core.preemption import (
     without,
 )
 from gangplugin.core.topology import ULTRASERVER_LABEL, BoundPod, Node, Snapshot, build_snapshot
+from tests.support.core import GPU, LEVELS, SETTINGS, gang, ultraservers
 
-from .clusters import GPU, LEVELS, gang, ultraservers
-
-SETTINGS = settings(
-    max_examples=int(os.environ.get("GANGPLUGIN_PROPERTY_EXAMPLES", "150")),
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
 LOWER = {"q": ClusterQueueState("q", preemption=QueuePreemption(within_cluster_queue="LowerPriority"))}
 
 

@@ -21,9 +21,6 @@ from gangplugin.core.preemption import (
     RunningGang,
     VictimIndex,
     _candidate_sets,
-    _Domain,
-    _least_gpus,
-    _search,
     _set_key,
     _usage,
     find_victims,
@@ -31,9 +28,8 @@ from gangplugin.core.preemption import (
     may_preempt,
 )
 from gangplugin.core.topology import BoundPod, Node, Snapshot, build_snapshot
-
-from .clusters import GPU, LEVELS
-from .test_preemption import SETTINGS
+from gangplugin.core.victim_search import DomainFit, least_gpus, search
+from tests.support.core import GPU, LEVELS, SETTINGS
 
 QUEUES = {
     "q": ClusterQueueState("q", preemption=QueuePreemption(within_cluster_queue="LowerOrNewerEqualPriority"))
@@ -66,7 +62,7 @@ def reference_sets(
             gangs_in.setdefault(d, []).append((g, gpus))
     wanted = gang_gpus(gang)
     least = {
-        d: _least_gpus([g.gpus for g, _ in here], [n for _, n in here], wanted - free_gpus.get(d, 0))
+        d: least_gpus([g.gpus for g, _ in here], [n for _, n in here], wanted - free_gpus.get(d, 0))
         for d, here in gangs_in.items()
     }
     bound = [1 << 62]
@@ -76,8 +72,8 @@ def reference_sets(
             break
         if d not in nodes or not all(nodes[d]):
             continue
-        dom = _Domain(snapshot, gang, nodes[d], usage)
-        for members in _search(dom, [g for g, _ in gangs_in[d]], bound):
+        dom = DomainFit(snapshot, gang, nodes[d], usage)
+        for members in search(dom, [g for g, _ in gangs_in[d]], bound):
             found.append((_set_key(members), members, d))
     found.sort(key=lambda t: (t[0], domains[t[2]].value or ""))
     return [(members, d) for _, members, d in found]

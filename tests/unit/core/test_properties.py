@@ -2,24 +2,15 @@
 
 import functools
 import itertools
-import os
 import random
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gangplugin.core.eligibility import Taint
 from gangplugin.core.placement import Gang, PlacementPolicy, PodSet, place, replace
 from gangplugin.core.topology import BoundPod, Node, build_snapshot
-
-from .clusters import GPU, LEVELS
-
-# GANGPLUGIN_PROPERTY_EXAMPLES=3000 searches deeper than the default run.
-SETTINGS = settings(
-    max_examples=int(os.environ.get("GANGPLUGIN_PROPERTY_EXAMPLES", "150")),
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+from tests.support.core import GPU, LEVELS, SETTINGS
 
 
 @st.composite

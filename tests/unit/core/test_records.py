@@ -8,6 +8,7 @@ import yaml
 from gangplugin.core.eligibility import Requirement, Taint, Toleration
 from gangplugin.core.errors import InputError
 from gangplugin.kube import records
+from tests.support.objects import gang_policy
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 
@@ -171,13 +172,7 @@ def test_topology_and_policy():
     policy, name = records.policy_from_k8s(load("gangpolicy_spares.yaml"))
     assert policy.spares_per_ultraserver == 1 and name == "hyperpod"
     with pytest.raises(InputError) as err:
-        records.policy_from_k8s(
-            {
-                "apiVersion": "gangplugin.io/v1alpha1",
-                "kind": "GangPolicy",
-                "spec": {"sparesPerUltraServer": -1},
-            }
-        )
+        records.policy_from_k8s(gang_policy("bad", sparesPerUltraServer=-1))
     assert err.value.field == "spec.sparesPerUltraServer"
     with pytest.raises(InputError) as err:
         records.levels_from_topology(

@@ -17,8 +17,8 @@ from gangplugin.core.topology import (
     build_snapshot,
 )
 from gangplugin.kube import records
-
-from .clusters import GPU, GPU_NODE
+from tests.support import objects
+from tests.support.core import GPU, GPU_NODE
 
 NN = "topology.k8s.aws/network-node-layer-3"
 US = ULTRASERVER_LABEL
@@ -239,10 +239,10 @@ def test_podsets_that_fit_only_sharing_a_node_are_packed_jointly():
 
 
 def _workload(annotations, topology_request=None, count=32):
-    ps = {"name": "main", "count": count, "template": {"metadata": {"annotations": annotations}, "spec": {}}}
+    ps = objects.podset(count, annotations=annotations)
     if topology_request:
         ps["topologyRequest"] = topology_request
-    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "spec": {"podSets": [ps]}}
+    return objects.workload("wl", "ns", ps)
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ from gangplugin.core.placement import (
     recover,
 )
 from gangplugin.core.topology import ULTRASERVER_LABEL, BoundPod, Snapshot, build_snapshot
-from tests.unit.core.clusters import GPU, LEVELS, ultraservers
+from tests.support.core import GPU, LEVELS, ultraservers
 
 REQ = {GPU: 4, "cpu": 1000}
 ONE_SPARE = PlacementPolicy(spares_per_ultraserver=1)

@@ -12,8 +12,7 @@ from gangplugin.core.topology import (
     build_snapshot,
     validate_levels,
 )
-
-from .clusters import GPU, LEVELS, node, ultraservers
+from tests.support.core import GPU, LEVELS, node, ultraservers
 
 
 def domain_of(snap: Snapshot, node_name: str, level: int):
@@ -77,7 +76,7 @@ def test_finished_and_unknown_pods_do_not_count():
         LEVELS,
     )
     i = snap.node_ids["a"]
-    assert snap.free[i][GPU] == 3 and snap.pod_count[i] == 1
+    assert snap.free[i][GPU] == 3 and snap.accelerated[i] == 1
 
 
 def test_pods_rebound_on_node_update():
@@ -85,6 +84,14 @@ def test_pods_rebound_on_node_update():
     snap.upsert_node(node("a", allocatable={GPU: 8, "pods": 10}))
     i = snap.node_ids["a"]
     assert snap.free[i] == {GPU: 6, "pods": 9}
+
+
+def test_a_node_running_pods_without_accelerators_is_still_idle_for_spares():
+    # What every node of a real cluster runs (DaemonSets, CoreDNS) leaves it a spare; a GPU pod does not.
+    system = [BoundPod("kube-system", f"ds-{n}", n, {"cpu": 100}) for n in ("us1-n02", "us1-n03")]
+    snap = build_snapshot(ultraservers(1, 4), [*system, BoundPod("ns", "p", "us1-n03", {GPU: 1})], LEVELS)
+    assert {snap.nodes[i].name for i in snap.spare_nodes(1)} == {"us1-n02"}
+    assert snap.node_of("kube-system", "ds-us1-n02") == snap.node_ids["us1-n02"]
 
 
 def test_spares_are_highest_idle_names_per_ultraserver():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from gangplugin.core.policy import GangPolicy
 from gangplugin.core.watchdog import FAILURE_WINDOW, GangObservation, watch
 
@@ -14,20 +16,42 @@ def obs(**kw: object) -> GangObservation:
     return GangObservation(**base)  # type: ignore[arg-type]
 
 
-def test_unbound_gang_times_out_on_unscheduled_timeout_first() -> None:
-    o = obs(bound=5, ready=3)
-    v = watch(POLICY, o, 1030.0)
-    assert (v.phase, v.expired, v.recheck_at) == ("Scheduling", False, 1060.0)
-    v = watch(POLICY, o, 1060.0)
-    assert v.expired and "5/8 pods bound" in v.reason and "unscheduledTimeout 1m" in v.reason
-
-
-def test_bound_but_not_ready_waits_for_ready_timeout() -> None:
-    o = obs(ready=6)
-    v = watch(POLICY, o, 1100.0)
-    assert (v.phase, v.expired, v.recheck_at) == ("Starting", False, 1300.0)
-    v = watch(POLICY, o, 1300.0)
-    assert v.expired and "6/8 pods Ready" in v.reason and "readyTimeout 5m" in v.reason
+@pytest.mark.parametrize(
+    ("observed", "before", "phase", "deadline", "says"),
+    [
+        pytest.param(
+            obs(bound=5, ready=3),
+            1030.0,
+            "Scheduling",
+            1060.0,
+            ("5/8 pods bound", "unscheduledTimeout 1m"),
+            id="unbound-gang-times-out-on-unscheduled-timeout-first",
+        ),
+        pytest.param(
+            obs(ready=6),
+            1100.0,
+            "Starting",
+            1300.0,
+            ("6/8 pods Ready", "readyTimeout 5m"),
+            id="bound-but-not-ready-waits-for-ready-timeout",
+        ),
+        pytest.param(
+            obs(ever_ready=True, ready=7, degraded_since=5000.0, failed_nodes=("n1",)),
+            5100.0,
+            "Recovering",
+            5120.0,
+            ("n1 NotReady", "recoveryTimeout 2m"),
+            id="degraded-gang-gets-recovery-timeout",
+        ),
+    ],
+)
+def test_a_gang_expires_at_its_phases_timeout_and_is_rechecked_then(
+    observed: GangObservation, before: float, phase: str, deadline: float, says: tuple[str, ...]
+) -> None:
+    v = watch(POLICY, observed, before)
+    assert (v.phase, v.expired, v.recheck_at) == (phase, False, deadline)
+    v = watch(POLICY, observed, deadline)
+    assert v.expired and all(words in v.reason for words in says), v.reason
 
 
 def test_without_unscheduled_timeout_only_ready_timeout_counts() -> None:
@@ -38,14 +62,6 @@ def test_without_unscheduled_timeout_only_ready_timeout_counts() -> None:
 def test_running_gang_has_no_deadline() -> None:
     v = watch(POLICY, obs(ever_ready=True), 99_999.0)
     assert (v.phase, v.expired, v.recheck_at) == ("Running", False, None)
-
-
-def test_degraded_gang_gets_recovery_timeout() -> None:
-    o = obs(ever_ready=True, ready=7, degraded_since=5000.0, failed_nodes=("n1",))
-    v = watch(POLICY, o, 5100.0)
-    assert (v.phase, v.expired, v.recheck_at) == ("Recovering", False, 5120.0)
-    v = watch(POLICY, o, 5120.0)
-    assert v.expired and "n1 NotReady" in v.reason and "recoveryTimeout 2m" in v.reason
 
 
 def test_recovery_timeout_zero_never_evicts() -> None:

@@ -15,16 +15,14 @@ import threading
 import pytest
 
 from gangplugin.admission.outbox import Outbox, Sent
-from gangplugin.core.names import ADMISSION_CHECK_CONTROLLER
 from gangplugin.extender.pods import gang_pod_from_k8s
 from gangplugin.extender.reservations import UNSEEN_ADMISSION, AdmissionUnseen, GangReservations
 from gangplugin.extender.shared import admitted_of, policy_of
 from gangplugin.kube.resources import ADMISSION_CHECKS
 from gangplugin.readmodel.records import node_record
-from tests.unit.extender.test_promises import US1, passed, reservations, workload
-from tests.unit.extender.test_server import node, pod
-from tests.unit.extender.test_ungate import add, ungate_pod
-from tests.unit.readmodel.models import model_of
+from tests.support.caches import model_of
+from tests.support.extender import US1, add, passed, pod, reservations, ungate_pod, workload
+from tests.support.objects import admission_check, gang_policy, node
 
 
 def extender_pod(name: str) -> dict[str, object]:
@@ -95,29 +93,14 @@ def test_a_workload_listed_before_its_admission_check_is_promised_once_the_check
     """After a restart the watches list in any order: the Workload of an admitted gang that
     arrives before its AdmissionCheck is promised nothing then; the check's arrival reads it
     again (`recheck`), so the gang is not left waiting for its admission for good."""
-    policy = {
-        "apiVersion": "gangplugin.io/v1alpha1",
-        "kind": "GangPolicy",
-        "metadata": {"name": "p"},
-        "spec": {},
-    }
-    caches, model = model_of(workloads=[workload()], policies=[policy])
+    caches, model = model_of(workloads=[workload()], policies=[gang_policy("p")])
     res = GangReservations(policy_of=policy_of(model), admitted_of=admitted_of(model))
     for name in US1:
         res.on_node("ADDED", None, node_record(node(name, "us-1")))
     add(res, *(ungate_pod(f"p{i}", "train", 3) for i in range(3)))
     res.on_workload("ADDED", None, workload())  # before the AdmissionCheck: not ours yet
     assert res.pins(("ns", "train"), now=0.0) == ([], UNSEEN_ADMISSION)
-    caches.put(
-        ADMISSION_CHECKS,
-        {
-            "metadata": {"name": "gang"},
-            "spec": {
-                "controllerName": ADMISSION_CHECK_CONTROLLER,
-                "parameters": {"apiGroup": "gangplugin.io", "kind": "GangPolicy", "name": "p"},
-            },
-        },
-    )
+    caches.put(ADMISSION_CHECKS, admission_check("gang", policy="p"))
     res.recheck([workload()])
     pins, why = res.pins(("ns", "train"), now=0.0)
     assert len(pins) == 3, why

@@ -6,6 +6,7 @@ import pytest
 
 from gangplugin.core.errors import InputError
 from gangplugin.core.gangplan import (
+    GangPlan,
     GangPod,
     assign,
     barrier_open,
@@ -15,8 +16,8 @@ from gangplugin.core.gangplan import (
     scores,
 )
 from gangplugin.core.placement import PlacementPolicy
-from gangplugin.core.topology import ULTRASERVER_LABEL, BoundPod, build_snapshot
-from tests.unit.core.clusters import GPU, LEVELS, ultraservers
+from gangplugin.core.topology import ULTRASERVER_LABEL, BoundPod, Node, build_snapshot
+from tests.support.core import GPU, LEVELS, ultraservers
 
 REQ = {GPU: 4, "cpu": 1000}
 
@@ -76,22 +77,23 @@ def test_unusable_pod_is_refused_with_its_error():
         plan_gang(snap(), bad, [bad])
 
 
-def test_partial_gang_is_completed_in_the_domain_of_its_bound_pods():
-    nodes = ultraservers(2, 18)
+def ten_of_sixteen_bound_in_us2(nodes: list[Node]) -> tuple[list[GangPod], GangPlan]:
+    """A 16-pod gang required in one UltraServer, 10 of its pods bound in us-2: those pods, and
+    the plan for its first pending one."""
     bound = [member(i, 16, node=f"us2-n{i:02d}", required_topology=ULTRASERVER_LABEL) for i in range(10)]
     pending = [member(i, 16, required_topology=ULTRASERVER_LABEL) for i in range(10, 16)]
     s = build_snapshot(nodes, [BoundPod("ns", p.name, p.node or "", REQ) for p in bound], LEVELS)
-    plan = plan_gang(s, pending[0], bound + pending)
+    return bound, plan_gang(s, pending[0], bound + pending)
+
+
+def test_partial_gang_is_completed_in_the_domain_of_its_bound_pods():
+    _, plan = ten_of_sixteen_bound_in_us2(ultraservers(2, 18))
     assert plan.feasible and plan.domains == ("us-2",)
     assert len(plan.slots) == 6 and all(sl.node.startswith("us2-") for sl in plan.slots)
 
 
 def test_partial_gang_that_cannot_complete_names_its_bound_pods_to_abandon():
-    nodes = ultraservers(2, 12)
-    bound = [member(i, 16, node=f"us2-n{i:02d}", required_topology=ULTRASERVER_LABEL) for i in range(10)]
-    pending = [member(i, 16, required_topology=ULTRASERVER_LABEL) for i in range(10, 16)]
-    s = build_snapshot(nodes, [BoundPod("ns", p.name, p.node or "", REQ) for p in bound], LEVELS)
-    plan = plan_gang(s, pending[0], bound + pending)
+    bound, plan = ten_of_sixteen_bound_in_us2(ultraservers(2, 12))
     assert not plan.feasible
     assert plan.abandon == tuple(sorted(p.key for p in bound))
     assert "next to its 10 bound pod(s) in topology.k8s.aws/ultraserver-id us-2" in plan.reason

@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
-import orjson
 import pytest
 
 from gangplugin.core.admission import gang_id
@@ -16,13 +15,7 @@ from gangplugin.core.names import BIND_MODE_LABEL
 from gangplugin.extender.pods import gang_pod_from_k8s
 from gangplugin.extender.ungater import RETRY_SECONDS, Ungater, pod_group_object, pod_group_wanted
 from gangplugin.kube.client import Client
-from tests.unit.extender.test_ungate import add, cache_of, ungate_pod
-
-WORKLOAD = {
-    "apiVersion": "kueue.x-k8s.io/v1beta2",
-    "kind": "Workload",
-    "metadata": {"name": "g", "namespace": "ns", "uid": "wl-uid"},
-}
+from tests.support.extender import WORKLOAD, Api, add, cache_of, ungate_pod
 
 
 def podgroup_pod(name: str, size: int = 2, group: str | None = "g", **kw: Any) -> dict[str, Any]:
@@ -68,55 +61,6 @@ def test_the_podgroup_is_all_or_nothing_and_owned_by_the_workload() -> None:
         },
         "spec": {"schedulingPolicy": {"gang": {"minCount": 8}}},
     }
-
-
-class Api:
-    """Answers the ungater's calls: the Workload, PodGroups (create answers `create_status`),
-    Events, and pin patches (the pod, pinned)."""
-
-    def __init__(self, pods: list[dict[str, Any]], create_status: int = 201, existing: Any = None) -> None:
-        self.pods = {p["metadata"]["name"]: p for p in pods}
-        self.create_status = create_status
-        self.existing = existing
-        self.workload: dict[str, Any] | None = WORKLOAD
-        self.calls: list[tuple[str, str, Any]] = []
-
-    def handle(self, request: httpx.Request) -> httpx.Response:
-        body = orjson.loads(request.content) if request.content else None
-        path = request.url.path
-        self.calls.append((request.method, path, body))
-        if "/workloads/" in path:
-            wanted = path.rsplit("/", 1)[1]
-            named = self.workload is not None and self.workload["metadata"]["name"] == wanted
-            return self._answer(self.workload if named else None)
-        if path.endswith("/workloads"):  # a gang id that is no Workload name: list them
-            items = [self.workload] if self.workload is not None else []
-            return httpx.Response(200, content=orjson.dumps({"metadata": {}, "items": items}))
-        if path.endswith("/podgroups"):
-            if self.create_status == 201:
-                return httpx.Response(201, content=orjson.dumps(body))
-            return httpx.Response(self.create_status, content=orjson.dumps({"reason": "x", "message": "x"}))
-        if "/podgroups/" in path:
-            return self._answer(self.existing)
-        if path.endswith("/events"):
-            return httpx.Response(201, content=orjson.dumps(body))
-        name = path.rsplit("/", 1)[1]
-        pinned = dict(self.pods[name])
-        pinned["spec"] = {
-            **pinned["spec"],
-            "nodeSelector": body["spec"]["nodeSelector"],
-            "schedulingGates": [],
-        }
-        return httpx.Response(200, content=orjson.dumps(pinned))
-
-    @staticmethod
-    def _answer(obj: dict[str, Any] | None) -> httpx.Response:
-        if obj is None:
-            return httpx.Response(404, content=orjson.dumps({"reason": "NotFound", "message": "gone"}))
-        return httpx.Response(200, content=orjson.dumps(obj))
-
-    def made(self, method: str, part: str) -> list[Any]:
-        return [body for m, path, body in self.calls if m == method and part in path]
 
 
 def run(api: Api, gang: str = "g") -> float | None:

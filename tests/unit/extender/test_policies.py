@@ -8,61 +8,28 @@ from typing import Any
 import pytest
 
 from gangplugin.core.errors import InputError
-from gangplugin.core.names import ADMISSION_CHECK_CONTROLLER, REQUIRED_TOPOLOGY_ANNOTATION
+from gangplugin.core.names import REQUIRED_TOPOLOGY_ANNOTATION
 from gangplugin.extender.pods import gang_pod_from_k8s
 from gangplugin.extender.reservations import GangReservations
 from gangplugin.extender.shared import policy_of
-from gangplugin.kube.client import JSON
 from gangplugin.readmodel.model import ReadModel
 from gangplugin.readmodel.records import node_record
-from tests.unit.extender.test_server import NODES, node, pod
-from tests.unit.readmodel.models import model_of
+from tests.support import objects
+from tests.support.caches import model_of
+from tests.support.extender import NODES, pod
+from tests.support.objects import node
 
 RACK = "example.com/rack"
 
 
-class Objects:
-    """A watch cache's read side over plain objects."""
-
-    def __init__(self, *objs: JSON) -> None:
-        self.objs = {
-            "/".join(filter(None, (o["metadata"].get("namespace"), o["metadata"]["name"]))): o for o in objs
-        }
-
-    def get(self, key: str) -> JSON | None:
-        return self.objs.get(key)
-
-    def items(self) -> list[JSON]:
-        return list(self.objs.values())
-
-
 def policies(spares: int = 0, topology: str | None = None, check: str = "gang") -> ReadModel:
-    workload = {
-        "metadata": {"name": "train", "namespace": "ns"},
-        "status": {"admissionChecks": [{"name": check, "state": "Ready"}]},
-    }
-    ac = {
-        "metadata": {"name": "gang"},
-        "spec": {
-            "controllerName": ADMISSION_CHECK_CONTROLLER,
-            "parameters": {"apiGroup": "gangplugin.io", "kind": "GangPolicy", "name": "us"},
-        },
-    }
+    workload = objects.workload("train", "ns", checks=[objects.check_state(check, "Ready")])
     spec: dict[str, Any] = {"sparesPerUltraServer": spares}
     if topology:
         spec["topologyName"] = topology
-    policy = {
-        "apiVersion": "gangplugin.io/v1alpha1",
-        "kind": "GangPolicy",
-        "metadata": {"name": "us"},
-        "spec": spec,
-    }
-    topo = {
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "Topology",
-        "metadata": {"name": "racks"},
-        "spec": {"levels": [{"nodeLabel": RACK}, {"nodeLabel": "kubernetes.io/hostname"}]},
-    }
+    policy = objects.gang_policy("us", **spec)
+    topo = objects.topology("racks", RACK, "kubernetes.io/hostname")
+    ac = objects.admission_check("gang", policy="us")
     return model_of(workloads=[workload], checks=[ac], policies=[policy], topologies=[topo])[1]
 
 

@@ -8,71 +8,17 @@ from __future__ import annotations
 from typing import Any
 
 from gangplugin.admission.writes import as_admitted
-from gangplugin.core.gangplan import TOO_FULL
-from gangplugin.core.names import ADMISSION_CHECK_CONTROLLER
 from gangplugin.core.topology import ULTRASERVER_LABEL
 from gangplugin.extender.pods import gang_pod_from_k8s
 from gangplugin.extender.reservations import GangReservations
 from gangplugin.extender.shared import admitted_of, policy_of
 from gangplugin.kube.client import JSON
 from gangplugin.readmodel.records import node_record
-from tests.unit.extender.test_server import node, pod
-from tests.unit.extender.test_ungate import add, ungate_pod
-from tests.unit.readmodel.models import model_of
+from tests.support.caches import model_of
+from tests.support.extender import US1, add, passed, pod, reservations, ungate_pod, workload
+from tests.support.objects import admission_check, node
 
-US1 = [f"us-1-{i}" for i in range(4)]
 US2 = [f"us-2-{i}" for i in range(4)]
-
-
-def workload(state: str = "Ready", count: int = 3, domain: str = "us-1") -> JSON:
-    """The Workload of gang `train` (`count` 4-GPU pods) with our check in `state`, admitted
-    into UltraServer `domain` when Ready."""
-    template = {"spec": {"containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "4"}}}]}}
-    check: dict[str, Any] = {"name": "gang", "state": state}
-    if state == "Ready":
-        check["podSetUpdates"] = [{"name": "main", "nodeSelector": {ULTRASERVER_LABEL: domain}}]
-    return {
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "Workload",
-        "metadata": {"name": "train", "namespace": "ns", "resourceVersion": "1"},
-        "spec": {"podSets": [{"name": "main", "count": count, "template": template}]},
-        "status": {
-            "admission": {"clusterQueue": "cq", "podSetAssignments": [{"name": "main", "count": count}]},
-            "conditions": [{"type": "QuotaReserved", "status": "True"}],
-            "admissionChecks": [check],
-        },
-    }
-
-
-def reservations(*ultraservers: list[str]) -> GangReservations:
-    ac = {
-        "metadata": {"name": "gang"},
-        "spec": {
-            "controllerName": ADMISSION_CHECK_CONTROLLER,
-            "parameters": {"apiGroup": "gangplugin.io", "kind": "GangPolicy", "name": "p"},
-        },
-    }
-    policy = {
-        "apiVersion": "gangplugin.io/v1alpha1",
-        "kind": "GangPolicy",
-        "metadata": {"name": "p"},
-        "spec": {},
-    }
-    _, model = model_of(workloads=[workload()], checks=[ac], policies=[policy])
-    res = GangReservations(policy_of=policy_of(model), admitted_of=admitted_of(model))
-    for names in ultraservers:
-        for name in names:
-            res.on_node("ADDED", None, node_record(node(name, name.rsplit("-", 1)[0])))
-    return res
-
-
-PLAIN = gang_pod_from_k8s(pod("plain"))  # 4 GPUs, no gang: a whole node
-
-
-def passed(res: GangReservations, candidates: list[str]) -> tuple[str, ...]:
-    verdict, _ = res.filter(PLAIN, candidates, now=0.0)
-    assert set(verdict.failed.values()) <= {TOO_FULL}
-    return verdict.passed
 
 
 def test_a_plain_pod_is_kept_off_capacity_promised_at_admission_before_the_gangs_pods_exist() -> None:
@@ -213,13 +159,7 @@ def test_an_admitted_workload_whose_gang_policy_is_gone_is_logged_once_not_on_ev
 ) -> None:
     """Every AdmissionCheck, GangPolicy and ResourceFlavor event reads every Workload again; one
     GangPolicy deleted under an admitted Workload was logged 470 times in a test session."""
-    ac = {
-        "metadata": {"name": "gang"},
-        "spec": {
-            "controllerName": ADMISSION_CHECK_CONTROLLER,
-            "parameters": {"apiGroup": "gangplugin.io", "kind": "GangPolicy", "name": "gone"},
-        },
-    }
+    ac = admission_check("gang", policy="gone")
     _, model = model_of(workloads=[workload()], checks=[ac])
     res = GangReservations(policy_of=policy_of(model), admitted_of=admitted_of(model))
     other = {**workload(), "metadata": {**workload()["metadata"], "name": "other"}}

@@ -7,7 +7,8 @@ from __future__ import annotations
 from gangplugin.extender.pods import gang_pod_from_k8s
 from gangplugin.extender.reservations import GangReservations
 from gangplugin.readmodel.records import node_record
-from tests.unit.extender.test_server import node, pod
+from tests.support.extender import pod
+from tests.support.objects import node
 
 
 def cache_of(*nodes: tuple[str, str]) -> GangReservations:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from unittest.mock import ANY
@@ -18,8 +17,6 @@ import httpx
 import orjson
 import pytest
 
-from gangplugin.core.gangplan import GangPod
-from gangplugin.core.names import GANG_LABEL, GANG_SIZE_ANNOTATION
 from gangplugin.extender.barrier import Barrier
 from gangplugin.extender.pods import gang_pod_from_k8s
 from gangplugin.extender.reservations import GangReservations
@@ -27,107 +24,20 @@ from gangplugin.extender.server import ExtenderHandlers, make_app
 from gangplugin.localcluster.pki import CertificateAuthority
 from gangplugin.readmodel.records import node_record
 from gangplugin.runtime.asgi import serve
-
-
-def node(name: str, us: str) -> dict[str, Any]:
-    return {
-        "metadata": {
-            "name": name,
-            "labels": {"kubernetes.io/hostname": name, "topology.k8s.aws/ultraserver-id": us},
-        },
-        "status": {
-            "allocatable": {"cpu": "144", "memory": "800Gi", "pods": "110", "nvidia.com/gpu": "4"},
-            "conditions": [{"type": "Ready", "status": "True"}],
-        },
-    }
-
-
-def pod(name: str, gang: str | None = None, size: Any = None, node_name: str | None = None) -> dict[str, Any]:
-    labels = {GANG_LABEL: gang} if gang else {}
-    annotations = {GANG_SIZE_ANNOTATION: str(size)} if size is not None else {}
-    spec: dict[str, Any] = {
-        "containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "4", "cpu": "1"}}}]
-    }
-    if node_name:
-        spec["nodeName"] = node_name
-    meta = {
-        "name": name,
-        "namespace": "ns",
-        "uid": f"uid-{name}",
-        "labels": labels,
-        "annotations": annotations,
-    }
-    return {"metadata": meta, "spec": spec, "status": {"phase": "Pending"}}
-
-
-NODES = [f"n{i}" for i in range(4)]
-
-
-def make_cache() -> GangReservations:
-    cache = GangReservations()
-    for n in NODES:
-        cache.on_node("ADDED", None, node_record(node(n, "us-1")))
-    return cache
-
-
-class Recorder:
-    """Bindings (in place of the API server) and refusals (in place of their Events); `barrier`
-    is the one the app serves, for tests to see who waits there."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, str, str, str]] = []
-        self.refusals: list[tuple[str, str]] = []  # (pod name, why)
-        self.barrier: Barrier | None = None
-
-    def waiting(self, gang: str) -> set[str]:
-        """The members of `gang` (namespace ns) waiting at the barrier now."""
-        assert self.barrier is not None
-        held = self.barrier.gangs.get(("ns", gang))
-        return set() if held is None else {name for _, name in held.waiters}
-
-    async def __call__(self, namespace: str, name: str, uid: str, node: str) -> None:
-        self.calls.append((namespace, name, uid, node))
-
-    def refused(self, pod: GangPod, why: str) -> None:
-        self.refusals.append((pod.name, why))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def run(coro_fn, cache: GangReservations, timeout: float = 2.0):  # type: ignore[no-untyped-def]
-    async def main():  # type: ignore[no-untyped-def]
-        rec = Recorder()
-        barrier = rec.barrier = Barrier(cache, rec, timeout, rec.refused)
-        app = make_app(ExtenderHandlers(cache), barrier)
-        port = free_port()
-        server = await serve(app, "127.0.0.1", port, None)
-        try:
-            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
-                return await coro_fn(client, rec)
-        finally:
-            server.cancel()
-
-    return asyncio.run(main())
-
-
-async def until(check: Callable[[], Any], what: str, timeout: float = 5.0) -> Any:
-    """Wait on the event loop until `check` holds, or fail saying what was awaited and seen."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not (value := check()):
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what} (last: {value!r})")
-        await asyncio.sleep(0.01)
-    return value
-
-
-async def post(client: httpx.AsyncClient, path: str, body: Any) -> tuple[int, Any]:
-    data = body if isinstance(body, bytes) else orjson.dumps(body)
-    resp = await client.post(path, content=data)
-    return resp.status_code, orjson.loads(resp.content)
+from tests.support.extender import (
+    NODES,
+    Recorder,
+    add,
+    bind,
+    filtered,
+    free_port,
+    make_cache,
+    pod,
+    post,
+    run,
+    until,
+)
+from tests.support.objects import node
 
 
 def test_bad_input_gets_4xx_or_an_error_and_the_server_keeps_serving():
@@ -145,14 +55,14 @@ def test_bad_input_gets_4xx_or_an_error_and_the_server_keeps_serving():
         status, body = await post(client, "/bind", {"PodName": "a"})
         assert status == 400 and "PodNamespace" in body["Error"]
         # gang-size disagreeing between members of one gang: an Error result naming the field
-        status, body = await post(client, "/filter", {"Pod": pod("a", "g", 2), "NodeNames": NODES})
+        status, body = await filtered(client, pod("a", "g", 2))
         assert status == 200 and "gang-size" in body["Error"] and "disagrees" in body["Error"]
-        status, body = await post(client, "/filter", {"Pod": pod("z", "h", "lots"), "NodeNames": NODES})
+        status, body = await filtered(client, pod("z", "h", "lots"))
         assert status == 200 and "not a whole number" in body["Error"]
         status, body = await post(client, "/bind", {"PodName": "ghost", "PodNamespace": "ns", "Node": "n0"})
         assert status == 200 and "unknown" in body["Error"]
         # still serving: a plain GPU pod passes where it fits
-        status, body = await post(client, "/filter", {"Pod": pod("solo"), "NodeNames": NODES})
+        status, body = await filtered(client, pod("solo"))
         assert status == 200 and body["Error"] == "" and body["NodeNames"] == NODES
         status, body = await post(client, "/prioritize", {"Pod": pod("solo"), "NodeNames": NODES})
         assert status == 200 and {h["Host"] for h in body} == set(NODES)
@@ -162,35 +72,29 @@ def test_bad_input_gets_4xx_or_an_error_and_the_server_keeps_serving():
     run(go, cache)
 
 
-def test_gang_is_bound_only_when_every_member_has_a_node():
+def gang_of_three() -> tuple[GangReservations, list[dict[str, Any]]]:
+    """`make_cache()` holding the three members of gang g (namespace ns), none bound."""
     cache = make_cache()
     members = [pod(f"m{i}", "g", 3) for i in range(3)]
-    for m in members:
-        cache.on_pod("ADDED", None, gang_pod_from_k8s(m))
+    add(cache, *members)
+    return cache, members
+
+
+def test_gang_is_bound_only_when_every_member_has_a_node():
+    cache, members = gang_of_three()
 
     async def go(client, rec):  # type: ignore[no-untyped-def]
         targets = []
         for m in members:
-            status, body = await post(client, "/filter", {"Pod": m, "NodeNames": NODES})
+            status, body = await filtered(client, m)
             assert status == 200 and body["Error"] == "" and len(body["NodeNames"]) == 1
             targets.append(body["NodeNames"][0])
             assert body["FailedNodes"] == {}  # nobody sees reasons for a pod that found its node
         assert len(set(targets)) == 3
-        binds = [
-            asyncio.create_task(
-                post(
-                    client,
-                    "/bind",
-                    {"PodName": f"m{i}", "PodNamespace": "ns", "PodUID": f"uid-m{i}", "Node": t},
-                )
-            )
-            for i, t in enumerate(targets[:2])
-        ]
+        binds = [asyncio.create_task(bind(client, f"m{i}", t)) for i, t in enumerate(targets[:2])]
         await until(lambda: rec.waiting("g") == {"m0", "m1"}, "m0 and m1 waiting at the barrier")
         assert rec.calls == [] and not any(b.done() for b in binds)  # two of three: nobody bound
-        last = await post(
-            client, "/bind", {"PodName": "m2", "PodNamespace": "ns", "PodUID": "uid-m2", "Node": targets[2]}
-        )
+        last = await bind(client, "m2", targets[2])
         results = [await b for b in binds] + [last]
         assert all(r == (200, {"Error": ""}) for r in results)
         assert sorted(c[1] for c in rec.calls) == ["m0", "m1", "m2"]
@@ -199,22 +103,11 @@ def test_gang_is_bound_only_when_every_member_has_a_node():
 
 
 def test_incomplete_gang_times_out_with_an_error_for_every_waiter_and_no_binding():
-    cache = make_cache()
-    members = [pod(f"m{i}", "g", 3) for i in range(3)]
-    for m in members:
-        cache.on_pod("ADDED", None, gang_pod_from_k8s(m))
+    cache, members = gang_of_three()
 
     async def go(client, rec):  # type: ignore[no-untyped-def]
-        targets = []
-        for m in members:
-            _, body = await post(client, "/filter", {"Pod": m, "NodeNames": NODES})
-            targets.append(body["NodeNames"][0])
-        waits = [
-            post(
-                client, "/bind", {"PodName": f"m{i}", "PodNamespace": "ns", "PodUID": f"uid-m{i}", "Node": t}
-            )
-            for i, t in enumerate(targets[:2])
-        ]
+        targets = [(await filtered(client, m))[1]["NodeNames"][0] for m in members]
+        waits = [bind(client, f"m{i}", t) for i, t in enumerate(targets[:2])]
         results = await asyncio.gather(*waits)
         for status, body in results:
             assert status == 200 and "only 2 of 3 pods had a node" in body["Error"]
@@ -237,9 +130,8 @@ def test_bind_refuses_what_the_pod_or_its_gangs_plan_does_not_allow():
         cache.on_pod("ADDED", None, gang_pod_from_k8s(p))
 
     async def go(client, rec):  # type: ignore[no-untyped-def]
-        async def bind(name: str, to: str, uid: str | None = None) -> Any:
-            body = {"PodName": name, "PodNamespace": "ns", "PodUID": uid or f"uid-{name}", "Node": to}
-            status, answer = await post(client, "/bind", body)
+        async def bind_error(name: str, to: str, uid: str | None = None) -> Any:
+            status, answer = await bind(client, name, to, uid)
             assert status == 200
             return answer["Error"]
 
@@ -247,17 +139,17 @@ def test_bind_refuses_what_the_pod_or_its_gangs_plan_does_not_allow():
             return f"refusing to bind pod ns/{name} to node {to}: {why}"
 
         got = [
-            await bind("picky", "n1"),
-            await bind("plain", "n-tainted"),
-            await bind("plain", "n1", uid="uid-of-another-pod"),
-            await bind("bound", "n1"),
-            await bind("plain", "no-such-node"),
-            await bind("m0", "n1"),  # no filter call planned gang g yet
+            await bind_error("picky", "n1"),
+            await bind_error("plain", "n-tainted"),
+            await bind_error("plain", "n1", uid="uid-of-another-pod"),
+            await bind_error("bound", "n1"),
+            await bind_error("plain", "no-such-node"),
+            await bind_error("m0", "n1"),  # no filter call planned gang g yet
         ]
-        _, planned = await post(client, "/filter", {"Pod": members[0], "NodeNames": NODES})
+        _, planned = await filtered(client, members[0])
         target = planned["NodeNames"][0]
         elsewhere = next(n for n in NODES[1:] if n != target)
-        got.append(await bind("m0", elsewhere))
+        got.append(await bind_error("m0", elsewhere))
         want = [
             refusal("picky", "n1", "the pod does not allow that node (not matching nodeSelector/affinity)"),
             refusal(
@@ -274,7 +166,7 @@ def test_bind_refuses_what_the_pod_or_its_gangs_plan_does_not_allow():
         assert got == want
         assert rec.calls == []
         assert rec.refusals == [(w.split()[4].removeprefix("ns/"), w) for w in want]
-        assert await bind("plain", "n1") == ""  # what the pod allows is bound
+        assert await bind_error("plain", "n1") == ""  # what the pod allows is bound
         assert rec.calls == [("ns", "plain", "uid-plain", "n1")]
 
     run(go, cache)
@@ -288,13 +180,13 @@ def test_second_gang_waits_whole_while_the_first_holds_the_capacity():
         cache.on_pod("ADDED", None, gang_pod_from_k8s(p))
 
     async def go(client, rec):  # type: ignore[no-untyped-def]
-        _, first = await post(client, "/filter", {"Pod": a[0], "NodeNames": NODES})
+        _, first = await filtered(client, a[0])
         assert len(first["NodeNames"]) == 1
-        _, other = await post(client, "/filter", {"Pod": b[0], "NodeNames": NODES})
+        _, other = await filtered(client, b[0])
         assert other["NodeNames"] == [] and set(other["FailedNodes"]) == set(NODES)
         assert all("cannot be placed whole" in r for r in other["FailedNodes"].values())
         # a plain pod may take the one node gang a did not reserve, and only that one
-        _, solo = await post(client, "/filter", {"Pod": pod("solo"), "NodeNames": NODES})
+        _, solo = await filtered(client, pod("solo"))
         assert len(solo["NodeNames"]) == 1
 
     run(go, cache)

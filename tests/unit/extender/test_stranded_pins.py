@@ -14,9 +14,8 @@ from gangplugin.core.topology import Node, Taint, build_snapshot
 from gangplugin.extender.ungater import Ungater
 from gangplugin.kube.client import Client
 from gangplugin.readmodel.records import node_record
-from tests.unit.extender.test_podgroup_mode import WORKLOAD
-from tests.unit.extender.test_server import node
-from tests.unit.extender.test_ungate import add, cache_of, ungate_pod
+from tests.support.extender import WORKLOAD, add, cache_of, ungate_pod
+from tests.support.objects import node
 
 JOB = {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "job-uid", "controller": True}
 

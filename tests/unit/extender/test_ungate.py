@@ -6,39 +6,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from gangplugin.core.names import BIND_MODE_LABEL, PLACEMENT_GATE
+from gangplugin.core.names import PLACEMENT_GATE
 from gangplugin.extender.pods import gang_pod_from_k8s
 from gangplugin.extender.reservations import GangReservations
 from gangplugin.extender.ungater import pin_patch
 from gangplugin.readmodel.records import node_record
-from tests.unit.extender.test_server import node, pod
+from tests.support.extender import HOST, add, cache_of, pod, ungate_pod
+from tests.support.objects import node
 
-HOST = "kubernetes.io/hostname"
 US = "topology.k8s.aws/ultraserver-id"
-
-
-def ungate_pod(name: str, gang: str, size: int, pinned: str | None = None, **kw: Any) -> dict[str, Any]:
-    """A pod of an Ungate gang: gated as the webhook creates it, or pinned as the ungater leaves it."""
-    obj = pod(name, gang, size, **kw)
-    obj["metadata"]["labels"][BIND_MODE_LABEL] = "Ungate"
-    if pinned is None:
-        obj["spec"]["schedulingGates"] = [{"name": PLACEMENT_GATE}]
-    else:
-        obj["spec"]["nodeSelector"] = {HOST: pinned}
-    return obj
-
-
-def cache_of(us_sizes: dict[str, int]) -> GangReservations:
-    cache = GangReservations()
-    for us, count in us_sizes.items():
-        for i in range(count):
-            cache.on_node("ADDED", None, node_record(node(f"{us}-{i}", us)))
-    return cache
-
-
-def add(cache: GangReservations, *objs: dict[str, Any]) -> None:
-    for obj in objs:
-        cache.on_pod("ADDED", None, gang_pod_from_k8s(obj))
 
 
 def test_only_ungate_gang_pods_are_gated_or_pinned() -> None:

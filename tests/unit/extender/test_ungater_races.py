@@ -16,9 +16,20 @@ from gangplugin.extender.pods import gang_pod_from_k8s
 from gangplugin.extender.reservations import GangReservations
 from gangplugin.extender.ungater import Ungater
 from gangplugin.kube.client import Client
-from tests.unit.extender.test_podgroup_mode import Api
-from tests.unit.extender.test_server import NODES, make_cache, pod, post, run, until
-from tests.unit.extender.test_ungate import HOST, add, cache_of, ungate_pod
+from tests.support.extender import (
+    HOST,
+    NODES,
+    Api,
+    add,
+    bind,
+    cache_of,
+    filtered,
+    make_cache,
+    pod,
+    run,
+    ungate_pod,
+    until,
+)
 
 
 def test_a_pod_bound_before_the_cache_has_its_pin_is_bound_at_once_not_held_at_the_barrier() -> None:
@@ -33,8 +44,7 @@ def test_a_pod_bound_before_the_cache_has_its_pin_is_bound_at_once_not_held_at_t
 
     async def go(client, rec):  # type: ignore[no-untyped-def]
         for name in ("p1", "p0"):
-            body = {"PodName": name, "PodNamespace": "ns", "PodUID": f"uid-{name}", "Node": pins[name]}
-            status, answer = await post(client, "/bind", body)
+            status, answer = await bind(client, name, pins[name])
             assert status == 200 and answer["Error"] == "", answer
         return rec.calls
 
@@ -105,10 +115,9 @@ def test_waiters_are_bound_once_a_member_that_did_not_wait_at_the_barrier_is_bou
         cache.on_pod("ADDED", None, gang_pod_from_k8s(m))
 
     async def go(client, rec):  # type: ignore[no-untyped-def]
-        _, planned = await post(client, "/filter", {"Pod": members[0], "NodeNames": NODES})
+        _, planned = await filtered(client, members[0])
         target = planned["NodeNames"][0]
-        body = {"PodName": "p0", "PodNamespace": "ns", "PodUID": "uid-p0", "Node": target}
-        waiting = asyncio.create_task(post(client, "/bind", body))
+        waiting = asyncio.create_task(bind(client, "p0", target))
         await until(lambda: rec.waiting("g") == {"p0"}, "p0 waiting at the barrier")
         other = next(n for n in NODES if n != target)
         bound = {**members[1], "spec": {**members[1]["spec"], "nodeName": other}}

@@ -22,7 +22,7 @@ from gangplugin.kube.config import (
     load_config,
 )
 from gangplugin.localcluster.pki import CertificateAuthority
-from tests.unit.kube.fakeapi import Clock
+from tests.support.fakeapi import Clock
 
 
 def _write(path: Path, doc: dict[str, Any]) -> Path:

@@ -7,6 +7,7 @@ from typing import Any
 
 from gangplugin.kube.expectations import DeletionExpectations
 from gangplugin.readmodel.records import pod_record
+from tests.support import objects
 
 
 def pod_active(pod: dict[str, Any]) -> bool:
@@ -18,10 +19,8 @@ def uid(pod: dict[str, Any]) -> str:
 
 
 def pod(uid: str, deleting: bool = False) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": f"p-{uid}", "uid": uid}
-    if deleting:
-        meta["deletionTimestamp"] = "2026-11-30T12:00:00Z"
-    return {"metadata": meta, "status": {"phase": "Running"}}
+    deletion = {"deletionTimestamp": "2026-11-30T12:00:00Z"} if deleting else {}
+    return objects.pod(f"p-{uid}", phase="Running", uid=uid, **deletion)
 
 
 def test_a_deleted_pod_is_hidden_until_the_watch_shows_it_deleting() -> None:

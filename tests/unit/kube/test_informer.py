@@ -1,4 +1,4 @@
-"""The informer's watch loop against a scripted API server (tests/unit/kube/fakeapi.py): every
+"""The informer's watch loop against a scripted API server (tests/support/fakeapi.py): every
 failure path backs off and lists again, and the cache and its handlers end with the server's
 state; lists come from the watch cache or, after 410, in pages from etcd; watches ask for
 bookmarks, a jittered timeout, and a read timeout near the bookmark interval. Handlers run on
@@ -27,7 +27,7 @@ from gangplugin.kube.informer import (
     Informer,
     identity,
 )
-from tests.unit.kube.fakeapi import Clock, FakeApi, event, pod, wait_until
+from tests.support.fakeapi import Clock, FakeApi, event, pod, wait_until
 
 GONE = {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old resource version"}
 
@@ -82,14 +82,22 @@ class _Recording(Backoff):
         return self.delays[-1]
 
 
+def _watching(api: FakeApi, dispatcher: Dispatcher | None = None, *handlers: Any) -> Informer[Any]:
+    """A pod informer (fast recorded backoff) started with `handlers` on `dispatcher`."""
+    inf: Informer[Any] = Informer(api.client(), PODS, identity, backoff=_Recording())
+    for handler in handlers:
+        assert dispatcher is not None
+        inf.add_handler(handler, dispatcher)
+    inf.start()
+    return inf
+
+
 def _informer(
     api: FakeApi, seen: list[tuple[str, Any, Any]] | None = None, dispatcher: Dispatcher | None = None
 ) -> Informer[Any]:
-    inf: Informer[Any] = Informer(api.client(), PODS, identity, backoff=_Recording())
-    if seen is not None:
-        assert dispatcher is not None
-        inf.add_handler(lambda kind, old, new: seen.append((kind, old, new)), dispatcher)
-    inf.start()
+    """`_watching` (recording every event into `seen`, when given), once synced."""
+    handlers = [] if seen is None else [lambda kind, old, new: seen.append((kind, old, new))]
+    inf = _watching(api, dispatcher, *handlers)
     assert inf.wait_synced(5)
     return inf
 
@@ -319,9 +327,7 @@ def test_a_handler_slower_than_the_event_rate_gets_every_event_in_order_and_the_
         gate.acquire(timeout=10)  # one event per permit: always behind the watch
         seen.append(new["metadata"]["resourceVersion"])
 
-    inf: Informer[Any] = Informer(api.client(), PODS, identity, backoff=_Recording())
-    inf.add_handler(lagging, dispatcher)
-    inf.start()
+    inf = _watching(api, dispatcher, lagging)
     try:
         wait_until(lambda: inf.get("ns/a") == versions[-1])  # the cache has the last version
         assert len(seen) < len(versions)
@@ -346,11 +352,8 @@ def test_a_handler_that_raises_is_logged_and_its_dispatcher_carries_on(
             raise RuntimeError("a bug in a handler")
 
     after = Mirror()
-    inf: Informer[Any] = Informer(api.client(), PODS, identity, backoff=_Recording())
-    inf.add_handler(buggy, dispatcher)
-    inf.add_handler(after, dispatcher)
     with caplog.at_level(logging.ERROR, logger="gangplugin.kube.dispatcher"):
-        inf.start()
+        inf = _watching(api, dispatcher, buggy, after)
         api.set(pod("a", 5), pod("b", 6), pod("c", 7))
         wait_until(lambda: _server_state(api, inf, after, dispatcher=dispatcher))
     assert after.events == [("ADDED", "a"), ("ADDED", "b"), ("ADDED", "c")]  # b too, after the failure
@@ -381,10 +384,7 @@ def test_handlers_of_one_dispatcher_run_in_registration_order_one_event_at_a_tim
 
         return handle
 
-    inf: Informer[Any] = Informer(api.client(), PODS, identity, backoff=_Recording())
-    for tag in ("cache", "reader"):
-        inf.add_handler(handler(tag), dispatcher)
-    inf.start()
+    inf = _watching(api, dispatcher, handler("cache"), handler("reader"))
     wait_until(lambda: len(order) == 4)
     assert order == [("cache", "a"), ("reader", "a"), ("cache", "b"), ("reader", "b")] and not overlapped
     inf.stop()
@@ -441,9 +441,7 @@ def test_a_410_storm_on_lists_watches_and_in_the_stream_ends_in_the_servers_stat
     ]
     api.lists = [orjson.dumps(before), *[httpx.Response(410, content=gone), None] * storm]
     mirror = Mirror()
-    inf: Informer[Any] = Informer(api.client(), PODS, identity, backoff=_Recording())
-    inf.add_handler(mirror, dispatcher)
-    inf.start()
+    inf = _watching(api, dispatcher, mirror)
     wait_until(
         lambda: len(api.calls("watch")) > storm and _server_state(api, inf, mirror, dispatcher=dispatcher)
     )
@@ -468,8 +466,7 @@ def test_a_429_storm_waits_out_every_retry_after_and_sends_nothing_in_between(ap
     in_stream = {**busy, "details": {"retryAfterSeconds": 1}}
     api.watches = [[event("ERROR", in_stream)], refused()]
     api.lists = [None, refused()]
-    inf: Informer[Any] = Informer(api.client(), PODS, identity, backoff=_Recording())
-    inf.start()
+    inf = _watching(api)
     # list, watch (429 in its stream), list (429), list, watch (429), list, then an idle watch
     wait_until(lambda: len(api.requests) >= 7, timeout=10)
     assert _server_state(api, inf)
@@ -509,9 +506,7 @@ def test_the_deletion_of_an_object_never_seen_tells_no_handler(api: FakeApi, dis
     api.set(pod("a", 5))
     api.watches = [[event("DELETED", pod("x", 6)), event("ADDED", pod("b", 7))]]
     mirror = Mirror()
-    inf: Informer[Any] = Informer(api.client(), PODS, identity, backoff=_Recording())
-    inf.add_handler(mirror, dispatcher)
-    inf.start()
+    inf = _watching(api, dispatcher, mirror)
     api.set(pod("a", 5), pod("b", 7))
     wait_until(lambda: _server_state(api, inf, mirror, dispatcher=dispatcher))
     assert mirror.events == [("ADDED", "a"), ("ADDED", "b")]

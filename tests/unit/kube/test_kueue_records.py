@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 import pytest
@@ -19,15 +20,9 @@ from gangplugin.kube.kueue_records import (
     quota_of,
     requeue_at,
 )
+from tests.support.objects import admission_check, gang_policy
 
-
-def policy(**spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "gangplugin.io/v1alpha1",
-        "kind": "GangPolicy",
-        "metadata": {"name": "p"},
-        "spec": spec,
-    }
+policy = partial(gang_policy, "p")
 
 
 def test_full_policy() -> None:
@@ -90,13 +85,7 @@ def test_bad_policy_names_the_field(spec: dict[str, Any], field: str) -> None:
 
 
 def test_check_parameters() -> None:
-    ac = {
-        "spec": {
-            "controllerName": "gangplugin.io/gang",
-            "parameters": {"apiGroup": "gangplugin.io", "kind": "GangPolicy", "name": "seq"},
-        }
-    }
-    assert policy_name_of_check(ac) == "seq"
+    assert policy_name_of_check(admission_check("gang", policy="seq")) == "seq"
     assert policy_name_of_check({"spec": {"controllerName": "gangplugin.io/gang"}}) is None
     with pytest.raises(InputError) as err:
         policy_name_of_check({"spec": {"parameters": {"apiGroup": "x", "kind": "Y", "name": "z"}}})
@@ -176,14 +165,39 @@ def test_unparsable_plan_is_none_in_the_cache() -> None:
 
 
 def test_gang_policy_preemption_is_parsed_and_checked() -> None:
-    def policy(spec: dict[str, Any]) -> dict[str, Any]:
-        return {"apiVersion": "gangplugin.io/v1alpha1", "kind": "GangPolicy", "spec": spec}
-
-    assert gang_policy_from_k8s(policy({})).preemption == "ClusterQueue"
-    assert gang_policy_from_k8s(policy({"preemption": "Never"})).preemption == "Never"
+    assert gang_policy_from_k8s(policy()).preemption == "ClusterQueue"
+    assert gang_policy_from_k8s(policy(preemption="Never")).preemption == "Never"
     with pytest.raises(InputError, match="ClusterQueue, Never") as err:
-        gang_policy_from_k8s(policy({"preemption": "Sometimes"}))
+        gang_policy_from_k8s(policy(preemption="Sometimes"))
     assert err.value.field == "spec.preemption"
+
+
+def test_gang_policy_reservation_is_off_unless_asked_and_parsed_when_asked() -> None:
+    from gangplugin.core.policy import ReservationPolicy
+
+    assert gang_policy_from_k8s(policy()).reservation == ReservationPolicy() and not ReservationPolicy().on
+    asked = {
+        "afterWaiting": "10m",
+        "level": "topology.k8s.aws/ultraserver-id",
+        "maxCheckpointableEvictions": 3,
+    }
+    got = gang_policy_from_k8s(policy(reservation=asked)).reservation
+    assert got == ReservationPolicy(600.0, "topology.k8s.aws/ultraserver-id", 3) and got.on
+    assert gang_policy_from_k8s(policy(reservation={"afterWaiting": "0s"})).reservation.after_waiting == 0.0
+    with pytest.raises(InputError, match="not a whole number") as err:
+        gang_policy_from_k8s(policy(reservation={"afterWaiting": "1m", "maxCheckpointableEvictions": "2"}))
+    assert err.value.field == "spec.reservation.maxCheckpointableEvictions"
+
+
+def test_reservation_round_trips() -> None:
+    from gangplugin.core.names import RESERVATION_ANNOTATION
+    from gangplugin.core.reservation import Reservation
+    from gangplugin.kube.kueue_records import reservation_annotation, reservation_from_k8s
+
+    taken = Reservation("topology.k8s.aws/ultraserver-id", "us-2", 10.0, 20.0)
+    wl = {"metadata": {"annotations": {RESERVATION_ANNOTATION: reservation_annotation(taken)}}}
+    assert reservation_from_k8s(wl) == taken and taken.live(10.0) and not taken.live(11.0)
+    assert reservation_from_k8s({"metadata": {}}) is None
 
 
 def test_cluster_queue_state_reads_kueue_preemption_cohort_and_borrowing() -> None:

@@ -12,7 +12,7 @@ import orjson
 from gangplugin.core.leader import ElectionConfig
 from gangplugin.kube.client import Client
 from gangplugin.kube.lease import LeaderElector
-from tests.unit.kube.fakeapi import Clock
+from tests.support.fakeapi import Clock
 
 
 class LeaseApi:
@@ -22,11 +22,13 @@ class LeaseApi:
         self.lease: dict[str, Any] | None = None
         self.rv = 0
         self.down = False
+        self.methods: list[str] = []
 
     def client(self) -> Client:
         return Client("https://api.test", False, transport=httpx.MockTransport(self.handle))
 
     def handle(self, request: httpx.Request) -> httpx.Response:
+        self.methods.append(request.method)
         if self.down:
             raise httpx.ConnectError("connection refused")
         if request.method == "GET":
@@ -88,3 +90,21 @@ def test_a_follower_waits_the_lease_duration_on_its_own_monotonic_clock() -> Non
     assert follower.try_acquire_or_renew()
     assert api.lease is not None and api.lease["spec"]["holderIdentity"] == "b"
     assert api.lease["spec"]["leaseTransitions"] == 1
+
+
+def test_a_leader_renews_with_one_put_and_reads_again_after_a_failed_try() -> None:
+    api, wall, mono = LeaseApi(), Clock(1_800_000_000.0), Clock(100.0)
+    leader = _elector(api, "a", wall, mono)
+    assert leader.try_acquire_or_renew()
+    leader.leading.set()
+    api.methods.clear()
+    mono.t += 2
+    assert leader.try_acquire_or_renew() and leader.try_acquire_or_renew()
+    assert api.methods == ["PUT", "PUT"], "client-go's optimistic renewal: no read first"
+    api.rv += 1  # written meanwhile (the same holder: a retried write): our resourceVersion is stale
+    assert api.lease is not None
+    api.lease["metadata"]["resourceVersion"] = str(api.rv)
+    api.methods.clear()
+    assert not leader.try_acquire_or_renew()  # 409
+    assert leader.try_acquire_or_renew()
+    assert api.methods == ["PUT", "GET", "PUT"]

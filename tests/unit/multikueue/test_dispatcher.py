@@ -17,8 +17,9 @@ from gangplugin.kube.dispatcher import Dispatcher
 from gangplugin.kube.informer import Informer, identity, wait_all_synced
 from gangplugin.multikueue.connections import WorkerConnection
 from gangplugin.multikueue.controller import DispatchSettings, MultiKueueDispatcher
-from tests.unit.kube.fakeapi import wait_until
-from tests.unit.multikueue.fakecluster import FakeCluster
+from tests.support import objects
+from tests.support.fakeapi import wait_until
+from tests.support.fakecluster import FakeCluster
 
 KUEUE = "kueue.x-k8s.io/v1beta2"
 US = "topology.k8s.aws/ultraserver-id"
@@ -27,48 +28,28 @@ NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 
 
 def cond(kind: str, status: str = "True", reason: str = "R", message: str = "") -> dict[str, Any]:
-    return {
-        "type": kind,
-        "status": status,
-        "reason": reason,
-        "message": message,
-        "lastTransitionTime": CREATED,
-    }
+    return objects.condition(kind, status, reason=reason, message=message, lastTransitionTime=CREATED)
 
 
 def node(name: str, us: str) -> dict[str, Any]:
-    labels = {"kubernetes.io/hostname": name, US: us, "topology.kubernetes.io/zone": "z1"}
-    return {
-        "metadata": {"name": name, "labels": labels},
-        "spec": {},
-        "status": {
-            "allocatable": {"cpu": "144", "memory": "800Gi", "pods": "110", "nvidia.com/gpu": "4"},
-            "conditions": [cond("Ready")],
-        },
-    }
+    return objects.node(name, us, labels={"topology.kubernetes.io/zone": "z1"}, conditions=[cond("Ready")])
 
 
 def workload(name: str, count: int, **status: Any) -> dict[str, Any]:
-    template = {
-        "metadata": {"annotations": {REQUIRED_TOPOLOGY_ANNOTATION: US}},
-        "spec": {
-            "containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "4", "cpu": "1"}}}]
-        },
-    }
-    return {
-        "apiVersion": KUEUE,
-        "kind": "Workload",
-        "metadata": {"name": name, "namespace": "team-a", "creationTimestamp": CREATED},
-        "spec": {
-            "queueName": "training",
-            "podSets": [{"name": "main", "count": count, "template": template}],
-        },
-        "status": {
-            "conditions": [cond("QuotaReserved")],
-            "admissionChecks": [{"name": "multikueue", "state": "Pending", "lastTransitionTime": CREATED}],
-            **status,
-        },
-    }
+    main = objects.podset(
+        count, requests={"nvidia.com/gpu": "4", "cpu": "1"}, annotations={REQUIRED_TOPOLOGY_ANNOTATION: US}
+    )
+    wl = objects.workload(
+        name,
+        "team-a",
+        main,
+        queue="training",
+        conditions=[cond("QuotaReserved")],
+        checks=[objects.check_state("multikueue", "Pending", lastTransitionTime=CREATED)],
+        creationTimestamp=CREATED,
+    )
+    wl["status"].update(status)
+    return wl
 
 
 def worker_cluster(ultraservers: dict[str, int], gpu_quota: str = "1000") -> FakeCluster:
@@ -253,7 +234,7 @@ def test_a_gang_that_fits_only_in_b_is_nominated_to_b_and_a_says_why(two: Setup)
     assert rec.nominated == "b" and rec.nominated_at == NOW
     by = {v.worker: v for v in rec.verdicts}
     assert by["b"].chosen and by["b"].level == US and by["b"].domains == ("b-us1",)
-    assert not by["a"].fits and by["a"].reason.startswith("gang does not fit now:")
+    assert not by["a"].fits and by["a"].reason.startswith("can never start whole: it needs 6 pods")
     # the annotation went first, then the status, on the version the annotation made
     annotation, status = two.manager.writes
     assert "annotations" in annotation[2]["metadata"] and status[1].endswith("/status")

@@ -4,23 +4,20 @@ gate's backoff step is tested in tests/unit/core/test_gate.py; here, what the pa
 
 from __future__ import annotations
 
-from typing import Any
-
 from gangplugin.core.gate import Backoff
 from gangplugin.core.names import BACKOFF_UNTIL_ANNOTATION
 from gangplugin.kube.kueue_records import epoch
 from gangplugin.readmodel.decisions import backoff
-
-
-def workload(annotations: dict[str, str] | None = None) -> dict[str, Any]:
-    return {"metadata": {"name": "wl", "namespace": "ns", "annotations": annotations or {}}}
+from tests.support.objects import workload
 
 
 def test_the_backoff_is_read_from_the_workload_as_it_writes_it() -> None:
     until = "2026-11-30T12:01:00Z"
-    assert backoff(workload({BACKOFF_UNTIL_ANNOTATION: until})) == Backoff(epoch(until, "until"), until)
+    assert backoff(workload(annotations={BACKOFF_UNTIL_ANNOTATION: until})) == Backoff(
+        epoch(until, "until"), until
+    )
 
 
 def test_no_or_an_unreadable_backoff_holds_nothing() -> None:
     assert backoff(workload()) is None
-    assert backoff(workload({BACKOFF_UNTIL_ANNOTATION: "soon"})) is None
+    assert backoff(workload(annotations={BACKOFF_UNTIL_ANNOTATION: "soon"})) is None

@@ -3,6 +3,8 @@ what they stand for changed."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from gangplugin.core.admission import with_selector
@@ -10,35 +12,30 @@ from gangplugin.core.placement import Gang, PlacementPolicy, PodSet, place
 from gangplugin.core.topology import ULTRASERVER_LABEL
 from gangplugin.readmodel.capacity import Assumed, LiveCapacity, Promise
 from gangplugin.readmodel.records import node_record, pod_record
+from tests.support import objects
 
 GPU = "nvidia.com/gpu"
 LEVELS = ("topology.kubernetes.io/zone", ULTRASERVER_LABEL, "kubernetes.io/hostname")
 
 
-def node(name: str, us: str) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "labels": {ULTRASERVER_LABEL: us, "kubernetes.io/hostname": name}},
-        "status": {
-            "allocatable": {"cpu": "8", "memory": "64Gi", "pods": "110", GPU: "4"},
-            "conditions": [{"type": "Ready", "status": "True"}],
-        },
-    }
+node = partial(objects.node, cpu="8", memory="64Gi")
 
 
 def pod(name: str, node_name: str, gpus: int = 4) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "namespace": "ns"},
-        "spec": {
-            "nodeName": node_name,
-            "containers": [{"name": "c", "resources": {"requests": {GPU: str(gpus)}}}],
-        },
-        "status": {"phase": "Running"},
-    }
+    return objects.pod(name, node=node_name, requests={GPU: gpus})
 
 
 def gang(name: str, count: int, us: str) -> Gang:
     ps = PodSet("main", count, {GPU: 4})
     return with_selector(Gang((ps,), name), {ULTRASERVER_LABEL: us})
+
+
+def promise(name: str, fingerprint: Any, unbound: Callable[[], Gang]) -> Promise:
+    """Gang `name`'s promise (namespace ns, the default placement policy): `unbound` builds what
+    is left to place, `fingerprint` tells when that changed."""
+    return Promise(
+        key=f"ns/{name}", fingerprint=fingerprint, namespace="ns", gang=unbound, policy=PlacementPolicy()
+    )
 
 
 def view_of(nodes: list[dict[str, Any]]) -> LiveCapacity:
@@ -85,20 +82,12 @@ def test_promises_are_charged_once_and_redone_only_when_changed() -> None:
 
         return build
 
-    p = Promise(
-        key="ns/g1", fingerprint=("us-1", ()), namespace="ns", gang=make("g1", 2), policy=PlacementPolicy()
-    )
+    p = promise("g1", ("us-1", ()), make("g1", 2))
     assert free_gpus(view, [p]) == 8
     assert free_gpus(view, [p]) == 8 and calls == ["g1"]  # unchanged: kept, not redone
     # one pod of the gang got bound: the promise shrinks to the other pod
     view.on_pod(None, pod_record(pod("g1-0", "a0")))
-    p2 = Promise(
-        key="ns/g1",
-        fingerprint=("us-1", (("main", 1),)),
-        namespace="ns",
-        gang=make("g1", 1),
-        policy=PlacementPolicy(),
-    )
+    p2 = promise("g1", ("us-1", (("main", 1),)), make("g1", 1))
     assert free_gpus(view, [p2]) == 8 and calls == ["g1", "g1"]
     # the gang is gone (evicted, finished): its promise is released
     view.on_pod(pod_record(pod("g1-0", "a0")), None)
@@ -122,12 +111,18 @@ def assumed(name: str, count: int, us: str, view: LiveCapacity, levels: tuple[st
     )
 
 
-def test_an_admission_not_yet_in_the_cache_stays_charged_in_every_level_order() -> None:
-    nodes = [node(f"a{i}", "us-1") for i in range(3)]
-    view = view_of(nodes)
+def assumed_g1() -> LiveCapacity:
+    """A view of three 4-GPU nodes in us-1 into which g1 (2 pods) was just admitted: assumed, its
+    Workload not yet in the cache."""
+    view = view_of([node(f"a{i}", "us-1") for i in range(3)])
     a = assumed("g1", 2, "us-1", view)
     with view.locked():
         view.assume("ns/g1", a)
+    return view
+
+
+def test_an_admission_not_yet_in_the_cache_stays_charged_in_every_level_order() -> None:
+    view = assumed_g1()
     # the next pass: the cache still shows g1 Pending, so it is in no promise; still charged
     assert free_gpus(view, []) == 4
     assert free_gpus(view, []) == 4
@@ -140,19 +135,10 @@ def test_an_admission_not_yet_in_the_cache_stays_charged_in_every_level_order() 
 
 
 def test_an_assumed_admission_becomes_a_promise_without_being_charged_twice() -> None:
-    nodes = [node(f"a{i}", "us-1") for i in range(3)]
-    view = view_of(nodes)
-    a = assumed("g1", 2, "us-1", view)
+    view = assumed_g1()
     with view.locked():
-        view.assume("ns/g1", a)
         view.forget("ns/g1")
-    p = Promise(
-        key="ns/g1",
-        fingerprint=("fp", ()),
-        namespace="ns",
-        gang=lambda: gang("g1", 2, "us-1"),
-        policy=PlacementPolicy(),
-    )
+    p = promise("g1", ("fp", ()), lambda: gang("g1", 2, "us-1"))
     assert free_gpus(view, [p]) == 4
 
 
@@ -167,13 +153,7 @@ def test_a_promise_where_another_gangs_pods_bound_is_placed_again() -> None:
         def unbound() -> Gang:  # what is left to promise once `bound` pods are bound
             return gang(name, 2 - bound, "us-1") if bound < 2 else Gang((), name)
 
-        return Promise(
-            key=f"ns/{name}",
-            fingerprint=("us-1", bound),
-            namespace="ns",
-            gang=unbound,
-            policy=PlacementPolicy(),
-        )
+        return promise(name, ("us-1", bound), unbound)
 
     a, b = promise_of("a", 0), promise_of("b", 0)
     with view.locked():
@@ -195,13 +175,7 @@ def test_a_promise_that_no_longer_fits_whole_keeps_the_room_left_from_the_next_g
     UltraServer. The broken promise keeps what room is left; once the room is back, the promise
     is whole again."""
     view = view_of([node(f"n{i}", "us-1") for i in range(6)])
-    p = Promise(
-        key="ns/g1",
-        fingerprint=("us-1", ()),
-        namespace="ns",
-        gang=lambda: gang("g1", 5, "us-1"),
-        policy=PlacementPolicy(),
-    )
+    p = promise("g1", ("us-1", ()), lambda: gang("g1", 5, "us-1"))
     assert free_gpus(view, [p]) == 4
     for name, at in (("plain-1", "n0"), ("plain-2", "n1")):
         view.on_pod(None, pod_record(pod(name, at)))

@@ -22,49 +22,46 @@ from gangplugin.admission.controller import GangAdmission
 from gangplugin.core.admission import promised_pods
 from gangplugin.core.errors import InputError
 from gangplugin.core.gate import gate
-from gangplugin.core.topology import DEFAULT_LEVELS, Snapshot
+from gangplugin.core.names import REQUIRED_TOPOLOGY_ANNOTATION
+from gangplugin.core.topology import DEFAULT_LEVELS, ULTRASERVER_LABEL, Snapshot
 from gangplugin.kube.informer import wait_all_synced
+from gangplugin.kube.kueue_records import PODSET_LABEL
 from gangplugin.multikueue import controller as dispatcher
 from gangplugin.multikueue.connections import WorkerConnection
 from gangplugin.readmodel.decisions import gang_facts
 from gangplugin.runtime.components import Runtime
-from tests.unit.kube.fakeapi import wait_until
-from tests.unit.multikueue.fakecluster import FakeCluster
+from tests.support import objects
+from tests.support.fakeapi import wait_until
+from tests.support.fakecluster import FakeCluster
+from tests.support.objects import GPU, KUEUE
 
-KUEUE = "kueue.x-k8s.io/v1beta2"
-US = "topology.k8s.aws/ultraserver-id"
-GPU = "nvidia.com/gpu"
+US = ULTRASERVER_LABEL
 NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 T0, T1, T2 = "2027-01-15T07:00:00Z", "2027-01-15T07:10:00Z", "2027-01-15T07:20:00Z"
 SEQUENTIAL = "one-at-a-time"  # the GangPolicy of check gang-seq
 
 
 def cond(kind: str, at: str, status: str = "True", reason: str = "R") -> dict[str, Any]:
-    return {"type": kind, "status": status, "reason": reason, "message": "", "lastTransitionTime": at}
+    return objects.condition(kind, status, reason=reason, message="", lastTransitionTime=at)
 
 
 def node(name: str, us: str) -> dict[str, Any]:
-    labels = {"kubernetes.io/hostname": name, US: us, "topology.kubernetes.io/zone": "z1"}
-    return {
-        "metadata": {"name": name, "labels": labels},
-        "spec": {},
-        "status": {
-            "allocatable": {"cpu": "144", "memory": "800Gi", "pods": "110", GPU: "4"},
-            "conditions": [cond("Ready", T0)],
-        },
-    }
+    return objects.node(
+        name, us, labels={"topology.kubernetes.io/zone": "z1"}, conditions=[cond("Ready", T0)]
+    )
 
 
 def pod(name: str, namespace: str, node_name: str, gang: str | None = None) -> dict[str, Any]:
-    labels = {"gangplugin.io/gang": gang, "kueue.x-k8s.io/podset": "main"} if gang else {}
-    return {
-        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}", "labels": labels},
-        "spec": {
-            "nodeName": node_name,
-            "containers": [{"name": "c", "resources": {"requests": {GPU: "4", "cpu": "1"}}}],
-        },
-        "status": {"phase": "Running", "conditions": [cond("Ready", T1)]},
-    }
+    return objects.pod(
+        name,
+        namespace,
+        gang=gang,
+        node=node_name,
+        requests={GPU: "4", "cpu": "1"},
+        conditions=[cond("Ready", T1)],
+        labels={PODSET_LABEL: "main"} if gang else None,
+        uid=f"uid-{name}",
+    )
 
 
 def workload(
@@ -82,40 +79,40 @@ def workload(
 ) -> dict[str, Any]:
     """A Workload with quota reserved in ClusterQueue `queue` and `check` on it: admitted (check
     Ready, in `domain`) at `admitted`, else Pending."""
-    template = {
-        "metadata": {"annotations": {"gangplugin.io/required-topology": US}},
-        "spec": {"containers": [{"name": "c", "resources": {"requests": {GPU: "4", "cpu": "1"}}}]},
-    }
-    entry: dict[str, Any] = {"name": check, "state": "Pending", "lastTransitionTime": T0}
+    sets = [
+        objects.podset(
+            count, ps, requests={GPU: "4", "cpu": "1"}, annotations={REQUIRED_TOPOLOGY_ANNOTATION: US}
+        )
+        for ps in podsets
+    ]
+    entry = objects.check_state(
+        check,
+        "Pending" if admitted is None else "Ready",
+        pinned=None if admitted is None else {US: str(domain)},
+        podsets=podsets,
+        lastTransitionTime=T0,
+    )
     conditions = [cond("QuotaReserved", T0)]
     if admitted is not None:
-        entry["state"] = "Ready"
-        entry["podSetUpdates"] = [{"name": ps, "nodeSelector": {US: domain}} for ps in podsets]
         conditions.append(cond("Admitted", admitted))
     if pods_ready is not None:
         conditions.append(pods_ready)
-    meta: dict[str, Any] = {"name": name, "namespace": namespace, "creationTimestamp": T0}
-    if owner is not None:
-        meta["ownerReferences"] = [
-            {"apiVersion": "ray.io/v1", "kind": owner, "name": name, "controller": True}
-        ]
-    return {
-        "apiVersion": KUEUE,
-        "kind": "Workload",
-        "metadata": meta,
-        "spec": {
-            "queueName": queue,
-            "podSets": [{"name": ps, "count": count, "template": template} for ps in podsets],
-        },
-        "status": {
-            "admission": {
-                "clusterQueue": queue,
-                "podSetAssignments": [{"name": ps, "count": count} for ps in podsets],
-            },
-            "conditions": conditions,
-            "admissionChecks": [entry],
-        },
-    }
+    owners = (
+        []
+        if owner is None
+        else [{"apiVersion": "ray.io/v1", "kind": owner, "name": name, "controller": True}]
+    )
+    return objects.workload(
+        name,
+        namespace,
+        *sets,
+        queue=queue,
+        reserved_by=queue,
+        conditions=conditions,
+        checks=[entry],
+        creationTimestamp=T0,
+        **({"ownerReferences": owners} if owners else {}),
+    )
 
 
 def configuration(c: FakeCluster) -> None:
@@ -124,46 +121,18 @@ def configuration(c: FakeCluster) -> None:
     for us in ("us-1", "us-2"):
         for i in range(4):
             c.put("v1", "nodes", node(f"{us}-n{i}", us))
-    c.put(
-        "gangplugin.io/v1alpha1",
-        "gangpolicies",
-        {
-            "apiVersion": "gangplugin.io/v1alpha1",
-            "kind": "GangPolicy",
-            "metadata": {"name": SEQUENTIAL},
-            "spec": {"admission": "Sequential"},
-        },
-    )
-    params = {"apiGroup": "gangplugin.io", "kind": "GangPolicy", "name": SEQUENTIAL}
-    for check, spec in (("gang-seq", {"parameters": params}), ("gang", {})):
-        c.put(
-            KUEUE,
-            "admissionchecks",
-            {"metadata": {"name": check}, "spec": {"controllerName": "gangplugin.io/gang", **spec}},
-        )
-    c.put(KUEUE, "resourceflavors", {"metadata": {"name": "gb200"}, "spec": {}})
+    c.put("gangplugin.io/v1alpha1", "gangpolicies", objects.gang_policy(SEQUENTIAL, admission="Sequential"))
+    c.put(KUEUE, "admissionchecks", objects.admission_check("gang-seq", policy=SEQUENTIAL))
+    c.put(KUEUE, "admissionchecks", objects.admission_check("gang"))
+    c.put(KUEUE, "resourceflavors", {"metadata": {"name": "gb200"}, "spec": {}})  # every node
     for cq, check in (("seq", "gang-seq"), ("training", "gang")):
-        flavor = {
-            "name": "gb200",
-            "resources": [{"name": GPU, "nominalQuota": "1000"}, {"name": "cpu", "nominalQuota": "1000"}],
-        }
         c.put(
             KUEUE,
             "clusterqueues",
-            {
-                "metadata": {"name": cq},
-                "spec": {
-                    "admissionChecksStrategy": {"admissionChecks": [{"name": check}]},
-                    "resourceGroups": [{"coveredResources": ["cpu", GPU], "flavors": [flavor]}],
-                },
-            },
+            objects.cluster_queue(cq, "gb200", 1000, cpu="1000", memory=None, checks=[check]),
         )
         for ns in ("team-a", "team-b"):
-            c.put(
-                KUEUE,
-                "localqueues",
-                {"metadata": {"name": cq, "namespace": ns}, "spec": {"clusterQueue": cq}},
-            )
+            c.put(KUEUE, "localqueues", objects.local_queue(cq, ns))
 
 
 @dataclass(frozen=True)

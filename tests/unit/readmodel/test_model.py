@@ -12,7 +12,7 @@ from gangplugin.kube.client import CLUSTER_QUEUES, LOCAL_QUEUES, NODES, PODS, WO
 from gangplugin.readmodel.model import Config, Follower
 from gangplugin.readmodel.records import NodeRecord, PodRecord, WorkloadRecord, workload_record
 from gangplugin.readmodel.summaries import GangKind, Owner, Summaries
-from tests.unit.api.cluster import CREATED, Caches, cond, gpu_node, owned, pod, standard, workload
+from tests.support.caches import CREATED, Caches, cond, gpu_node, owned, pod, standard, workload
 
 EARLIER = "2027-01-15T07:00:00Z"
 LATER = "2027-01-15T09:00:00Z"

@@ -17,42 +17,27 @@ from gangplugin.kube.dispatcher import Dispatcher
 from gangplugin.kube.informer import Informer, identity
 from gangplugin.readmodel.gangs import Gangs
 from gangplugin.readmodel.model import ReadModel
-from tests.unit.kube.fakeapi import FakeApi
+from tests.support import objects
+from tests.support.fakeapi import FakeApi
 
 GPU = {"nvidia.com/gpu": "4"}
 
 
 def lws_pod(name: str, role: str, rv: int, **annotations: str) -> dict[str, Any]:
     """A pod of group `wl` as Kueue v0.17's LeaderWorkerSet integration labels it."""
-    return {
-        "metadata": {
-            "name": name,
-            "namespace": "ns",
-            "resourceVersion": str(rv),
-            "labels": {"kueue.x-k8s.io/pod-group-name": "wl"},
-            "annotations": {"kueue.x-k8s.io/role-hash": role, **annotations},
-        },
-        "spec": {"containers": [{"name": "c", "resources": {"requests": GPU}}]},
-    }
+    return objects.pod(
+        name,
+        requests=GPU,
+        labels={"kueue.x-k8s.io/pod-group-name": "wl"},
+        annotations={"kueue.x-k8s.io/role-hash": role, **annotations},
+        resourceVersion=str(rv),
+    )
 
 
 def workload(owner: str, *podsets: tuple[str, int]) -> dict[str, Any]:
     """A Workload as Kueue v0.17 makes it for a LeaderWorkerSet: templates without metadata."""
-    return {
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "Workload",
-        "metadata": {"name": "wl", "namespace": "ns", "ownerReferences": [{"kind": owner, "name": "x"}]},
-        "spec": {
-            "podSets": [
-                {
-                    "name": name,
-                    "count": count,
-                    "template": {"spec": {"containers": [{"name": "c", "resources": {"requests": GPU}}]}},
-                }
-                for name, count in podsets
-            ]
-        },
-    }
+    sets = [objects.podset(count, name, requests=GPU) for name, count in podsets]
+    return objects.workload("wl", "ns", *sets, ownerReferences=[{"kind": owner, "name": "x"}])
 
 
 @pytest.fixture

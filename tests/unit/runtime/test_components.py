@@ -11,7 +11,7 @@ import pytest
 from gangplugin.kube.client import NODES, PODS
 from gangplugin.kube.informer import wait_all_synced
 from gangplugin.runtime.components import Runtime
-from tests.unit.kube.fakeapi import FakeApi, wait_until
+from tests.support.fakeapi import FakeApi, wait_until
 
 
 @pytest.fixture

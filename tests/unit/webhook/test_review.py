@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from functools import partial
 from typing import Any
 
 import orjson
@@ -10,27 +11,10 @@ import pytest
 
 from gangplugin.core.errors import InputError
 from gangplugin.webhook.review import gang_policy_validator, gate_review, review
+from tests.support.objects import gang_policy, topology
 
-TOPOLOGY = {
-    "apiVersion": "kueue.x-k8s.io/v1beta2",
-    "kind": "Topology",
-    "metadata": {"name": "aws"},
-    "spec": {
-        "levels": [
-            {"nodeLabel": "topology.k8s.aws/ultraserver-id"},
-            {"nodeLabel": "kubernetes.io/hostname"},
-        ]
-    },
-}
-
-
-def policy(**spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "gangplugin.io/v1alpha1",
-        "kind": "GangPolicy",
-        "metadata": {"name": "p"},
-        "spec": spec,
-    }
+TOPOLOGY = topology("aws", "topology.k8s.aws/ultraserver-id", "kubernetes.io/hostname")
+policy = partial(gang_policy, "p")
 
 
 def request(obj: Any, operation: str = "CREATE") -> dict[str, Any]:
@@ -64,6 +48,28 @@ def test_a_good_policy_is_allowed_and_the_uid_echoed() -> None:
         ),
         ({"admission": "Sometimes"}, "spec.admission", "Parallel, Sequential"),
         ({"topologyName": "nowhere"}, "spec.topologyName", "does not exist; create it first"),
+        ({"reservation": {"afterWaiting": "soon"}}, "spec.reservation.afterWaiting", "duration"),
+        ({"reservation": {}}, "spec.reservation.afterWaiting", "is required"),
+        ({"reservation": "10m"}, "spec.reservation", "must be a mapping, e.g. {afterWaiting: 10m}"),
+        (
+            {"reservation": {"afterWaiting": "10m", "maxCheckpointableEvictions": -1}},
+            "spec.reservation.maxCheckpointableEvictions",
+            "must not be negative",
+        ),
+        # a level the nodes do not have: not one of the policy's levels (here the defaults)
+        (
+            {"reservation": {"afterWaiting": "10m", "level": "rack"}},
+            "spec.reservation.level",
+            "'rack' is not one of the policy's levels (topology.kubernetes.io/zone,",
+        ),
+        (
+            {
+                "topologyName": "aws",
+                "reservation": {"afterWaiting": "10m", "level": "topology.kubernetes.io/zone"},
+            },
+            "spec.reservation.level",
+            "(topology.k8s.aws/ultraserver-id, kubernetes.io/hostname)",
+        ),
     ],
 )
 def test_a_bad_policy_is_refused_naming_the_field(spec: dict[str, Any], field: str, words: str) -> None:
@@ -72,6 +78,16 @@ def test_a_bad_policy_is_refused_naming_the_field(spec: dict[str, Any], field: s
     assert response["status"]["code"] == 422 and response["status"]["reason"] == "Invalid"
     message = response["status"]["message"]
     assert message.startswith('GangPolicy "p" is invalid: ') and field in message and words in message
+
+
+def test_a_reservation_on_one_of_the_levels_is_allowed() -> None:
+    reserve = {
+        "afterWaiting": "10m",
+        "level": "topology.k8s.aws/ultraserver-id",
+        "maxCheckpointableEvictions": 2,
+    }
+    out = review(request(policy(topologyName="aws", reservation=reserve)), validators())
+    assert out["response"]["allowed"] is True
 
 
 def test_a_topology_whose_levels_are_not_labels_is_refused() -> None:

@@ -26,6 +26,8 @@ names gangctl uses through `kubectl port-forward`. */}}
 - gangplugin.{{ $ns }}.svc
 - gangplugin.{{ $ns }}.svc.cluster.local
 - gangplugin-webhook.{{ $ns }}.svc
+- gangplugin-console.{{ $ns }}.svc
+- gangplugin-console.{{ $ns }}.svc.cluster.local
 - localhost
 {{- end -}}
 
@@ -88,4 +90,20 @@ its own). */}}
 {{- if and .Values.gangPolicy.create (eq .Values.gangPolicy.bindMode "Extender") (not .Values.scheduler.enabled) -}}
 {{- fail "gangPolicy.bindMode: Extender needs the second scheduler: set scheduler.enabled=true" -}}
 {{- end -}}
+{{- end -}}
+
+{{/* `serve --components`, when not its defaults: a MultiKueue manager's dispatcher set, and the
+web console added to either (serve's defaults are admission, extender, ungater, plans, api,
+webhook; a unit test keeps this list equal to them). Empty: serve's defaults. */}}
+{{- define "gangplugin.components" -}}
+{{- $c := list -}}
+{{- if .Values.multikueue.manager -}}
+{{- $c = list "multikueue" "api" "webhook" -}}
+{{- else if .Values.console.enabled -}}
+{{- $c = list "admission" "extender" "ungater" "plans" "api" "webhook" -}}
+{{- end -}}
+{{- if .Values.console.enabled -}}
+{{- $c = append $c "console" -}}
+{{- end -}}
+{{- join "," $c -}}
 {{- end -}}

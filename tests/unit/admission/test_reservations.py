@@ -1,0 +1,91 @@
+"""The admission pass records the domain it reserves for a big gang on the gang's Workload
+(`gangplugin.io/reservation`, conditional on its resourceVersion) before the check message that
+names it, and then on the Workload that write left; a pass that finds it recorded writes it no
+more; the watchdog removes it once the gang is admitted."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from gangplugin.admission.controller import GangAdmission
+from gangplugin.core.names import RESERVATION_ANNOTATION
+from gangplugin.kube.client import WORKLOADS, Client
+from gangplugin.kube.kueue_records import reservation_from_k8s, spent_holds
+from tests.support.big_gangs import US, big_gang_cluster
+from tests.support.caches import NOW, Caches, workload
+
+
+@pytest.fixture
+def caches() -> Caches:
+    return big_gang_cluster()
+
+
+class Api:
+    """Answers a Workload patch with the Workload as patched (resourceVersion + 1), any other
+    write with an empty object; records each."""
+
+    def __init__(self, workloads: dict[str, dict[str, Any]]) -> None:
+        self.workloads = workloads
+        self.writes: list[tuple[str, dict[str, Any]]] = []
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        body = orjson.loads(request.content) if request.content else {}
+        self.writes.append((request.url.path, body))
+        name = request.url.path.rsplit("/", 1)[-1]
+        if request.method == "PATCH" and name in self.workloads:
+            wl = copy.deepcopy(self.workloads[name])
+            annotations = {**(wl["metadata"].get("annotations") or {}), **body["metadata"]["annotations"]}
+            wl["metadata"]["annotations"] = {k: v for k, v in annotations.items() if v is not None}
+            wl["metadata"]["resourceVersion"] = str(int(wl["metadata"]["resourceVersion"]) + 1)
+            return httpx.Response(200, json=wl)
+        return httpx.Response(200, json={})
+
+
+def run_pass(c: Caches, big: dict[str, Any]) -> Api:
+    api = Api({"big": big})
+    c.client = Client("https://api.test", False, transport=httpx.MockTransport(api.handle))
+    adm = GangAdmission(c.client, c.model(), clock=lambda: NOW + 90)
+    c.replay()
+    adm.admission.run()
+    return api
+
+
+def test_the_pass_records_the_reservation_then_names_it_on_the_written_workload(caches: Caches) -> None:
+    big = workload("big", 4, message="gang does not fit now")
+    api = run_pass(caches, big)
+    paths = [path for path, _ in api.writes if "/workloads/big" in path]
+    assert paths == [
+        "/apis/kueue.x-k8s.io/v1beta2/namespaces/team-a/workloads/big",
+        "/apis/kueue.x-k8s.io/v1beta2/namespaces/team-a/workloads/big/status",
+    ]
+    (_, annotate), (_, status) = [w for w in api.writes if "/workloads/big" in w[0]]
+    assert annotate["metadata"]["resourceVersion"] == "1"
+    recorded = reservation_from_k8s({"metadata": {"annotations": annotate["metadata"]["annotations"]}})
+    assert recorded is not None and (recorded.level, recorded.domain, recorded.at) == (US, "us-1", NOW + 90)
+    assert status["metadata"]["resourceVersion"] == "2"  # on the Workload the annotation left
+    (entry,) = status["status"]["admissionChecks"]
+    assert entry["state"] == "Pending" and f"{US}=us-1 reserved for this gang since" in entry["message"]
+
+
+def test_a_recorded_reservation_is_kept_and_not_written_again(caches: Caches) -> None:
+    first = run_pass(caches, workload("big", 4, message="gang does not fit now"))
+    (_, annotate), (_, status) = [w for w in first.writes if "/workloads/big" in w[0]]
+    big = workload("big", 4, message=status["status"]["admissionChecks"][0]["message"])
+    big["metadata"]["annotations"] = annotate["metadata"]["annotations"]
+    caches.put(WORKLOADS, big)
+    again = run_pass(caches, big)
+    assert [w for w in again.writes if "/workloads/big" in w[0]] == []
+
+
+def test_a_reservation_is_spent_once_its_gang_is_admitted() -> None:
+    wl = workload("big", 4, check="Ready", admitted=True, pinned={US: "us-1"})
+    wl["metadata"]["annotations"] = {
+        RESERVATION_ANNOTATION: '{"level":"x","domain":"y","quotaReservedAt":1,"at":2}'
+    }
+    assert spent_holds(wl) == (RESERVATION_ANNOTATION,)
+    assert reservation_from_k8s({"metadata": {"annotations": {RESERVATION_ANNOTATION: "{broken"}}}) is None
