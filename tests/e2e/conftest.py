@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from gangplugin.kube.client import NAMESPACES
+from gangplugin.kube.client import NAMESPACES, PODS, ApiError, Client
 from gangplugin.localcluster.cluster import ClusterError
 from gangplugin.localcluster.manifests import CRDS
 from tests.support.cluster import E2ECluster, e2e_local_cluster, started
-from tests.support.kube import gang_queues
+from tests.support.kube import gang_queues, wait_for
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -62,8 +62,26 @@ def namespace(cluster: E2ECluster) -> Iterator[str]:
     """A fresh namespace per test, deleted afterwards."""
     name = f"e2e-{uuid.uuid4().hex[:8]}"
     cluster.client.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    wait_for(lambda: _takes_pods(cluster.client, name), 60, f"namespace {name} to take pods")
     yield name
     cluster.client.delete(NAMESPACES, name)
+
+
+def _takes_pods(client: Client, namespace: str) -> bool:
+    """Whether a pod created there now would pass admission: its default ServiceAccount made, and
+    Kueue's pod webhook, which reads namespaces from its own cache, aware of it (on a loaded machine
+    it answered "Namespace not found" to the test's first pods)."""
+    probe = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "namespace-probe", "namespace": namespace},
+        "spec": {"containers": [{"name": "c", "image": "probe"}]},
+    }
+    try:
+        client.request("POST", PODS.path(namespace), body=probe, params={"dryRun": "All"})
+    except ApiError:
+        return False
+    return True
 
 
 @pytest.fixture
