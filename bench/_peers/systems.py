@@ -167,10 +167,12 @@ def kueue_labels(gang: Gang) -> dict[str, str]:
 # gangplugin
 
 
+# Ungate, the default, written out; no spares: every system has the same nodes for gangs.
+GANG_POLICY = gang_policy("bench", readyTimeout="10m", bindMode="Ungate", nodeFailure="ReplaceFromSpare")
+
+
 def gangplugin_setup(client: Client, cap: Capacity) -> None:
-    # Ungate, the default, written out; no spares: every system has the same nodes for gangs.
-    policy = gang_policy("bench", readyTimeout="10m", bindMode="Ungate", nodeFailure="ReplaceFromSpare")
-    ensure(client, GANG_POLICIES, policy)
+    ensure(client, GANG_POLICIES, GANG_POLICY)
     ensure(client, ADMISSION_CHECKS, admission_check("bench-gang", policy="bench"))
     ensure(client, RESOURCE_FLAVORS, resource_flavor("bench-gb200", GB200))
     kueue_queue(client, cap, "bench-gb200", ["bench-gang"])
