@@ -24,6 +24,7 @@ from gangplugin.extender.reservations import GangReservations
 from gangplugin.extender.server import ExtenderHandlers, make_app
 from gangplugin.extender.shared import admitted_of, policy_of
 from gangplugin.kube.client import JSON
+from gangplugin.localcluster.probes import Deadline
 from gangplugin.readmodel.records import node_record
 from gangplugin.runtime.asgi import serve
 from tests.support import objects
@@ -103,10 +104,11 @@ def run(
 
 
 async def until(check: Callable[[], Any], what: str, timeout: float = 5.0) -> Any:
-    """Wait on the event loop until `check` holds, or fail saying what was awaited and seen."""
-    deadline = asyncio.get_running_loop().time() + timeout
+    """Wait on the event loop until `check` holds, or fail saying what was awaited and seen;
+    `timeout` in seconds of an idle machine (`probes.Deadline`: a busy one stretches it)."""
+    deadline = Deadline(timeout)
     while not (value := check()):
-        if asyncio.get_running_loop().time() > deadline:
+        if deadline.passed():
             raise AssertionError(f"timed out after {timeout:g}s waiting for {what} (last: {value!r})")
         await asyncio.sleep(0.01)
     return value
