@@ -78,8 +78,13 @@ class GangAdmission(Follower):
         # A pod group's pod marked with its Workload: a group waiting for its pods may go now.
         if new is not None and new.pod_group and (old is None or old.pod_group != new.pod_group):
             self.queue.add(PASS)
-        # Capacity came free: a waiting gang may fit now.
-        if old is not None and old.placed_on and (new is None or not new.placed_on):
+        # A gang's pod left (it is being deleted or finished), or the capacity it held came
+        # free (a deleted pod holds its node until it is gone: on a real node, its grace
+        # period): a waiting gang may fit now.
+        if old is not None and (
+            (old.placed_on and (new is None or not new.placed_on))
+            or (old.bound is not None and (new is None or new.bound is None))
+        ):
             self.queue.add(PASS)
 
     def node(self, old: NodeRecord | None, new: NodeRecord | None) -> None:

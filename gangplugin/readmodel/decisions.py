@@ -111,17 +111,21 @@ def contender_of(model: ReadModel, wl: JSON) -> Contender:
 
 
 def running_gangs(model: ReadModel) -> list[RunningGang]:
-    """Every gang holding capacity through our check: admitted (check Ready), or evicted with
-    pods still on nodes (being evicted: its capacity is coming free)."""
+    """Every gang holding capacity through our check: admitted (check Ready), or evicted or
+    finished with pods still on nodes (leaving: its capacity is coming free; a finished Job's
+    pods linger while they terminate, and counting them as there for good would make a
+    domain look as if it could never hold a waiting gang)."""
     ours = model.our_checks()
     out = []
     for wl in model.workloads.items():
         record = model.record(wl)
         check = model.checks.of(record, ours)
-        if check is None or check.entry is None or record.finished:
+        if check is None or check.entry is None:
             continue
         pods = [p for p in model.gang_pods(record.namespace, record.gang_id) if p.node]
-        if not (check.entry.state is CheckState.READY or (record.evicted and pods)):
+        leaving = record.evicted or record.finished
+        holding = any(p.bound is not None for p in pods)
+        if not ((check.entry.state is CheckState.READY and not record.finished) or (leaving and holding)):
             continue
         try:
             gang = model.gangs.gang(wl)
@@ -137,7 +141,7 @@ def running_gangs(model: ReadModel) -> list[RunningGang]:
                 started_at=record.admitted_at,
                 gpus=gang_gpus(gang),
                 pods=tuple(keys),
-                evicting=record.evicted,
+                evicting=leaving,
             )
         )
     return out

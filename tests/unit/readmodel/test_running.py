@@ -1,0 +1,29 @@
+"""The gangs holding capacity, as preemption and reservations read them: a gang whose pods are
+still on nodes after it finished or was evicted is leaving, not there for good."""
+
+from __future__ import annotations
+
+from gangplugin.kube.client import PODS, WORKLOADS
+from gangplugin.readmodel.decisions import running_gangs
+from tests.support.caches import Caches, cond, pod, standard, workload
+
+
+def test_finished_and_evicted_gangs_with_pods_on_nodes_are_leaving() -> None:
+    caches = Caches()
+    standard(caches)
+    caches.put(WORKLOADS, workload("running", 1, check="Ready", admitted=True))
+    finished = workload("done", 1, check="Ready", admitted=True)
+    finished["status"]["conditions"].append(cond("Finished"))
+    caches.put(WORKLOADS, finished)
+    gone = workload("gone", 1, check="Ready", admitted=True)
+    gone["status"]["conditions"].append(cond("Finished"))
+    caches.put(WORKLOADS, gone)
+    caches.put(PODS, pod("running-0", "running", node="us1-0"))
+    caches.put(PODS, pod("done-0", "done", node="us1-1"))  # terminating, still holding its node
+    over = pod("gone-0", "gone", node="us1-2")
+    over["status"]["phase"] = "Succeeded"  # holds nothing any more
+    caches.put(PODS, over)
+    found = {g.key: g for g in running_gangs(caches.model())}
+    assert sorted(found) == ["team-a/done", "team-a/running"]
+    assert found["team-a/done"].evicting and not found["team-a/running"].evicting
+    assert ("team-a", "done-0") in found["team-a/done"].pods
