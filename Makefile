@@ -39,15 +39,15 @@ status: venv ## show whether the local cluster runs
 
 # Lint, then hack/test.sh: the unit tests and the full e2e suite on the newest supported Kueue
 # (tests/support/cluster.py), split in two lanes, and beside them a third: the compatibility set
-# (tests marked `compat`) on the oldest Kueue, then tests/e2e/test_multikueue.py's three control
-# planes. Each lane is a pytest session on a local cluster of its own; against a cluster KUBECONFIG
-# names, one session runs everything.
+# (tests marked `compat`) on the oldest Kueue, then the soak and tests/e2e/test_multikueue.py's
+# three control planes; and a fourth: the real nodes. Each lane is a pytest session on a local
+# cluster of its own; against a cluster KUBECONFIG names, one session runs everything.
 MULTIKUEUE_E2E := tests/e2e/test_multikueue.py
 # The real-node cluster takes the session's ports: a session of its own.
 REAL_NODES_E2E := tests/e2e/test_real_nodes.py
 OLDEST_KUEUE := $(shell sed -n 's/^KUEUE_VERSION=//p' hack/versions.env)
 
-test: venv build ## every test: lint, unit, e2e, e2e's compat set on the oldest Kueue, MultiKueue (local clusters unless KUBECONFIG is set)
+test: venv build ## every test: lint, unit, e2e, e2e's compat set on the oldest Kueue, MultiKueue, the real nodes (local clusters unless KUBECONFIG is set)
 	$(MAKE) lint
 	PY=$(PY) hack/test.sh
 

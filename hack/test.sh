@@ -1,16 +1,13 @@
 #!/usr/bin/env bash
-# The tests `make test` runs after lint, in three lanes side by side, each a pytest session on a
+# The tests `make test` runs after lint, in four lanes side by side, each a pytest session on a
 # local cluster of its own (ports 1,000 apart from GANGPLUGIN_TEST_PORT_BASE, default 23000, up
 # to base+6,999; keep them below the kernel's ephemeral range):
 #   lane 1  the unit tests and most of the e2e suite, on the newest supported Kueue   (base)
 #   lane 2  the e2e files of LANE2_FILES, on the newest Kueue too                     (base+2000)
 #   lane 3  the compat set (`-m compat`) on the oldest Kueue (base+1000), then the short soak and
 #           MultiKueue, each on clusters of their own (base+3100; base+4000 to base+6999)
-# The real nodes (tests/e2e/test_real_nodes.py: real kubelets, gangplugin installed by its chart)
-# are out of `make test` for now: since the merge of 2026-12-03 the chart's leader runs no
-# admission pass after a PyTorchJob gang is deleted, so the gang waiting behind it never starts
-# (issue 36 is open on it). `make test-e2e` runs them, after the rest; so does
-# `GANGPLUGIN_E2E_PORT_BASE=22000 .venv/bin/pytest tests/e2e/test_real_nodes.py`.
+#   lane 4  the real nodes (REAL_NODES): real kubelets, gangplugin installed by its chart, real
+#           jobs as gangs, on a cluster of their own (base-1000; one pool per machine)
 # An e2e session mostly waits on controllers' timers (backoffs, Kueue's requeue, kwok's stages),
 # so on 2 cores the lanes together take about as long as lane 1 alone; no verdict depends on that
 # (every wait is for a condition). Against a cluster KUBECONFIG names, one session runs it all
@@ -27,7 +24,7 @@ BASE=${GANGPLUGIN_TEST_PORT_BASE:-23000}
 MULTIKUEUE=tests/e2e/test_multikueue.py
 SOAK=tests/e2e/test_soak.py # its own cluster, a quarter of lane 1's time before it moved here
 LOADED_FILES=(tests/e2e/test_serve.py) # the loaded lane's: leader election, handover, release
-REAL_NODES=tests/e2e/test_real_nodes.py # see above
+REAL_NODES=tests/e2e/test_real_nodes.py # a session of its own: the real-node cluster takes its ports
 LANE2_FILES=(
   tests/e2e/test_jobs_kinds.py tests/e2e/test_jobs_samples.py tests/e2e/test_node_failures.py
   tests/e2e/test_localcluster_faults.py tests/e2e/test_drain.py tests/e2e/test_plans.py
@@ -48,13 +45,13 @@ pytest_run() {
 if [ -n "${KUBECONFIG:-}" ]; then
   echo "make test: KUBECONFIG names the cluster (one Kueue): one session, then MultiKueue's clusters"
   pytest_run tests --ignore="$MULTIKUEUE" --ignore="$SOAK" --ignore="$REAL_NODES" &&
-    pytest_run "$MULTIKUEUE" "$SOAK"
+    pytest_run "$MULTIKUEUE" "$SOAK" && pytest_run "$REAL_NODES"
   exit
 fi
 
 mkdir -p .local
 ignore=(--ignore="$MULTIKUEUE" --ignore="$SOAK")
-ignore+=(--ignore="$REAL_NODES")
+ignore+=(--ignore="$REAL_NODES")  # lane 4's
 for f in "${LANE2_FILES[@]}"; do ignore+=(--ignore="$f"); done
 lane1() { GANGPLUGIN_E2E_PORT_BASE=$BASE pytest_run tests "${ignore[@]}"; }
 lane2() { GANGPLUGIN_E2E_PORT_BASE=$((BASE + 2000)) pytest_run "${LANE2_FILES[@]}"; }
@@ -65,6 +62,7 @@ lane3() {
   GANGPLUGIN_E2E_PORT_BASE=$((BASE + 3000)) pytest_run "$SOAK" "$MULTIKUEUE" || rc=$?
   return "$rc"
 }
+lane4() { GANGPLUGIN_E2E_PORT_BASE=$((BASE - 1000)) pytest_run "$REAL_NODES"; }
 
 hogs=()
 stop_hogs() { ((${#hogs[@]})) && kill "${hogs[@]}" 2>/dev/null; hogs=(); }
@@ -83,15 +81,15 @@ hogs+=($!)
 
 start=$(date +%s)
 pids=()
-for n in 1 2 3; do
+for n in 1 2 3 4; do
   "lane$n" >".local/test-lane$n.log" 2>&1 &
   pids+=($!)
 done
 failed=()
-for n in 1 2 3; do
+for n in 1 2 3 4; do
   wait "${pids[$((n - 1))]}" || failed+=("$n")
 done
-for n in 1 2 3; do
+for n in 1 2 3 4; do
   echo "================ make test: lane $n (.local/test-lane$n.log) ================"
   cat ".local/test-lane$n.log"
 done

@@ -533,8 +533,7 @@ def test_helm_uninstall_removes_what_it_installed_and_keeps_the_crds(
     real: LocalCluster, cluster: E2ECluster, installed: None
 ) -> None:
     client = cluster.client
-    rn.save_logs(real, client)
-    for log in real.log_dir.glob("pod-gangplugin-*.log"):
+    for log in rn.save_logs(real, client):
         assert refused(log) == [], f"the chart's ServiceAccount was refused by the API server ({log})"
     out = rn.helm(real, "uninstall", "gangplugin", "--wait", "--timeout", "3m")
     assert out.returncode == 0, out.stderr

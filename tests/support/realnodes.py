@@ -294,11 +294,16 @@ def wait_gone(client: Client, namespace: str, job: str, timeout: float) -> None:
     )
 
 
-def save_logs(local: LocalCluster, client: Client) -> None:
-    """gangplugin's pods' logs into the cluster's log folder, before they go with the release."""
+def save_logs(local: LocalCluster, client: Client) -> list[Path]:
+    """gangplugin's pods' logs into the cluster's log folder, before they go with the release:
+    the files written (the folder also holds earlier runs' pods)."""
+    written = []
     for pod in client.list(PODS, NAMESPACE)["items"]:
         name = pod["metadata"]["name"]
-        (local.log_dir / f"pod-{name}.log").write_text(logs(local, NAMESPACE, name))
+        path = local.log_dir / f"pod-{name}.log"
+        path.write_text(logs(local, NAMESPACE, name))
+        written.append(path)
+    return written
 
 
 def now() -> float:
