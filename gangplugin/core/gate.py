@@ -328,7 +328,7 @@ def _placement_step(run: _Run, passage: _Passage) -> GateVerdict | _Passage:
         held = run.preemption.held_for_others(f.contender.key, f.snapshot)
     notes: tuple[str, ...] = ()
     if run.reservations is not None and run.reservations.holders:
-        reserved, notes = run.reservations.exclusions(f.contender, f.expected_runtime, f.snapshot)
+        reserved, notes = run.reservations.exclusions(f.contender, f.gang, f.expected_runtime, f.snapshot)
         held |= reserved
     gang = exclude_nodes(f.gang, held)
     decision = run.placer(f.snapshot, gang, f.policy, passage.annotations)

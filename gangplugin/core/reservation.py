@@ -42,6 +42,7 @@ from gangplugin.core.placement import (
     holds_whole,
     place,
 )
+from gangplugin.core.placement.explain import may_use
 from gangplugin.core.placement.wholeness import largest_room
 from gangplugin.core.preemption import (
     ClusterQueueState,
@@ -368,15 +369,19 @@ class Reservations:
         return -contender.priority, self.order.get(contender.key, len(self.order))
 
     def exclusions(
-        self, contender: Contender, runtime: float | None, snapshot: Snapshot
+        self, contender: Contender, gang: Gang, runtime: float | None, snapshot: Snapshot
     ) -> tuple[frozenset[str], tuple[str, ...]]:
-        """The nodes reserved for gangs ranked before `contender` that it (running at most
-        `runtime`) may not use, and for each such reservation a note naming it."""
+        """The nodes reserved for gangs ranked before `contender` (its `gang` running at most
+        `runtime`) that it may not use, and for each such reservation a note naming it (none
+        for a domain the gang could never use anyway: another flavor's)."""
         excluded: set[str] = set()
         notes = []
         rank = self._rank(contender)
         for key, h in self.holders.items():
             if key == contender.key or self._rank(h.contender) >= rank:
+                continue
+            domain = _domain_id(snapshot, h.reservation.level, h.reservation.domain)
+            if domain is None or not may_use(snapshot, gang, domain):
                 continue
             start = self.start(key, snapshot)
             if may_backfill(runtime, self.now, start):

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import Counter
 
 from gangplugin.core.placement.capacity import Picks, aggregate, is_extended, request_shape
-from gangplugin.core.placement.model import PodSet
+from gangplugin.core.placement.model import Gang, PodSet
 from gangplugin.core.placement.planner import Planner
 from gangplugin.core.resources import CPU, MEMORY, PODS, format_quantity
 from gangplugin.core.topology import Requests, Snapshot, pods_fitting
@@ -167,6 +167,16 @@ def _slice_misses(planner: Planner, domain: int) -> str:
     return "; ".join(out)
 
 
+def may_use(snapshot: Snapshot, gang: Gang, domain: int) -> bool:
+    """Whether a pod of the gang may ever run in the domain, by its nodeSelector and affinity
+    (a flavor's domains only): no other is named as the best, or as reserved in its way."""
+    for n in snapshot.subtree_nodes(domain):
+        node = snapshot.nodes[n]
+        if node is not None and any(ps.constraints.selects(node.labels, node.name) for ps in gang.podsets):
+            return True
+    return False
+
+
 def refusal(planner: Planner, level: int | None) -> str:
     """Why the gang fits no domain of `level` (None: not even spread over the cluster)."""
     snapshot, gang, spares = planner.snapshot, planner.gang, planner.spares
@@ -195,6 +205,9 @@ def refusal(planner: Planner, level: int | None) -> str:
         head = f"needs {needs} in one {label}"
         labeled = [d for d in snapshot.by_level[level] if snapshot.domains[d].value is not None]
         best = min(labeled, key=lambda d: (-room(d), snapshot.domains[d].value or ""), default=None)
+        if best is not None and room(best) == 0:  # none has room: name one the gang may use
+            by_value = sorted(labeled, key=lambda d: snapshot.domains[d].value or "")
+            best = next((d for d in by_value if may_use(snapshot, gang, d)), best)
     notes = _slice_misses(planner, 0 if best is None else best)
     if best is None:
         msg = f"{head}; no node has the label {snapshot.levels[level or 0]}"

@@ -95,3 +95,15 @@ def test_a_heartbeat_keeps_the_counts_and_a_real_change_drops_them():
     snap.upsert_node(Node(first.name, dict(first.labels), {GPU: 2, "pods": 8}, first.taints))
     fresh = snap.fit_counts(req)
     assert fresh[0] is not kept[0] and fresh[0][0] == 1
+
+
+def test_with_no_room_anywhere_the_best_named_is_a_domain_the_flavor_may_use():
+    snap = build_snapshot(nodes())
+    for u in range(4):
+        for i in range(4):
+            snap.bind(BoundPod("ns", f"full-{u}-{i}", f"us{u}-n{i}", {GPU: 4}))
+    ps = PodSet("main", 2, {GPU: 4}, required_topology=US, constraints=FLAVOR)
+    refused = place(snap, Gang((ps,), "g"))
+    assert not refused.feasible and "best is us-2 with room for 0" in refused.reason, refused.reason
+    plain = place(snap, Gang((PodSet("main", 2, {GPU: 4}, required_topology=US),), "g"))
+    assert "best is us-0 with room for 0" in plain.reason, plain.reason

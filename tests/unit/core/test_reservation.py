@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 
+from gangplugin.core.eligibility import PodConstraints
 from gangplugin.core.errors import InputError
 from gangplugin.core.gate import GangFacts, GateVerdict, PreemptionState, gate, waiting_reason
 from gangplugin.core.placement import Gang
@@ -145,6 +146,19 @@ def test_only_gangs_that_end_before_the_reserved_start_run_in_the_domain_meanwhi
     assert unknown.decision is not None and not unknown.decision.ready
     urgent = decide("ns/urgent", None, priority=5)  # a reservation never blocks a higher priority
     assert urgent.decision is not None and urgent.decision.ready
+
+
+def test_a_reservation_in_a_domain_the_gang_could_never_use_is_not_named_to_it():
+    snap = busy()
+    reservations = book([A, B, C], ENDS, ["ns/big", "ns/elsewhere", "ns/long"])
+    assert gate(facts("ns/big", gang(4, required=US), snap), reservations=reservations).reservation
+    only_us_2 = PodConstraints(node_selector=((US, "us-2"),))  # its flavor's domains: us-2
+    f = facts("ns/elsewhere", gang(1, required=US, constraints=only_us_2), snap, expected_runtime=5_000.0)
+    elsewhere = gate(f, reservations=reservations)
+    assert elsewhere.decision is not None and not elsewhere.decision.ready
+    assert "reserved for" not in elsewhere.message and "best is us-2" in elsewhere.message, elsewhere.message
+    f = facts("ns/long", gang(2, required=US), snap, expected_runtime=5_000.0)
+    assert "us-1, reserved for ns/big" in gate(f, reservations=reservations).message
 
 
 def test_with_no_expected_start_only_higher_priorities_run_there():
