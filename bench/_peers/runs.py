@@ -107,8 +107,13 @@ class Run:
         kinds = {
             res.path(NS): res for n in (1, 24) for res, _ in self.system.objects(workload.gang("any", n))
         }
+        # Background: a collection DELETE of batch/v1 Jobs orphans their pods by default.
+        background = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
         for res in kinds.values():  # every object of each kind a gang is made of
-            _again(lambda res=res: self.client.request("DELETE", res.path(NS)), f"delete {res.path(NS)}")
+            _again(
+                lambda res=res: self.client.request("DELETE", res.path(NS), body=background),
+                f"delete {res.path(NS)}",
+            )
         labelled = self.client.list(NODES, label_selector=NOT_READY_LABEL)["items"]
         failed = [n["metadata"]["name"] for n in labelled]
         if failed:
