@@ -1,6 +1,7 @@
 """What the job controllers' components share: where an upstream's manifests are in the cache,
-a controller-runtime manager run from a Configuration file, and a controller-runtime webhook
-server's certificate directory for programs that cannot be told one.
+a controller-runtime manager run from a Configuration file, a controller-runtime webhook
+server's certificate directory for programs that cannot be told one, and the Topology of our
+level order that the peer schedulers read (KAI's and Kueue's kinds have the same schema).
 
 controller-runtime serves webhooks from `$TMPDIR/k8s-webhook-server/serving-certs` unless told
 otherwise; the training-operator and Trainer take no certificate directory, so each runs with a
@@ -15,11 +16,26 @@ from typing import Any
 
 import yaml
 
+from gangplugin.core.topology import DEFAULT_LEVELS
 from gangplugin.localcluster import credentials
 from gangplugin.localcluster.probes import http_ok
 from gangplugin.localcluster.spec import ClusterSpec
 from gangplugin.localcluster.supervisor import Process
 from gangplugin.localcluster.upstream import versions
+
+# The Topology object the peer schedulers get (KAI's, Kueue TAS's), by name.
+TOPOLOGY = "hyperpod"
+
+
+def level_topology(api_version: str) -> dict[str, Any]:
+    """A `Topology` named TOPOLOGY of our level order (zone, the network layers, the UltraServer,
+    the hostname), in the API group `api_version` of the scheduler that reads it."""
+    return {
+        "apiVersion": api_version,
+        "kind": "Topology",
+        "metadata": {"name": TOPOLOGY},
+        "spec": {"levels": [{"nodeLabel": label} for label in DEFAULT_LEVELS]},
+    }
 
 
 def manifests_dir(spec: ClusterSpec, name: str, version_key: str) -> Path:
