@@ -1,4 +1,5 @@
 """What the job controllers' components share: where an upstream's manifests are in the cache,
+the install and ports of one whose CRDs and webhooks come from there (`UpstreamController`),
 a controller-runtime manager run from a Configuration file, a controller-runtime webhook
 server's certificate directory for programs that cannot be told one, and the Topology of our
 level order that the peer schedulers read (KAI's and Kueue's kinds have the same schema).
@@ -11,13 +12,16 @@ side by side never share it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 
 from gangplugin.core.topology import DEFAULT_LEVELS
-from gangplugin.localcluster import credentials
+from gangplugin.kube.client import Client
+from gangplugin.localcluster import credentials, manifests
+from gangplugin.localcluster.components.base import Component
 from gangplugin.localcluster.probes import http_ok
 from gangplugin.localcluster.spec import ClusterSpec
 from gangplugin.localcluster.supervisor import Process
@@ -42,6 +46,49 @@ def manifests_dir(spec: ClusterSpec, name: str, version_key: str) -> Path:
     """`<cache>/<name>-<version>/`, where hack/build-upstream.sh copies an upstream's CRDs and
     webhook configurations from its module."""
     return spec.cache / f"{name}-{versions()[version_key]}"
+
+
+@dataclass(frozen=True)
+class UpstreamController(Component):
+    """An optional job controller (built by hack/build-upstream.sh extras) installed from its own
+    CRD and webhook manifests (`manifests_dir` at the version `version_key` of upstream.env):
+    the CRDs matching `crd_files`, its webhooks (the paths `keep` accepts, its pod webhooks
+    scoped by `pod_selector`) served on port `webhook_offset`, its health probe on
+    `health_offset`; `what` names it in install errors and its webhook configurations."""
+
+    optional: ClassVar[bool] = True
+    build_group: ClassVar[str] = "extras"
+    version_key: ClassVar[str]
+    crd_files: ClassVar[str]
+    what: ClassVar[str]
+    webhook_offset: ClassVar[int]
+    health_offset: ClassVar[int]
+    pod_selector: ClassVar[dict[str, Any]] = {}
+
+    def keep(self, path: str) -> bool:
+        return True
+
+    def manifests(self, spec: ClusterSpec) -> Path:
+        return manifests_dir(spec, self.name, self.version_key)
+
+    def listens(self, spec: ClusterSpec) -> dict[str, int]:
+        p = spec.ports
+        return {
+            f"{self.name} webhook": p.at(self.webhook_offset),
+            f"{self.name} health": p.at(self.health_offset),
+        }
+
+    def install(self, spec: ClusterSpec, client: Client) -> None:
+        manifests.install_upstream(
+            client,
+            spec,
+            self.manifests(spec),
+            self.crd_files,
+            self.what,
+            spec.ports.at(self.webhook_offset),
+            keep=self.keep,
+            pod_selector=self.pod_selector,
+        )
 
 
 def serving_tmpdir(spec: ClusterSpec, name: str) -> Path:
