@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from gangplugin.localcluster.components.operators import UpstreamController, configured_manager
+from gangplugin.localcluster.components.operators import UpstreamController
 from gangplugin.localcluster.spec import ClusterSpec
 from gangplugin.localcluster.supervisor import Process
 
@@ -26,19 +26,9 @@ class LeaderWorkerSet(UpstreamController):
     pod_selector: ClassVar[dict[str, Any]] = {"objectSelector": LWS_PODS}
 
     def process(self, spec: ClusterSpec) -> Process:
-        ports = self.listens(spec)
-        return configured_manager(
+        return self.manager(
             spec,
-            self.name,
-            spec.bin_dir / self.name,
             api_version="config.lws.x-k8s.io/v1alpha1",
             cert_management="internalCertManagement",
-            webhook={
-                "port": ports["lws webhook"],
-                "host": "127.0.0.1",
-                "certDir": str(spec.serving_cert_dir),
-            },
-            metrics={"bindAddress": "0"},  # off: nothing here reads it
-            health=ports["lws health"],
-            ports=tuple(ports.values()),
+            webhook={"certDir": str(spec.serving_cert_dir)},
         )

@@ -90,6 +90,32 @@ class UpstreamController(Component):
             pod_selector=self.pod_selector,
         )
 
+    def manager(
+        self,
+        spec: ClusterSpec,
+        *,
+        api_version: str,
+        cert_management: str,
+        webhook: dict[str, Any],
+        env: dict[str, str] | None = None,
+    ) -> Process:
+        """Its controller-runtime manager (`configured_manager`): its webhook server on 127.0.0.1
+        at its webhook port (with `webhook`'s other settings), metrics off (nothing here reads
+        them), ready on its health port."""
+        ports = self.listens(spec)
+        return configured_manager(
+            spec,
+            self.name,
+            self.binaries(spec)[0],
+            api_version=api_version,
+            cert_management=cert_management,
+            webhook={"port": ports[f"{self.name} webhook"], "host": "127.0.0.1", **webhook},
+            metrics={"bindAddress": "0"},
+            health=ports[f"{self.name} health"],
+            ports=tuple(ports.values()),
+            env=env,
+        )
+
 
 def serving_tmpdir(spec: ClusterSpec, name: str) -> Path:
     """A TMPDIR for component `name` whose controller-runtime webhook server finds the cluster's

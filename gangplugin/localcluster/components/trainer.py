@@ -18,7 +18,6 @@ from gangplugin.kube.client import Client, Resource
 from gangplugin.localcluster import manifests
 from gangplugin.localcluster.components.operators import (
     UpstreamController,
-    configured_manager,
     serving_tmpdir,
 )
 from gangplugin.localcluster.probes import INSTALL_DEADLINE, wait
@@ -46,17 +45,11 @@ class Trainer(UpstreamController):
         return (spec.bin_dir / "trainer-controller-manager",)
 
     def process(self, spec: ClusterSpec) -> Process:
-        ports = self.listens(spec)
-        return configured_manager(
+        return self.manager(
             spec,
-            self.name,
-            self.binaries(spec)[0],
             api_version="config.trainer.kubeflow.org/v1alpha1",
             cert_management="certManagement",
-            webhook={"port": ports["trainer webhook"], "host": "127.0.0.1"},
-            metrics={"bindAddress": "0"},  # off: nothing here reads it
-            health=ports["trainer health"],
-            ports=tuple(ports.values()),
+            webhook={},
             env={"TMPDIR": str(serving_tmpdir(spec, self.name))},
         )
 
