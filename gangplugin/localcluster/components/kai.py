@@ -30,12 +30,10 @@ import yaml
 from gangplugin.kube.client import Client, Resource
 from gangplugin.localcluster import manifests
 from gangplugin.localcluster.components.base import Component
-from gangplugin.localcluster.components.operators import level_topology
-from gangplugin.localcluster.errors import ClusterError
+from gangplugin.localcluster.components.operators import level_topology, peer_version
 from gangplugin.localcluster.probes import http_ok
 from gangplugin.localcluster.spec import ClusterSpec
 from gangplugin.localcluster.supervisor import Process
-from gangplugin.localcluster.upstream import versions
 
 NAMESPACE = "kai-scheduler"
 RESERVATION_NAMESPACE = "kai-resource-reservation"
@@ -77,10 +75,7 @@ PLUGINS = (
 
 
 def version() -> str:
-    v = versions().get("KAI_SCHEDULER_VERSION")
-    if not v:
-        raise ClusterError("hack/versions.env has no KAI_SCHEDULER_VERSION; the peers' versions come with it")
-    return v
+    return peer_version("KAI_SCHEDULER_VERSION")
 
 
 def manifests_dir(spec: ClusterSpec) -> Path:

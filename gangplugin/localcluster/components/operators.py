@@ -22,6 +22,7 @@ from gangplugin.core.topology import DEFAULT_LEVELS
 from gangplugin.kube.client import Client
 from gangplugin.localcluster import credentials, manifests
 from gangplugin.localcluster.components.base import Component
+from gangplugin.localcluster.errors import ClusterError
 from gangplugin.localcluster.probes import http_ok
 from gangplugin.localcluster.spec import ClusterSpec
 from gangplugin.localcluster.supervisor import Process
@@ -40,6 +41,14 @@ def level_topology(api_version: str) -> dict[str, Any]:
         "metadata": {"name": TOPOLOGY},
         "spec": {"levels": [{"nodeLabel": label} for label in DEFAULT_LEVELS]},
     }
+
+
+def peer_version(key: str) -> str:
+    """A peer scheduler's version, `key` in hack/versions.env (ClusterError when it has none)."""
+    v = versions().get(key)
+    if not v:
+        raise ClusterError(f"hack/versions.env has no {key}; the peers' versions come with it")
+    return v
 
 
 def manifests_dir(spec: ClusterSpec, name: str, version_key: str) -> Path:

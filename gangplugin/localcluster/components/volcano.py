@@ -33,11 +33,11 @@ from gangplugin.core.topology import DEFAULT_LEVELS, ULTRASERVER_LABEL
 from gangplugin.kube.client import Client, Resource
 from gangplugin.localcluster import manifests, nodes
 from gangplugin.localcluster.components.base import Component
+from gangplugin.localcluster.components.operators import peer_version
 from gangplugin.localcluster.errors import ClusterError
 from gangplugin.localcluster.probes import INSTALL_DEADLINE, http_ok, https_ok, wait
 from gangplugin.localcluster.spec import ClusterSpec
 from gangplugin.localcluster.supervisor import Process
-from gangplugin.localcluster.upstream import versions
 
 NAMESPACE = "volcano-system"
 SCHEDULER_NAME = "volcano"
@@ -86,10 +86,7 @@ SCHEDULER_CONF: dict[str, Any] = {
 
 
 def version() -> str:
-    v = versions().get("VOLCANO_VERSION")
-    if not v:
-        raise ClusterError("hack/versions.env has no VOLCANO_VERSION; the peers' versions come with it")
-    return v
+    return peer_version("VOLCANO_VERSION")
 
 
 def manifests_dir(spec: ClusterSpec) -> Path:
