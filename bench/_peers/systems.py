@@ -35,6 +35,7 @@ from gangplugin.kube.resources import ADMISSION_CHECKS, GANG_POLICIES, RESOURCE_
 from gangplugin.kube.shape import INSTANCE_TYPE, ULTRASERVER
 from gangplugin.localcluster.components import kai
 from gangplugin.localcluster.components.kueue_tas import flavor_name
+from gangplugin.localcluster.components.operators import TOPOLOGY
 from gangplugin.localcluster.components.volcano import VOLCANO
 from tests.support.objects import (
     WORKLOAD_PRIORITY_CLASSES,
@@ -274,7 +275,7 @@ def kai_objects(gang: Gang) -> list[tuple[Resource, dict[str, Any]]]:
     if not gang.slice_size:
         placement = "required" if gang.required else "preferred"
         annotations = {
-            "kai.scheduler/topology": kai.TOPOLOGY,
+            "kai.scheduler/topology": TOPOLOGY,
             f"kai.scheduler/topology-{placement}-placement": ULTRASERVER,
             # a batch Job's PodGroup waits for one pod unless told otherwise: the whole gang
             "kai.scheduler/batch-min-member": str(gang.pods),
@@ -291,7 +292,7 @@ def kai_objects(gang: Gang) -> list[tuple[Resource, dict[str, Any]]]:
         return [(JOBS, job)]
     # slices: SubGroups of a PodGroup written by hand, each slice's pods from a Job of its own
     slices = gang.pods // gang.slice_size
-    constraint = {"topology": kai.TOPOLOGY, "requiredTopologyLevel": ULTRASERVER}
+    constraint = {"topology": TOPOLOGY, "requiredTopologyLevel": ULTRASERVER}
     pg_spec: dict[str, Any] = {
         "queue": kai.QUEUE,
         "minSubGroup": slices,

@@ -7,27 +7,19 @@ from gangplugin.admission.controller import PASS, GangAdmission
 from gangplugin.kube.workqueue import start_workers
 from gangplugin.runtime import admissions
 from gangplugin.runtime.admissions import AdmissionsInFlight
-from gangplugin.runtime.components import Runtime
+from gangplugin.runtime.components import LeaderController, Runtime
 
 
-class Admission:
-    # Only the leader writes check states: two writers would race on the same Workloads.
-    needs_leader: bool = True
+class Admission(LeaderController[GangAdmission]):
+    """Only the leader writes check states: two writers would race on the same Workloads."""
 
-    def __init__(self) -> None:
-        self._controller: GangAdmission | None = None
+    name = "admission"
 
-    def setup(self, runtime: Runtime) -> None:
-        self._controller = GangAdmission(
-            runtime.client,
-            readmodel.of(runtime),
-            in_flight=runtime.shared(admissions.NAME, AdmissionsInFlight),
-        )
+    def build(self, runtime: Runtime) -> GangAdmission:
+        in_flight = runtime.shared(admissions.NAME, AdmissionsInFlight)
+        return GangAdmission(runtime.client, readmodel.of(runtime), in_flight=in_flight)
 
-    def start(self, runtime: Runtime) -> None:
-        ctl = self._controller
-        if ctl is None:
-            raise RuntimeError("admission: start() before setup()")
+    def run(self, runtime: Runtime, ctl: GangAdmission) -> None:
         for ac in ctl.model.admission_checks.items():
             ctl.queue.add(f"check/{ac['metadata']['name']}")
         ctl.queue.add(PASS)

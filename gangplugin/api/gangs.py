@@ -19,6 +19,7 @@ from typing import Any
 import grpc
 
 from gangplugin.api.proto import gangs_pb2, gangs_pb2_grpc
+from gangplugin.api.replies import or_not_found
 from gangplugin.core.errors import InputError
 from gangplugin.kube.client import JSON
 from gangplugin.readmodel import decisions
@@ -190,15 +191,12 @@ class GangService(gangs_pb2_grpc.GangServiceServicer):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
         if owner is not None:
             return self._get_owned(request.namespace, owner, context)
-        found = self.summaries.find(request.namespace, request.name)
-        if found is None:
-            context.abort(
-                grpc.StatusCode.NOT_FOUND,
-                f"name {request.name!r}: no gang in namespace {request.namespace!r} (neither a Workload "
-                "whose ClusterQueue uses the gangplugin.io/gang check nor pods with that gang label)",
-            )
-        assert found is not None
-        return found
+        return or_not_found(
+            self.summaries.find(request.namespace, request.name),
+            context,
+            f"name {request.name!r}: no gang in namespace {request.namespace!r} (neither a Workload "
+            "whose ClusterQueue uses the gangplugin.io/gang check nor pods with that gang label)",
+        )
 
     def _get_owned(
         self, namespace: str, owner: Owner, context: grpc.ServicerContext

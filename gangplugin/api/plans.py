@@ -14,6 +14,7 @@ import grpc
 import httpx
 
 from gangplugin.api.proto import plans_pb2, plans_pb2_grpc
+from gangplugin.api.replies import or_not_found
 from gangplugin.core.errors import InputError
 from gangplugin.core.names import API_VERSION
 from gangplugin.core.names import PLAN_ACCEPTED_CONDITION as ACCEPTED
@@ -219,16 +220,12 @@ class PlanService(plans_pb2_grpc.PlanServiceServicer):
                 f"search.searchTime {format_time(req.now)}: offerings expire "
                 f"{int(OFFERING_TTL.total_seconds() // 60)} minutes after their search; search again",
             )
-        offering = next(
-            (o for o in self._search(req) if o.offering_id == request.training_plan_offering_id), None
+        offering = or_not_found(
+            next((o for o in self._search(req) if o.offering_id == request.training_plan_offering_id), None),
+            context,
+            f"trainingPlanOfferingId {request.training_plan_offering_id!r}: not offered by that search "
+            "over the capacity free now; search again",
         )
-        if offering is None:
-            context.abort(
-                grpc.StatusCode.NOT_FOUND,
-                f"trainingPlanOfferingId {request.training_plan_offering_id!r}: not offered by that search "
-                "over the capacity free now; search again",
-            )
-        assert offering is not None
         spec: dict[str, Any] = {
             "targetResource": offering.target_resource.value,
             "clusterQueue": request.cluster_queue,
@@ -266,12 +263,11 @@ class PlanService(plans_pb2_grpc.PlanServiceServicer):
             raise InputError(
                 "trainingPlanName", f"{request.training_plan_name!r} is not a plan name (a-z, 0-9, '-', '.')"
             )
-        obj = self.client.get_or_none(TRAINING_PLANS, request.training_plan_name)
-        if obj is None:
-            context.abort(
-                grpc.StatusCode.NOT_FOUND, f"trainingPlanName {request.training_plan_name!r}: no such plan"
-            )
-        assert obj is not None
+        obj = or_not_found(
+            self.client.get_or_none(TRAINING_PLANS, request.training_plan_name),
+            context,
+            f"trainingPlanName {request.training_plan_name!r}: no such plan",
+        )
         try:
             plan = parse_plan(obj)
         except InputError as err:

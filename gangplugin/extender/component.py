@@ -17,7 +17,7 @@ from gangplugin.extender.shared import ReservationSettings, gang_reservations
 from gangplugin.kube.client import PODS, ApiError, Client
 from gangplugin.kube.events import record_event
 from gangplugin.runtime.asgi import App, serve_in_thread
-from gangplugin.runtime.components import Runtime
+from gangplugin.runtime.components import LeaderController, Runtime
 
 log = logging.getLogger(__name__)
 
@@ -67,22 +67,20 @@ def _refusal_reporter(client: Client, executor: ThreadPoolExecutor) -> RefusedFn
     return refused
 
 
-class Extender:
-    # Gang plans and the bind barrier live in memory: exactly one replica may take scheduler calls
-    # (it listens only while leading; in a cluster the extender Service selects the leader's pod).
-    needs_leader: bool = True
+class Extender(LeaderController[GangReservations]):
+    """Gang plans and the bind barrier live in memory: exactly one replica may take scheduler calls
+    (it listens only while leading; in a cluster the extender Service selects the leader's pod)."""
+
+    name = "extender"
 
     def __init__(self, settings: ExtenderSettings, reservations: ReservationSettings) -> None:
+        super().__init__()
         self.settings, self.reservation_settings = settings, reservations
-        self._reservations: GangReservations | None = None
 
-    def setup(self, runtime: Runtime) -> None:
-        self._reservations = gang_reservations(runtime, self.reservation_settings)
+    def build(self, runtime: Runtime) -> GangReservations:
+        return gang_reservations(runtime, self.reservation_settings)
 
-    def start(self, runtime: Runtime) -> None:
-        reservations = self._reservations
-        if reservations is None:
-            raise RuntimeError("extender: start() before setup()")
+    def run(self, runtime: Runtime, reservations: GangReservations) -> None:
         settings = self.settings
         # kube-scheduler waits for each filter answer in its serial scheduling cycle; with Python's
         # default 5 ms GIL switch interval a watch or dispatch thread busy with a burst of pod events

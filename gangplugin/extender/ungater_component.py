@@ -11,32 +11,30 @@ from gangplugin.extender.ungater import Ungater
 from gangplugin.kube.client import NODES, PODS
 from gangplugin.kube.workqueue import start_workers
 from gangplugin.readmodel.records import node_record
-from gangplugin.runtime.components import Runtime
+from gangplugin.runtime.components import LeaderController, Runtime
 
 # Gangs are released side by side: each one's plan is made and reserved under the reservations'
 # lock, so only its pod patches overlap with another's.
 WORKERS = 4
 
 
-class UngaterComponent:
-    # Its plans live in the reservations, in memory: one replica pins (the leader), as one plans.
-    needs_leader: bool = True
+class UngaterComponent(LeaderController[Ungater]):
+    """Its plans live in the reservations, in memory: one replica pins (the leader), as one plans."""
+
+    name = "ungater"
 
     def __init__(self, reservations: ReservationSettings) -> None:
+        super().__init__()
         self.reservation_settings = reservations
-        self._ungater: Ungater | None = None
 
-    def setup(self, runtime: Runtime) -> None:
+    def build(self, runtime: Runtime) -> Ungater:
         ungater = Ungater(runtime.client, gang_reservations(runtime, self.reservation_settings))
         # After the reservations' handlers, on their dispatcher: it reads what they hold.
         on = dispatcher(runtime)
         runtime.informer(NODES, node_record).add_handler(ungater.on_node, on)
         runtime.informer(PODS, gang_pod_from_k8s).add_handler(ungater.on_pod, on)
-        self._ungater = ungater
+        return ungater
 
-    def start(self, runtime: Runtime) -> None:
-        ungater = self._ungater
-        if ungater is None:
-            raise RuntimeError("ungater: start() before setup()")
+    def run(self, runtime: Runtime, ungater: Ungater) -> None:
         for thread in start_workers(ungater.queue, ungater.reconcile, "ungater", count=WORKERS):
             runtime.vital(thread)

@@ -7,26 +7,24 @@ import threading
 
 from gangplugin.kube.workqueue import start_workers
 from gangplugin.multikueue.controller import WORKERS, DispatchSettings, MultiKueueDispatcher
-from gangplugin.runtime.components import Runtime
+from gangplugin.runtime.components import LeaderController, Runtime
 
 
-class MultiKueue:
-    # Only the leader nominates: two dispatchers would nominate two workers for one gang.
-    needs_leader: bool = True
+class MultiKueue(LeaderController[MultiKueueDispatcher]):
+    """Only the leader nominates: two dispatchers would nominate two workers for one gang."""
+
+    name = "multikueue"
 
     def __init__(self, settings: DispatchSettings) -> None:
+        super().__init__()
         self.settings = settings  # Kueue's namespace (its kubeconfig Secrets), the timeouts
-        self._controller: MultiKueueDispatcher | None = None
 
-    def setup(self, runtime: Runtime) -> None:
-        self._controller = MultiKueueDispatcher(
+    def build(self, runtime: Runtime) -> MultiKueueDispatcher:
+        return MultiKueueDispatcher(
             runtime.client, runtime.informer, runtime.dispatcher("multikueue"), self.settings
         )
 
-    def start(self, runtime: Runtime) -> None:
-        ctl = self._controller
-        if ctl is None:
-            raise RuntimeError("multikueue: start() before setup()")
+    def run(self, runtime: Runtime, ctl: MultiKueueDispatcher) -> None:
         ctl.queue.add(WORKERS)
         # One worker: a pass must see the nominations of the one before it, and the worker
         # connections it decides on.

@@ -1,14 +1,14 @@
 """What every component gets: an API client, shared watch caches, the dispatchers their
 handlers run on, objects components share, and a way to stop; and what `serve` knows of its
 own liveness (the threads that must stay alive, a fatal failure). `Component` is what a
-component gives `serve`."""
+component gives `serve`; `LeaderController` one whose controller only the leader runs."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from gangplugin.kube.client import JSON, Client, Resource
 from gangplugin.kube.dispatcher import Dispatcher
@@ -16,6 +16,7 @@ from gangplugin.kube.informer import Informer, identity
 from gangplugin.runtime.metrics import DISPATCH_BACKLOG
 
 T = TypeVar("T")
+C = TypeVar("C")
 
 
 @dataclass
@@ -93,3 +94,28 @@ class Component(Protocol):
     def setup(self, runtime: Runtime) -> None: ...
 
     def start(self, runtime: Runtime) -> None: ...
+
+
+class LeaderController(Generic[C]):
+    """A component whose one controller only the leader runs (it writes): `build` makes it in
+    `setup`, so its handlers exist before the caches start; `run` starts it in `start`."""
+
+    name: ClassVar[str]
+    needs_leader: bool = True
+
+    def __init__(self) -> None:
+        self._controller: C | None = None
+
+    def build(self, runtime: Runtime) -> C:
+        raise NotImplementedError
+
+    def run(self, runtime: Runtime, controller: C) -> None:
+        raise NotImplementedError
+
+    def setup(self, runtime: Runtime) -> None:
+        self._controller = self.build(runtime)
+
+    def start(self, runtime: Runtime) -> None:
+        if self._controller is None:
+            raise RuntimeError(f"{self.name}: start() before setup()")
+        self.run(runtime, self._controller)

@@ -27,21 +27,18 @@ from typing import Any, ClassVar
 
 import yaml
 
-from gangplugin.core.topology import DEFAULT_LEVELS
 from gangplugin.kube.client import Client, Resource
 from gangplugin.localcluster import manifests
 from gangplugin.localcluster.components.base import Component
-from gangplugin.localcluster.errors import ClusterError
+from gangplugin.localcluster.components.operators import level_topology, peer_version
 from gangplugin.localcluster.probes import http_ok
 from gangplugin.localcluster.spec import ClusterSpec
 from gangplugin.localcluster.supervisor import Process
-from gangplugin.localcluster.upstream import versions
 
 NAMESPACE = "kai-scheduler"
 RESERVATION_NAMESPACE = "kai-resource-reservation"
 SCHEDULER_NAME = "kai-scheduler"
 QUEUE_LABEL = "kai.scheduler/queue"
-TOPOLOGY = "hyperpod"
 PARENT_QUEUE, QUEUE = "default-parent-queue", "default-queue"
 # The chart's PriorityClasses (templates/priorityclasses/): below 100 a workload is preemptible.
 PRIORITY_CLASSES = {"train": 50, "build-preemptible": 75, "build": 100, "inference": 125}
@@ -78,10 +75,7 @@ PLUGINS = (
 
 
 def version() -> str:
-    v = versions().get("KAI_SCHEDULER_VERSION")
-    if not v:
-        raise ClusterError("hack/versions.env has no KAI_SCHEDULER_VERSION; the peers' versions come with it")
-    return v
+    return peer_version("KAI_SCHEDULER_VERSION")
 
 
 def manifests_dir(spec: ClusterSpec) -> Path:
@@ -97,12 +91,7 @@ def scheduler_config() -> dict[str, Any]:
 
 
 def topology() -> dict[str, Any]:
-    return {
-        "apiVersion": "kai.scheduler/v1alpha1",
-        "kind": "Topology",
-        "metadata": {"name": TOPOLOGY},
-        "spec": {"levels": [{"nodeLabel": label} for label in DEFAULT_LEVELS]},
-    }
+    return level_topology("kai.scheduler/v1alpha1")
 
 
 def queue(name: str, parent: str | None) -> dict[str, Any]:

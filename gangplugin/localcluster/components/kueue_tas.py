@@ -16,24 +16,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gangplugin.core.topology import DEFAULT_LEVELS
 from gangplugin.kube.client import Client
 from gangplugin.kube.resources import RESOURCE_FLAVORS, TOPOLOGIES
 from gangplugin.kube.shape import INSTANCE_TYPE
 from gangplugin.localcluster import manifests, nodes
 from gangplugin.localcluster.components.base import Component
+from gangplugin.localcluster.components.operators import TOPOLOGY, level_topology
 from gangplugin.localcluster.spec import ClusterSpec
-
-TOPOLOGY = "hyperpod"
 
 
 def topology() -> dict[str, Any]:
-    return {
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "Topology",
-        "metadata": {"name": TOPOLOGY},
-        "spec": {"levels": [{"nodeLabel": label} for label in DEFAULT_LEVELS]},
-    }
+    return level_topology("kueue.x-k8s.io/v1beta2")
 
 
 def flavor_name(instance_type: str) -> str:

@@ -5,11 +5,9 @@ the cluster's serving certificate on 127.0.0.1."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
-from gangplugin.kube.client import Client
-from gangplugin.localcluster import manifests
-from gangplugin.localcluster.components.base import Component
-from gangplugin.localcluster.components.operators import configured_manager, manifests_dir
+from gangplugin.localcluster.components.operators import UpstreamController
 from gangplugin.localcluster.spec import ClusterSpec
 from gangplugin.localcluster.supervisor import Process
 
@@ -18,42 +16,19 @@ LWS_PODS = {"matchExpressions": [{"key": "leaderworkerset.sigs.k8s.io/name", "op
 
 
 @dataclass(frozen=True)
-class LeaderWorkerSet(Component):
+class LeaderWorkerSet(UpstreamController):
     name = "lws"
-    optional = True
-    build_group = "extras"
     kueue_frameworks = ("leaderworkerset.x-k8s.io/leaderworkerset",)
-
-    def listens(self, spec: ClusterSpec) -> dict[str, int]:
-        p = spec.ports
-        return {"lws webhook": p.at(948), "lws health": p.at(889)}
-
-    def install(self, spec: ClusterSpec, client: Client) -> None:
-        manifests.install_upstream(
-            client,
-            spec,
-            manifests_dir(spec, self.name, "LWS_VERSION"),
-            "*.x-k8s.io_*.yaml",  # LeaderWorkerSet and (v0.9) DisaggregatedSet
-            "LWS",
-            spec.ports.at(948),
-            keep=lambda _path: True,
-            pod_selector={"objectSelector": LWS_PODS},
-        )
+    version_key = "LWS_VERSION"
+    crd_files = "*.x-k8s.io_*.yaml"  # LeaderWorkerSet and (v0.9) DisaggregatedSet
+    what = "LWS"
+    webhook_offset, health_offset = 948, 889
+    pod_selector: ClassVar[dict[str, Any]] = {"objectSelector": LWS_PODS}
 
     def process(self, spec: ClusterSpec) -> Process:
-        ports = self.listens(spec)
-        return configured_manager(
+        return self.manager(
             spec,
-            self.name,
-            spec.bin_dir / self.name,
             api_version="config.lws.x-k8s.io/v1alpha1",
             cert_management="internalCertManagement",
-            webhook={
-                "port": ports["lws webhook"],
-                "host": "127.0.0.1",
-                "certDir": str(spec.serving_cert_dir),
-            },
-            metrics={"bindAddress": "0"},  # off: nothing here reads it
-            health=ports["lws health"],
-            ports=tuple(ports.values()),
+            webhook={"certDir": str(spec.serving_cert_dir)},
         )

@@ -16,8 +16,10 @@ import yaml
 
 from gangplugin.kube.client import Client, Resource
 from gangplugin.localcluster import manifests
-from gangplugin.localcluster.components.base import Component
-from gangplugin.localcluster.components.operators import configured_manager, manifests_dir, serving_tmpdir
+from gangplugin.localcluster.components.operators import (
+    UpstreamController,
+    serving_tmpdir,
+)
 from gangplugin.localcluster.probes import INSTALL_DEADLINE, wait
 from gangplugin.localcluster.spec import ClusterSpec
 from gangplugin.localcluster.supervisor import Process
@@ -30,50 +32,30 @@ TORCH_RUNTIME = "torch_distributed.yaml"
 
 
 @dataclass(frozen=True)
-class Trainer(Component):
+class Trainer(UpstreamController):
     name = "trainer"
-    optional = True
-    build_group = "extras"
     requires = ("jobset",)
     kueue_frameworks = ("trainer.kubeflow.org/trainjob",)
+    version_key = "TRAINER_VERSION"
+    crd_files = "trainer.kubeflow.org_*.yaml"
+    what = "Trainer"
+    webhook_offset, health_offset = 947, 887
 
     def binaries(self, spec: ClusterSpec) -> tuple[Path, ...]:
         return (spec.bin_dir / "trainer-controller-manager",)
 
-    def listens(self, spec: ClusterSpec) -> dict[str, int]:
-        p = spec.ports
-        return {"trainer webhook": p.at(947), "trainer health": p.at(887)}
-
-    def install(self, spec: ClusterSpec, client: Client) -> None:
-        manifests.install_upstream(
-            client,
-            spec,
-            manifests_dir(spec, self.name, "TRAINER_VERSION"),
-            "trainer.kubeflow.org_*.yaml",
-            "Trainer",
-            spec.ports.at(947),
-            keep=lambda _path: True,
-            pod_selector={},
-        )
-
     def process(self, spec: ClusterSpec) -> Process:
-        ports = self.listens(spec)
-        return configured_manager(
+        return self.manager(
             spec,
-            self.name,
-            self.binaries(spec)[0],
             api_version="config.trainer.kubeflow.org/v1alpha1",
             cert_management="certManagement",
-            webhook={"port": ports["trainer webhook"], "host": "127.0.0.1"},
-            metrics={"bindAddress": "0"},  # off: nothing here reads it
-            health=ports["trainer health"],
-            ports=tuple(ports.values()),
+            webhook={},
             env={"TMPDIR": str(serving_tmpdir(spec, self.name))},
         )
 
     def started(self, spec: ClusterSpec, client: Client, log: Callable[[str], None]) -> None:
         """The torch runtime, once the trainer's webhooks (which validate it) answer."""
-        path = manifests_dir(spec, self.name, "TRAINER_VERSION") / "runtimes" / TORCH_RUNTIME
+        path = self.manifests(spec) / "runtimes" / TORCH_RUNTIME
         runtime = yaml.safe_load(path.read_text())
 
         def applied() -> bool:

@@ -20,8 +20,7 @@ from pathlib import Path
 
 from gangplugin.kube.client import ApiError, Client, Resource
 from gangplugin.localcluster import credentials, manifests
-from gangplugin.localcluster.components.base import Component
-from gangplugin.localcluster.components.operators import manifests_dir, serving_tmpdir
+from gangplugin.localcluster.components.operators import UpstreamController, serving_tmpdir
 from gangplugin.localcluster.errors import ClusterError
 from gangplugin.localcluster.probes import http_ok
 from gangplugin.localcluster.realnodes.images import PYTORCH_INIT, PYTORCH_INIT_TEMPLATE
@@ -52,30 +51,19 @@ def _mounted_certificate(spec: ClusterSpec) -> None:
 
 
 @dataclass(frozen=True)
-class TrainingOperator(Component):
+class TrainingOperator(UpstreamController):
     name = "training-operator"
-    optional = True
-    build_group = "extras"
     kueue_frameworks = ("kubeflow.org/pytorchjob",)
+    version_key = "TRAINING_OPERATOR_VERSION"
+    crd_files = "kubeflow.org_pytorchjobs.yaml"
+    what = "training-operator"
+    webhook_offset, health_offset = 946, 885
 
-    def listens(self, spec: ClusterSpec) -> dict[str, int]:
-        p = spec.ports
-        return {
-            "training-operator webhook": p.at(946),
-            "training-operator health": p.at(885),
-        }
+    def keep(self, path: str) -> bool:
+        return path.endswith("-pytorchjob")
 
     def install(self, spec: ClusterSpec, client: Client) -> None:
-        manifests.install_upstream(
-            client,
-            spec,
-            manifests_dir(spec, self.name, "TRAINING_OPERATOR_VERSION"),
-            "kubeflow.org_pytorchjobs.yaml",
-            "training-operator",
-            spec.ports.at(946),
-            keep=lambda path: path.endswith("-pytorchjob"),
-            pod_selector={},
-        )
+        super().install(spec, client)
         manifests.ensure_namespace(client, NAMESPACE)
         secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": SECRET, "namespace": NAMESPACE}}
         with contextlib.suppress(ApiError):  # 409: there already, maybe filled by the rotator

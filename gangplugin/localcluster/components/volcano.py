@@ -25,7 +25,7 @@ import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 
@@ -33,11 +33,11 @@ from gangplugin.core.topology import DEFAULT_LEVELS, ULTRASERVER_LABEL
 from gangplugin.kube.client import Client, Resource
 from gangplugin.localcluster import manifests, nodes
 from gangplugin.localcluster.components.base import Component
+from gangplugin.localcluster.components.operators import peer_version
 from gangplugin.localcluster.errors import ClusterError
 from gangplugin.localcluster.probes import INSTALL_DEADLINE, http_ok, https_ok, wait
 from gangplugin.localcluster.spec import ClusterSpec
 from gangplugin.localcluster.supervisor import Process
-from gangplugin.localcluster.upstream import versions
 
 NAMESPACE = "volcano-system"
 SCHEDULER_NAME = "volcano"
@@ -86,10 +86,7 @@ SCHEDULER_CONF: dict[str, Any] = {
 
 
 def version() -> str:
-    v = versions().get("VOLCANO_VERSION")
-    if not v:
-        raise ClusterError("hack/versions.env has no VOLCANO_VERSION; the peers' versions come with it")
-    return v
+    return peer_version("VOLCANO_VERSION")
 
 
 def manifests_dir(spec: ClusterSpec) -> Path:
@@ -174,15 +171,54 @@ def _serving(spec: ClusterSpec) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
-class VolcanoWebhookManager(Component):
-    name = "volcano-webhook-manager"
-    optional = True
+class _Volcano(Component):
+    """One of Volcano's programs, `vc-<name without volcano->`: its ports by name (`at`, offsets),
+    its health endpoint on the one at `health_at`, the scheduler name and healthz flags it
+    shares with the others, then its own (`flags`)."""
+
+    optional: ClassVar[bool] = True
+    at: ClassVar[dict[str, int]]
+    health_at: ClassVar[int]
+    env: ClassVar[dict[str, str]] = {}
 
     def binaries(self, spec: ClusterSpec) -> tuple[Path, ...]:
-        return (spec.bin_dir / f"vc-webhook-manager-{version()}", spec.bin_dir / "helm")
+        return (spec.bin_dir / f"vc-{self.name.removeprefix('volcano-')}-{version()}",)
 
     def listens(self, spec: ClusterSpec) -> dict[str, int]:
-        return {"volcano webhook": spec.ports.at(700), "volcano webhook health": spec.ports.at(701)}
+        return {what: spec.ports.at(offset) for what, offset in self.at.items()}
+
+    def flags(self, spec: ClusterSpec) -> tuple[str, ...]:
+        raise NotImplementedError
+
+    def healthy(self, spec: ClusterSpec, port: int) -> bool:
+        return http_ok(f"http://127.0.0.1:{port}/healthz")
+
+    def process(self, spec: ClusterSpec) -> Process:
+        health = spec.ports.at(self.health_at)
+        return Process(
+            self.name,
+            (
+                str(self.binaries(spec)[0]),
+                f"--kubeconfig={spec.kubeconfig}",
+                *self.flags(spec),
+                f"--scheduler-name={SCHEDULER_NAME}",
+                "--enable-healthz=true",
+                f"--healthz-address=127.0.0.1:{health}",
+            ),
+            env=dict(self.env),
+            health=lambda: self.healthy(spec, health),
+            ports=tuple(self.listens(spec).values()),
+        )
+
+
+@dataclass(frozen=True)
+class VolcanoWebhookManager(_Volcano):
+    name = "volcano-webhook-manager"
+    at: ClassVar[dict[str, int]] = {"volcano webhook": 700, "volcano webhook health": 701}
+    health_at = 701
+
+    def binaries(self, spec: ClusterSpec) -> tuple[Path, ...]:
+        return (*super().binaries(spec), spec.bin_dir / "helm")
 
     def install(self, spec: ClusterSpec, client: Client) -> None:
         # jobflow/ too: the controller manager's controllers share one informer factory and each
@@ -207,26 +243,18 @@ class VolcanoWebhookManager(Component):
                 hook["clientConfig"] = manifests.webhook_client_config(spec, path, port)
             client.apply(manifests.WEBHOOK_KINDS[cfg["kind"]], cfg, field_manager=manifests.FIELD_MANAGER)
 
-    def process(self, spec: ClusterSpec) -> Process:
-        port, health = spec.ports.at(700), spec.ports.at(701)
-        ca = spec.pki_dir / "ca.crt"
-        return Process(
-            self.name,
-            (
-                str(self.binaries(spec)[0]),
-                f"--kubeconfig={spec.kubeconfig}",
-                *_serving(spec),
-                f"--webhook-url=https://127.0.0.1:{port}",
-                "--listen-address=127.0.0.1",
-                f"--port={port}",
-                f"--enabled-admission={enabled_admissions(spec)}",
-                f"--scheduler-name={SCHEDULER_NAME}",
-                "--enable-healthz=true",
-                f"--healthz-address=127.0.0.1:{health}",
-            ),
-            health=lambda: https_ok(f"https://127.0.0.1:{health}/healthz", ca),
-            ports=(port, health),
+    def flags(self, spec: ClusterSpec) -> tuple[str, ...]:
+        port = spec.ports.at(700)
+        return (
+            *_serving(spec),
+            f"--webhook-url=https://127.0.0.1:{port}",
+            "--listen-address=127.0.0.1",
+            f"--port={port}",
+            f"--enabled-admission={enabled_admissions(spec)}",
         )
+
+    def healthy(self, spec: ClusterSpec, port: int) -> bool:
+        return https_ok(f"https://127.0.0.1:{port}/healthz", spec.pki_dir / "ca.crt")
 
     def started(self, spec: ClusterSpec, client: Client, log: Callable[[str], None]) -> None:
         """Until a dry-run create of a Queue goes through its webhooks."""
@@ -240,34 +268,15 @@ class VolcanoWebhookManager(Component):
 
 
 @dataclass(frozen=True)
-class VolcanoControllerManager(Component):
+class VolcanoControllerManager(_Volcano):
     name = "volcano-controller-manager"
-    optional = True
     requires = ("volcano-webhook-manager",)
+    at: ClassVar[dict[str, int]] = {"volcano controllers health": 702, "volcano controllers": 703}
+    health_at = 702
+    env: ClassVar[dict[str, str]] = {"KUBE_POD_NAMESPACE": NAMESPACE}
 
-    def binaries(self, spec: ClusterSpec) -> tuple[Path, ...]:
-        return (spec.bin_dir / f"vc-controller-manager-{version()}",)
-
-    def listens(self, spec: ClusterSpec) -> dict[str, int]:
-        return {"volcano controllers health": spec.ports.at(702), "volcano controllers": spec.ports.at(703)}
-
-    def process(self, spec: ClusterSpec) -> Process:
-        health = spec.ports.at(702)
-        return Process(
-            self.name,
-            (
-                str(self.binaries(spec)[0]),
-                f"--kubeconfig={spec.kubeconfig}",
-                "--leader-elect=false",
-                f"--scheduler-name={SCHEDULER_NAME}",
-                "--enable-healthz=true",
-                f"--healthz-address=127.0.0.1:{health}",
-                f"--listen-address=127.0.0.1:{spec.ports.at(703)}",
-            ),
-            env={"KUBE_POD_NAMESPACE": NAMESPACE},
-            health=lambda: http_ok(f"http://127.0.0.1:{health}/healthz"),
-            ports=(health, spec.ports.at(703)),
-        )
+    def flags(self, spec: ClusterSpec) -> tuple[str, ...]:
+        return ("--leader-elect=false", f"--listen-address=127.0.0.1:{spec.ports.at(703)}")
 
     def started(self, spec: ClusterSpec, client: Client, log: Callable[[str], None]) -> None:
         """Until a tier-1 HyperNode stands for every UltraServer in one tree. A HyperNode its
@@ -291,36 +300,20 @@ class VolcanoControllerManager(Component):
 
 
 @dataclass(frozen=True)
-class VolcanoScheduler(Component):
+class VolcanoScheduler(_Volcano):
     name = "volcano-scheduler"
-    optional = True
     requires = ("volcano-controller-manager",)
+    at: ClassVar[dict[str, int]] = {"volcano scheduler health": 704, "volcano scheduler": 705}
+    health_at = 704
 
-    def binaries(self, spec: ClusterSpec) -> tuple[Path, ...]:
-        return (spec.bin_dir / f"vc-scheduler-{version()}",)
-
-    def listens(self, spec: ClusterSpec) -> dict[str, int]:
-        return {"volcano scheduler health": spec.ports.at(704), "volcano scheduler": spec.ports.at(705)}
-
-    def process(self, spec: ClusterSpec) -> Process:
-        health = spec.ports.at(704)
+    def flags(self, spec: ClusterSpec) -> tuple[str, ...]:
         conf = spec.state_dir / "volcano-scheduler.conf"
         conf.write_text(yaml.safe_dump(SCHEDULER_CONF, sort_keys=False))
-        return Process(
-            self.name,
-            (
-                str(self.binaries(spec)[0]),
-                f"--kubeconfig={spec.kubeconfig}",
-                f"--scheduler-conf={conf}",
-                f"--scheduler-name={SCHEDULER_NAME}",
-                "--leader-elect=false",
-                "--enable-healthz=true",
-                f"--healthz-address=127.0.0.1:{health}",
-                "--enable-metrics=true",
-                f"--listen-address=127.0.0.1:{spec.ports.at(705)}",
-            ),
-            health=lambda: http_ok(f"http://127.0.0.1:{health}/healthz"),
-            ports=(health, spec.ports.at(705)),
+        return (
+            f"--scheduler-conf={conf}",
+            "--leader-elect=false",
+            "--enable-metrics=true",
+            f"--listen-address=127.0.0.1:{spec.ports.at(705)}",
         )
 
     def started(self, spec: ClusterSpec, client: Client, log: Callable[[str], None]) -> None:
