@@ -23,6 +23,7 @@ from gangplugin.core.policy import GangPolicy
 from gangplugin.core.preemption import ClusterQueueState, Contender, RunningGang, gang_gpus
 from gangplugin.core.quota import next_quota_change
 from gangplugin.core.reservation import GangEnd, Holder, Reservations
+from gangplugin.core.resources import ACCELERATORS
 from gangplugin.core.states import CheckState
 from gangplugin.core.topology import Snapshot
 from gangplugin.kube import kueue_records as rec
@@ -117,8 +118,10 @@ def running_gangs(model: ReadModel) -> list[RunningGang]:
     domain look as if it could never hold a waiting gang)."""
     ours = model.our_checks()
     out = []
+    known: set[tuple[str, str]] = set()
     for wl in model.workloads.items():
         record = model.record(wl)
+        known.add((record.namespace, record.gang_id))
         check = model.checks.of(record, ours)
         if check is None or check.entry is None:
             continue
@@ -144,6 +147,32 @@ def running_gangs(model: ReadModel) -> list[RunningGang]:
                 evicting=leaving,
             )
         )
+    return out + _terminating(model, known)
+
+
+def _terminating(model: ReadModel, known: set[tuple[str, str]]) -> list[RunningGang]:
+    """The pods of gangs whose Workload is gone (its Job deleted) that still hold their nodes
+    while they terminate, each gang's as one leaving: counted as there for good, they made a
+    reserved domain look as if it could never hold its gang, and the reservation moved."""
+    out = []
+    for namespace, gang in model.index.gangs():
+        if (namespace, gang) in known:
+            continue
+        pods = [p for p in model.gang_pods(namespace, gang) if p.deleting and p.bound is not None]
+        if pods:
+            gpus = sum(p.bound.requests.get(r, 0) for p in pods if p.bound for r in ACCELERATORS)
+            out.append(
+                RunningGang(
+                    key=f"{namespace}/{gang}",
+                    priority=0,
+                    cluster_queue="",
+                    created_at=0.0,
+                    started_at=0.0,
+                    gpus=gpus,
+                    pods=tuple(p.key for p in pods),
+                    evicting=True,
+                )
+            )
     return out
 
 

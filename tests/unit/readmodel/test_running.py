@@ -27,3 +27,14 @@ def test_finished_and_evicted_gangs_with_pods_on_nodes_are_leaving() -> None:
     assert sorted(found) == ["team-a/done", "team-a/running"]
     assert found["team-a/done"].evicting and not found["team-a/running"].evicting
     assert ("team-a", "done-0") in found["team-a/done"].pods
+
+
+def test_a_deleted_workload_s_terminating_pods_are_leaving_and_a_pod_gang_s_stay() -> None:
+    caches = Caches()
+    standard(caches)
+    terminating = pod("gone-0", "gone", node="us1-0")  # its Job and Workload deleted meanwhile
+    terminating["metadata"]["deletionTimestamp"] = "2027-01-15T08:00:00Z"
+    caches.put(PODS, terminating)
+    caches.put(PODS, pod("solo-0", "solo", node="us1-1", size=2))  # a pod gang: no Workload
+    (leaving,) = running_gangs(caches.model())
+    assert leaving.evicting and leaving.pods == (("team-a", "gone-0"),) and leaving.gpus == 4
