@@ -242,11 +242,12 @@ def evaluation(model: ReadModel, wl: JSON, check: str, now: float) -> Evaluation
         blocker = verdict.blocked_by
         return Evaluation(False, f"waiting for gang {blocker} to be Ready", blocked_by=blocker)
     placement = verdict.decision.placement if verdict.decision is not None else None
-    # The message says whom it preempts, that it can never start whole, what it reserved
+    # The message says whom it preempts, that it can never start whole, what it reserved (told
+    # in full: with the counts the check's message leaves out)
     if placement is None or verdict.preemption is not None or verdict.step in _TOLD:
-        return Evaluation(False, verdict.message)
+        return Evaluation(False, verdict.full)
     # (a gang kept off domains reserved for others: the message names them too)
-    reason = placement.reason if placement.feasible else verdict.message.removeprefix(NOT_NOW)
+    reason = placement.reason if placement.feasible else verdict.full.removeprefix(NOT_NOW)
     return Evaluation(placement.feasible, reason, placement.level, tuple(placement.domains))
 
 
