@@ -203,10 +203,6 @@ PLAIN_FLAVOR = resource_flavor("bench-gb200", GB200)
 GANG_POLICY = gang_policy("bench", readyTimeout="10m", bindMode="Ungate", nodeFailure="ReplaceFromSpare")
 
 
-# Ungate, the default, written out; no spares: every system has the same nodes for gangs.
-GANG_POLICY = gang_policy("bench", readyTimeout="10m", bindMode="Ungate", nodeFailure="ReplaceFromSpare")
-
-
 def gangplugin_setup(client: Client, cap: Capacity) -> None:
     ensure(client, GANG_POLICIES, GANG_POLICY)
     ensure(client, ADMISSION_CHECKS, admission_check("bench-gang", policy="bench"))
