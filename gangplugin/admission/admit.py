@@ -20,7 +20,7 @@ from functools import partial
 
 from gangplugin.admission.outbox import Outbox, Outcome, Sent
 from gangplugin.admission.preempt import Preemptions
-from gangplugin.admission.reserve import recording
+from gangplugin.admission.reserve import recording, records
 from gangplugin.admission.writes import CheckWriter, as_admitted
 from gangplugin.core.admission import with_selector
 from gangplugin.core.errors import InputError
@@ -118,17 +118,18 @@ class AdmissionPass:
         )
         return max(0.05, min(decided.wake) - now) if decided.wake else None
 
-    def _sent(self, sent: Sent, outcome: Outcome) -> None:
+    def _sent(self, sent: Sent, outcome: Outcome, passed_over: bool) -> None:
         """A write ended (on a writer thread). A refused (False) or failed admission gives its
         capacity back (a failure of unknown outcome only once the API server says it did not
-        happen); either way the pass decides again, on fresh copies."""
+        happen); either way the pass decides again, on fresh copies, as it does when a pass
+        left the gang be while the write was in flight (the event that ran it may be its)."""
         if sent.admission and outcome is not True:
             with self.capacity.locked():
                 self._settle_failed_admission(sent.key, sent.resource_version, outcome)
-        if outcome is False:
-            self.rerun(0.0)
-        elif isinstance(outcome, Exception):
+        if isinstance(outcome, Exception):
             self.rerun(RETRY_AFTER_ERROR)
+        elif outcome is False or passed_over:
+            self.rerun(0.0)
 
     def _decide(self, queue: Queue, now: float) -> _Decided:
         """Decide every candidate in order on one snapshot (each admission charged before the next
@@ -139,7 +140,7 @@ class AdmissionPass:
         seen = {k: e.record.resource_version for k, e in queue.entries.items()}
         for key, hold in self.outbox.holds(seen).items():
             gov.holds.setdefault(key, hold)  # sent, not in the cache yet
-        book = reservations(self.model, queue, now, gov)
+        book = reservations(self.model, queue, now, gov, sent=self.outbox.reservations(seen))
         out = _Decided()
         with self.capacity.locked():
             snapshot = self._snapshots(queue.admitted())
@@ -150,8 +151,8 @@ class AdmissionPass:
                     snapshot(self.model.levels(self.model.policy(q.policy)))
             for q in queue.order.candidates:
                 entry = queue.entries[q.key]
-                if self.outbox.busy(q.key, entry.record.resource_version):
-                    continue  # its write's answer, or the Workload it made, decides what is next
+                if self.outbox.pass_over(q.key):
+                    continue  # its write's answer decides what is next (then a pass runs again)
                 decide_start, cpu_start = time.monotonic(), time.thread_time()
                 facts = gang_facts(self.model, entry.wl, q.policy, snapshot, unready, now)
                 verdict = gate(facts, gov, reservations=book)
@@ -195,6 +196,8 @@ class AdmissionPass:
                 max(0.0, facts.now - reserved) if reserved else 0.0
             )
         plan, rv = verdict.preemption, entry.record.resource_version
+        # with what it records of its reservation: the passes read that until the cache does
+        sent = partial(Sent, key, rv, reserves=records(wl, verdict), reservation=verdict.reservation)
         if plan is not None and plan.preempts:
             gov.started(key, plan, verdict.hold)
             preempt = partial(
@@ -205,10 +208,10 @@ class AdmissionPass:
                 message=verdict.message,
                 now=facts.now,
             )
-            out.writes.append(Sent(key, rv, recording(self.writer, wl, verdict, preempt), hold=verdict.hold))
+            out.writes.append(sent(recording(self.writer, wl, verdict, preempt), hold=verdict.hold))
         elif verdict.rejected:
             reject = partial(self.writer.reject, wl, check, verdict.message, facts.now)
-            out.writes.append(Sent(key, rv, reject))
+            out.writes.append(sent(reject))
         elif verdict.decision is None or not verdict.decision.ready:
             pending = partial(
                 self.writer.write_check,
@@ -219,13 +222,13 @@ class AdmissionPass:
                 warning=_WARNINGS.get(verdict.step),
                 detail=verdict.detail,
             )
-            out.writes.append(Sent(key, rv, recording(self.writer, wl, verdict, pending)))
+            out.writes.append(sent(recording(self.writer, wl, verdict, pending)))
         else:
             self._assume(entry, verdict, unready)
             admit = partial(
                 self.writer.admit, wl, check, verdict.decision, facts.now, entry.record.quota_reserved_at
             )
-            out.writes.append(Sent(key, rv, admit, admission=True))
+            out.writes.append(sent(admit, admission=True))
 
     def _assume(self, entry: Entry, verdict: GateVerdict, unready: dict[str | None, list[str]]) -> None:
         """Charge an admission being written until the cache shows it (under the capacity lock)."""
@@ -264,7 +267,7 @@ class AdmissionPass:
             with self._announced_lock:
                 self.announced.pop(key, None)  # the watch shows the Workload after the write now
             return False
-        if a.certain or self.outbox.busy(key, a.resource_version):
+        if a.certain or self.outbox.busy(key):
             return True  # written, or its answer not in yet
         try:  # the write's outcome is unknown: the API server says whether it happened
             live = self.client.request(

@@ -22,7 +22,7 @@ from gangplugin.core.placement import Gang
 from gangplugin.core.policy import GangPolicy
 from gangplugin.core.preemption import ClusterQueueState, Contender, RunningGang, gang_gpus
 from gangplugin.core.quota import next_quota_change
-from gangplugin.core.reservation import GangEnd, Holder, Reservations
+from gangplugin.core.reservation import GangEnd, Holder, Reservation, Reservations
 from gangplugin.core.states import CheckState
 from gangplugin.core.topology import Snapshot
 from gangplugin.kube import kueue_records as rec
@@ -189,14 +189,21 @@ def gang_ends(model: ReadModel, keys: Sequence[str]) -> dict[str, GangEnd]:
     return out
 
 
-def reservations(model: ReadModel, queue: Queue, now: float, gov: PreemptionState) -> Reservations:
+def reservations(
+    model: ReadModel,
+    queue: Queue,
+    now: float,
+    gov: PreemptionState,
+    sent: Mapping[str, Reservation | None] | None = None,
+) -> Reservations:
     """A pass's (or explain's) reservations: the live ones recorded on the waiting gangs (each
     for its quota reservation, under a policy that still reserves), ranked by the queue's
-    order; the running gangs (`gov`'s) and their ends read on first use."""
-    holders = {}
+    order; the running gangs (`gov`'s) and their ends read on first use. `sent`: the pass's
+    own, sent to be recorded (None: given up) but not in the cache yet, in place of the cache's."""
+    holders, sent = {}, sent or {}
     for q in queue.order.candidates:
         entry = queue.entries[q.key]
-        taken = rec.reservation_from_k8s(entry.wl)
+        taken = sent[q.key] if q.key in sent else rec.reservation_from_k8s(entry.wl)
         if taken is None or not taken.live(entry.record.quota_reserved_at):
             continue
         try:

@@ -20,28 +20,30 @@ from tests.support.fakeapi import FakeApi
 
 def test_admissions_go_out_side_by_side_unless_ordered() -> None:
     started = threading.Barrier(2, timeout=30)  # both running at once, or neither ends
-    outbox = Outbox(lambda _sent, _outcome: None)
+    outbox = Outbox(lambda _sent, _outcome, _passed_over: None)
     outbox.send([Sent(k, "1", lambda: started.wait() >= 0, admission=True) for k in "ab"], ordered=False)
     assert outbox.wait(30)
 
 
-def test_a_gang_is_busy_while_a_write_decided_on_that_copy_is_in_flight() -> None:
+def test_a_gang_is_busy_while_a_write_for_it_is_in_flight() -> None:
     go = threading.Event()
     ends: list[Any] = []
-    outbox = Outbox(lambda sent, outcome: ends.append((sent.key, outcome, outbox.busy(sent.key, "7"))))
+    outbox = Outbox(lambda sent, outcome, over: ends.append((sent.key, outcome, over, outbox.busy(sent.key))))
     hold = Hold(level="us", domain="us-1", nodes=("n1",), victims=("ns/v",), quota_reserved_at=NOW, at=NOW)
     outbox.send([Sent("ns/g", "7", lambda: go.wait(30) and False, hold=hold)], ordered=True)
-    assert outbox.busy("ns/g", "7") and not outbox.busy("ns/g", "8")
-    assert outbox.holds({"ns/g": "7"}) == {"ns/g": hold}  # counts before the cache shows it
+    assert outbox.busy("ns/g") and not outbox.busy("ns/h")
+    # counts before the cache shows it, and while the cache shows a copy it did not make yet
+    assert outbox.holds({"ns/g": "7"}) == {"ns/g": hold} == outbox.holds({"ns/g": "8"})
+    assert outbox.pass_over("ns/g") and not outbox.pass_over("ns/h")
     go.set()
     assert outbox.wait(30)
-    # refused: not busy by the time it is reported (the pass that report starts decides it again),
-    # and its hold, never recorded, no longer counts
-    assert ends == [("ns/g", False, False)] and outbox.holds({"ns/g": "7"}) == {}
+    # refused: not busy by the time it is reported (the pass that report starts decides it again,
+    # as it would for a pass that left it be), and its hold, never recorded, no longer counts
+    assert ends == [("ns/g", False, True, False)] and outbox.holds({"ns/g": "7"}) == {}
 
 
 def test_a_hold_counts_until_the_cache_shows_a_newer_copy() -> None:
-    outbox = Outbox(lambda _sent, _outcome: None)
+    outbox = Outbox(lambda _sent, _outcome, _passed_over: None)
     hold = Hold(level="us", domain="us-1", nodes=("n1",), victims=("ns/v",), quota_reserved_at=NOW, at=NOW)
     outbox.send([Sent("ns/g", "7", lambda: True, hold=hold)], ordered=False)
     assert outbox.wait(30)
