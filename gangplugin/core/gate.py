@@ -56,7 +56,14 @@ from gangplugin.core.preemption import (
     find_victims,
     hold_of,
 )
-from gangplugin.core.reservation import Holder, Reservation, Reservations, describe, reservation_level
+from gangplugin.core.reservation import (
+    Holder,
+    Reservation,
+    Reservations,
+    describe,
+    occupant,
+    reservation_level,
+)
 from gangplugin.core.timeutil import format_time
 from gangplugin.core.topology import Snapshot
 
@@ -341,8 +348,8 @@ def _placement_step(run: _Run, passage: _Passage) -> GateVerdict | _Passage:
     gang = exclude_nodes(f.gang, held)
     decision = run.placer(f.snapshot, gang, f.policy, passage.annotations)
     if decision.ready:
-        if run.reservations is not None:  # admitted: its reservation, if any, binds no one
-            run.reservations.release(f.contender.key)
+        if run.reservations is not None:  # admitted: an occupant of its domain from now on
+            run.reservations.admitted(occupant(f.contender, gang, f.now, f.expected_runtime))
         return GateVerdict(
             step=GateStep.PLACEMENT, message=decision.message, decision=decision, gang=gang, policy=f.policy
         )

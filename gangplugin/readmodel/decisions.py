@@ -22,7 +22,7 @@ from gangplugin.core.placement import Gang
 from gangplugin.core.policy import GangPolicy
 from gangplugin.core.preemption import ClusterQueueState, Contender, RunningGang, gang_gpus
 from gangplugin.core.quota import next_quota_change
-from gangplugin.core.reservation import GangEnd, Holder, Reservation, Reservations
+from gangplugin.core.reservation import GangEnd, Holder, Reservation, Reservations, occupant
 from gangplugin.core.states import CheckState
 from gangplugin.core.topology import Snapshot
 from gangplugin.kube import kueue_records as rec
@@ -214,9 +214,19 @@ def reservations(
             evictions = policy.reservation.max_checkpointable_evictions
             holders[q.key] = Holder(contender_of(model, entry.wl), gang, policy.placement, taken, evictions)
     order = {q.key: i for i, q in enumerate(queue.order.candidates)}
-    return Reservations(
+    book = Reservations(
         holders, lambda: gov.running, lambda: gang_ends(model, [g.key for g in gov.running]), now, order
     )
+    # admissions written (or being written) that the cache does not show yet: their capacity is
+    # charged, and leaves as theirs will
+    with model.capacity.locked():
+        admitting = list(model.capacity.assumed.items())
+    for key, assumed in admitting:
+        if (found := model.workload(key)) is not None:
+            wl = found[0]
+            runtime = declared_runtime(model.gangs.with_pod_group_annotations(wl), owner_job(wl, model.jobs))
+            book.admitted(occupant(contender_of(model, wl), assumed.gang, now, runtime))
+    return book
 
 
 def explain(model: ReadModel, wl: JSON, check: str, now: float) -> GateVerdict | None:

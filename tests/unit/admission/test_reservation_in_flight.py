@@ -15,10 +15,8 @@ import orjson
 from gangplugin.admission.controller import GangAdmission
 from gangplugin.kube.client import WORKLOADS, Client
 from gangplugin.kube.kueue_records import reservation_from_k8s
-from gangplugin.kube.resources import ADMISSION_CHECKS, GANG_POLICIES
-from tests.support.big_gangs import US, running
-from tests.support.caches import NOW, Caches, standard, workload
-from tests.support.objects import admission_check, gang_policy
+from tests.support.big_gangs import US, big_gang_cluster
+from tests.support.caches import NOW, Caches, workload
 
 BIG = "/apis/kueue.x-k8s.io/v1beta2/namespaces/team-a/workloads/big"
 
@@ -56,14 +54,8 @@ def cluster() -> tuple[Caches, Api, GangAdmission, list[float]]:
     """us-1: "a" on 3 of its 4 nodes, its Job's deadline 1h; us-2: "b" on all 4, no deadline.
     "big" (4 pods, one UltraServer) waits past its policy's `afterWaiting`: it reserves us-1,
     its write held at the API server. Returns the pass's reruns asked for."""
-    c = Caches()
-    standard(c)
-    c.put(GANG_POLICIES, gang_policy("reserving", reservation={"afterWaiting": "1m"}))
-    c.put(ADMISSION_CHECKS, admission_check("gang", policy="reserving"))
-    running(c, "a", 1, 3, 3600)
-    running(c, "b", 2, 4, None)
+    c = big_gang_cluster(b_nodes=4)
     big = workload("big", 4, message="gang does not fit now")
-    c.put(WORKLOADS, big)
     api = Api(big)
     c.client = Client("https://api.test", False, transport=httpx.MockTransport(api.handle))
     adm = GangAdmission(c.client, c.model(), clock=lambda: NOW + 90)
