@@ -350,13 +350,14 @@ class Reservations:
     def running(self) -> Sequence[RunningGang]:
         if self._running is None:
             self._running = self._read_running()
-        return [*self._running, *(g for g, _ in self._admitted.values())]
+        seen = {g.key for g in self._running}  # a running gang is counted as it runs
+        return [*self._running, *(g for k, (g, _) in self._admitted.items() if k not in seen)]
 
     @property
     def ends(self) -> Mapping[str, GangEnd]:
         if self._ends is None:
             self._ends = self._read_ends()
-        return {**self._ends, **{k: end for k, (_, end) in self._admitted.items()}}
+        return {**{k: end for k, (_, end) in self._admitted.items()}, **self._ends}
 
     def admitted(self, occupant: tuple[RunningGang, GangEnd]) -> None:
         """A gang was admitted (in this pass, or its admission is not seen yet; `occupant`): its

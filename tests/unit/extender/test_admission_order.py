@@ -80,7 +80,7 @@ def test_without_reservations_in_this_process_admissions_are_written_in_decision
         other_ran.set()
         return True
 
-    outbox = Outbox(lambda _sent, _outcome: ended.release())
+    outbox = Outbox(lambda _sent, _outcome, _passed_over: ended.release())
     first = [Sent("a", "1", lambda: admit("a", other_ran), admission=True), Sent("o", "1", other)]
     outbox.send(first, ordered=True)
     outbox.send([Sent("b", "1", lambda: admit("b", after="a"), admission=True)], ordered=True)  # next pass
