@@ -10,6 +10,7 @@ seen here is the gang check's, for topology.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -117,9 +118,11 @@ def test_gang_that_needs_equal_priority_preempted_waits_and_says_so(
     name = workload(client, namespace, big)["metadata"]["name"]
 
     def counted() -> list[str]:
+        # the Event of the pass that first told it so: the count as it was then (an Event is
+        # recorded when the kind of reason changes, not at every recount)
         said = [e["message"] for e in events_of(client, namespace, name) if e["reason"] == "GangWaiting"]
-        rule = "8 protected by withinClusterQueue: LowerPriority, priority 500 >= 500"
-        return [m for m in said if rule in m]
+        rule = re.compile(r"\d+ protected by withinClusterQueue: LowerPriority, priority 500 >= 500")
+        return [m for m in said if rule.search(m)]
 
     wait_for(counted, 60, "the GangWaiting Event with the protected gangs counted")
     # A pass decided on the gang as it is now (and would have written any preemption by then).
