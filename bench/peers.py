@@ -3,10 +3,11 @@ Scheduler, each on a fresh local kwok cluster of the same HyperPod shape, runnin
 (the same seed), and one table with gangplugin's ratio to each.
 
 Run: .venv/bin/python bench/peers.py [--nodes 500 --nodes 5000] [--reps 3]
-         [--systems gangplugin,kueue-tas,volcano,kai] [--parts burst,stream,big,recovery,preemption]
+         [--systems gangplugin,kueue-tas,noop-check,volcano,kai] [--parts burst,stream,big,...]
+     .venv/bin/python bench/peers.py --nodes 500 --report   (the tables of what is saved)
 (`--nodes 100 --reps 1` checks it in a few minutes a system; one cluster at a time, state in
-.local/bench-peers-<system>, ports from GANGPLUGIN_PORT_BASE or 37000, and 1,000 above it for
-every second system).
+.local/bench-peers-<system>, ports from GANGPLUGIN_PORT_BASE or 29000, and ALTERNATE_PORTS above
+it for every second system).
 
 The workload (bench/_peers/workload.py): gangs of 1-36 pods of 4 GPUs (whole GB200 nodes), sizes
 drawn from the Kalos trace; up to 18 pods a gang requires one UltraServer, above that it is cut
@@ -28,20 +29,31 @@ into equal slices of at most 18, each required in one. Per repetition, on an emp
 - starvation (bench/_peers/starvation.py, not run unless asked): a stream of 2-4 pod gangs asking
   for a little more than the nodes hold, an 18-pod gang mid-stream: the time until it runs, and
   its UltraServer's idle GPU-hours meanwhile.
-Every time runs from the submission of the gang's object, for every system alike.
+Every time runs from the submission of the gang's object, for every system alike. For the
+Kueue systems (gangplugin, Kueue TAS, and `noop-check`: Kueue with a check that answers Ready at
+once, the floor of Kueue's AdmissionCheck contract) also where each gang's time goes, hop by hop
+(bench/_peers/hops.py), and the writes to its Workload.
 
-Results are kept per system in .local/bench-peers/results-<nodes>.json as each repetition ends:
-an interrupted run goes on where it stopped (--fresh forgets what the chosen systems had).
+Results are kept per system in .local/bench-peers/results-<nodes>.json as each part of each
+repetition ends: an interrupted run goes on where it stopped, a run of some parts (--parts) adds
+them to the repetitions saved, and --fresh forgets what the chosen systems had. --report prints
+the tables of what is saved (medians, spreads, ratios, goals) without running anything.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +61,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's r
 
 import _cluster
 import yaml
-from _peers import report, runs, starvation
+from _peers import profile, report, runs, starvation
 from _peers.runs import Limits, Run
 from _peers.systems import GB200, GPU, SYSTEMS, Capacity, System
 
@@ -58,10 +70,36 @@ from gangplugin.kube.shape import INSTANCE_TYPE, nodes_from_shape
 from gangplugin.localcluster.cluster import REPO, ClusterError, LocalCluster, Ports
 
 STATE = REPO / ".local"
-#: Every part, by name; those run unless --parts says otherwise first.
-PARTS = {**runs.PARTS, "starvation": starvation.starvation}
-DEFAULT_PARTS = tuple(runs.PARTS)
 T0 = time.monotonic()
+# Below the kernel's ephemeral ports (32768 on): a port of ours is never a connection's own.
+DEFAULT_PORT_BASE = 29000
+# Every second system's cluster this far above the base, so that the last one's ports are let go
+# meanwhile: no port of one cluster is a port of the other (a unit test checks it). A cluster's
+# ports span base..base+999 (the second replica's console and the real nodes' near the top).
+ALTERNATE_PORTS = 1000
+
+
+@dataclass(frozen=True)
+class Part:
+    """A part of a repetition: what runs it (on an empty namespace of the system's cluster, given
+    the workload's seed; its figures), and its rows in the tables."""
+
+    run: Callable[[Run, int], dict[str, Any]]
+    rows: report.Rows
+
+
+# The parts of a repetition, in run order; a new part is one more line.
+PARTS: dict[str, Part] = {
+    "burst": Part(runs.burst, report.burst_rows),
+    "stream": Part(runs.stream, report.stream_rows),
+    "big": Part(runs.big, report.big_rows),
+    "recovery": Part(runs.recovery, report.recovery_rows),
+    "preemption": Part(runs.preemption, report.preemption_rows),
+    # not run unless asked; its table is its own (`starvation.render`)
+    "starvation": Part(starvation.starvation, lambda _results: []),
+}
+#: The parts run unless --parts says otherwise.
+DEFAULT_PARTS = tuple(p for p in PARTS if p != "starvation")
 
 
 def log(message: str) -> None:
@@ -78,7 +116,12 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--settle", type=float, default=30.0, help="seconds without a bind: the burst settled")
     ap.add_argument("--stream", type=float, default=180.0, help="seconds of stream arrivals")
     ap.add_argument("--fresh", action="store_true", help="forget the chosen systems' saved results")
-    ap.add_argument("--report", action="store_true", help="print the table of the saved results only")
+    ap.add_argument("--report", action="store_true", help="print the tables of the saved results only")
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="sample `gangplugin serve` with py-spy during each part (.local/bench-peers/profile-*.txt)",
+    )
     args = ap.parse_args()
     args.nodes = sorted(args.nodes or [500, 5000])
     args.systems = [s for s in args.systems.split(",") if s]
@@ -147,12 +190,52 @@ def start(system: System, shape: dict[str, Any], base: int) -> LocalCluster:
     return cluster
 
 
+def todo(system: System, done: list[dict[str, Any]], args: argparse.Namespace) -> list[tuple[int, str]]:
+    """(repetition, part) still to run: the parts asked for that say something of the system,
+    in each of the first --reps repetitions, that its saved repetitions lack."""
+    parts = [p for p in args.parts if system.parts is None or p in system.parts]
+    return [
+        (rep, part)
+        for rep in range(args.reps)
+        for part in parts
+        if rep >= len(done) or part not in done[rep].get(PARTS_DONE, ())
+    ]
+
+
+PARTS_DONE = "parts done"
+
+
+def provenance() -> dict[str, Any]:
+    """When, on what, at what load a repetition was measured (the docs say so of each figure)."""
+    commit = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    return {
+        "at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "commit": commit,
+        "cpus": os.cpu_count(),
+        "load": [round(x, 1) for x in os.getloadavg()],
+    }
+
+
+def profiled(
+    cluster: LocalCluster, args: argparse.Namespace, name: str
+) -> tuple[contextlib.AbstractContextManager[None], Path | None]:
+    """With --profile on a cluster running `gangplugin serve`: py-spy sampling it, and the file."""
+    pid = cluster.running_processes().get("gangplugin")
+    if not args.profile or pid is None:
+        return contextlib.nullcontext(), None
+    out = STATE / "bench-peers" / f"profile-{name}.txt"
+    return profile.sampling(pid, out), out
+
+
 def run_system(
     system: System, nodes: int, base: int, args: argparse.Namespace, results: dict[str, Any]
 ) -> None:
-    done = results.setdefault(system.name, [])
-    if len(done) >= args.reps:
-        log(f"{system.name} at {nodes} nodes: {len(done)} repetitions saved, skipped")
+    done: list[dict[str, Any]] = results.setdefault(system.name, [])
+    left = todo(system, done, args)
+    if not left:
+        log(f"{system.name} at {nodes} nodes: every part asked for is saved, skipped")
         return
     shape = _cluster.hyperpod_shape(nodes)
     cap = capacity(shape)
@@ -160,30 +243,55 @@ def run_system(
     cluster = start(system, shape, base)
     client = Client.from_kubeconfig(cluster.kubeconfig)
     try:
-        system.setup(client, cap)
-        system.ready(client)
-        limits = Limits(settle=args.settle, stream=args.stream)
-        run = Run(system, client, cluster.kubeconfig, cap, log, limits)
-        while len(done) < args.reps:
-            rep = len(done) + 1
-            log(f"{system.name} at {nodes} nodes: repetition {rep}/{args.reps}")
-            figures: dict[str, Any] = {}
-            for part in args.parts:
+        with system.controller(cluster.kubeconfig) if system.controller else contextlib.nullcontext():
+            system.setup(client, cap)
+            system.ready(client)
+            limits = Limits(settle=args.settle, stream=args.stream)
+            run = Run(system, client, cluster.kubeconfig, cap, log, limits)
+            for rep, part in left:
+                while len(done) <= rep:
+                    done.append({PARTS_DONE: []})
+                log(f"{system.name} at {nodes} nodes: repetition {rep + 1}/{args.reps}, {part}")
+                figures = done[rep]
+                sampled = profiled(cluster, args, f"{nodes}-{rep + 1}-{part}")
                 try:
-                    figures.update(PARTS[part](run, args.seed))
+                    with sampled[0]:
+                        figures.update(PARTS[part].run(run, args.seed))
+                    figures.pop(f"{part} error", None)
                 except Exception as err:  # one part's failure costs its figures, not the run's
                     log(f"  {part} failed: {type(err).__name__}: {err}")
                     figures[f"{part} error"] = f"{type(err).__name__}: {err}"
                     run.clear_all()
-            done.append(figures)
-            save(nodes, results)
+                if sampled[1] is not None:
+                    log(profile.top(sampled[1]))
+                figures.setdefault("provenance", {})[part] = provenance()
+                figures[PARTS_DONE] = [*figures.get(PARTS_DONE, []), part]
+                save(nodes, results)
     finally:
         client.close()
         cluster.down(quiet=True)
 
 
+def one_run_at_a_time() -> None:
+    """Holds this checkout's bench lock for the process's life: a second run would start its
+    clusters on the same ports and state directories, and write the same results file."""
+    path = STATE / "bench-peers" / "lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = path.open("w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        sys.exit(f"another bench/peers.py runs in this checkout ({path} is held); wait for it to end")
+    _held.append(lock)
+
+
+_held: list[Any] = []
+
+
 def main() -> None:
     args = parse()
+    if not args.report:
+        one_run_at_a_time()
     for nodes in args.nodes:
         results = load(nodes)
         if args.fresh and not args.report:
@@ -191,14 +299,11 @@ def main() -> None:
                 results.pop(s, None)
             save(nodes, results)
         if not args.report:
-            # one cluster at a time; the next on other ports while the last one's let go
-            base = int(os.environ.get("GANGPLUGIN_PORT_BASE", "37000"))
+            base = int(os.environ.get("GANGPLUGIN_PORT_BASE", str(DEFAULT_PORT_BASE)))
             for i, name in enumerate(args.systems):
-                run_system(SYSTEMS[name], nodes, base + 1000 * (i % 2), args, results)
+                run_system(SYSTEMS[name], nodes, base + ALTERNATE_PORTS * (i % 2), args, results)
         print(f"\n== {nodes} nodes ({results_file(nodes)}), seed {args.seed}")
-        print(report.render(results))
-        if note := report.simulator_note(results):
-            print(note)
+        print(report.full(results, [p.rows for p in PARTS.values()]))
         if starved := starvation.render(results):
             print(starved)
     sys.stdout.flush()

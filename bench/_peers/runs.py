@@ -5,6 +5,7 @@ inside it, for every system alike) to what the watch saw."""
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import math
 import statistics
@@ -18,8 +19,9 @@ from typing import Any
 
 import httpx
 
-from _peers import figures, workload
+from _peers import figures, hops, workload
 from _peers.figures import NodeView, PodView
+from _peers.hops import KueueWatch
 from _peers.systems import GB200, NS, Capacity, System
 from _peers.watch import PodWatch, watching
 from _peers.workload import Gang
@@ -41,7 +43,10 @@ class Limits:
     burst: float = 1800.0  # at most, for the burst to settle
     stream: float = 180.0  # seconds of arrivals
     recovery: float = 600.0  # at most, for a gang to run whole again after a node failure
-    start: float = 900.0  # at most, for a gang to run (the big gang, the preemptor)
+    start: float = 900.0  # at most, for a gang to run (the big gang, the low-priority gangs)
+    # at most, for the preemptor to run: a system that has not preempted in 5 minutes does not
+    # (Volcano's waited out 900 s per repetition without evicting anything)
+    preempt: float = 300.0
     big: int = 1024
 
 
@@ -56,6 +61,29 @@ class Run:
 
     def watch(self) -> Any:
         return watching(self.kubeconfig, NS, self.system.index_of)
+
+    def kueue_watch(self) -> contextlib.AbstractContextManager[KueueWatch | None]:
+        """The hop watch of a Kueue system (None for the others)."""
+        return hops.kueue_watching(self.kubeconfig, NS) if self.system.kueue else contextlib.nullcontext()
+
+    def hop_figures(
+        self, part: str, k: KueueWatch | None, w: PodWatch, gangs: Sequence[Gang], submitted: dict[str, float]
+    ) -> Figures:
+        """Where the gangs' time went, hop by hop, and the writes to their Workloads (logged too)."""
+        if k is None:
+            return {}
+        summary = hops.summary(k.hops(w, submitted), {g.name: g.pods for g in gangs if g.name in submitted})
+        writes = k.writes([g.name for g in gangs if g.name in submitted])
+        since, step = summary["since submission"], summary["step"]
+        self.log(
+            f"  {part} hops (median s from submission / from the hop before, {summary['gangs']} gangs "
+            "that ran): " + "; ".join(f"{h} {v:.2f}/{step.get(h, 0.0):.2f}" for h, v in since.items())
+        )
+        self.log(
+            f"  {part}: writes to a Workload until Admitted (median): "
+            + ", ".join(f"{who} {n:g}" for who, n in writes.items())
+        )
+        return {f"{part} hops": summary, f"{part} workload writes": writes}
 
     # -- submitting and clearing ----------------------------------------------------------------
 
@@ -107,11 +135,11 @@ class Run:
         kinds = {
             res.path(NS): res for n in (1, 24) for res, _ in self.system.objects(workload.gang("any", n))
         }
-        # Background: a collection DELETE of batch/v1 Jobs orphans their pods by default.
-        background = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
+        # Their pods with them: a collection DELETE of batch/v1 Jobs orphans them by default.
+        body = {"propagationPolicy": "Background"}
         for res in kinds.values():  # every object of each kind a gang is made of
             _again(
-                lambda res=res: self.client.request("DELETE", res.path(NS), body=background),
+                lambda res=res: self.client.request("DELETE", res.path(NS), body=body),
                 f"delete {res.path(NS)}",
             )
         labelled = self.client.list(NODES, label_selector=NOT_READY_LABEL)["items"]
@@ -203,7 +231,7 @@ def burst(run: Run, seed: int) -> Figures:
     gangs = workload.burst(seed, run.capacity.nodes)
     pods = sum(g.pods for g in gangs)
     run.log(f"  burst: {len(gangs)} gangs, {pods} pods for {run.capacity.nodes} GB200 nodes")
-    with run.watch() as w:
+    with run.watch() as w, run.kueue_watch() as kw:
         submitted = run.submit(gangs)
         last = max(submitted.values())
 
@@ -218,6 +246,7 @@ def burst(run: Run, seed: int) -> Figures:
         live = domains(w, {n.name: n.ultraserver for n in nodes})
         steps = phases(w, submitted)
         w_created = w.by_gang("created")
+        hop = run.hop_figures("burst", kw, w, gangs, submitted)
     starts = figures.start_times(gangs, submitted, running)
     partial = figures.partial_gangs({g.name: g.pods for g in gangs}, bound, end)
     rate = figures.binding_rate(submitted.values(), [t for per in bound.values() for t in per.values()])
@@ -233,6 +262,11 @@ def burst(run: Run, seed: int) -> Figures:
         "burst partial gangs": len(partial),
         "burst start s": {str(k): v for k, v in figures.by_size(gangs, starts).items()},
         "burst pod steps s": steps,
+        # per gang: submission -> its first pod created (the hop the Kueue systems differ in)
+        "burst first pod created s": sorted(
+            min(t.values()) - submitted[g] for g, t in w_created.items() if g in submitted
+        ),
+        **hop,
     }
     run.log(
         f"  burst: {rate:.1f} pods/s, {quality.gangs_placed}/{len(gangs)} gangs placed, "
@@ -312,7 +346,7 @@ def stream(run: Run, seed: int) -> Figures:
     runtime = {a.gang.name: a.runtime for a in arrivals}
     submitted: dict[str, float] = {}
     deleted: set[str] = set()
-    with run.watch() as w, ThreadPoolExecutor(WRITERS) as pool:
+    with run.watch() as w, run.kueue_watch() as kw, ThreadPoolExecutor(WRITERS) as pool:
         t0 = time.monotonic()
         due = [(t0 + a.at, i) for i, a in enumerate(arrivals)]
         heapq.heapify(due)
@@ -338,6 +372,7 @@ def stream(run: Run, seed: int) -> Figures:
             time.sleep(0.2)
         end = time.monotonic()
         bound, running = w.by_gang("bound"), w.by_gang("running")
+        hop = run.hop_figures("stream", kw, w, gangs, submitted)
     starts = figures.start_times(gangs, submitted, running)
     partial = figures.partial_gangs({g.name: g.pods for g in gangs if g.name in submitted}, bound, end)
     run.clear(gangs)
@@ -347,31 +382,39 @@ def stream(run: Run, seed: int) -> Figures:
         "stream gangs": len(gangs),
         "stream partial gangs": len(partial),
         "stream start s": {str(k): v for k, v in figures.by_size(gangs, starts).items()},
+        **hop,
     }
 
 
 # -- (3) the big gang -----------------------------------------------------------------------------
 
 
-def big(run: Run) -> Figures:
+def big(run: Run, _seed: int) -> Figures:
     """One gang of one-GPU pods (1,024, or three quarters of the GPUs on a cluster too small for
     it), preferring one UltraServer: submission to all Running."""
     pods = min(run.limits.big, run.capacity.gpus * 3 // 4)
     gang = Gang(f"big-{pods}", pods, gpus=1, required=False)
-    with run.watch() as w:
-        t0 = run.submit([gang])[gang.name]
+    with run.watch() as w, run.kueue_watch() as kw:
+        submitted = run.submit([gang])
+        t0 = submitted[gang.name]
         end = w.wait(lambda: all_running(w, [gang]), run.limits.start, f"the {pods}-pod gang to run")
         bound = w.by_gang("bound")
+        hop = run.hop_figures("big", kw, w, [gang], submitted)
     run.clear([gang])
     spread = max(bound[gang.name].values()) - min(bound[gang.name].values())
     run.log(f"  big gang: {pods} pods Running {end - t0:.1f} s after submission")
-    return {"big pods": pods, "big gang s": end - t0, "big bind spread s": spread}
+    return {"big pods": pods, "big gang s": end - t0, "big bind spread s": spread, **hop}
 
 
 # -- (4) recovery ---------------------------------------------------------------------------------
 
 
-def recovery(run: Run, failed: int) -> Figures:
+def recovery(run: Run, _seed: int) -> Figures:
+    """From 1 failed node, then from 3 (see `recover`)."""
+    return {**recover(run, 1), **recover(run, 3)}
+
+
+def recover(run: Run, failed: int) -> Figures:
     """A 32-pod gang in two slices of 16 (each in one UltraServer) runs; the nodes of `failed` of
     its pods fail (indexes 0, 16, 1: with 3, two of one slice and one of the other); the time
     until its 32 pods run again, none on a failed node."""
@@ -405,7 +448,7 @@ def recovery(run: Run, failed: int) -> Figures:
 # -- (5) preemption -------------------------------------------------------------------------------
 
 
-def preemption(run: Run) -> Figures:
+def preemption(run: Run, _seed: int) -> Figures:
     """Every UltraServer runs low-priority gangs of 2 pods (each required in one); a high-priority
     18-pod gang that requires one is submitted: the time until it runs, the GPUs evicted."""
     per_us = workload.PER_ULTRASERVER // 2
@@ -422,7 +465,8 @@ def preemption(run: Run) -> Figures:
         t0 = run.submit([high])["high"]
         try:
             took = (
-                w.wait(lambda: all_running(w, [high]), run.limits.start, "the high-priority gang to run") - t0
+                w.wait(lambda: all_running(w, [high]), run.limits.preempt, "the high-priority gang to run")
+                - t0
             )
         except TimeoutError:
             took = math.nan
@@ -434,12 +478,3 @@ def preemption(run: Run) -> Figures:
     run.clear([*low, high])
     run.log(f"  preemption: high-priority gang Running after {took:.1f} s, {evicted} GPUs evicted")
     return {"preemption s": took, "preemption GPUs evicted": evicted}
-
-
-PARTS: dict[str, Callable[[Run, int], Figures]] = {
-    "burst": burst,
-    "stream": stream,
-    "big": lambda run, _seed: big(run),
-    "recovery": lambda run, _seed: {**recovery(run, 1), **recovery(run, 3)},
-    "preemption": lambda run, _seed: preemption(run),
-}

@@ -22,11 +22,16 @@ each system names them: Kueue's WorkloadPriorityClasses and Volcano's PriorityCl
 
 from __future__ import annotations
 
+import contextlib
+import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
+from _peers import noop_check
 from _peers.watch import GANG_LABEL
 from _peers.workload import Gang
 from gangplugin.kube.client import CLUSTER_QUEUES, JOBS, LOCAL_QUEUES, NAMESPACES, ApiError, Client, Resource
@@ -57,14 +62,30 @@ PRIORITIES = {"bench-low": 100, "bench-high": 1000}
 FIELD_MANAGER = "bench-peers"
 
 
+# Every system's pods leave a NotReady or unreachable node after this long (kube-apiserver's
+# default is 300 s): recovery then compares how each system replaces a lost pod, not defaults.
+NOT_READY_TOLERATION_SECONDS = 30
+TOLERATIONS = [
+    {
+        "key": f"node.kubernetes.io/{taint}",
+        "operator": "Exists",
+        "effect": "NoExecute",
+        "tolerationSeconds": NOT_READY_TOLERATION_SECONDS,
+    }
+    for taint in ("not-ready", "unreachable")
+]
+
+
 def pod_template(gang: Gang, annotations: dict[str, str], **spec: Any) -> dict[str, Any]:
-    """The gang's pod: 4 GPUs on a GB200 node, labelled with its gang."""
+    """The gang's pod: 4 GPUs on a GB200 node, labelled with its gang, leaving a failed node
+    after NOT_READY_TOLERATION_SECONDS."""
     return {
         "metadata": {"labels": {GANG_LABEL: gang.name}, "annotations": annotations},
         "spec": {
             "restartPolicy": "Never",
             "nodeSelector": {INSTANCE_TYPE: GB200},
             "terminationGracePeriodSeconds": 0,
+            "tolerations": TOLERATIONS,
             "containers": [trainer_container(gang.gpus, cpu="8", memory="64Gi")],
             **spec,
         },
@@ -74,10 +95,13 @@ def pod_template(gang: Gang, annotations: dict[str, str], **spec: Any) -> dict[s
 def batch_job(
     gang: Gang, labels: dict[str, str], annotations: dict[str, str], suspend: bool, **spec: Any
 ) -> dict[str, Any]:
-    """An Indexed Job of the gang's pods; a pod lost to a failed node is made again (same index)."""
+    """An Indexed Job of the gang's pods; a pod lost to a failed node is made again (same index).
+    Its retries are counted per index (`backoffLimitPerIndex`): the Job controller makes a lost
+    pod again after its 10 s backoff once, where a Job-wide count doubles it with every pod the
+    Job lost (3 nodes: 40 s), for every system whose gangs are Jobs alike."""
     template = pod_template(gang, annotations, **spec)
     return indexed_job(
-        gang.name, NS, gang.pods, template, labels=labels, suspend=suspend, backoffLimit=10_000
+        gang.name, NS, gang.pods, template, labels=labels, suspend=suspend, backoffLimitPerIndex=10_000
     )
 
 
@@ -116,6 +140,12 @@ class System:
     gangplugin_components: str = ""
     # Waits until what `setup` made is usable (a queue Active).
     ready: Callable[[Client], None] = field(default=lambda _c: None)
+    # Gangs are Kueue Workloads: the bench times their hops (bench/_peers/hops.py).
+    kueue: bool = False
+    # The parts that say something of this system (None: every part).
+    parts: tuple[str, ...] | None = None
+    # A process of the bench's own the system needs, running while its cluster runs.
+    controller: Callable[[Path], contextlib.AbstractContextManager[None]] | None = None
 
 
 # -- Kueue (gangplugin and Kueue TAS) ------------------------------------------------------------
@@ -165,8 +195,10 @@ def kueue_labels(gang: Gang) -> dict[str, str]:
     return labels
 
 
-# gangplugin
+# A flavor of the GB200 nodes without a Topology (the checks place gangs, not Kueue).
+PLAIN_FLAVOR = resource_flavor("bench-gb200", GB200)
 
+# gangplugin
 
 # Ungate, the default, written out; no spares: every system has the same nodes for gangs.
 GANG_POLICY = gang_policy("bench", readyTimeout="10m", bindMode="Ungate", nodeFailure="ReplaceFromSpare")
@@ -175,8 +207,8 @@ GANG_POLICY = gang_policy("bench", readyTimeout="10m", bindMode="Ungate", nodeFa
 def gangplugin_setup(client: Client, cap: Capacity) -> None:
     ensure(client, GANG_POLICIES, GANG_POLICY)
     ensure(client, ADMISSION_CHECKS, admission_check("bench-gang", policy="bench"))
-    ensure(client, RESOURCE_FLAVORS, resource_flavor("bench-gb200", GB200))
-    kueue_queue(client, cap, "bench-gb200", ["bench-gang"])
+    ensure(client, RESOURCE_FLAVORS, PLAIN_FLAVOR)
+    kueue_queue(client, cap, PLAIN_FLAVOR["metadata"]["name"], ["bench-gang"])
 
 
 def topology_annotations(gang: Gang, prefix: str) -> dict[str, str]:
@@ -204,6 +236,36 @@ def kueue_tas_setup(client: Client, cap: Capacity) -> None:
 def kueue_tas_job(gang: Gang) -> list[tuple[Resource, dict[str, Any]]]:
     annotations = topology_annotations(gang, "kueue.x-k8s.io/podset-")
     return [(JOBS, batch_job(gang, kueue_labels(gang), annotations, suspend=True))]
+
+
+# The floor: Kueue with a check that answers Ready at once (bench/_peers/noop_check.py)
+
+BENCH = Path(__file__).resolve().parents[1]
+
+
+def noop_check_setup(client: Client, cap: Capacity) -> None:
+    ensure(client, ADMISSION_CHECKS, admission_check(noop_check.CHECK, controller=noop_check.CONTROLLER))
+    ensure(client, RESOURCE_FLAVORS, PLAIN_FLAVOR)
+    kueue_queue(client, cap, PLAIN_FLAVOR["metadata"]["name"], [noop_check.CHECK])
+
+
+def noop_check_job(gang: Gang) -> list[tuple[Resource, dict[str, Any]]]:
+    """A Job of the gang's pods asking for no topology: the check decides nothing."""
+    return [(JOBS, batch_job(gang, kueue_labels(gang), {}, suspend=True))]
+
+
+@contextlib.contextmanager
+def noop_check_process(kubeconfig: Path) -> Iterator[None]:
+    proc = subprocess.Popen([sys.executable, "-m", "_peers.noop_check", str(kubeconfig)], cwd=BENCH)
+    try:
+        yield
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 # Volcano
@@ -340,9 +402,26 @@ SYSTEMS: dict[str, System] = {
             gangplugin_job,
             gangplugin_components="admission,ungater,webhook",
             ready=queue_active,
+            kueue=True,
         ),
         System(
-            "kueue-tas", (*BASE, "kueue", "kueue-tas"), kueue_tas_setup, kueue_tas_job, ready=queue_active
+            "kueue-tas",
+            (*BASE, "kueue", "kueue-tas"),
+            kueue_tas_setup,
+            kueue_tas_job,
+            ready=queue_active,
+            kueue=True,
+        ),
+        System(
+            "noop-check",
+            (*BASE, "kueue"),
+            noop_check_setup,
+            noop_check_job,
+            ready=queue_active,
+            kueue=True,
+            # its pods go anywhere: only the times say something, of the burst, stream and big gang
+            parts=("burst", "stream", "big"),
+            controller=noop_check_process,
         ),
         System(
             "volcano",

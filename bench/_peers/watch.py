@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from gangplugin.kube.client import PODS, ApiError, Client
+from gangplugin.kube.client import PODS, ApiError, Client, Resource
 
 GANG_LABEL = "bench.gangplugin.io/gang"
 
@@ -57,28 +57,7 @@ class PodWatch:
         self._client.close()
 
     def _run(self) -> None:
-        rv = None
-        while not self._stop.is_set():
-            try:
-                if rv is None:
-                    listed = self._client.list(PODS, self.ns)
-                    for obj in listed["items"]:
-                        self._see("ADDED", obj)
-                    rv = listed["metadata"]["resourceVersion"]
-                for event in self._client.watch(
-                    PODS, self.ns, resource_version=rv, timeout_seconds=30, label_selector=GANG_LABEL
-                ):
-                    if self._stop.is_set():
-                        return
-                    obj = event["object"]
-                    if event["type"] == "ERROR":
-                        rv = None  # expired (410): list again
-                        break
-                    rv = obj["metadata"].get("resourceVersion", rv)
-                    if event["type"] != "BOOKMARK":
-                        self._see(event["type"], obj)
-            except (httpx.HTTPError, ApiError):
-                time.sleep(0.5)
+        follow(self._client, PODS, self.ns, self._see, self._stop, GANG_LABEL)
 
     def _see(self, kind: str, obj: dict[str, Any]) -> None:
         meta, spec, status = obj["metadata"], obj.get("spec") or {}, obj.get("status") or {}
@@ -147,6 +126,40 @@ class PodWatch:
         with self._lock:
             for name in [n for n, s in self.pods.items() if s.gang == gang]:
                 del self.pods[name]
+
+
+def follow(
+    client: Client,
+    res: Resource,
+    ns: str,
+    see: Callable[[str, dict[str, Any]], None],
+    stop: threading.Event,
+    label_selector: str | None = None,
+) -> None:
+    """List `res` in `ns`, then watch it, calling `see(event type, object)` for every object and
+    change, until `stop` is set; an expired watch lists again."""
+    rv = None
+    while not stop.is_set():
+        try:
+            if rv is None:
+                listed = client.list(res, ns, label_selector=label_selector)
+                for obj in listed["items"]:
+                    see("ADDED", obj)
+                rv = listed["metadata"]["resourceVersion"]
+            for event in client.watch(
+                res, ns, resource_version=rv, timeout_seconds=30, label_selector=label_selector
+            ):
+                if stop.is_set():
+                    return
+                obj = event["object"]
+                if event["type"] == "ERROR":
+                    rv = None  # expired (410): list again
+                    break
+                rv = obj["metadata"].get("resourceVersion", rv)
+                if event["type"] != "BOOKMARK":
+                    see(event["type"], obj)
+        except (httpx.HTTPError, ApiError):
+            time.sleep(0.5)
 
 
 @contextlib.contextmanager

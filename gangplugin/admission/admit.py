@@ -1,9 +1,9 @@
 """The admission pass: every Workload whose check is Pending with quota reserved, in queue
 order, decided against one snapshot that already counts capacity promised to admitted gangs
-and admissions written but not yet seen (`readmodel.capacity`); the writes go out
-concurrently, each Workload's on its own. Each gang's decision is the core's gate
-(`core.gate`) over the facts the read model gives (`readmodel.decisions.gang_facts`, which
-`gangctl explain` reads too).
+and admissions written but not yet seen (`readmodel.capacity`); the writes go out through the
+outbox (`outbox.py`) without the pass waiting for them, each Workload's on its own. Each gang's
+decision is the core's gate (`core.gate`) over the facts the read model gives
+(`readmodel.decisions.gang_facts`, which `gangctl explain` reads too).
 """
 
 from __future__ import annotations
@@ -11,15 +11,16 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 
+from gangplugin.admission.outbox import Outbox, Outcome, Sent
 from gangplugin.admission.preempt import Preemptions
-from gangplugin.admission.reserve import recording
+from gangplugin.admission.reserve import recording, records
 from gangplugin.admission.writes import CheckWriter, as_admitted
 from gangplugin.core.admission import with_selector
 from gangplugin.core.errors import InputError
@@ -46,17 +47,8 @@ log = logging.getLogger(__name__)
 #: The Warning Event (its reason) of a gang held for something that is the user's to fix.
 _WARNINGS = {GateStep.KEYS: UNKNOWN_KEY_REASON, GateStep.WHOLE: NEVER_WHOLE_REASON}
 
-
-def _outcome(write: Callable[[], bool | None]) -> bool | Exception | None:
-    """A write's result, or the error it raised (logged): one Workload's failure is its own."""
-    try:
-        return write()
-    except Exception as err:  # any failure of one write is that Workload's alone
-        log.warning("admission write failed: %s", err)
-        return err
-
-
-Write = tuple[str | None, Callable[[], bool | None]]  # (the key of an admission, or None; the write)
+#: Seconds before the pass decides again the gangs whose write failed with an error.
+RETRY_AFTER_ERROR = 0.5
 
 
 @dataclass
@@ -64,7 +56,7 @@ class _Decided:
     """What deciding a pass's candidates gave: the writes in order, when to wake, and each
     waiting gang's time since its quota was reserved, by why it waits."""
 
-    writes: list[Write] = field(default_factory=list)
+    writes: list[Sent] = field(default_factory=list)
     wake: list[float] = field(default_factory=list)
     waits: dict[WaitingReason, list[float]] = field(default_factory=dict)
 
@@ -77,6 +69,7 @@ class AdmissionPass:
         client: Client,
         clock: Callable[[], float],
         in_flight: AdmissionsInFlight | None = None,
+        rerun: Callable[[float], None] = lambda _after: None,
     ) -> None:
         self.model = model
         self.capacity = model.capacity
@@ -87,7 +80,11 @@ class AdmissionPass:
         # off plain pods from then on); `announced`: the Workloads those were decided on.
         self.in_flight = in_flight or AdmissionsInFlight()
         self.announced: dict[str, JSON] = {}
-        self._writers = ThreadPoolExecutor(8, thread_name_prefix="admission-write")
+        self._announced_lock = threading.Lock()
+        # Called when a write was refused or failed: the pass decides those gangs again (after
+        # that many seconds: at once for a refusal, a moment later after an error).
+        self.rerun = rerun
+        self.outbox = Outbox(self._sent)
         self.preemptions = Preemptions(model, writer, client)
 
     def run(self) -> float | None:
@@ -100,33 +97,39 @@ class AdmissionPass:
         for key in set(self.capacity.assumed) - set(queue.entries):
             with self.capacity.locked():
                 self.capacity.forget(key)  # deleted or no longer ours
-            self.announced.pop(key, None)
+            with self._announced_lock:
+                self.announced.pop(key, None)
         if not queue.order.candidates:
             metrics.waiting({})
             return None
         decided = self._decide(queue, now)
-        outcomes = self._write(decided.writes)
-        with self.capacity.locked():
-            for (admitted_key, _), outcome in zip(decided.writes, outcomes, strict=True):
-                if admitted_key is not None and outcome is not True:
-                    self._settle_failed_admission(admitted_key, outcome)
-        # A refused write (the Workload changed meanwhile) only over-counted capacity in this
-        # pass; the pass runs again on fresh copies.
-        rerun = any(o is False or isinstance(o, Exception) for o in outcomes)
+        # Side by side when the gang reservations of this process hear of each admission first.
+        self.outbox.send(decided.writes, ordered=not self.in_flight.listened())
         metrics.waiting(decided.waits)
         took = time.monotonic() - started
         metrics.ADMISSION_PASS.observe(took)
         log.log(
             logging.INFO if took > 1.0 else logging.DEBUG,
-            "admission pass: %d candidates, %d admitted gangs, %.3fs, rerun=%s",
+            "admission pass: %d candidates, %d admitted gangs, %d writes sent, %.3fs",
             len(queue.order.candidates),
             len(queue.order.admitted),
+            len(decided.writes),
             took,
-            rerun,
         )
-        if rerun:
-            return 0.5
         return max(0.05, min(decided.wake) - now) if decided.wake else None
+
+    def _sent(self, sent: Sent, outcome: Outcome, passed_over: bool) -> None:
+        """A write ended (on a writer thread). A refused (False) or failed admission gives its
+        capacity back (a failure of unknown outcome only once the API server says it did not
+        happen); either way the pass decides again, on fresh copies, as it does when a pass
+        left the gang be while the write was in flight (the event that ran it may be its)."""
+        if sent.admission and outcome is not True:
+            with self.capacity.locked():
+                self._settle_failed_admission(sent.key, sent.resource_version, outcome)
+        if isinstance(outcome, Exception):
+            self.rerun(RETRY_AFTER_ERROR)
+        elif outcome is False or passed_over:
+            self.rerun(0.0)
 
     def _decide(self, queue: Queue, now: float) -> _Decided:
         """Decide every candidate in order on one snapshot (each admission charged before the next
@@ -134,7 +137,10 @@ class AdmissionPass:
         decisions no longer depend on each other."""
         unready = {k: list(v) for k, v in queue.order.unready.items()}
         gov = preemption_state(self.model, queue, now)
-        book = reservations(self.model, queue, now, gov)
+        seen = {k: e.record.resource_version for k, e in queue.entries.items()}
+        for key, hold in self.outbox.holds(seen).items():
+            gov.holds.setdefault(key, hold)  # sent, not in the cache yet
+        book = reservations(self.model, queue, now, gov, sent=self.outbox.reservations(seen))
         out = _Decided()
         with self.capacity.locked():
             snapshot = self._snapshots(queue.admitted())
@@ -145,6 +151,8 @@ class AdmissionPass:
                     snapshot(self.model.levels(self.model.policy(q.policy)))
             for q in queue.order.candidates:
                 entry = queue.entries[q.key]
+                if self.outbox.pass_over(q.key):
+                    continue  # its write's answer decides what is next (then a pass runs again)
                 decide_start, cpu_start = time.monotonic(), time.thread_time()
                 facts = gang_facts(self.model, entry.wl, q.policy, snapshot, unready, now)
                 verdict = gate(facts, gov, reservations=book)
@@ -187,7 +195,9 @@ class AdmissionPass:
             out.waits.setdefault(waiting_reason(verdict), []).append(
                 max(0.0, facts.now - reserved) if reserved else 0.0
             )
-        plan = verdict.preemption
+        plan, rv = verdict.preemption, entry.record.resource_version
+        # with what it records of its reservation: the passes read that until the cache does
+        sent = partial(Sent, key, rv, reserves=records(wl, verdict), reservation=verdict.reservation)
         if plan is not None and plan.preempts:
             gov.started(key, plan, verdict.hold)
             preempt = partial(
@@ -198,9 +208,10 @@ class AdmissionPass:
                 message=verdict.message,
                 now=facts.now,
             )
-            out.writes.append((None, recording(self.writer, wl, verdict, preempt)))
+            out.writes.append(sent(recording(self.writer, wl, verdict, preempt), hold=verdict.hold))
         elif verdict.rejected:
-            out.writes.append((None, partial(self.writer.reject, wl, check, verdict.message, facts.now)))
+            reject = partial(self.writer.reject, wl, check, verdict.message, facts.now)
+            out.writes.append(sent(reject))
         elif verdict.decision is None or not verdict.decision.ready:
             pending = partial(
                 self.writer.write_check,
@@ -209,26 +220,15 @@ class AdmissionPass:
                 message=verdict.message,
                 now=facts.now,
                 warning=_WARNINGS.get(verdict.step),
+                detail=verdict.detail,
             )
-            out.writes.append((None, recording(self.writer, wl, verdict, pending)))
+            out.writes.append(sent(recording(self.writer, wl, verdict, pending)))
         else:
             self._assume(entry, verdict, unready)
             admit = partial(
                 self.writer.admit, wl, check, verdict.decision, facts.now, entry.record.quota_reserved_at
             )
-            out.writes.append((key, admit))
-
-    def _write(self, writes: list[Write]) -> list[bool | Exception | None]:
-        """Every write runs to its end, each on its own: one Workload's failure holds back no
-        other. The admissions go out one after another in the order they were decided, beside
-        the other writes: the Workload watch then shows them in that order, so the extender,
-        which plans an admitted gang only once its admission has arrived, has every admission
-        decided before it by then and leaves their promised capacity alone."""
-        admissions = [i for i, (key, _) in enumerate(writes) if key is not None]
-        others = [self._writers.submit(_outcome, fn) for key, fn in writes if key is None]
-        in_order = {i: _outcome(writes[i][1]) for i in admissions}
-        rest = iter([f.result() for f in others])
-        return [in_order[i] if i in in_order else next(rest) for i in range(len(writes))]
+            out.writes.append(sent(admit, admission=True))
 
     def _assume(self, entry: Entry, verdict: GateVerdict, unready: dict[str | None, list[str]]) -> None:
         """Charge an admission being written until the cache shows it (under the capacity lock)."""
@@ -237,7 +237,8 @@ class AdmissionPass:
         assert gang is not None and policy is not None
         wl, key = entry.wl, entry.record.key
         updates = [u.to_dict() for u in decision.pod_set_updates]
-        self.announced[key] = wl
+        with self._announced_lock:
+            self.announced[key] = wl
         self.in_flight.admitting(as_admitted(wl, entry.check.name, updates))
         self.capacity.assume(
             key,
@@ -263,43 +264,49 @@ class AdmissionPass:
         if wl["metadata"].get("resourceVersion") != a.resource_version:
             with self.capacity.locked():
                 self.capacity.forget(key)
-            self.announced.pop(key, None)  # the watch shows the Workload after the write now
+            with self._announced_lock:
+                self.announced.pop(key, None)  # the watch shows the Workload after the write now
             return False
-        if a.certain:
-            return True
+        if a.certain or self.outbox.busy(key):
+            return True  # written, or its answer not in yet
         try:  # the write's outcome is unknown: the API server says whether it happened
             live = self.client.request(
                 "GET", WORKLOADS.path(wl["metadata"]["namespace"], wl["metadata"]["name"])
             )
         except ApiError as err:
             if err.status == 404:
-                self._unassume(key)
+                self._unassume(key, a.resource_version)
                 return False
             return True  # still unknown: keep counting it
         if live["metadata"].get("resourceVersion") == a.resource_version:
-            self._unassume(key)  # not written: the gang is decided again
+            self._unassume(key, a.resource_version)  # not written: the gang is decided again
             return False
         return True
 
-    def _unassume(self, key: str) -> None:
+    def _unassume(self, key: str, resource_version: str) -> None:
         with self.capacity.locked():
             self.capacity.forget(key)
-        self._withdraw(key)
+        self._withdraw(key, resource_version)
 
-    def _settle_failed_admission(self, key: str, outcome: bool | Exception | None) -> None:
-        """After an admission's write: refused (False, or a 4xx) or a no-op (None) means nothing
-        was written; any other error leaves the outcome unknown until the Workload is read again."""
+    def _settle_failed_admission(self, key: str, resource_version: str, outcome: Outcome) -> None:
+        """After an admission's write decided on `resource_version`: refused (False, or a 4xx)
+        or a no-op (None) means nothing was written; any other error leaves the outcome unknown
+        until the Workload is read again. An admission decided since on a newer copy is left be."""
         a = self.capacity.assumed.get(key)
-        if a is None:
+        if a is None or a.resource_version != resource_version:
             return
         if isinstance(outcome, Exception) and not (isinstance(outcome, ApiError) and outcome.status < 500):
             self.capacity.assumed[key] = dataclasses.replace(a, certain=False)
         else:
             self.capacity.forget(key)
-            self._withdraw(key)
+            self._withdraw(key, resource_version)
 
-    def _withdraw(self, key: str) -> None:
-        """The admission announced for `key` was not written: tell those it was announced to."""
-        wl = self.announced.pop(key, None)
-        if wl is not None:
-            self.in_flight.withdrawn(wl)
+    def _withdraw(self, key: str, resource_version: str) -> None:
+        """The admission announced for `key` on that copy was not written: tell those it was
+        announced to."""
+        with self._announced_lock:
+            wl = self.announced.get(key)
+            if wl is None or wl["metadata"].get("resourceVersion") != resource_version:
+                return
+            del self.announced[key]
+        self.in_flight.withdrawn(wl)

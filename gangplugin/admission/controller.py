@@ -54,10 +54,14 @@ class GangAdmission(Follower):
     ) -> None:
         self.model = model
         writer = CheckWriter(client, clock)
-        self.admission = AdmissionPass(model, writer, client, clock, in_flight)
+        # a write refused or failed: its gangs are decided again
+        self.admission = AdmissionPass(
+            model, writer, client, clock, in_flight, rerun=lambda after: self.queue.add_after(PASS, after)
+        )
         self.watchdog = Watchdog(model, writer, clock)
         self.status = ConfigStatus(model, writer)
-        self.queue = WorkQueue()
+        # The pass first: a burst's pod events queue one watchdog item per gang ahead of it.
+        self.queue = WorkQueue(first=frozenset({PASS}))
         model.follow(self)
 
     # -- the model's hooks: only enqueue ---------------------------------------------------------

@@ -23,12 +23,17 @@ from gangplugin.kube.client import JSON
 WorkloadWrite = Callable[[JSON], bool | None]
 
 
+def records(wl: JSON, verdict: GateVerdict) -> bool:
+    """Whether the verdict's reservation (taken, kept or given up) is not the one recorded on `wl`."""
+    return verdict.step is GateStep.RESERVATION and rec.reservation_from_k8s(wl) != verdict.reservation
+
+
 def recording(
     writer: CheckWriter, wl: JSON, verdict: GateVerdict, write: WorkloadWrite
 ) -> Callable[[], bool | None]:
     """`write` on `wl`, after the reservation the verdict takes, keeps or gives up is recorded
     on it when that changed (then on the Workload as that write left it)."""
-    if verdict.step is not GateStep.RESERVATION or rec.reservation_from_k8s(wl) == verdict.reservation:
+    if not records(wl, verdict):
         return lambda: write(wl)
 
     def record_then_write() -> bool | None:

@@ -46,12 +46,14 @@ class CheckWriter:
         updates: list[JSON] | None = None,
         now: float,
         warning: str | None = None,
+        detail: str = "",
     ) -> bool | None:
         """Server-side apply of our check's entry only (our field manager), conditional on the
         Workload's resourceVersion: a decision made on a stale copy is never written. Returns
         True when written, None when the entry already says this, False when the Workload
         changed meanwhile (the decision is made again on the fresh copy). `warning`: a Pending
-        that is the user's to fix, recorded as a Warning Event of that reason."""
+        that is the user's to fix, recorded as a Warning Event of that reason. `detail`: the
+        message with the counts it leaves out (the room there is now), for the Event and the log."""
         prev = rec.check_state(wl, check) or {}
         entry: JSON = {"name": check, "state": state, "message": message[:32768]}
         if updates:
@@ -69,15 +71,15 @@ class CheckWriter:
         )
         if not self.apply_status(wl, {"admissionChecks": [entry]}):
             return False
-        meta = wl["metadata"]
+        meta, said = wl["metadata"], detail or message
         if state is CheckState.PENDING and warning is not None and prev.get("message") != message:
-            self.event(wl, "Warning", warning, message)
+            self.event(wl, "Warning", warning, said)
         elif (
             state is CheckState.PENDING
             and str(prev.get("message", "")).split(":")[0] != message.split(":")[0]
         ):
-            self.event(wl, "Normal", "GangWaiting", message)  # a new kind of reason, not every recount
-        log.info("workload %s/%s: check %s -> %s: %s", meta["namespace"], meta["name"], check, state, message)
+            self.event(wl, "Normal", "GangWaiting", said)  # a new kind of reason, not every recount
+        log.info("workload %s/%s: check %s -> %s: %s", meta["namespace"], meta["name"], check, state, said)
         return True
 
     def annotate(self, wl: JSON, annotations: dict[str, str | None]) -> JSON | None:
@@ -216,7 +218,9 @@ class CheckWriter:
         if ok:
             self.event(wl, "Normal", "GangAdmitted", decision.message)
             if quota_reserved_at:
-                metrics.ADMISSION_LATENCY.observe(max(0.0, now - quota_reserved_at))
+                # to the write's end, not the pass's start: the wait for earlier passes and for
+                # the writes before this one is the gang's too
+                metrics.ADMISSION_LATENCY.observe(max(0.0, self.clock() - quota_reserved_at))
         return ok
 
     def reject(self, wl: JSON, check: str, message: str, now: float) -> bool | None:

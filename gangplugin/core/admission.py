@@ -69,13 +69,17 @@ class PodSetUpdate:
 
 @dataclass(frozen=True, slots=True)
 class AdmissionDecision:
-    """`ready`: the check goes Ready with `pod_set_updates`; else it stays Pending with `message`."""
+    """`ready`: the check goes Ready with `pod_set_updates`; else it stays Pending with `message`.
+    `detail`: the message with what changes while the gang waits (the room there is now), for
+    people (`gangctl explain`, Events); the check's message leaves it out, so that the Workload
+    is not rewritten with every count (empty: `message` says all)."""
 
     ready: bool
     message: str
     pod_set_updates: tuple[PodSetUpdate, ...] = ()
     domain: Mapping[str, str] = field(default_factory=dict)
     placement: Placement | None = None
+    detail: str = ""
 
 
 def domain_selector(placement: Placement) -> dict[str, str]:
@@ -136,7 +140,12 @@ def decide(
     does not fit (see `place`)."""
     placement = place(snapshot, gang, policy, explain=explain)
     if not placement.feasible:
-        return AdmissionDecision(False, f"{NOT_NOW}{placement.reason}", placement=placement)
+        return AdmissionDecision(
+            False,
+            f"{NOT_NOW}{placement.summary or placement.reason}",
+            placement=placement,
+            detail=f"{NOT_NOW}{placement.reason}" if placement.summary else "",
+        )
     domain = pinned_domain(snapshot, gang, placement)
     size = str(sum(ps.count for ps in gang.podsets))
     labels = {GANG_LABEL: gang_label, **({BIND_MODE_LABEL: bind_mode} if bind_mode else {})}

@@ -56,7 +56,14 @@ from gangplugin.core.preemption import (
     find_victims,
     hold_of,
 )
-from gangplugin.core.reservation import Holder, Reservation, Reservations, describe, reservation_level
+from gangplugin.core.reservation import (
+    Holder,
+    Reservation,
+    Reservations,
+    describe,
+    occupant,
+    reservation_level,
+)
 from gangplugin.core.timeutil import format_time
 from gangplugin.core.topology import Snapshot
 
@@ -115,7 +122,9 @@ class GateVerdict:
     """The gate's answer for one gang: admit (`decision.ready`), wait with `message` (and
     `wake_at`, when the decision may change by then), or reject. `step` names the step that
     decided; `preemption`: whom it preempts or waits for; `hold`: a new hold to record;
-    `reservation`: the domain reserved for it (to record when it is not the one recorded)."""
+    `reservation`: the domain reserved for it (to record when it is not the one recorded).
+    `message` is what the check says, the same while the facts that decided stay the same;
+    `detail` adds the counts that change meanwhile, for people (empty: `message` says all)."""
 
     step: GateStep
     message: str
@@ -128,6 +137,12 @@ class GateVerdict:
     preemption: PreemptionPlan | None = None
     hold: Hold | None = None
     reservation: Reservation | None = None
+    detail: str = ""
+
+    @property
+    def full(self) -> str:
+        """The message with its particulars: what `gangctl explain` shows."""
+        return self.detail or self.message
 
 
 #: How a gang is placed: snapshot, gang (off held domains), policy, annotations for its pods.
@@ -333,13 +348,18 @@ def _placement_step(run: _Run, passage: _Passage) -> GateVerdict | _Passage:
     gang = exclude_nodes(f.gang, held)
     decision = run.placer(f.snapshot, gang, f.policy, passage.annotations)
     if decision.ready:
-        if run.reservations is not None:  # admitted: its reservation, if any, binds no one
-            run.reservations.release(f.contender.key)
+        if run.reservations is not None:  # admitted: an occupant of its domain from now on
+            run.reservations.admitted(occupant(f.contender, gang, f.now, f.expected_runtime))
         return GateVerdict(
             step=GateStep.PLACEMENT, message=decision.message, decision=decision, gang=gang, policy=f.policy
         )
     if notes:
-        decision = replace(decision, message=f"{decision.message}; not counting {'; '.join(notes)}")
+        counting = f"; not counting {'; '.join(notes)}"
+        decision = replace(
+            decision,
+            message=decision.message + counting,
+            detail=decision.detail and decision.detail + counting,
+        )
     return replace(passage, unfit=decision, gang=gang)
 
 
@@ -409,6 +429,7 @@ def _reservation_step(run: _Run, passage: _Passage) -> GateVerdict | _Passage:
         reservation: Reservation | None = None,
         preemption: PreemptionPlan | None = None,
         hold: Hold | None = None,
+        detail: str = "",
     ) -> GateVerdict:
         return GateVerdict(
             step=GateStep.RESERVATION,
@@ -419,14 +440,20 @@ def _reservation_step(run: _Run, passage: _Passage) -> GateVerdict | _Passage:
             preemption=preemption,
             hold=hold,
             reservation=reservation,
+            detail=detail,
         )
 
-    why = _unfit_message(passage)
+    why, why_detail = _unfit_messages(passage)
+
+    def told(then: str, reservation: Reservation | None = None) -> GateVerdict:
+        """Waits with why it does not fit, then `then` (the same in the message and its detail)."""
+        return waits(f"{why}; {then}", reservation, detail=why_detail and f"{why_detail}; {then}")
+
     try:
         level = reservation_level(f.snapshot, f.gang, f.policy.placement, rp.level)
     except InputError as err:
         book.release(key)
-        return waits(f"{why}; no domain reserved: {err.field}: {err.problem}")
+        return told(f"no domain reserved: {err.field}: {err.problem}")
     if level is None:  # it needs no whole domain (or a wider one than the policy reserves)
         book.release(key)
         return passage
@@ -434,8 +461,8 @@ def _reservation_step(run: _Run, passage: _Passage) -> GateVerdict | _Passage:
     holder = Holder(f.contender, f.gang, f.policy.placement, asked, rp.max_checkpointable_evictions)
     reserved = book.reserve(holder, level, f.snapshot)
     if reserved is None:
-        return waits(
-            f"{why}; no {f.snapshot.levels[level]} to reserve for it yet: each overlaps the "
+        return told(
+            f"no {f.snapshot.levels[level]} to reserve for it yet: each overlaps the "
             "reservation of a gang before it"
         )
     taken, start = reserved
@@ -445,14 +472,20 @@ def _reservation_step(run: _Run, passage: _Passage) -> GateVerdict | _Passage:
         return waits(
             plan.reason, preemption=plan, hold=hold_of(plan, f.quota_reserved_at, f.now), reservation=taken
         )
-    return waits(f"{why}; {describe(taken, start)}", taken)
+    return told(describe(taken, start), taken)
 
 
-def _unfit_message(passage: _Passage) -> str:
-    """Why a gang that does not fit waits: placement's reason and its victim search's."""
-    assert passage.unfit is not None
-    plan = passage.searched
-    return passage.unfit.message if plan is None else f"{passage.unfit.message}; preemption: {plan.reason}"
+def _unfit_messages(passage: _Passage) -> tuple[str, str]:
+    """Why a gang that does not fit waits: placement's reason and its victim search's, as a
+    message and its detail (see `GateVerdict`)."""
+    unfit, plan = passage.unfit, passage.searched
+    assert unfit is not None
+    if plan is None:
+        return unfit.message, unfit.detail
+    return (
+        f"{unfit.message}; preemption: {plan.summary or plan.reason}",
+        f"{unfit.detail or unfit.message}; preemption: {plan.reason}",
+    )
 
 
 #: The one order of the gate.
@@ -493,14 +526,16 @@ def gate(
     if unfit is None:
         raise ValueError("the gate's order has no placement step")
     policy = facts.policy if isinstance(facts.policy, GangPolicy) else None
+    message, detail = _unfit_messages(passage)
     return GateVerdict(
         step=GateStep.PLACEMENT if passage.searched is None else GateStep.PREEMPTION,
-        message=_unfit_message(passage),
+        message=message,
         decision=unfit,
         gang=passage.gang,
         policy=policy,
         wake_at=passage.wake_at,
         preemption=passage.searched,
+        detail=detail,
     )
 
 

@@ -118,6 +118,8 @@ class PreemptionPlan:
     domain: str | None
     nodes: tuple[str, ...]
     reason: str
+    #: `reason` without the counts that change while the gang waits (empty: none in it).
+    summary: str = ""
 
     @property
     def preempts(self) -> bool:
@@ -261,15 +263,17 @@ def find_victims(
                     fit = place(snapshot, gang, policy, explain=False)  # only whether it fits
                 if fit.feasible:
                     return _plan(snapshot, preemptor, members, rules, level, domain_id, fit)
-    protected = "; ".join(f"{n} protected by {rule}" for rule, n in sorted(refused.items()))
-    where = f"one {level}" if level else "room for it"
+    none = f"no preemptible set of gangs frees {f'one {level}' if level else 'room for it'}"
+    counted = "; ".join(f"{n} protected by {rule}" for rule, n in sorted(refused.items()))
+    uncounted = "; ".join(f"protected by {rule}" for rule in sorted(refused))
     return PreemptionPlan(
         (),
         (),
         level,
         None,
         (),
-        f"no preemptible set of gangs frees {where}" + (f" ({protected})" if protected else ""),
+        f"{none} ({counted})" if counted else none,
+        f"{none} ({uncounted})" if uncounted else none,
     )
 
 

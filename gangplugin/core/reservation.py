@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from gangplugin.core.admission import with_selector
+from gangplugin.core.admission import promised_pods, with_selector
 from gangplugin.core.errors import InputError
 from gangplugin.core.placement import (
     Gang,
@@ -50,6 +50,7 @@ from gangplugin.core.preemption import (
     PreemptionPlan,
     RunningGang,
     Victim,
+    gang_gpus,
     may_preempt,
     without,
 )
@@ -83,6 +84,25 @@ class GangEnd:
 
     ends_at: float | None
     checkpointable: bool = False
+
+
+def occupant(
+    contender: Contender, gang: Gang, now: float, runtime: float | None
+) -> tuple[RunningGang, GangEnd]:
+    """A gang admitted now that runs at most `runtime` (None: it does not say), as the running
+    gang it is about to be: its pods the promised ones the snapshot charges for it."""
+    namespace = contender.key.split("/", 1)[0]
+    pods = tuple((namespace, name) for name in promised_pods(gang))
+    running = RunningGang(
+        contender.key,
+        contender.priority,
+        contender.cluster_queue,
+        contender.created_at,
+        now,
+        gang_gpus(gang),
+        pods,
+    )
+    return running, GangEnd(None if runtime is None else now + runtime)
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,6 +338,8 @@ class Reservations:
         self._read_running, self._read_ends, self.now = running, ends, now
         self._running: Sequence[RunningGang] | None = None
         self._ends: Mapping[str, GangEnd] | None = None
+        # gangs admitted but not running yet (`admitted`), occupants all the same
+        self._admitted: dict[str, tuple[RunningGang, GangEnd]] = {}
         # per holder and level order (each snapshot of a pass has its own)
         self._starts: dict[tuple[str, tuple[str, ...]], Start] = {}
         #: The nodes a gang would reserve but for the reservations of gangs ranked before it,
@@ -329,13 +351,24 @@ class Reservations:
     def running(self) -> Sequence[RunningGang]:
         if self._running is None:
             self._running = self._read_running()
-        return self._running
+        seen = {g.key for g in self._running}  # a running gang is counted as it runs
+        return [*self._running, *(g for k, (g, _) in self._admitted.items() if k not in seen)]
 
     @property
     def ends(self) -> Mapping[str, GangEnd]:
         if self._ends is None:
             self._ends = self._read_ends()
-        return self._ends
+        return {**{k: end for k, (_, end) in self._admitted.items()}, **self._ends}
+
+    def admitted(self, occupant: tuple[RunningGang, GangEnd]) -> None:
+        """A gang was admitted (in this pass, or its admission is not seen yet; `occupant`): its
+        reservation, if any, binds no one, and it occupies its domain as a running gang does.
+        Not counted so, the capacity charged for it could never leave, and its domain would
+        look as if it could never hold the gang that reserved it."""
+        gang = occupant[0]
+        self.release(gang.key)
+        self._admitted[gang.key] = occupant
+        self._starts.clear()  # each start computed before counted it nowhere
 
     def recorded(self, key: str) -> Reservation | None:
         holder = self.holders.get(key)

@@ -17,13 +17,18 @@ Reconcile = Callable[[str], float | None]
 
 
 class WorkQueue:
+    """`first`: keys handed out before any other ready key (a controller's pass, which every
+    waiting object needs, ahead of the per-object items a burst of events queues)."""
+
     def __init__(
         self,
         *,
         base_delay: float = 0.5,
         max_delay: float = 300.0,
         clock: Callable[[], float] = time.monotonic,
+        first: frozenset[str] = frozenset(),
     ) -> None:
+        self._first = first
         self._clock = clock
         self._base, self._max = base_delay, max_delay
         self._cond = threading.Condition()
@@ -85,7 +90,7 @@ class WorkQueue:
                     return None
                 wait = self._promote_due()
                 if self._ready:
-                    key = self._ready.pop(0)
+                    key = self._take()
                     self._queued.discard(key)
                     self._active.add(key)
                     return key
@@ -95,6 +100,14 @@ class WorkQueue:
                         return None
                     wait = left if wait is None else min(wait, left)
                 self._cond.wait(wait)
+
+    def _take(self) -> str:
+        """The next ready key (under the lock): one of `first` if any is ready, else the oldest."""
+        if self._first and self._queued & self._first:
+            for i, key in enumerate(self._ready):
+                if key in self._first:
+                    return self._ready.pop(i)
+        return self._ready.pop(0)
 
     def done(self, key: str) -> None:
         with self._cond:

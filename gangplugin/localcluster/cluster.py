@@ -124,6 +124,7 @@ class LocalCluster:
             kueue_version=kueue_version,
             jobset_version=jobset_version(kueue_version),
             kueue_frameworks=tuple(dict.fromkeys(f for c in self._chosen for f in c.kueue_frameworks)),
+            kueue_feature_gates=tuple(dict.fromkeys(g for c in self._chosen for g in c.kueue_feature_gates)),
             generic_workload=generic_workload,
             shape=shape,
             gangplugin_components=served if "gangplugin" in names else (),

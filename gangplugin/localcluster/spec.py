@@ -31,6 +31,8 @@ class ClusterSpec:
     # Kueue integrations for the workloads the running controllers run (Kueue's own config adds
     # the shipped patch's).
     kueue_frameworks: tuple[str, ...]
+    # Kueue feature gates the running components ask for (`Name=true|false`).
+    kueue_feature_gates: tuple[str, ...]
     # Kubernetes' GenericWorkload feature gate and the PodGroup API (bindMode PodGroup).
     generic_workload: bool
     # The LocalClusterShape the fake nodes are made from; None: no nodes.

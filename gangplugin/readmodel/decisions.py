@@ -22,7 +22,7 @@ from gangplugin.core.placement import Gang
 from gangplugin.core.policy import GangPolicy
 from gangplugin.core.preemption import ClusterQueueState, Contender, RunningGang, gang_gpus
 from gangplugin.core.quota import next_quota_change
-from gangplugin.core.reservation import GangEnd, Holder, Reservations
+from gangplugin.core.reservation import GangEnd, Holder, Reservation, Reservations, occupant
 from gangplugin.core.resources import ACCELERATORS
 from gangplugin.core.states import CheckState
 from gangplugin.core.topology import Snapshot
@@ -218,14 +218,21 @@ def gang_ends(model: ReadModel, keys: Sequence[str]) -> dict[str, GangEnd]:
     return out
 
 
-def reservations(model: ReadModel, queue: Queue, now: float, gov: PreemptionState) -> Reservations:
+def reservations(
+    model: ReadModel,
+    queue: Queue,
+    now: float,
+    gov: PreemptionState,
+    sent: Mapping[str, Reservation | None] | None = None,
+) -> Reservations:
     """A pass's (or explain's) reservations: the live ones recorded on the waiting gangs (each
     for its quota reservation, under a policy that still reserves), ranked by the queue's
-    order; the running gangs (`gov`'s) and their ends read on first use."""
-    holders = {}
+    order; the running gangs (`gov`'s) and their ends read on first use. `sent`: the pass's
+    own, sent to be recorded (None: given up) but not in the cache yet, in place of the cache's."""
+    holders, sent = {}, sent or {}
     for q in queue.order.candidates:
         entry = queue.entries[q.key]
-        taken = rec.reservation_from_k8s(entry.wl)
+        taken = sent[q.key] if q.key in sent else rec.reservation_from_k8s(entry.wl)
         if taken is None or not taken.live(entry.record.quota_reserved_at):
             continue
         try:
@@ -236,9 +243,19 @@ def reservations(model: ReadModel, queue: Queue, now: float, gov: PreemptionStat
             evictions = policy.reservation.max_checkpointable_evictions
             holders[q.key] = Holder(contender_of(model, entry.wl), gang, policy.placement, taken, evictions)
     order = {q.key: i for i, q in enumerate(queue.order.candidates)}
-    return Reservations(
+    book = Reservations(
         holders, lambda: gov.running, lambda: gang_ends(model, [g.key for g in gov.running]), now, order
     )
+    # admissions written (or being written) that the cache does not show yet: their capacity is
+    # charged, and leaves as theirs will
+    with model.capacity.locked():
+        admitting = list(model.capacity.assumed.items())
+    for key, assumed in admitting:
+        if (found := model.workload(key)) is not None:
+            wl = found[0]
+            runtime = declared_runtime(model.gangs.with_pod_group_annotations(wl), owner_job(wl, model.jobs))
+            book.admitted(occupant(contender_of(model, wl), assumed.gang, now, runtime))
+    return book
 
 
 def explain(model: ReadModel, wl: JSON, check: str, now: float) -> GateVerdict | None:
@@ -271,11 +288,12 @@ def evaluation(model: ReadModel, wl: JSON, check: str, now: float) -> Evaluation
         blocker = verdict.blocked_by
         return Evaluation(False, f"waiting for gang {blocker} to be Ready", blocked_by=blocker)
     placement = verdict.decision.placement if verdict.decision is not None else None
-    # The message says whom it preempts, that it can never start whole, what it reserved
+    # The message says whom it preempts, that it can never start whole, what it reserved (told
+    # in full: with the counts the check's message leaves out)
     if placement is None or verdict.preemption is not None or verdict.step in _TOLD:
-        return Evaluation(False, verdict.message)
+        return Evaluation(False, verdict.full)
     # (a gang kept off domains reserved for others: the message names them too)
-    reason = placement.reason if placement.feasible else verdict.message.removeprefix(NOT_NOW)
+    reason = placement.reason if placement.feasible else verdict.full.removeprefix(NOT_NOW)
     return Evaluation(placement.feasible, reason, placement.level, tuple(placement.domains))
 
 

@@ -46,6 +46,11 @@ class AdmissionsInFlight:
         for s in self._listeners():
             s.withdrawn(workload)
 
+    def listened(self) -> bool:
+        """Whether a part of this process hears of admissions before they are written."""
+        with self._lock:
+            return bool(self._subscribers)
+
     def _listeners(self) -> list[Subscriber]:
         with self._lock:
             return list(self._subscribers)

@@ -28,7 +28,8 @@ _DECISION = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 
 
 ADMISSION_LATENCY = Histogram(
     "gangplugin_gang_admission_latency_seconds",
-    "From a gang's quota reservation in Kueue to its gangplugin.io/gang check being Ready.",
+    "From a gang's quota reservation in Kueue to the end of the write that made its "
+    "gangplugin.io/gang check Ready (the wait behind earlier passes and writes included).",
     buckets=_SLOW,
 )
 ADMISSION_DECISION = Histogram(
@@ -46,7 +47,8 @@ ADMISSION_DECISION_CPU = Histogram(
 )
 ADMISSION_PASS = Histogram(
     "gangplugin_admission_pass_duration_seconds",
-    "One admission pass: every waiting gang decided in queue order and the decisions written.",
+    "One admission pass: every waiting gang decided in queue order and its writes sent (the pass "
+    "does not wait for them: gangplugin_gang_admission_latency_seconds includes them).",
     buckets=_FAST,
 )
 TIME_TO_ALL_READY = Histogram(

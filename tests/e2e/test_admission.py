@@ -120,8 +120,9 @@ def test_gang_too_big_for_any_ultraserver_waits_with_a_clear_message(
         c = check_of(wl) if wl else {}
         return c if c.get("state") == "Pending" and "can never start whole" in c.get("message", "") else None
 
+    # told at once that it never fits (the gate's `whole` step), not "does not fit now" forever
     check = wait_for(pending_with_reason, 60, "the check Pending with the reason")
-    assert US in check["message"], check["message"]
+    assert US in check["message"] and "split it into slices" in check["message"], check["message"]
     # A pass decided on the Workload as it is now, and left it waiting: never admitted in part.
     wait_decided(e2e_local_cluster(), workload(client, namespace, job))
     wl = workload(client, namespace, job)

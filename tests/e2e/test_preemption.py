@@ -10,6 +10,7 @@ seen here is the gang check's, for topology.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -112,7 +113,18 @@ def test_gang_that_needs_equal_priority_preempted_waits_and_says_so(
         return msg if "protected by withinClusterQueue: LowerPriority" in msg else None
 
     msg = wait_for(waiting, 60, "the equal-priority gang's check message")
-    assert "8 protected by withinClusterQueue: LowerPriority, priority 500 >= 500" in msg, msg
+    # the rule in the message, the count (which changes as gangs come and go) in its Event
+    assert "(protected by withinClusterQueue: LowerPriority, priority 500 >= 500)" in msg, msg
+    name = workload(client, namespace, big)["metadata"]["name"]
+
+    def counted() -> list[str]:
+        # the Event of the pass that first told it so: the count as it was then (an Event is
+        # recorded when the kind of reason changes, not at every recount)
+        said = [e["message"] for e in events_of(client, namespace, name) if e["reason"] == "GangWaiting"]
+        rule = re.compile(r"\d+ protected by withinClusterQueue: LowerPriority, priority 500 >= 500")
+        return [m for m in said if rule.search(m)]
+
+    wait_for(counted, 60, "the GangWaiting Event with the protected gangs counted")
     # A pass decided on the gang as it is now (and would have written any preemption by then).
     wait_decided(e2e_local_cluster(), workload(client, namespace, big))
     assert not preempted(client, namespace, list(lows))

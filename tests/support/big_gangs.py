@@ -33,15 +33,15 @@ def running(caches: Caches, name: str, us: int, nodes: int, deadline: int | None
         caches.put(PODS, pod(f"{name}-{i}", name, node=f"us{us}-{i}", ready=True))
 
 
-def big_gang_cluster() -> Caches:
-    """us-1: "a" on 3 nodes, its Job's deadline 1h; us-2: "b" on 3 nodes, no deadline; "big"
-    (4 pods, one UltraServer) waits. The check's policy reserves after 1m (explain and the
+def big_gang_cluster(b_nodes: int = 3) -> Caches:
+    """us-1: "a" on 3 nodes, its Job's deadline 1h; us-2: "b" on `b_nodes` nodes, no deadline;
+    "big" (4 pods, one UltraServer) waits. The check's policy reserves after 1m (explain and the
     pass read the clock 90s after the quota reservation)."""
     c = Caches()
     standard(c)
     c.put(GANG_POLICIES, gang_policy("reserving", reservation={"afterWaiting": "1m"}))
     c.put(ADMISSION_CHECKS, admission_check("gang", policy="reserving"))
     running(c, "a", 1, 3, 3600)
-    running(c, "b", 2, 3, None)
+    running(c, "b", 2, b_nodes, None)
     c.put(WORKLOADS, workload("big", 4, message="gang does not fit now"))
     return c

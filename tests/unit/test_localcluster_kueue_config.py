@@ -52,7 +52,13 @@ def test_maps_merge_lists_union_and_the_patch_s_values_hold() -> None:
 def test_the_shipped_patch_adds_to_kueue_s_default_and_drops_nothing() -> None:
     patch = shipped_patch()
     merged = merge(KUEUE_DEFAULT, patch)
-    assert contains(merged, KUEUE_DEFAULT), "every setting of the cluster's Configuration stays"
+    concurrency = merged["controller"]["groupKindConcurrency"]
+    before = KUEUE_DEFAULT["controller"]["groupKindConcurrency"]
+    assert all(concurrency[kind] >= n for kind, n in before.items()), "concurrency only ever raised"
+    # as Kueue v0.19.2's own manifests have it (v0.17.0's run one Workload reconcile less)
+    assert concurrency == {"Job.batch": 5, "Pod": 5, "Workload.kueue.x-k8s.io": 10}
+    rest = {k: v for k, v in KUEUE_DEFAULT.items() if k != "controller"}
+    assert contains(merged, rest), "every other setting of the cluster's Configuration stays"
     assert contains(merged, patch), "and every setting gangplugin needs is there"
     assert merged["integrations"] == KUEUE_DEFAULT["integrations"]
     assert merged["waitForPodsReady"] == {

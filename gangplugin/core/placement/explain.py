@@ -177,10 +177,17 @@ def may_use(snapshot: Snapshot, gang: Gang, domain: int) -> bool:
     return False
 
 
+def requirement(planner: Planner, level: int | None) -> str:
+    """What the gang needs, in one domain of `level` (None: anywhere): the part of a refusal
+    that stays the same while the gang waits."""
+    what = " + ".join(_describe(podset) for podset in planner.gang.podsets)
+    return f"needs {what}" if level is None else f"needs {what} in one {planner.snapshot.levels[level]}"
+
+
 def refusal(planner: Planner, level: int | None) -> str:
-    """Why the gang fits no domain of `level` (None: not even spread over the cluster)."""
+    """Why the gang fits no domain of `level` (None: not even spread over the cluster): what
+    it needs (`requirement`), then the room the best domain and the nodes have now."""
     snapshot, gang, spares = planner.snapshot, planner.gang, planner.spares
-    needs = " + ".join(_describe(podset) for podset in gang.podsets)
     total = sum(podset.count for podset in gang.podsets)
     spare_counts = _spare_counts(planner, spares) if spares else None
     domain_counts = [counts.per_domain for counts in planner.counts]  # per podset
@@ -197,12 +204,10 @@ def refusal(planner: Planner, level: int | None) -> str:
         )
         return f" ({extra} more held as spare)" if extra else ""
 
+    head = requirement(planner, level)
     if level is None:
         best: int | None = 0
-        head = f"needs {needs}"
     else:
-        label = snapshot.levels[level]
-        head = f"needs {needs} in one {label}"
         labeled = [d for d in snapshot.by_level[level] if snapshot.domains[d].value is not None]
         best = min(labeled, key=lambda d: (-room(d), snapshot.domains[d].value or ""), default=None)
         if best is not None and room(best) == 0:  # none has room: name one the gang may use

@@ -83,6 +83,10 @@ class Placement:
     domains: tuple[str, ...]
     assignments: tuple[Assignment, ...]
     reason: str
+    #: `reason` without what changes while the gang waits (the room domains and nodes have
+    #: now): what a Workload's check message says, so that it is not rewritten with every
+    #: count; empty: `reason` has nothing that changes.
+    summary: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {

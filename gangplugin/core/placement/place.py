@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from gangplugin.core.placement.explain import fit_reason, refusal, spread_reason
+from gangplugin.core.placement.explain import fit_reason, refusal, requirement, spread_reason
 from gangplugin.core.placement.levels import GangLevels, gang_levels
 from gangplugin.core.placement.model import Gang, Placement, PlacementPolicy, validate_gang
 from gangplugin.core.placement.planner import Planner
@@ -100,7 +100,7 @@ def _attempt(planner: Planner, wanted: GangLevels, climb: bool, explain: bool) -
                 )
     if required is not None:
         why = refusal(planner, required) if explain else "does not fit"
-        return Placement(False, None, (), (), why)
+        return Placement(False, None, (), (), why, requirement(planner, required) if explain else "")
     if preferred is not None:
         spread_level = preferred
     else:
@@ -109,7 +109,7 @@ def _attempt(planner: Planner, wanted: GangLevels, climb: bool, explain: bool) -
     spread = planner.fill_spread(spread_level)
     if spread is None:
         why = refusal(planner, None) if explain else "does not fit"
-        return Placement(False, None, (), (), why)
+        return Placement(False, None, (), (), why, requirement(planner, None) if explain else "")
     used = {snapshot.path[node][spread_level] for picks in spread for node, _ in picks}
     values = tuple(sorted({value for domain in used if (value := domains[domain].value) is not None}))
     return Placement(

@@ -36,6 +36,8 @@ class Component:
     build_group: ClassVar[str] = "cluster"
     # Kueue integrations for the workloads this controller runs (Kueue turns them on).
     kueue_frameworks: ClassVar[tuple[str, ...]] = ()
+    # Kueue feature gates this component's use of Kueue needs, as `Name=true|false`.
+    kueue_feature_gates: ClassVar[tuple[str, ...]] = ()
 
     def binaries(self, spec: ClusterSpec) -> tuple[Path, ...]:
         """The programs it runs, checked before `up` starts anything."""

@@ -86,7 +86,8 @@ def configuration(spec: ClusterSpec) -> dict[str, Any]:
         "manageJobsWithoutQueueName": False,
         "managedJobsNamespaceSelector": OUTSIDE_SYSTEM,
         "integrations": {"frameworks": frameworks(spec)},
-        "clientConnection": {"qps": 100, "burst": 200},
+        # Kueue's own manifests' (a burst of gangs is several writes each)
+        "clientConnection": {"qps": 300, "burst": 500},
     }
     return kueue_config.merge(kueue_config.merge(local, kueue_config.shipped_patch()), spec.kueue_config)
 
@@ -159,7 +160,7 @@ class Kueue(Component):
                 str(self.binaries(spec)[0]),
                 f"--config={config}",
                 # The visibility API needs an APIService routed into the cluster; not here.
-                "--feature-gates=VisibilityOnDemand=false",
+                "--feature-gates=" + ",".join(("VisibilityOnDemand=false", *spec.kueue_feature_gates)),
             ),
             env={"KUBECONFIG": str(spec.kubeconfig)},
             health=lambda: http_ok(f"http://127.0.0.1:{health}/readyz"),

@@ -51,6 +51,7 @@ def pass_writes(caches: Caches) -> dict[str, Any]:
     adm = GangAdmission(api.client(), caches.model(), clock=lambda: NOW)
     caches.replay()
     adm.admission.run()
+    assert adm.admission.outbox.wait(30), "the pass's writes did not end"
     applied = [
         json.loads(r.content)
         for r in api.requests

@@ -33,6 +33,7 @@ def run_pass(write: httpx.Response | None) -> tuple[list[tuple[str, Any, int]], 
     adm = GangAdmission(api.client(), caches.model(), clock=lambda: NOW, in_flight=in_flight)
     caches.replay()
     adm.admission.run()
+    assert adm.admission.outbox.wait(30), "the pass's writes did not end"
     return seen, api
 
 

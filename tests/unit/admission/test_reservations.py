@@ -89,3 +89,31 @@ def test_a_reservation_is_spent_once_its_gang_is_admitted() -> None:
     }
     assert spent_holds(wl) == (RESERVATION_ANNOTATION,)
     assert reservation_from_k8s({"metadata": {"annotations": {RESERVATION_ANNOTATION: "{broken"}}}) is None
+
+
+def test_a_gang_ranked_before_admitted_into_the_reserved_domain_leaves_the_reservation_be() -> None:
+    """us-2 is full ("b" on all 4 nodes, no end); "big" holds us-1, where "a" runs 3 nodes for
+    an hour. "aa" (1 pod, ranked before big) takes us-1's free node: admitted, not running yet,
+    it is an occupant that will leave as a running gang does, so us-1 can still hold big later;
+    its reservation stays where it is, in this pass and in the next (the admission not seen)."""
+    c = big_gang_cluster(b_nodes=4)
+    first = run_pass(c, workload("big", 4, message="gang does not fit now"))
+    (_, annotate), (_, status) = [w for w in first.writes if "/workloads/big" in w[0]]
+    big = workload("big", 4, message=status["status"]["admissionChecks"][0]["message"])
+    big["metadata"]["annotations"] = annotate["metadata"]["annotations"]
+    assert json_of(big)["domain"] == "us-1"
+    c.put(WORKLOADS, big)
+    c.put(WORKLOADS, workload("aa", 1))
+    api = Api({"big": big})
+    c.client = Client("https://api.test", False, transport=httpx.MockTransport(api.handle))
+    adm = GangAdmission(c.client, c.model(), clock=lambda: NOW + 90)
+    c.replay()
+    for _ in range(2):  # the second pass: aa's admission written, not in the cache yet
+        adm.admission.run()
+        assert adm.admission.outbox.wait(30)
+        assert "team-a/aa" in adm.model.capacity.assumed
+        assert [p for p, _ in api.writes if p.endswith("/workloads/big")] == [], "big's reservation moved"
+
+
+def json_of(wl: dict[str, Any]) -> dict[str, Any]:
+    return dict(orjson.loads(wl["metadata"]["annotations"][RESERVATION_ANNOTATION]))

@@ -87,3 +87,26 @@ def test_the_backoff_annotation_is_conditional_and_returns_the_written_workload(
         "metadata": {"annotations": {"gangplugin.io/backoff-until": UNTIL}, "resourceVersion": "41"}
     }
     assert Api(409).writer().annotate(workload(), {"gangplugin.io/backoff-until": UNTIL}) is None
+
+
+def test_the_admission_latency_runs_from_quota_reserved_to_the_end_of_the_check_s_write() -> None:
+    from prometheus_client import REGISTRY
+
+    from gangplugin.core.admission import AdmissionDecision
+
+    def observed() -> tuple[float, float]:
+        name = "gangplugin_gang_admission_latency_seconds"
+        return (
+            REGISTRY.get_sample_value(f"{name}_count") or 0.0,
+            REGISTRY.get_sample_value(f"{name}_sum") or 0.0,
+        )
+
+    api = Api()
+    clock = iter([NOW + 7.0])  # the clock once the write is answered; the pass began at NOW
+    writer = CheckWriter(
+        Client("https://api.test", False, transport=httpx.MockTransport(api.handle)), lambda: next(clock)
+    )
+    count, total = observed()
+    # quota reserved 2 s before the pass began
+    assert writer.admit(workload(), "gang", AdmissionDecision(True, "gang admitted"), NOW, NOW - 2.0)
+    assert observed() == (count + 1, pytest.approx(total + 9.0))

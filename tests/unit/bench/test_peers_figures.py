@@ -113,11 +113,15 @@ def test_the_workload_comes_from_the_kalos_trace_the_same_for_a_seed():
 def test_the_table_gives_ratios_to_each_peer_and_judges_the_goals():
     ours = [{"burst pods/s": 10.0, "stranded GPUs": 0, "recovery 3 s": 9.0}] * 3
     tas = [{"burst pods/s": 20.0, "stranded GPUs": 8, "recovery 3 s": 30.0}, {"burst pods/s": 10.0}]
-    text = report.render({"gangplugin": ours, "kueue-tas": tas})
+    floor = [{"burst pods/s": 40.0, "recovery 3 s": 1.0}]
+    rows = [report.burst_rows, report.recovery_rows, report.preemption_rows]
+    text = report.render({"gangplugin": ours, "kueue-tas": tas, "noop-check": floor}, rows)
     lines = {line.split("  ")[0]: line for line in text.splitlines()}
     rate = lines["burst: pods bound/s"]
     assert "15.0 (10.0-20.0)" in rate and "0.67x" in rate and "MISSED" in rate
     assert "met" in lines["quality: GPUs stranded"] and "0.00x" in lines["quality: GPUs stranded"]
     assert "0.30x" in lines["recovery: 3 nodes failed -> whole again s"]
-    assert "<= 1/3 Kueue TAS: met" in lines["recovery: 3 nodes failed -> whole again s"]
+    # the floor is no peer: its 1 s sets no goal (a ratio to it is shown: 9.00x)
+    assert "9.00x" in lines["recovery: 3 nodes failed -> whole again s"]
+    assert "<= 1/3 the best peer: met" in lines["recovery: 3 nodes failed -> whole again s"]
     assert "preemption: GPUs evicted" not in lines  # measured by nobody: no row

@@ -72,3 +72,30 @@ def test_kai_gangs_are_whole_and_slices_are_subgroups_of_one_podgroup():
     ] == {"pod-group-name": "s"}
     pod = {"metadata": {"labels": labels, "annotations": {"batch.kubernetes.io/job-completion-index": "3"}}}
     assert kai_index(pod) == 19  # its index in the gang: the slice's first plus its own
+
+
+def test_every_system_s_pods_leave_a_failed_node_alike():
+    for name, system in SYSTEMS.items():
+        for _, obj in system.objects(gang("g", 24)):
+            if obj["kind"] != "Job":
+                continue
+            if obj["apiVersion"] == "batch/v1":  # a lost pod waits its index's backoff alone
+                assert obj["spec"]["backoffLimitPerIndex"] and "backoffLimit" not in obj["spec"], name
+            tolerations = template(obj)["spec"]["tolerations"]
+            assert {t["key"]: t["tolerationSeconds"] for t in tolerations} == {
+                "node.kubernetes.io/not-ready": 30,
+                "node.kubernetes.io/unreachable": 30,
+            }, name
+
+
+def test_the_floor_answers_only_a_workload_waiting_for_its_check_with_quota_reserved():
+    from _peers.noop_check import CHECK, waiting
+
+    def wl(reserved, state):
+        conditions = [{"type": "QuotaReserved", "status": "True"}] if reserved else []
+        return {"status": {"conditions": conditions, "admissionChecks": [{"name": CHECK, "state": state}]}}
+
+    assert waiting(wl(True, "Pending"))
+    assert not waiting(wl(False, "Pending")) and not waiting(wl(True, "Ready"))
+    ((_, job),) = SYSTEMS["noop-check"].objects(gang("g", 8))
+    assert template(job)["metadata"]["annotations"] == {}  # no topology: it decides nothing

@@ -3,6 +3,7 @@ holds and preemption, and the pass's shared preemption state."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -282,3 +283,28 @@ def test_a_misspelt_key_holds_the_gang_naming_it_and_the_closest_known_one() -> 
     assert "podset main: unknown key gangplugin.io/required-toplogy: did you mean " in v.message
     assert "gangplugin.io/required-topology?" in v.message
     assert gate(facts(named(gang(1)))).step == "placement"  # without it: placed
+
+
+def test_a_waiting_gang_s_message_stays_the_same_as_the_room_changes_and_its_detail_says_the_room() -> None:
+    """The check's message is written to the Workload: with the room in it, every admission
+    elsewhere would rewrite it (a Kueue reconcile and a pass each); the counts go in `detail`."""
+    contender = Contender("ns/g", 10, "q", 0.0)
+    snap, gangs = busy()
+    fuller = build_snapshot(
+        ultraservers(2, 4),
+        pods("ns/low", ["us1-n00", "us1-n01", "us1-n02"]) + pods("ns/mid", ["us2-n00"]),
+        LEVELS,
+    )
+    seen = []
+    for s in (snap, fuller):
+        more = [*gangs, running("ns/x", ["us1-n02"], 10, 3.0)] if s is fuller else gangs
+        for st in (state(s, more), None):
+            v = gate(facts(named(gang(4, required=US)), s, contender=contender), st)
+            assert not v.decision or not v.decision.ready
+            seen.append(v)
+    by_state = [seen[0::2], seen[1::2]]  # with preemption modelled, and without
+    for a, b in by_state:
+        assert a.message == b.message, "the same message whatever the room"
+        assert a.detail != b.detail and "room for" in a.detail and a.full == a.detail
+        assert "room for" not in a.message and not re.search(r"\d+ protected", a.message)
+    assert "priority 10 >= 10" in seen[0].message  # the rule that protects them stays in it

@@ -124,6 +124,23 @@ def test_a_big_gang_that_waited_long_enough_reserves_where_it_starts_soonest():
     assert reservations.recorded("ns/big") == v.reservation  # it binds the gangs after it
 
 
+def test_a_reserving_gang_s_message_stays_the_same_as_the_room_changes_and_its_detail_says_it():
+    """The check's message names the reservation, not the room there is now (that would rewrite
+    the Workload at every admission elsewhere); `detail`, what `gangctl explain` shows, has both."""
+    g = gang(4, required=US)
+    roomier = cluster(("a", us(1, 0)), ("b", us(1, 2)), ("c", us(2, 0, 1, 2, 3)))
+    seen = []
+    for snap, a in ((busy(), A), (roomier, running("a", us(1, 0)))):
+        v = gate(facts("ns/big", g, snap), reservations=book([a, B, C], ENDS, ["ns/big"]))
+        assert v.step == "reservation" and v.reservation == Reservation(US, "us-1", NOW - 900.0, NOW)
+        seen.append(v)
+    first, second = seen
+    assert first.message == second.message and "room for" not in first.message
+    assert first.detail != second.detail and "room for" in first.detail and first.full == first.detail
+    for v in seen:
+        assert "us-1 reserved for this gang since" in v.message and "when a, b end" in v.detail
+
+
 def test_only_gangs_that_end_before_the_reserved_start_run_in_the_domain_meanwhile():
     snap = busy()
     reservations = book([A, B, C], ENDS, ["ns/big", "ns/short", "ns/long", "ns/unknown", "ns/urgent"])

@@ -1,6 +1,7 @@
 """A Kueue gang is planned only once the gang reservations hold its admission, and the admission
-pass writes its admissions in the order it decided them: so a gang's plan leaves alone capacity
-the pass promised an earlier-decided gang.
+pass writes its admissions in the order it decided them where no reservations run in its process
+(those of its process hear of each admission before it is written): so a gang's plan leaves
+alone capacity the pass promised an earlier-decided gang.
 
 The soak (seed 5, 30 min) found gb200-us-2 promised 88 GPUs for 72: one pass admitted a 6-pod
 gang into us-2 and, after it, a 15-pod gang into the wide network-node-layer-1; the extender
@@ -10,11 +11,10 @@ gang's admission, and put 14 of them in us-2."""
 from __future__ import annotations
 
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from gangplugin.admission.admit import AdmissionPass
+from gangplugin.admission.outbox import Outbox, Sent
 from gangplugin.extender.pods import gang_pod_from_k8s
 from gangplugin.extender.reservations import UNSEEN_ADMISSION, AdmissionUnseen, GangReservations
 from gangplugin.extender.shared import admitted_of, policy_of
@@ -61,11 +61,13 @@ def test_a_plain_pod_gang_needs_no_admission() -> None:
     assert len(passed(res, US1)) == 2
 
 
-def test_the_pass_writes_its_admissions_one_after_another_in_decision_order() -> None:
-    """Admissions in order, each after the one before it ended; the other writes beside them
-    (the first admission waits for one of them: written one by one, this would never end)."""
+def test_without_reservations_in_this_process_admissions_are_written_in_decision_order() -> None:
+    """Admissions in order, each after the one before it ended, across passes; the other writes
+    beside them (the first admission waits for one of them: written one by one, this would
+    never end)."""
     done: list[str] = []
     other_ran = threading.Event()
+    ended = threading.Semaphore(0)
 
     def admit(name: str, wait: threading.Event | None = None, after: str | None = None) -> bool:
         if wait is not None:
@@ -78,10 +80,12 @@ def test_the_pass_writes_its_admissions_one_after_another_in_decision_order() ->
         other_ran.set()
         return True
 
-    p = AdmissionPass.__new__(AdmissionPass)  # only its writers: nothing else is needed here
-    p._writers = ThreadPoolExecutor(2)
-    writes = [("a", lambda: admit("a", other_ran)), (None, other), ("b", lambda: admit("b", after="a"))]
-    assert p._write(writes) == [True, True, True]
+    outbox = Outbox(lambda _sent, _outcome, _passed_over: ended.release())
+    first = [Sent("a", "1", lambda: admit("a", other_ran), admission=True), Sent("o", "1", other)]
+    outbox.send(first, ordered=True)
+    outbox.send([Sent("b", "1", lambda: admit("b", after="a"), admission=True)], ordered=True)  # next pass
+    for _ in range(3):
+        assert ended.acquire(timeout=30)
     assert done == ["a", "b"]
 
 

@@ -76,3 +76,15 @@ def test_worker_retries_failures_and_honours_requested_wakeups() -> None:
             q._cond.notify_all()
     t.join(timeout=5)
     assert calls == ["x", "x", "x"]
+
+
+def test_a_first_key_is_handed_out_ahead_of_the_keys_queued_before_it() -> None:
+    q = WorkQueue(first=frozenset({"pass"}))
+    for key in ("wl/a", "wl/b", "pass", "wl/c"):
+        q.add(key)
+    assert [q.get(timeout=0), q.get(timeout=0), q.get(timeout=0), q.get(timeout=0)] == [
+        "pass",
+        "wl/a",
+        "wl/b",
+        "wl/c",
+    ]
