@@ -173,7 +173,7 @@ def test_a_reservation_in_a_domain_the_gang_could_never_use_is_not_named_to_it()
     f = facts("ns/elsewhere", gang(1, required=US, constraints=only_us_2), snap, expected_runtime=5_000.0)
     elsewhere = gate(f, reservations=reservations)
     assert elsewhere.decision is not None and not elsewhere.decision.ready
-    assert "reserved for" not in elsewhere.message and "best is us-2" in elsewhere.message, elsewhere.message
+    assert "reserved for" not in elsewhere.full and "best is us-2" in elsewhere.full, elsewhere.full
     f = facts("ns/long", gang(2, required=US), snap, expected_runtime=5_000.0)
     assert "us-1, reserved for ns/big" in gate(f, reservations=reservations).message
 
