@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from gangplugin.core.admission import promised_pods, with_selector
+from gangplugin.core.admission import PROMISED_PREFIX, promised_pods, with_selector
 from gangplugin.core.errors import InputError
 from gangplugin.core.placement import (
     Gang,
@@ -283,6 +283,7 @@ def expected_start(
         return float("inf") if e is None or e.ends_at is None else max(e.ends_at, now)
 
     leaving = sorted(_occupants(snapshot, domain, running), key=lambda g: (end(g), g.key))
+    leaving += _stale_promises(snapshot, domain, running)
     if not _fits(snapshot, gang, policy, domain, leaving):
         return Start(None, possible=False)
     low, high = 1, len(leaving)  # the fewest first-ending gangs whose leaving lets it fit
@@ -298,6 +299,22 @@ def expected_start(
     if unknown:
         return Start(None, waited, unknown)
     return Start(max(end(g) for g in gone), waited)
+
+
+def _stale_promises(snapshot: Snapshot, domain: int, running: Sequence[RunningGang]) -> list[RunningGang]:
+    """The promised pods in the domain of no running gang, as one gang leaving now: a promise
+    outlives its gang's admission by a pass or two (a gang that finished before its pods bound),
+    and counted as there for good it made the domain look as if it could never hold the gang."""
+    covered = {k for g in running for k in g.pods}
+    stale = tuple(
+        k
+        for i in snapshot.subtree_nodes(domain)
+        for k in sorted(snapshot.pods_on(i))
+        if k[1].startswith(f"{PROMISED_PREFIX}/") and k not in covered
+    )
+    if not stale:
+        return []
+    return [RunningGang(f"{PROMISED_PREFIX} of no running gang", 0, "", 0.0, 0.0, 0, stale, evicting=True)]
 
 
 def may_backfill(runtime: float | None, now: float, start: Start) -> bool:

@@ -165,6 +165,10 @@ class Snapshot:
         """(node id, requests) of a pod this snapshot counts; None if not counted."""
         return self._pods.get((namespace, name))
 
+    def pods_on(self, node_id: int) -> frozenset[tuple[str, str]]:
+        """The (namespace, name) of every pod this snapshot counts on the node (real or synthetic)."""
+        return frozenset(self._pods_on[node_id])
+
     def live_node_ids(self) -> list[int]:
         """Ids of present nodes, ordered by name."""
         return [self.node_ids[n] for n in sorted(self.node_ids)]

@@ -108,6 +108,17 @@ def test_the_expected_start_is_when_enough_of_the_first_ending_gangs_have_left()
     assert start.at == NOW
 
 
+def test_a_promise_of_no_running_gang_leaves_the_domain_with_it():
+    """A gang admitted and gone before its pods bound (a Job that ended first) keeps its promise
+    charged until the next snapshot: it does not make the domain one the gang can never start in."""
+    pods = [BoundPod("ns", f"a-{i}", n, {GPU: 4, "cpu": 1000}) for i, n in enumerate(us(1, 0, 1))]
+    pods += [BoundPod("ns", f"~promised/gone/main/{i}", n, {GPU: 4}) for i, n in enumerate(us(1, 2, 3))]
+    snap = build_snapshot(ultraservers(2, 4), pods, LEVELS)
+    d1 = next(d for d in snap.by_level[1] if snap.domains[d].value == "us-1")
+    start = expected_start(snap, gang(4, required=US), RESERVING.placement, d1, [A], ENDS, NOW)
+    assert (start.at, start.possible, start.waiting_for) == (1_500.0, True, ("a",))
+
+
 def test_a_big_gang_that_waited_long_enough_reserves_where_it_starts_soonest():
     snap = busy()
     g = gang(4, required=US)
