@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from gangplugin.core import gangs
 from gangplugin.core.admission import NOT_NOW, promised_pods
@@ -28,8 +29,9 @@ from gangplugin.core.states import CheckState
 from gangplugin.core.topology import Snapshot
 from gangplugin.kube import kueue_records as rec
 from gangplugin.kube.client import JSON
-from gangplugin.readmodel.ends import declared_runtime, gang_end, owner_job
+from gangplugin.readmodel.ends import declared_runtime, gang_end, job_gone, owner_job
 from gangplugin.readmodel.model import Queue, ReadModel
+from gangplugin.readmodel.records import job_owner
 from gangplugin.readmodel.summaries import GangSummary, dispatch_of
 
 #: Steps whose message a person is told as it is (it names what the gang waits for).
@@ -112,10 +114,11 @@ def contender_of(model: ReadModel, wl: JSON) -> Contender:
 
 
 def running_gangs(model: ReadModel) -> list[RunningGang]:
-    """Every gang holding capacity through our check: admitted (check Ready), or evicted or
-    finished with pods still on nodes (leaving: its capacity is coming free; a finished Job's
-    pods linger while they terminate, and counting them as there for good would make a
-    domain look as if it could never hold a waiting gang)."""
+    """Every gang holding capacity through our check: admitted (check Ready), or evicted,
+    finished or deleted (its Workload or its Job) with pods still on nodes (leaving: its
+    capacity is coming free; a finished or deleted Job's pods linger while they terminate, and
+    counting them as there for good would make a domain look as if it could never hold a
+    waiting gang, or a deleted Job's gang as if it would never end)."""
     ours = model.our_checks()
     out = []
     known: set[tuple[str, str]] = set()
@@ -126,7 +129,7 @@ def running_gangs(model: ReadModel) -> list[RunningGang]:
         if check is None or check.entry is None:
             continue
         pods = [p for p in model.gang_pods(record.namespace, record.gang_id) if p.node]
-        leaving = record.evicted or record.finished
+        leaving = record.evicted or record.finished or record.deleting or _job_gone(model, wl)
         holding = any(p.bound is not None for p in pods)
         if not ((check.entry.state is CheckState.READY and not record.finished) or (leaving and holding)):
             continue
@@ -150,15 +153,26 @@ def running_gangs(model: ReadModel) -> list[RunningGang]:
     return out + _terminating(model, known)
 
 
+def _job_gone(model: ReadModel, wl: Mapping[str, Any]) -> bool:
+    meta = wl.get("metadata") or {}
+    return job_gone(str(meta.get("namespace", "")), job_owner(meta), model.jobs)
+
+
 def _terminating(model: ReadModel, known: set[tuple[str, str]]) -> list[RunningGang]:
-    """The pods of gangs whose Workload is gone (its Job deleted) that still hold their nodes
-    while they terminate, each gang's as one leaving: counted as there for good, they made a
-    reserved domain look as if it could never hold its gang, and the reservation moved."""
+    """The bound pods of gangs whose Workload is gone (its Job deleted) that still hold their
+    nodes, each gang's as one leaving: terminating, or their Job gone before the garbage
+    collector marked them. Counted as there for good, they made a reserved domain look as if it
+    could never hold its gang, and the reservation moved. A pod gang's pods (no Workload, no
+    Job) stay until they are deleted."""
     out = []
     for namespace, gang in model.index.gangs():
         if (namespace, gang) in known:
             continue
-        pods = [p for p in model.gang_pods(namespace, gang) if p.deleting and p.bound is not None]
+        pods = [
+            p
+            for p in model.gang_pods(namespace, gang)
+            if p.bound is not None and (p.deleting or job_gone(namespace, p.job, model.jobs))
+        ]
         if pods:
             gpus = sum(p.bound.requests.get(r, 0) for p in pods if p.bound for r in ACCELERATORS)
             out.append(

@@ -26,9 +26,7 @@ from gangplugin.core.reservation import GangEnd
 from gangplugin.kube import kueue_records as rec
 from gangplugin.kube.client import JSON
 from gangplugin.readmodel.checks import Cache, OurCheck
-from gangplugin.readmodel.records import WorkloadRecord
-
-JOB_KIND = ("batch/v1", "Job")
+from gangplugin.readmodel.records import JobRef, WorkloadRecord, job_owner
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -118,12 +116,18 @@ def gang_end(
 
 def owner_job(wl: Mapping[str, Any], jobs: Cache[JobDeadline] | None) -> JobDeadline | None:
     """The batch Job that owns the Workload, as the Jobs cache has it (None: no such owner)."""
-    if jobs is None:
-        return None
     meta = wl.get("metadata") or {}
-    for owner in meta.get("ownerReferences") or []:
-        if (owner.get("apiVersion"), owner.get("kind")) == JOB_KIND:
-            job = jobs.get(f"{meta.get('namespace', '')}/{owner.get('name', '')}")
-            if job is not None and job.uid == owner.get("uid"):
-                return job
-    return None
+    ref = job_owner(meta)
+    return None if ref is None or jobs is None else _job(str(meta.get("namespace", "")), ref, jobs)
+
+
+def job_gone(namespace: str, ref: JobRef | None, jobs: Cache[JobDeadline] | None) -> bool:
+    """Whether the batch Job `ref` (a Workload's or a pod's owner) was deleted: the garbage
+    collector takes its Workload and pods next, so what they hold is leaving. False without a
+    Jobs cache (this model does not watch Jobs) or an owner."""
+    return ref is not None and jobs is not None and _job(namespace, ref, jobs) is None
+
+
+def _job(namespace: str, ref: JobRef, jobs: Cache[JobDeadline]) -> JobDeadline | None:
+    job = jobs.get(f"{namespace}/{ref.name}")
+    return job if job is not None and job.uid == ref.uid else None

@@ -35,6 +35,23 @@ DEFAULT_PODSET = "main"
 # PodsReady reasons of a gang that lost a pod or a node after it ran and is being made whole
 # again (Kueue's waitForPodsReady recovery): it was Ready, and counts so (the Sequential rule).
 RECOVERING_REASONS = frozenset({"WaitForRecovery", "Recovered"})
+JOB_KIND = ("batch/v1", "Job")
+
+
+@dataclass(frozen=True, slots=True)
+class JobRef:
+    """The batch Job an object names as an owner (a Workload Kueue made for it, its pods)."""
+
+    name: str
+    uid: str
+
+
+def job_owner(meta: Mapping[str, Any]) -> JobRef | None:
+    """The batch Job among `meta`'s ownerReferences (None: none)."""
+    for owner in meta.get("ownerReferences") or []:
+        if isinstance(owner, Mapping) and (owner.get("apiVersion"), owner.get("kind")) == JOB_KIND:
+            return JobRef(str(owner.get("name", "")), str(owner.get("uid", "")))
+    return None
 
 
 # -- nodes ---------------------------------------------------------------------------------------
@@ -100,6 +117,7 @@ class PodRecord:
     bound: BoundPod | None
     scheduled_at: float | None = None  # when it got its node (PodScheduled True; None: not yet)
     ready_changed: float | None = None  # when its Ready condition last changed (None: not said)
+    job: JobRef | None = None  # the batch Job that owns it (None: none)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -167,6 +185,7 @@ def pod_record(obj: JSON) -> PodRecord:
         bound=bound,
         scheduled_at=_scheduled_at(obj),
         ready_changed=rec.ready_changed(obj),
+        job=job_owner(meta),
     )
 
 
@@ -208,6 +227,7 @@ class WorkloadRecord:
     admitted: bool
     finished: bool
     evicted: bool
+    deleting: bool  # metadata.deletionTimestamp: its job was deleted, Kueue lets it go
     active: bool
     quota_reserved_at: float
     created_at: float
@@ -305,6 +325,7 @@ def workload_record(wl: Mapping[str, Any]) -> WorkloadRecord:
         admitted=(conds.get("Admitted") or {}).get("status") == "True",
         finished=(conds.get("Finished") or {}).get("status") == "True",
         evicted=(conds.get("Evicted") or {}).get("status") == "True",
+        deleting=bool(meta.get("deletionTimestamp")),
         active=spec.get("active") is not False,
         quota_reserved_at=_time(wl, "QuotaReserved"),
         created_at=_created(meta),
