@@ -50,7 +50,6 @@ from gangplugin.core.preemption import (
     Hold,
     PreemptionPlan,
     RunningGang,
-    Victim,
     VictimIndex,
     exclude_nodes,
     find_victims,
@@ -217,9 +216,7 @@ def resume(hold: Hold, running: Sequence[RunningGang]) -> PreemptionPlan:
     by_key = {g.key: g for g in running}
     left = [g for v in hold.victims if (g := by_key.get(v)) is not None and g.started_at <= hold.at]
     todo = tuple(
-        Victim(g.key, g.priority, g.gpus, g.started_at, f"{g.key}: named by the preemption recorded earlier")
-        for g in left
-        if not g.evicting
+        g.victim(f"{g.key}: named by the preemption recorded earlier") for g in left if not g.evicting
     )
     gone = tuple(g.key for g in left if g.evicting)
     where = f"{hold.level}={hold.domain}" if hold.level else f"{len(hold.nodes)} held node(s)"

@@ -96,6 +96,10 @@ class RunningGang:
     pods: tuple[tuple[str, str], ...]
     evicting: bool = False
 
+    def victim(self, why: str) -> Victim:
+        """This gang as one to evict, `why` saying what made it one."""
+        return Victim(self.key, self.priority, self.gpus, self.started_at, why)
+
 
 @dataclass(frozen=True, slots=True)
 class Victim:
@@ -424,13 +428,9 @@ def _plan(
     fit: Placement,
 ) -> PreemptionPlan:
     victims = tuple(
-        Victim(
-            g.key,
-            g.priority,
-            g.gpus,
-            g.started_at,
-            f"{g.key}: {g.gpus} GPUs, priority {g.priority}, "
-            f"started {_started(g.started_at)} ({rules[g.key]})",
+        g.victim(
+            f"{g.key}: {g.gpus} GPUs, priority {g.priority}, started {_started(g.started_at)} "
+            f"({rules[g.key]})"
         )
         for g in sorted(members, key=lambda g: g.key)
     )

@@ -49,7 +49,6 @@ from gangplugin.core.preemption import (
     Contender,
     PreemptionPlan,
     RunningGang,
-    Victim,
     gang_gpus,
     may_preempt,
     without,
@@ -562,17 +561,12 @@ def _clearing_plan(
 ) -> PreemptionPlan:
     lost = {g.key: g.gpus * max(now - g.started_at, 0.0) / 3600 for g in victims}
     chosen = tuple(
-        Victim(
-            key=g.key,
-            priority=g.priority,
-            gpus=g.gpus,
-            started_at=g.started_at,
-            why=f"{g.key}: checkpointable, priority {g.priority}, {lost[g.key]:.1f} GPU-hours since it "
-            "started",
+        g.victim(
+            f"{g.key}: checkpointable, priority {g.priority}, {lost[g.key]:.1f} GPU-hours since it started"
         )
         for g in victims
     )
-    nodes = tuple(sorted(n.name for i in snapshot.subtree_nodes(domain) if (n := snapshot.nodes[i])))
+    nodes = tuple(sorted(domain_nodes(snapshot, domain)))
     where = h.reservation.where
     reason = (
         f"clearing {where}, reserved for this gang: evicting checkpointable "

@@ -21,23 +21,15 @@ PODS = "pods"
 #: reservation cost.
 ACCELERATORS = ("nvidia.com/gpu", "aws.amazon.com/neuron", "aws.amazon.com/neuroncore")
 
+#: Decimal suffixes are powers of 1000 in order (k = 10^3 ... E = 10^18), binary ones powers of
+#: 1024 (Ki = 2^10 ... Ei = 2^60); m, u and n are the fractions.
 _SUFFIX: dict[str, Decimal] = {
     "": Decimal(1),
     "n": Decimal("1e-9"),
     "u": Decimal("1e-6"),
     "m": Decimal("1e-3"),
-    "k": Decimal(10) ** 3,
-    "M": Decimal(10) ** 6,
-    "G": Decimal(10) ** 9,
-    "T": Decimal(10) ** 12,
-    "P": Decimal(10) ** 15,
-    "E": Decimal(10) ** 18,
-    "Ki": Decimal(2) ** 10,
-    "Mi": Decimal(2) ** 20,
-    "Gi": Decimal(2) ** 30,
-    "Ti": Decimal(2) ** 40,
-    "Pi": Decimal(2) ** 50,
-    "Ei": Decimal(2) ** 60,
+    **{s: Decimal(10) ** (3 * i) for i, s in enumerate("kMGTPE", 1)},
+    **{f"{s}i": Decimal(2) ** (10 * i) for i, s in enumerate("KMGTPE", 1)},
 }
 _QUANTITY = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)")
 

@@ -90,29 +90,31 @@ def webhook_client_config(spec: ClusterSpec, path: str, port: int) -> dict[str, 
     return {"url": f"https://127.0.0.1:{port}{path}", "caBundle": ca}
 
 
+def _every_path(path: str) -> bool:
+    return True
+
+
 def apply_webhooks(
     client: Client,
     spec: ClusterSpec,
-    manifests: Path,
-    prefix: str,
+    configs: Iterable[dict[str, Any]],
     port: int,
-    keep: Callable[[str], bool],
-    pod_selector: dict[str, Any],
+    *,
+    keep: Callable[[str], bool] = _every_path,
+    pod_selector: dict[str, Any] | None = None,
 ) -> None:
-    """An upstream controller's webhook configurations, named `<prefix>-...`, each webhook whose
-    path `keep` accepts served on 127.0.0.1:`port`; its pod webhooks get `pod_selector` (the
+    """Webhook configurations as an upstream install writes them (each webhook calling its
+    Service), each webhook whose path `keep` accepts served on 127.0.0.1:`port` instead; the pod
+    webhooks of a controller-runtime controller (paths ending `--v1-pod`) get `pod_selector` (the
     scope the upstream install gives them), so they see no other pods."""
-    for cfg in yaml.safe_load_all(manifests.read_text()):
-        if not cfg:
-            continue
-        cfg["metadata"]["name"] = f"{prefix}-{cfg['metadata']['name']}"
+    for cfg in configs:
         hooks = []
         for hook in cfg["webhooks"]:
             path = hook["clientConfig"]["service"]["path"]
             if not keep(path):
                 continue
             hook["clientConfig"] = webhook_client_config(spec, path, port)
-            if path.endswith("--v1-pod"):
+            if pod_selector is not None and path.endswith("--v1-pod"):
                 hook.update(pod_selector)
             hooks.append(hook)
         cfg["webhooks"] = hooks
@@ -156,15 +158,10 @@ def install_upstream(
     apply_crds(
         client, spec, crds, what, conversion_port=webhook_port if converted else None, converted=converted
     )
-    apply_webhooks(
-        client,
-        spec,
-        directory / "webhooks.yaml",
-        what.lower(),
-        webhook_port,
-        keep=keep,
-        pod_selector=pod_selector,
-    )
+    configs = [cfg for cfg in yaml.safe_load_all((directory / "webhooks.yaml").read_text()) if cfg]
+    for cfg in configs:
+        cfg["metadata"]["name"] = f"{what.lower()}-{cfg['metadata']['name']}"
+    apply_webhooks(client, spec, configs, webhook_port, keep=keep, pod_selector=pod_selector)
 
 
 def delete_webhooks(client: Client, name: str) -> None:

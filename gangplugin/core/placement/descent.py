@@ -5,7 +5,7 @@ ties by name. Pods are counted in pods, or in whole slices down to a podset's sl
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from gangplugin.core.placement.capacity import Picks, PodCounts
@@ -50,21 +50,40 @@ def choose(options: Iterable[Option], need: int) -> list[tuple[int, int]] | None
     return taken if remaining <= 0 else None
 
 
+#: What one step down from a domain makes of the amount asked of it: picks to keep, and
+#: (child, amount) pairs to walk down next; None when the amount does not fit.
+Step = tuple[Picks, list[tuple[int, int]]] | None
+
+
+def _walk(domain: int, amount: int, step: Callable[[int, int], Step]) -> Picks | None:
+    """The picks of `amount` inside `domain`, taking `step` from each domain reached (depth
+    first, the last child chosen first); None as soon as one step does not fit."""
+    picks: Picks = []
+    stack = [(domain, amount)]
+    while stack:
+        taken = step(*stack.pop())
+        if taken is None:
+            return None
+        kept, below = taken
+        picks += kept
+        stack += below
+    return picks
+
+
+def _children(chosen: list[tuple[int, int]] | None) -> Step:
+    return None if chosen is None else ([], chosen)
+
+
 def descend(snapshot: Snapshot, domain: int, need: int, counts: PodCounts) -> Picks | None:
     """`need` pods inside `domain`, down to its nodes; None if they do not fit."""
     domains, nodes = snapshot.domains, snapshot.nodes
     per_node, per_domain = counts.per_node, counts.per_domain
-    picks: Picks = []
-    stack = [(domain, need)]
-    while stack:
-        here, pods = stack.pop()
+
+    def step(here: int, pods: int) -> Step:
         current = domains[here]
         if len(current.nodes) == 1:  # a hostname domain: its one node holds them, or nothing does
             node = current.nodes[0]
-            if per_node.get(node, 0) < pods:
-                return None
-            picks.append((node, pods))
-            continue
+            return ([(node, pods)], []) if per_node.get(node, 0) >= pods else None
         if current.nodes:  # the deepest level holds nodes and no child domains
             chosen = choose(
                 [
@@ -74,22 +93,19 @@ def descend(snapshot: Snapshot, domain: int, need: int, counts: PodCounts) -> Pi
                 ],
                 pods,
             )
-            if chosen is None:
-                return None
-            picks += chosen
-            continue
-        chosen = choose(
-            [
-                Option(child, room, domains[child].value or "")
-                for child in current.children
-                if (room := per_domain[child]) > 0
-            ],
-            pods,
+            return None if chosen is None else (chosen, [])
+        return _children(
+            choose(
+                [
+                    Option(child, room, domains[child].value or "")
+                    for child in current.children
+                    if (room := per_domain[child]) > 0
+                ],
+                pods,
+            )
         )
-        if chosen is None:
-            return None
-        stack += chosen
-    return picks
+
+    return _walk(domain, need, step)
 
 
 def descend_slices(
@@ -104,28 +120,22 @@ def descend_slices(
     of that level; None if they do not fit. Of children holding as many slices, the one with
     fewer pods of room first (Kueue's BestFit): its slices strand less capacity."""
     domains, per_domain = snapshot.domains, counts.per_domain
-    picks: Picks = []
-    stack = [(domain, slices)]
-    while stack:
-        here, wanted = stack.pop()
-        current = domains[here]
-        if current.level == slicing.level:
+
+    def step(here: int, wanted: int) -> Step:
+        if domains[here].level == slicing.level:
             inside = descend(snapshot, here, wanted * slicing.size, counts)
-            if inside is None:
-                return None
-            picks += inside
-            continue
-        chosen = choose(
-            [
-                Option(child, slices_per_domain[child], (per_domain[child], domains[child].value or ""))
-                for child in current.children
-            ],
-            wanted,
+            return None if inside is None else (inside, [])
+        return _children(
+            choose(
+                [
+                    Option(child, slices_per_domain[child], (per_domain[child], domains[child].value or ""))
+                    for child in domains[here].children
+                ],
+                wanted,
+            )
         )
-        if chosen is None:
-            return None
-        stack += chosen
-    return picks
+
+    return _walk(domain, slices, step)
 
 
 def spread(snapshot: Snapshot, level: int, need: int, counts: PodCounts) -> Picks | None:

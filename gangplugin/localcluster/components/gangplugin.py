@@ -165,14 +165,8 @@ class Gangplugin(Component):
         if "webhook" not in spec.gangplugin_components:
             return
         docs = yaml.safe_load_all((REPO / "deploy" / "manifests" / "base" / "webhook.yaml").read_text())
-        for config in (d for d in docs if d and d["kind"] in manifests.WEBHOOK_KINDS):
+        configs = [d for d in docs if d and d["kind"] in manifests.WEBHOOK_KINDS]
+        for config in configs:
             config["metadata"].pop("annotations", None)  # cert-manager's CA injection: not here
             config["metadata"]["name"] = WEBHOOK_CONFIGURATION
-            for hook in config["webhooks"]:
-                path = hook["clientConfig"]["service"]["path"]
-                hook["clientConfig"] = manifests.webhook_client_config(
-                    spec, path, spec.ports.gangplugin_webhook
-                )
-            client.apply(
-                manifests.WEBHOOK_KINDS[config["kind"]], config, field_manager=manifests.FIELD_MANAGER
-            )
+        manifests.apply_webhooks(client, spec, configs, spec.ports.gangplugin_webhook)

@@ -105,14 +105,13 @@ def queue(name: str, parent: str | None) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class _Kai(Component):
-    """One KAI process: `command` its binary's name after `kai-`; ports at `offsets`."""
+    """One KAI process, `kai-<binary name>`; ports at `offsets`."""
 
     optional: ClassVar[bool] = True
-    command: ClassVar[str]
     offsets: ClassVar[tuple[int, ...]]
 
     def binaries(self, spec: ClusterSpec) -> tuple[Path, ...]:
-        return (spec.bin_dir / f"kai-{self.command}-{version()}",)
+        return (spec.bin_dir / f"{self.name}-{version()}",)
 
     def listens(self, spec: ClusterSpec) -> dict[str, int]:
         return {f"{self.name} {i}": spec.ports.at(o) for i, o in enumerate(self.offsets)}
@@ -137,22 +136,12 @@ class _Kai(Component):
             ports=tuple(self.listens(spec).values()),
         )
 
-    def controller_runtime(self, spec: ClusterSpec) -> tuple[str, ...]:
-        """The kubeconfig (controller-runtime's flag; the environment's KUBECONFIG is read too,
-        by those that load it before parsing their flags), metrics then probe address."""
-        return (
-            f"--kubeconfig={spec.kubeconfig}",
-            f"--metrics-bind-address=127.0.0.1:{spec.ports.at(self.offsets[0])}",
-            f"--health-probe-bind-address=127.0.0.1:{spec.ports.at(self.offsets[1])}",
-        )
-
 
 @dataclass(frozen=True)
 class KaiQueueController(_Kai):
     """First of KAI's components: it installs the CRDs, namespaces and priority classes."""
 
     name = "kai-queuecontroller"
-    command = "queuecontroller"
     offsets = (720,)
 
     def install(self, spec: ClusterSpec, client: Client) -> None:
@@ -182,49 +171,45 @@ class KaiQueueController(_Kai):
 
 
 @dataclass(frozen=True)
-class KaiPodGrouper(_Kai):
+class _KaiController(_Kai):
+    """A KAI controller on controller-runtime, after the queue controller (it installs the
+    CRDs): the kubeconfig (controller-runtime's flag; the environment's KUBECONFIG is read too,
+    by those that load it before parsing their flags), metrics then probe address, the
+    scheduler name, then its own flags (`own_flags`)."""
+
+    requires = ("kai-queuecontroller",)
+    own_flags: ClassVar[tuple[str, ...]]
+
+    def args(self, spec: ClusterSpec) -> tuple[str, ...]:
+        return (
+            f"--kubeconfig={spec.kubeconfig}",
+            f"--metrics-bind-address=127.0.0.1:{spec.ports.at(self.offsets[0])}",
+            f"--health-probe-bind-address=127.0.0.1:{spec.ports.at(self.offsets[1])}",
+            f"--scheduler-name={SCHEDULER_NAME}",
+            *self.own_flags,
+        )
+
+
+@dataclass(frozen=True)
+class KaiPodGrouper(_KaiController):
     name = "kai-podgrouper"
-    command = "podgrouper"
     offsets = (721, 722)
-    requires = ("kai-queuecontroller",)
-
-    def args(self, spec: ClusterSpec) -> tuple[str, ...]:
-        return (
-            *self.controller_runtime(spec),
-            f"--scheduler-name={SCHEDULER_NAME}",
-            f"--queue-label-key={QUEUE_LABEL}",
-        )
+    own_flags = (f"--queue-label-key={QUEUE_LABEL}",)
 
 
 @dataclass(frozen=True)
-class KaiPodGroupController(_Kai):
+class KaiPodGroupController(_KaiController):
     name = "kai-podgroupcontroller"
-    command = "podgroupcontroller"
     offsets = (723, 724)
-    requires = ("kai-queuecontroller",)
-
-    def args(self, spec: ClusterSpec) -> tuple[str, ...]:
-        # its PodGroup validation webhook is one the operator registers: off here
-        return (
-            *self.controller_runtime(spec),
-            f"--scheduler-name={SCHEDULER_NAME}",
-            "--enable-podgroup-webhook=false",
-        )
+    # its PodGroup validation webhook is one the operator registers: off here
+    own_flags = ("--enable-podgroup-webhook=false",)
 
 
 @dataclass(frozen=True)
-class KaiBinder(_Kai):
+class KaiBinder(_KaiController):
     name = "kai-binder"
-    command = "binder"
     offsets = (725, 726)
-    requires = ("kai-queuecontroller",)
-
-    def args(self, spec: ClusterSpec) -> tuple[str, ...]:
-        return (
-            *self.controller_runtime(spec),
-            f"--scheduler-name={SCHEDULER_NAME}",
-            f"--resource-reservation-namespace={RESERVATION_NAMESPACE}",
-        )
+    own_flags = (f"--resource-reservation-namespace={RESERVATION_NAMESPACE}",)
 
     def health_port(self, spec: ClusterSpec) -> int:
         return spec.ports.at(self.offsets[0])
@@ -236,7 +221,6 @@ class KaiBinder(_Kai):
 @dataclass(frozen=True)
 class KaiScheduler(_Kai):
     name = "kai-scheduler"
-    command = "scheduler"
     offsets = (727, 728)
     requires = ("kai-queuecontroller", "kai-podgrouper", "kai-podgroupcontroller", "kai-binder")
 

@@ -236,12 +236,7 @@ class VolcanoWebhookManager(_Volcano):
             "data": {"volcano-controller.conf": yaml.safe_dump(discovery_config(), sort_keys=False)},
         }
         client.apply(CONFIGMAPS, configmap, field_manager=manifests.FIELD_MANAGER)
-        port = spec.ports.at(700)
-        for cfg in rendered_webhooks(spec):
-            for hook in cfg["webhooks"]:
-                path = hook["clientConfig"]["service"]["path"]
-                hook["clientConfig"] = manifests.webhook_client_config(spec, path, port)
-            client.apply(manifests.WEBHOOK_KINDS[cfg["kind"]], cfg, field_manager=manifests.FIELD_MANAGER)
+        manifests.apply_webhooks(client, spec, rendered_webhooks(spec), spec.ports.at(700))
 
     def flags(self, spec: ClusterSpec) -> tuple[str, ...]:
         port = spec.ports.at(700)
