@@ -7,6 +7,11 @@ times. Each hop of a gang is the first time the watch saw it:
   check listed       status.admissionChecks holds an entry (a ClusterQueue with checks only)
   check Ready        every entry Ready (the check's controller)
   Admitted           Admitted=True (Kueue's workload reconciler once every check is Ready)
+  PodsReady written  a PodsReady condition, of any status (Kueue's job reconciler: with
+                     waitForPodsReady on, as the shipped Configuration has it, a reconcile that
+                     finds none writes PodsReady=False and ends there, so a Job whose Workload
+                     was Admitted without it waits for that write and one more reconcile before
+                     it is unsuspended; written before Admitted, its step is negative)
   unsuspended        the Job seen with spec.suspend false (Kueue's job reconciler)
   first/last pod created, last pod ungated, last pod bound, last pod Running (the pod watch)
 
@@ -30,7 +35,14 @@ from _peers.watch import PodWatch, follow
 from gangplugin.kube.client import JOBS, WORKLOADS, Client
 
 # In the order a gang goes through them; a system skips those it has not (no check).
-WORKLOAD_HOPS = ("Workload created", "quota reserved", "check listed", "check Ready", "Admitted")
+WORKLOAD_HOPS = (
+    "Workload created",
+    "quota reserved",
+    "check listed",
+    "check Ready",
+    "Admitted",
+    "PodsReady written",
+)
 POD_HOPS = ("first pod created", "last pod created", "last pod ungated", "last pod bound", "last pod Running")
 HOPS = ("submitted", *WORKLOAD_HOPS, "unsuspended", *POD_HOPS)
 UNKNOWN_WRITER = "?"
@@ -84,6 +96,8 @@ def see_workload(seen: WorkloadSeen, obj: Mapping[str, Any], now: float) -> None
             at.setdefault("check Ready", now)
     if _true(obj, "Admitted"):
         at.setdefault("Admitted", now)
+    if any(c.get("type") == "PodsReady" for c in status.get("conditions") or []):
+        at.setdefault("PodsReady written", now)
 
 
 def _owner_job(obj: Mapping[str, Any]) -> str | None:

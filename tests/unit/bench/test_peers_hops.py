@@ -57,6 +57,23 @@ def test_each_hop_is_when_the_watch_first_saw_it_and_each_write_names_its_writer
     assert seen.writes == {"kueue": 2, "kueue-admission": 2, "gangplugin-admission": 1}
 
 
+def test_kueue_s_pods_ready_write_is_a_hop_of_its_own_between_admitted_and_unsuspended():
+    """With waitForPodsReady on, Kueue unsuspends a Job only in a reconcile after the one that
+    wrote PodsReady: the hop names that wait (issue 32's traced burst: most of Admitted ->
+    unsuspended)."""
+    seen = WorkloadSeen()
+    admitted = _wl(["QuotaReserved", "Admitted"], managers=[("kueue-admission", "Apply", "status", "t1")])
+    see_workload(seen, admitted, 1.0)
+    pods_ready = {"type": "PodsReady", "status": "False", "reason": "WaitForStart"}
+    admitted["status"]["conditions"].append(pods_ready)
+    see_workload(seen, admitted, 1.25)
+    see_workload(seen, admitted, 2.0)  # written once: the first time seen is the hop
+    assert seen.at["PodsReady written"] == 1.25
+    assert HOPS.index("Admitted") < HOPS.index("PodsReady written") < HOPS.index("unsuspended")
+    at = {"submitted": 0.0, **seen.at, "unsuspended": 1.5, "last pod Running": 3.0}
+    assert summary({"g": at}, {"g": 1})["step"]["unsuspended"] == 0.25
+
+
 def test_a_write_that_changed_no_managed_field_entry_has_an_unknown_writer():
     same = {("kueue", "Update/status"): "t1 {}"}
     assert writer(same, same) == "?"
