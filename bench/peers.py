@@ -246,6 +246,7 @@ def run_system(
         with system.controller(cluster.kubeconfig) if system.controller else contextlib.nullcontext():
             system.setup(client, cap)
             system.ready(client)
+            runs.wait_nodes_usable(client, log)
             limits = Limits(settle=args.settle, stream=args.stream)
             run = Run(system, client, cluster.kubeconfig, cap, log, limits)
             for rep, part in left:

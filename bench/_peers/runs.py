@@ -31,6 +31,7 @@ from gangplugin.kube.client import NODES, PODS, ApiError, Client, Resource
 from gangplugin.kube.kueue_records import is_true
 from gangplugin.kube.shape import INSTANCE_TYPE, ULTRASERVER
 from gangplugin.localcluster.nodes import NOT_READY_LABEL
+from tests.support.kube import wait_until
 from tests.support.nodes import fail_nodes, heal_nodes
 
 WRITERS = 16
@@ -160,6 +161,32 @@ class Run:
 
 
 _local = threading.local()
+
+
+# The lifecycle's taints: a node that carries one takes no gang pod (theirs or ours).
+LIFECYCLE_TAINTS = frozenset(f"node.kubernetes.io/{t}" for t in ("not-ready", "unreachable", "unschedulable"))
+
+
+def usable(node: dict[str, Any]) -> bool:
+    taints = node["spec"].get("taints") or []
+    return is_true(node, "Ready") and not any(t.get("key") in LIFECYCLE_TAINTS for t in taints)
+
+
+def wait_nodes_usable(client: Client, log: Callable[[str], None], timeout: float = 900.0) -> None:
+    """Until every node is Ready and free of the lifecycle's taints. kwok makes thousands of
+    nodes Ready over minutes: at 5,000 nodes on 2 cores 3,121 were still not Ready two minutes
+    after the cluster was up, and a burst begun then measured that ramp, not the system."""
+    t0 = time.monotonic()
+    left: list[int] = []
+
+    def all_usable() -> bool:
+        nodes = client.list(NODES)["items"]
+        left[:] = [sum(1 for n in nodes if not usable(n))]
+        return left[0] == 0
+
+    what = lambda: f"every node Ready and untainted ({left[0]} not yet)"  # noqa: E731
+    wait_until(all_usable, timeout, what, interval=5.0)
+    log(f"  every node Ready and untainted after {time.monotonic() - t0:.1f}s")
 
 
 def _created(client: Client, res: Resource, obj: dict[str, Any]) -> None:

@@ -7,7 +7,7 @@ import tempfile
 from pathlib import Path
 
 import peers
-from _peers.runs import Limits, Run
+from _peers.runs import Limits, Run, usable
 from _peers.systems import SYSTEMS, Capacity
 
 from gangplugin.localcluster.cluster import LocalCluster, Ports
@@ -58,3 +58,18 @@ def test_a_failed_part_s_gangs_are_deleted_with_their_pods():
     deletes = [r for r in api.requests if r.method == "DELETE"]
     assert any(r.url.path.endswith("/jobs") for r in deletes)
     assert all(json.loads(r.content) == {"propagationPolicy": "Background"} for r in deletes)
+
+
+def _node(ready: str, *taints: str) -> dict:
+    return {
+        "spec": {"taints": [{"key": t, "effect": "NoSchedule"} for t in taints]},
+        "status": {"conditions": [{"type": "Ready", "status": ready}]},
+    }
+
+
+def test_a_part_starts_only_once_every_node_is_ready_and_untainted_by_the_lifecycle():
+    assert usable(_node("True"))
+    assert usable(_node("True", "nvidia.com/gpu"))  # a taint of the shape's own is no reason to wait
+    assert not usable(_node("False"))
+    assert not usable(_node("True", "node.kubernetes.io/not-ready"))  # Ready again, the taint not yet lifted
+    assert not usable(_node("True", "node.kubernetes.io/unreachable"))
