@@ -26,7 +26,7 @@ import statistics
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,6 +53,7 @@ class WorkloadSeen:
     """What the watch saw of one gang's Workload (the last made, should Kueue make it again)."""
 
     at: dict[str, float] = field(default_factory=dict)  # hop -> first seen
+    admitted: bool = False  # Admitted as last seen (evicted, requeued: False again)
     writes: Counter[str] = field(default_factory=Counter)  # writer -> writes until Admitted
     managers: dict[tuple[str, str], str] = field(default_factory=dict)  # (manager, operation) -> time
 
@@ -94,10 +95,17 @@ def see_workload(seen: WorkloadSeen, obj: Mapping[str, Any], now: float) -> None
         at.setdefault("check listed", now)
         if all(c.get("state") == "Ready" for c in checks):
             at.setdefault("check Ready", now)
-    if _true(obj, "Admitted"):
+    seen.admitted = _true(obj, "Admitted")
+    if seen.admitted:
         at.setdefault("Admitted", now)
     if any(c.get("type") == "PodsReady" for c in status.get("conditions") or []):
         at.setdefault("PodsReady written", now)
+
+
+def admitted_without_pods(workloads: Mapping[str, WorkloadSeen], created: Collection[str]) -> list[str]:
+    """The gangs Admitted now that have no pod yet (`created`: the gangs that have one): Kueue's
+    job reconciler still owes them a pass, however long nothing else moved."""
+    return sorted(g for g, s in workloads.items() if s.admitted and g not in created)
 
 
 def _owner_job(obj: Mapping[str, Any]) -> str | None:
@@ -147,6 +155,10 @@ class KueueWatch:
             now = time.monotonic()
             with self._lock:
                 self.unsuspended.setdefault(obj["metadata"]["name"], now)
+
+    def admitted_without_pods(self, created: Collection[str]) -> list[str]:
+        with self._lock:
+            return admitted_without_pods(self.workloads, created)
 
     def hops(self, pods: PodWatch, submitted: Mapping[str, float]) -> dict[str, dict[str, float]]:
         """Per gang submitted, when it passed each hop (monotonic), the pods' included."""

@@ -1,7 +1,15 @@
 """bench/peers.py's hop timing of Kueue gangs, from plain Workload events: which hop each event
 passes, whose write each event is, and the medians over the gangs that ran."""
 
-from _peers.hops import HOPS, WorkloadSeen, median_writes, see_workload, summary, writer
+from _peers.hops import (
+    HOPS,
+    WorkloadSeen,
+    admitted_without_pods,
+    median_writes,
+    see_workload,
+    summary,
+    writer,
+)
 
 
 def _wl(conditions=(), checks=(), managers=()):
@@ -113,3 +121,13 @@ def test_writes_count_the_admitted_gangs_only_and_a_gang_whose_workload_was_neve
     got = median_writes({"a": admitted, "w": waiting}, ["a", "w", "never-made"])
     assert got["all"] == sum(admitted.writes.values()) and got["all"] >= 1
     assert median_writes({"w": waiting}, ["w", "never-made"]) == {}
+
+
+def test_a_burst_is_not_settled_while_an_admitted_gang_has_no_pod():
+    seen = {g: WorkloadSeen() for g in ("waiting", "owed", "started", "evicted")}
+    see_workload(seen["waiting"], _wl(["QuotaReserved"], [("gang", "Pending")]), 1.0)
+    for g in ("owed", "started", "evicted"):
+        see_workload(seen[g], _wl(["QuotaReserved", "Admitted"], [("gang", "Ready")]), 2.0)
+    see_workload(seen["evicted"], _wl([], [("gang", "Pending")]), 3.0)  # evicted, requeued
+    assert admitted_without_pods(seen, created={"started"}) == ["owed"]
+    assert seen["evicted"].at["Admitted"] == 2.0  # the hop stays when it was first seen
