@@ -244,9 +244,10 @@ def run_system(
     client = Client.from_kubeconfig(cluster.kubeconfig)
     try:
         with system.controller(cluster.kubeconfig) if system.controller else contextlib.nullcontext():
+            # the nodes first, so that each system's set-up and readiness see them as they will be
+            runs.wait_nodes_usable(client, log)
             system.setup(client, cap)
             system.ready(client)
-            runs.wait_nodes_usable(client, log)
             limits = Limits(settle=args.settle, stream=args.stream)
             run = Run(system, client, cluster.kubeconfig, cap, log, limits)
             for rep, part in left:

@@ -22,6 +22,7 @@ UltraServer, `soft` to prefer one, and a task's `partitionPolicy` for slices."""
 from __future__ import annotations
 
 import subprocess
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -135,6 +136,10 @@ def discovery_config() -> dict[str, Any]:
             }
         ]
     }
+
+
+# How long Volcano's HyperNode tree must stay whole before the cluster is up (see `started`).
+HYPERNODES_STEADY_SECONDS = 5.0
 
 
 def duplicate_hypernodes(hypernodes: list[dict[str, Any]]) -> list[str]:
@@ -281,15 +286,24 @@ class VolcanoControllerManager(_Volcano):
             u for n in nodes.from_shape(spec.shape) if (u := n["metadata"]["labels"].get(ULTRASERVER_LABEL))
         }
 
+        whole_since: list[float] = []
+
         def whole() -> bool:
             items = client.list(HYPERNODES)["items"]
             if twice := duplicate_hypernodes(items):
                 log(f"Volcano discovered HyperNodes twice; deleting {', '.join(twice)} to rediscover")
                 for name in twice:
                     client.delete(HYPERNODES, name)
+                whole_since.clear()
                 return False
             tier1 = [h for h in items if h["spec"].get("tier") == 1]
-            return len(tier1) >= len(ultraservers) and one_parent_each(items)
+            if not (len(tier1) >= len(ultraservers) and one_parent_each(items)):
+                whole_since.clear()
+                return False
+            # Whole for a while: the start's second discovery, 0.5 s after the first was whole,
+            # made one network layer's HyperNode again after a single look had passed it.
+            whole_since[:1] = whole_since[:1] or [time.monotonic()]
+            return time.monotonic() - whole_since[0] >= HYPERNODES_STEADY_SECONDS
 
         wait(whole, 300, f"Volcano's HyperNodes: {len(ultraservers)} UltraServers in one tree")
 
