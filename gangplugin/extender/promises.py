@@ -66,6 +66,10 @@ class Promises:
         """The nodes promised capacity sits on (in the default snapshot)."""
         return self._on.keys()
 
+    def on(self, node: str) -> set[GangKey]:
+        """The gangs promised capacity on `node` (in the default snapshot)."""
+        return set(self._on.get(node, ()))
+
     def short(self) -> set[GangKey]:
         """The gangs whose promise did not fit whole (capacity coming free may give them room)."""
         return {g for g, c in self._charged.items() if not c.whole}
