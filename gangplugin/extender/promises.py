@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from gangplugin.core.admission import crowded, promise, promised_pods, release, remaining
 from gangplugin.core.gangplan import GangKey
 from gangplugin.core.placement import Gang, PlacementPolicy
-from gangplugin.core.topology import Snapshot
+from gangplugin.core.topology import ULTRASERVER_LABEL, Snapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +69,12 @@ class Promises:
     def on(self, node: str) -> set[GangKey]:
         """The gangs promised capacity on `node` (in the default snapshot)."""
         return set(self._on.get(node, ()))
+
+    def pinned_to_ultraserver(self, gkey: GangKey) -> bool:
+        """Whether the gang was admitted into one UltraServer (its nodeSelector names one)."""
+        admitted = self.admitted.get(gkey)
+        podsets = admitted.gang.podsets if admitted is not None else ()
+        return any(key == ULTRASERVER_LABEL for ps in podsets for key, _ in ps.constraints.node_selector)
 
     def short(self) -> set[GangKey]:
         """The gangs whose promise did not fit whole (capacity coming free may give them room)."""

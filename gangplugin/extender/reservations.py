@@ -347,7 +347,9 @@ class GangReservations:
         promises = self.promises
         stale, moved = promises.stale | promises.moved, promises.moved
         promises.stale, promises.moved = set(), set()
-        for gkey in stale:
+        # Gangs admitted into one UltraServer first: a gang admitted into a wider domain has
+        # room elsewhere in it, and placed first it could take the UltraServer's room.
+        for gkey in sorted(stale, key=lambda g: (not promises.pinned_to_ultraserver(g), g)):
             if gkey in self.plans:
                 promises.release(gkey, self.snapshots.values())
                 continue
@@ -543,7 +545,7 @@ class GangReservations:
     ) -> GangPlan | None:
         """Under the lock: the plan of an admitted gang that does not fit in its domain only
         because other gangs' promises sit there, with those promises placed again around it;
-        None (nothing changed) unless each of them still fits as well as before. The check
+        None (nothing changed) unless every promise still fits as well as before. The check
         counts a gang admitted into a wide domain (a network layer, in slices) somewhere in it,
         and the reservations place its promise on their own, possibly on the room the check
         counted for a gang admitted into one UltraServer of that layer: at 500 nodes 2-5 such
@@ -552,7 +554,8 @@ class GangReservations:
         others = set().union(*(self.promises.on(n) for n in domain)) - {gkey}
         if not others:
             return None
-        short = self.promises.short() & others
+        self._settle()  # admissions not charged yet go first: the displaced are placed after them
+        short = self.promises.short()
         snapshots = list(self.snapshots.values())
         for g in others:
             self.promises.release(g, snapshots)
@@ -561,7 +564,7 @@ class GangReservations:
             self._reserve(plan)  # its nodes first: the others are placed around them
         self.promises.moved |= others  # placed again, even where nothing they stand for changed
         self._settle()
-        if plan.feasible and self.promises.short() & others <= short:
+        if plan.feasible and self.promises.short() <= short:
             log.info(
                 "gang %s/%s: placed around the promises of %s, placed again elsewhere in their domains",
                 *gkey,

@@ -85,3 +85,14 @@ def test_promises_that_cannot_move_are_left_where_they_were() -> None:
     res._settle()
     assert {n: res.promises.on(n) for n in ("us-1-0", "us-1-1")} == held
     assert not res.plans
+
+
+def test_admissions_seen_together_are_promised_the_ultraserver_ones_first() -> None:
+    wide = _admitted("a-wide", 2, {LAYER: "l1"}, 1)  # first by name: the order alone would place it first
+    narrow = _admitted("narrow", 2, {ULTRASERVER_LABEL: "us-1"}, 2)
+    res = _layer_of_two_ultraservers(wide, narrow)
+    res.on_workload("ADDED", None, wide)
+    res.on_workload("ADDED", None, narrow)
+    res._settle()
+    assert not res.promises.short()
+    assert {g for n in ("us-1-0", "us-1-1") for g in res.promises.on(n)} == {("ns", "narrow")}
