@@ -211,8 +211,11 @@ def test_two_replicas_leader_killed_the_other_takes_over_and_no_gang_is_admitted
         ready = [s for s in states if s[0] == "Ready"]
         # Went Ready once and stayed Ready, with one domain: never re-decided by the new leader.
         assert len(ready) == 1 and states[-1][0] == "Ready", states
+        # Never announced twice. An Event is recorded in the background after the admission's
+        # write (a decision does not wait for it), so a gang admitted just before the SIGKILL may
+        # have none: under load CI saw that, while Ready was written once, as above.
         admitted = [e for e in events_of(client, namespace, name) if e["reason"] == "GangAdmitted"]
-        assert len(admitted) == 1, admitted
+        assert len(admitted) <= 1, (job, admitted)
 
     # A clean stop releases the Lease at once: a successor need not wait for it to expire.
     local.stop_process("gangplugin-2", signal.SIGTERM)
