@@ -549,7 +549,11 @@ class GangReservations:
         counts a gang admitted into a wide domain (a network layer, in slices) somewhere in it,
         and the reservations place its promise on their own, possibly on the room the check
         counted for a gang admitted into one UltraServer of that layer: at 500 nodes 2-5 such
-        gangs a burst stayed gated, the domain full of another gang's slice of 12 or 16."""
+        gangs a burst stayed gated, the domain full of another gang's slice of 12 or 16. Only
+        for a gang admitted into one UltraServer: for one admitted into a wider domain every
+        promise in it would be placed again, each time it is retried."""
+        if not self.promises.pinned_to_ultraserver(gkey):
+            return None
         domain = [n.name for n in snap.nodes if n is not None and pod.constraints.selects(n.labels, n.name)]
         others = set().union(*(self.promises.on(n) for n in domain)) - {gkey}
         if not others:
