@@ -14,8 +14,9 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gangplugin.core.names import BIND_MODE_LABEL, GANG_LABEL, GANG_SIZE_ANNOTATION
+from gangplugin.core.names import BIND_MODE_LABEL, GANG_LABEL, GANG_SIZE_ANNOTATION, SLICE_DOMAINS_ANNOTATION
 from gangplugin.core.placement import Gang, Placement, PlacementPolicy, eligible_nodes, fit_counter, place
+from gangplugin.core.placement.recorded import recorded_slice_domains
 from gangplugin.core.states import CheckState
 from gangplugin.core.topology import BoundPod, Snapshot
 
@@ -149,8 +150,19 @@ def decide(
     domain = pinned_domain(snapshot, gang, placement)
     size = str(sum(ps.count for ps in gang.podsets))
     labels = {GANG_LABEL: gang_label, **({BIND_MODE_LABEL: bind_mode} if bind_mode else {})}
+    # Where each slice was counted, so that its promise and the ungater's plan put it there too.
+    slices = {name: ",".join(d) for name, d in recorded_slice_domains(snapshot, gang, placement).items()}
     updates = tuple(
-        PodSetUpdate(ps.name, labels, {**(annotations or {}), GANG_SIZE_ANNOTATION: size}, domain)
+        PodSetUpdate(
+            ps.name,
+            labels,
+            {
+                **(annotations or {}),
+                GANG_SIZE_ANNOTATION: size,
+                **({SLICE_DOMAINS_ANNOTATION: slices[ps.name]} if ps.name in slices else {}),
+            },
+            domain,
+        )
         for ps in gang.podsets
     )
     where = ", ".join(f"{k}={v}" for k, v in domain.items()) if domain else "no topology pinned"

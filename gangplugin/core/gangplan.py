@@ -37,7 +37,7 @@ GangKey = tuple[str, str]  # (namespace, gang label value)
 Requests = tuple[tuple[str, int], ...]  # a pod's requests, sorted: its shape
 SliceAsk = tuple[int | None, str | None, str | None]  # slice size, required level, preferred level
 # What makes two pods of a gang interchangeable in a plan.
-Signature = tuple[Requests, PodConstraints, str | None, str | None, SliceAsk]
+Signature = tuple[Requests, PodConstraints, str | None, str | None, SliceAsk, tuple[str, ...]]
 # What kube-scheduler judges a pod by (its requests and constraints, not gang topology).
 Shape = tuple[Requests, PodConstraints]
 
@@ -62,6 +62,7 @@ class GangPod:
     required_topology: str | None = None
     preferred_topology: str | None = None
     slices: SliceAsk = (None, None, None)
+    slice_domains: tuple[str, ...] = ()  # where the gang check counted its podset's slices
     index: int | None = None  # the pod's index in its podset (an Indexed Job's completion index)
     pod_set: str | None = None  # the Kueue podset it belongs to (its kueue.x-k8s.io/podset label)
     finished: bool = False  # Succeeded or Failed: holds no node and is no longer a member
@@ -101,6 +102,7 @@ class GangPod:
             self.required_topology,
             self.preferred_topology,
             self.slices,
+            self.slice_domains,
         )
 
     @property
@@ -193,6 +195,7 @@ def _podsets(
             first.preferred_topology,
             frozenset(rejected.get(first.shape, ())),
             *first.slices,
+            slice_domains=first.slice_domains,
         )
         same = [m.placed for m in bound if m.signature == sig and m.placed is not None]
         out += [(ps, sig) for ps in _complete_slices(snapshot, base, same)]

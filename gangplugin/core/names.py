@@ -30,6 +30,10 @@ CHECKPOINTABLE_ANNOTATION = f"{GROUP}/checkpointable"
 SLICE_SIZE_ANNOTATION = f"{GROUP}/slice-size"
 SLICE_REQUIRED_TOPOLOGY_ANNOTATION = f"{GROUP}/slice-required-topology"
 SLICE_PREFERRED_TOPOLOGY_ANNOTATION = f"{GROUP}/slice-preferred-topology"
+# Written by the gang check (a podSetUpdate of a gang it admitted in slices, so its pods carry
+# it): the domain of each slice at the slice level, in slice order ("us-3,us-7"). Its promise
+# and the ungater's plan place the slices there first, so all three count them in one place.
+SLICE_DOMAINS_ANNOTATION = f"{GROUP}/slice-domains"
 KUEUE_SLICE_SIZE_ANNOTATION = "kueue.x-k8s.io/podset-slice-size"
 # Kueue's own topology request on a job's pod template (Kueue copies it to the Workload's
 # podset topologyRequest, which the gang check reads as it reads ours).

@@ -18,7 +18,9 @@ from gangplugin.core.names import (
     PLACEMENT_GATE,
     PREFERRED_TOPOLOGY_ANNOTATION,
     REQUIRED_TOPOLOGY_ANNOTATION,
+    SLICE_DOMAINS_ANNOTATION,
 )
+from gangplugin.core.placement.recorded import parse_slice_domains
 from gangplugin.core.policy import PINNED_BIND_MODES
 from gangplugin.core.topology import FINISHED_PHASES, HOSTNAME_LABEL
 from gangplugin.kube.kueue_records import PODSET_LABEL
@@ -41,6 +43,12 @@ def _size(annotations: Mapping[str, Any]) -> int:
 def _index(annotations: Mapping[str, Any]) -> int | None:
     raw = str(annotations.get(COMPLETION_INDEX_ANNOTATION) or "").strip()
     return int(raw) if raw.isdigit() else None
+
+
+def _slice_domains(annotations: Mapping[str, Any]) -> tuple[str, ...]:
+    raw = annotations.get(SLICE_DOMAINS_ANNOTATION)
+    field = f"metadata.annotations.{SLICE_DOMAINS_ANNOTATION}"
+    return () if raw is None else parse_slice_domains(raw, field)
 
 
 def _gate_and_pin(labels: Mapping[str, Any], spec: Mapping[str, Any]) -> tuple[bool, str | None]:
@@ -100,6 +108,7 @@ def gang_pod_from_k8s(obj: Mapping[str, Any]) -> GangPod:
             required_topology=str(annotations.get(REQUIRED_TOPOLOGY_ANNOTATION) or "") or None,
             preferred_topology=str(annotations.get(PREFERRED_TOPOLOGY_ANNOTATION) or "") or None,
             slices=(slice_size(annotations, "metadata.annotations"), *slice_topology(annotations)),
+            slice_domains=_slice_domains(annotations),
             index=_index(annotations),
             pod_set=str(labels[PODSET_LABEL]) if gang and labels.get(PODSET_LABEL) else None,
             finished=finished,

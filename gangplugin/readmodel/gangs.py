@@ -6,6 +6,7 @@ are refused here, for every reader (the admission pass and the MultiKueue dispat
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -14,7 +15,9 @@ from typing import Any
 from gangplugin.core.admission import gang_id, remaining, with_selector
 from gangplugin.core.drain import DrainDecision, gang_drain
 from gangplugin.core.errors import InputError
+from gangplugin.core.names import SLICE_DOMAINS_ANNOTATION
 from gangplugin.core.placement import Gang
+from gangplugin.core.placement.recorded import parse_slice_domains, with_slice_domains
 from gangplugin.core.plans import TrainingPlan
 from gangplugin.kube import kueue_records as rec
 from gangplugin.kube.client import JSON
@@ -23,6 +26,8 @@ from gangplugin.kube.records import gang_from_k8s
 from gangplugin.readmodel.checks import Cache
 from gangplugin.readmodel.pods import PodIndex
 from gangplugin.readmodel.records import PodRecord
+
+log = logging.getLogger(__name__)
 
 # The podset of a RayJob's submitter pod in Kueue's Workload (K8sJobMode).
 RAYJOB_SUBMITTER = "submitter"
@@ -63,10 +68,19 @@ def gang_of(wl: Mapping[str, Any]) -> Gang:
 
 
 def in_domain(gang: Gang, updates: Sequence[Mapping[str, Any]]) -> Gang:
-    """The gang with the nodeSelector of each of its podSetUpdates (the domain the check chose)."""
+    """The gang with the nodeSelector of each of its podSetUpdates (the domain the check chose)
+    and the slice domains it recorded there (`core.placement.recorded`)."""
+    slices = {}
     for update in updates:
-        gang = with_selector(gang, update.get("nodeSelector") or {}, [str(update.get("name"))])
-    return gang
+        name = str(update.get("name"))
+        gang = with_selector(gang, update.get("nodeSelector") or {}, [name])
+        raw = (update.get("annotations") or {}).get(SLICE_DOMAINS_ANNOTATION)
+        if raw is not None:
+            try:
+                slices[name] = parse_slice_domains(raw, f"podSetUpdates[{name}]")
+            except InputError as err:  # a hint only: the slices are placed anew without it
+                log.warning("gang %s: recorded slices not used: %s", gang.name, err)
+    return with_slice_domains(gang, slices)
 
 
 def _of_leader_worker_set(wl: Mapping[str, Any]) -> bool:

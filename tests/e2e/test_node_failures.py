@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from gangplugin.core.names import SLICE_DOMAINS_ANNOTATION
 from gangplugin.kube.client import JOBS, NODES, Client
 from gangplugin.kube.kueue_records import is_true
 from tests.support.cluster import E2ECluster
@@ -70,6 +71,10 @@ def test_failed_nodes_of_one_ultraserver_replaced_up_to_max_then_requeued(
     assert len(first) == 1 and len(second) == 1 and first != second, (first, second)
     # pinned to the gang-level domain only: the slices are the extender's plan
     assert set(check_of(wl)["podSetUpdates"][0]["nodeSelector"]) == {LAYER2}
+    # where the check counted each slice, which Kueue stamps on the pods, is where they run
+    recorded = check_of(wl)["podSetUpdates"][0]["annotations"][SLICE_DOMAINS_ANNOTATION]
+    assert recorded == f"{next(iter(first))},{next(iter(second))}", (recorded, first, second)
+    assert {p["metadata"]["annotations"][SLICE_DOMAINS_ANNOTATION] for p in pods} == {recorded}
     (target,) = first
     victims = sorted(p["spec"]["nodeName"] for p in pods if us[p["spec"]["nodeName"]] == target)[:failed]
     fail_nodes(client, *victims)

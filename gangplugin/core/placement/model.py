@@ -20,7 +20,9 @@ class PodSet:
     `excluded_nodes`: nodes these pods may not use although the snapshot shows room there
     (kube-scheduler rejected them for such a pod: its view of the node differs for a while).
     `slice_size` with `slice_required_topology` (or `slice_preferred_topology`): consecutive
-    groups of that many pods each inside one domain of that level (see the package docstring).
+    groups of that many pods each inside one domain of that level (see the package docstring);
+    `slice_domains`: the domain of each slice at that level as the gang check admitted it
+    (`gangplugin.io/slice-domains`), where `place` puts the slices first (`recorded`).
     """
 
     name: str
@@ -33,13 +35,18 @@ class PodSet:
     slice_size: int | None = None
     slice_required_topology: str | None = None
     slice_preferred_topology: str | None = None
+    slice_domains: tuple[str, ...] = ()
     # Keys on its pod template under our (or Kueue's podset) prefix that name nothing: the gang
     # check holds such a gang rather than place it without what the key was meant to ask.
     unknown_keys: tuple[UnknownKey, ...] = ()
 
     def unsliced(self) -> PodSet:
         return dataclasses.replace(
-            self, slice_size=None, slice_required_topology=None, slice_preferred_topology=None
+            self,
+            slice_size=None,
+            slice_required_topology=None,
+            slice_preferred_topology=None,
+            slice_domains=(),
         )
 
 

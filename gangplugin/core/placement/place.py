@@ -5,7 +5,8 @@ towards the required level (or the widest), the first level where one domain hol
 among those domains the best fit (least room left over, ties by name). With no such domain a
 gang with a required level is infeasible; any other is spread over the fewest domains of its
 preferred level (or, without one, the narrowest level above hostname). Slicings are tried as
-asked, then with preferred slice levels widened (`slices.slice_attempts`)."""
+asked, then with preferred slice levels widened (`slices.slice_attempts`). Slices the gang check
+recorded (`recorded`) are placed in their domains first."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from gangplugin.core.placement.explain import fit_reason, refusal, requirement, 
 from gangplugin.core.placement.levels import GangLevels, gang_levels
 from gangplugin.core.placement.model import Gang, Placement, PlacementPolicy, validate_gang
 from gangplugin.core.placement.planner import Planner
+from gangplugin.core.placement.recorded import joined, split
 from gangplugin.core.placement.slices import slice_attempts, slicings
 from gangplugin.core.placement.spares import held_spares
 from gangplugin.core.topology import HOSTNAME_LABEL, Snapshot
@@ -40,6 +42,12 @@ def place(
     """
     validate_gang(gang)
     policy = policy or PlacementPolicy()
+    recorded = split(gang)
+    if recorded is not None:  # where the check counted its slices, if they still fit there
+        pinned, origin = recorded
+        result = place(snapshot, pinned, policy, occupied, explain=False)
+        if result.feasible:
+            return joined(gang, origin, result)
     levels = gang_levels(snapshot, gang)
     asked = slicings(snapshot, gang, levels.required, levels.preferred)
     spares = held_spares(snapshot, policy, occupied)

@@ -1,0 +1,140 @@
+"""The slices of a gang admitted into a wide domain are placed where the gang check counted them:
+the check records each slice's domain (`gangplugin.io/slice-domains`), and its promise and the
+ungater's plan put the slices there first, so all three agree on what is left for the others."""
+
+import dataclasses
+
+import pytest
+
+from gangplugin.core.admission import decide, promise, promised_pods, remaining
+from gangplugin.core.errors import InputError
+from gangplugin.core.gangplan import GangPod, plan_gang
+from gangplugin.core.names import SLICE_DOMAINS_ANNOTATION
+from gangplugin.core.placement import Gang, PlacementPolicy, PodSet, place
+from gangplugin.core.placement.recorded import parse_slice_domains, split
+from gangplugin.core.topology import (
+    HOSTNAME_LABEL,
+    ULTRASERVER_LABEL,
+    ZONE_LABEL,
+    BoundPod,
+    Node,
+    build_snapshot,
+)
+from tests.support.core import GPU, GPU_NODE
+
+NN = "topology.k8s.aws/network-node-layer-3"
+US = ULTRASERVER_LABEL
+LEVELS = (ZONE_LABEL, NN, US, HOSTNAME_LABEL)
+
+
+def sliced(count: int, size: int, **kw) -> Gang:  # type: ignore[no-untyped-def]
+    ps = PodSet("main", count, {GPU: 4, "cpu": 1000}, slice_size=size, slice_required_topology=US, **kw)
+    return Gang((ps,))
+
+
+def us_of(snap, result) -> list[str]:  # type: ignore[no-untyped-def]
+    return [snap.node(a.node).labels[US] for a in result.assignments]
+
+
+def _layer():  # type: ignore[no-untyped-def]
+    """One network node of four UltraServers of 4 nodes (4 GPUs each)."""
+    labels = {ZONE_LABEL: "z1", NN: "nn-a"}
+    names = [f"us-{u}-n{i:02d}" for u in (1, 2, 3, 4) for i in range(4)]
+    nodes = [Node(n, {**labels, US: n[:4], HOSTNAME_LABEL: n}, dict(GPU_NODE)) for n in names]
+    return build_snapshot(nodes, [], LEVELS)
+
+
+def _crowd(snap, us: str, pods: int) -> None:  # type: ignore[no-untyped-def]
+    for i in range(pods):
+        snap.bind(BoundPod("other", f"{us}-p{i}", f"{us}-n{i:02d}", {GPU: 4, "cpu": 1000}))
+
+
+def _slices_of(snap, placement, size: int) -> list[str]:  # type: ignore[no-untyped-def]
+    where = us_of(snap, placement)
+    out = []
+    for i in range(0, len(where), size):
+        assert len(set(where[i : i + size])) == 1, where
+        out.append(where[i])
+    return out
+
+
+def test_the_check_records_where_each_slice_was_counted() -> None:
+    snap = _layer()
+    _crowd(snap, "us-1", 2)
+    gang = dataclasses.replace(sliced(4, 2, required_topology=NN), name="g")
+    decision = decide(snap, gang, "g", PlacementPolicy())
+    assert decision.ready and decision.placement is not None
+    [update] = decision.pod_set_updates
+    counted = _slices_of(snap, decision.placement, 2)
+    assert update.annotations[SLICE_DOMAINS_ANNOTATION] == ",".join(counted)
+    assert update.node_selector == {NN: "nn-a"}  # the pod's selector still names the wide domain
+
+
+def test_a_gang_not_in_slices_records_none() -> None:
+    snap = _layer()
+    gang = Gang((PodSet("main", 4, {GPU: 4, "cpu": 1000}, required_topology=US),), "g")
+    [update] = decide(snap, gang, "g", PlacementPolicy()).pod_set_updates
+    assert SLICE_DOMAINS_ANNOTATION not in update.annotations
+
+
+def test_recorded_slices_are_placed_there_though_best_fit_would_go_elsewhere() -> None:
+    snap = _layer()
+    _crowd(snap, "us-1", 2)
+    gang = sliced(4, 2, required_topology=NN, slice_domains=("us-4", "us-3"))
+    free = place(snap, sliced(4, 2, required_topology=NN))
+    assert _slices_of(snap, free, 2) == ["us-2", "us-2"]  # on its own, best fit goes elsewhere
+    recorded = place(snap, gang)
+    assert recorded.feasible and recorded.level == NN and recorded.domains == ("nn-a",)
+    assert _slices_of(snap, recorded, 2) == ["us-4", "us-3"]
+    assert [(a.pod_set, a.index) for a in recorded.assignments] == [("main", i) for i in range(4)]
+
+
+def test_a_recorded_slice_that_no_longer_fits_is_placed_anew() -> None:
+    snap = _layer()
+    _crowd(snap, "us-4", 3)  # us-4 keeps room for 1 pod: its recorded slice of 2 is gone
+    recorded = place(snap, sliced(4, 2, required_topology=NN, slice_domains=("us-4", "us-3")))
+    assert recorded.feasible
+    assert "us-4" not in _slices_of(snap, recorded, 2)
+
+
+def test_recorded_slices_no_longer_apply_once_pods_are_bound() -> None:
+    gang = sliced(4, 2, required_topology=NN, slice_domains=("us-4", "us-3"))
+    assert split(gang) is not None
+    assert split(remaining(gang, {"main": 2})) is None  # 2 pods left: the record is of 4
+
+
+def test_the_promise_holds_the_recorded_slices_under_the_names_it_is_released_by() -> None:
+    snap = _layer()
+    gang = dataclasses.replace(sliced(4, 2, required_topology=NN, slice_domains=("us-2", "us-4")), name="g")
+    assert promise(snap, gang, "ns", PlacementPolicy()) == 4
+    held = [snap.node_of("ns", name) for name in promised_pods(gang)]
+    assert [snap.nodes[i].labels[US] for i in held if i is not None] == ["us-2", "us-2", "us-4", "us-4"]
+
+
+def test_the_ungater_s_plan_puts_the_slices_where_they_were_counted() -> None:
+    snap = _layer()
+    _crowd(snap, "us-1", 2)
+    pods = [
+        GangPod(
+            "ns",
+            f"g-{i}",
+            gang="g",
+            size=4,
+            requests={GPU: 4, "cpu": 1000},
+            required_topology=NN,
+            slices=(2, US, None),
+            slice_domains=("us-4", "us-3"),
+            index=i,
+        )
+        for i in range(4)
+    ]
+    plan = plan_gang(snap, pods[0], pods, PlacementPolicy(), keep_bound=True)
+    assert plan.feasible, plan.reason
+    where = [snap.node(s.node).labels[US] for s in plan.slots]
+    assert where == ["us-4", "us-4", "us-3", "us-3"]
+
+
+def test_a_malformed_record_is_refused_with_the_field() -> None:
+    with pytest.raises(InputError, match="slice-domains"):
+        parse_slice_domains("us-1,,us-2", f"metadata.annotations.{SLICE_DOMAINS_ANNOTATION}")
+    assert parse_slice_domains("us-1, us-2", "f") == ("us-1", "us-2")

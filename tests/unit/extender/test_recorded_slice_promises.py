@@ -1,0 +1,85 @@
+"""The ungater's reservations hold a gang admitted in slices into a network layer where the gang
+check counted its slices (`gangplugin.io/slice-domains` on its podSetUpdate), not where they
+would place it on their own; its pods are pinned there too. Placed on their own, the promise
+took the room the check had counted for a gang admitted into one UltraServer of the layer,
+and at 500 nodes one gang a burst stayed gated."""
+
+from __future__ import annotations
+
+from gangplugin.core.names import (
+    REQUIRED_TOPOLOGY_ANNOTATION,
+    SLICE_DOMAINS_ANNOTATION,
+    SLICE_REQUIRED_TOPOLOGY_ANNOTATION,
+    SLICE_SIZE_ANNOTATION,
+)
+from gangplugin.core.topology import ULTRASERVER_LABEL
+from gangplugin.extender.reservations import GangReservations
+from gangplugin.extender.shared import admitted_of, policy_of
+from gangplugin.readmodel.records import node_record
+from tests.support import objects
+from tests.support.caches import model_of
+from tests.support.extender import add, ungate_pod
+
+LAYER = "topology.k8s.aws/network-node-layer-3"
+SLICES = {
+    REQUIRED_TOPOLOGY_ANNOTATION: LAYER,
+    SLICE_SIZE_ANNOTATION: "2",
+    SLICE_REQUIRED_TOPOLOGY_ANNOTATION: ULTRASERVER_LABEL,
+}
+
+
+def _wide(recorded: str | None) -> dict:
+    """4 pods in slices of 2, admitted into the layer; the check counted them on `recorded`."""
+    annotations = {SLICE_DOMAINS_ANNOTATION: recorded} if recorded else {}
+    update = {"name": "main", "nodeSelector": {LAYER: "l1"}, "annotations": annotations}
+    return objects.workload(
+        "wide",
+        "ns",
+        objects.podset(4, annotations=SLICES),
+        reserved_by="cq",
+        conditions=[objects.condition("QuotaReserved")],
+        checks=[objects.check_state("gang", "Ready", podSetUpdates=[update])],
+        resourceVersion="1",
+    )
+
+
+def _reservations(*workloads: dict) -> GangReservations:
+    """A layer of three UltraServers of 2 nodes each."""
+    checks, policies = [objects.admission_check("gang", policy="p")], [objects.gang_policy("p")]
+    _, model = model_of(workloads=list(workloads), checks=checks, policies=policies)
+    res = GangReservations(policy_of=policy_of(model), admitted_of=admitted_of(model))
+    for us in ("us-1", "us-2", "us-3"):
+        for i in range(2):
+            res.on_node("ADDED", None, node_record(objects.node(f"{us}-{i}", us, labels={LAYER: "l1"})))
+    return res
+
+
+def _promised_on(res: GangReservations) -> set[str]:
+    res._settle()
+    return {n.rsplit("-", 1)[0] for n in res.promises.nodes() if ("ns", "wide") in res.promises.on(n)}
+
+
+def test_the_promise_sits_where_the_check_counted_the_slices() -> None:
+    unrecorded = _reservations(wide := _wide(None))
+    unrecorded.on_workload("ADDED", None, wide)
+    assert _promised_on(unrecorded) == {"us-1", "us-2"}  # on its own: the first by name
+
+    recorded = _reservations(wide := _wide("us-3,us-2"))
+    recorded.on_workload("ADDED", None, wide)
+    assert _promised_on(recorded) == {"us-2", "us-3"}
+
+
+def test_the_pods_are_pinned_where_the_check_counted_the_slices() -> None:
+    res = _reservations(wide := _wide("us-3,us-2"))
+    res.on_workload("ADDED", None, wide)
+    pods = [ungate_pod(f"wide-{i}", "wide", 4) for i in range(4)]
+    for i, p in enumerate(pods):
+        p["metadata"]["annotations"].update({**SLICES, SLICE_DOMAINS_ANNOTATION: "us-3,us-2"})
+        p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] = str(i)
+        p["spec"]["nodeSelector"] = {LAYER: "l1"}
+    add(res, *pods)
+
+    pins, why = res.pins(("ns", "wide"), now=0.0)
+
+    by_pod = {m.name: node.rsplit("-", 1)[0] for m, node in pins}
+    assert by_pod == {"wide-0": "us-3", "wide-1": "us-3", "wide-2": "us-2", "wide-3": "us-2"}, why
