@@ -14,26 +14,13 @@ from gangplugin.core.placement import Gang, PlacementPolicy, PodSet, place
 from gangplugin.core.placement.recorded import parse_slice_domains, split
 from gangplugin.core.topology import (
     HOSTNAME_LABEL,
-    ULTRASERVER_LABEL,
     ZONE_LABEL,
     BoundPod,
     Node,
     build_snapshot,
 )
 from tests.support.core import GPU, GPU_NODE
-
-NN = "topology.k8s.aws/network-node-layer-3"
-US = ULTRASERVER_LABEL
-LEVELS = (ZONE_LABEL, NN, US, HOSTNAME_LABEL)
-
-
-def sliced(count: int, size: int, **kw) -> Gang:  # type: ignore[no-untyped-def]
-    ps = PodSet("main", count, {GPU: 4, "cpu": 1000}, slice_size=size, slice_required_topology=US, **kw)
-    return Gang((ps,))
-
-
-def us_of(snap, result) -> list[str]:  # type: ignore[no-untyped-def]
-    return [snap.node(a.node).labels[US] for a in result.assignments]
+from tests.support.slices import LEVELS, NN, US, sliced, us_of
 
 
 def _layer():  # type: ignore[no-untyped-def]

@@ -10,7 +10,6 @@ from gangplugin.core.packing import pack
 from gangplugin.core.placement import Gang, PlacementPolicy, PodSet, place, recover
 from gangplugin.core.topology import (
     HOSTNAME_LABEL,
-    ULTRASERVER_LABEL,
     ZONE_LABEL,
     BoundPod,
     Node,
@@ -18,34 +17,8 @@ from gangplugin.core.topology import (
 )
 from gangplugin.kube import records
 from tests.support import objects
-from tests.support.core import GPU, GPU_NODE
-
-NN = "topology.k8s.aws/network-node-layer-3"
-US = ULTRASERVER_LABEL
-LEVELS = (ZONE_LABEL, NN, US, HOSTNAME_LABEL)
-
-
-def cluster(layout: dict[str, dict[str, int]]) -> list[Node]:
-    """{network node: {UltraServer: node count}}: 4-GPU nodes named <us>-nNN."""
-    return [
-        Node(
-            f"{us}-n{i:02d}",
-            {ZONE_LABEL: "z1", NN: nn, US: us, HOSTNAME_LABEL: f"{us}-n{i:02d}"},
-            dict(GPU_NODE),
-        )
-        for nn, uss in layout.items()
-        for us, count in uss.items()
-        for i in range(count)
-    ]
-
-
-def sliced(count: int, size: int, *, gpus: int = 4, level: str | None = US, **kw) -> Gang:
-    ps = PodSet("main", count, {GPU: gpus, "cpu": 1000}, slice_size=size, slice_required_topology=level, **kw)
-    return Gang((ps,))
-
-
-def us_of(snap, result) -> list[str]:
-    return [snap.node(a.node).labels[US] for a in result.assignments]
+from tests.support.core import GPU
+from tests.support.slices import LEVELS, NN, US, cluster, sliced, us_of
 
 
 def test_each_slice_of_consecutive_pods_in_one_ultraserver_all_in_one_network_node():
