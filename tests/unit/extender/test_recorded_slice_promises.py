@@ -6,15 +6,17 @@ and at 500 nodes one gang a burst stayed gated."""
 
 from __future__ import annotations
 
+from gangplugin.core.admission import promised_pods
 from gangplugin.core.names import (
     REQUIRED_TOPOLOGY_ANNOTATION,
     SLICE_DOMAINS_ANNOTATION,
     SLICE_REQUIRED_TOPOLOGY_ANNOTATION,
     SLICE_SIZE_ANNOTATION,
 )
-from gangplugin.core.topology import ULTRASERVER_LABEL
+from gangplugin.core.topology import HOSTNAME_LABEL, ULTRASERVER_LABEL, ZONE_LABEL
 from gangplugin.extender.reservations import GangReservations
 from gangplugin.extender.shared import admitted_of, policy_of
+from gangplugin.kube.client import NODES
 from gangplugin.readmodel.records import node_record
 from tests.support import objects
 from tests.support.caches import model_of
@@ -83,3 +85,24 @@ def test_the_pods_are_pinned_where_the_check_counted_the_slices() -> None:
 
     by_pod = {m.name: node.rsplit("-", 1)[0] for m, node in pins}
     assert by_pod == {"wide-0": "us-3", "wide-1": "us-3", "wide-2": "us-2", "wide-3": "us-2"}, why
+
+
+def test_a_restarted_check_counts_the_slices_where_it_recorded_them() -> None:
+    """The record is on the Workload, not in memory: a gang check started fresh over the same
+    API objects (its read model, as after a kill -9) holds the same UltraServers as the
+    ungater, not the first ones by name."""
+
+    checks, policies = [objects.admission_check("gang", policy="p")], [objects.gang_policy("p")]
+    caches, model = model_of(workloads=[_wide("us-3,us-2")], checks=checks, policies=policies)
+    for us in ("us-1", "us-2", "us-3"):
+        for i in range(2):
+            caches.put(NODES, objects.node(f"{us}-{i}", us, labels={LAYER: "l1"}))
+    levels = (ZONE_LABEL, LAYER, ULTRASERVER_LABEL, HOSTNAME_LABEL)
+
+    snap = model.promised_snapshot(levels)
+
+    gang = model.promised_gang(_wide("us-3,us-2"))
+    assert gang is not None
+    held = [snap.node_of("ns", p) for p in promised_pods(gang[0])]
+    where = [snap.nodes[i].labels[ULTRASERVER_LABEL] for i in held if i is not None]
+    assert where == ["us-3", "us-3", "us-2", "us-2"]
