@@ -277,25 +277,38 @@ def _preempted_whole(client: Client, namespace: str, job: str, kind: Kind, mode:
     )
     big["metadata"]["labels"][PRIORITY_LABEL] = q.high
     client.create(JOBS, big)
-    wl_name = workload(client, namespace, job)["metadata"]["name"]
-    wait_for(
-        lambda: [e for e in events_of(client, namespace, wl_name) if e["reason"] == "Preempted"],
-        120,
-        f"a Preempted event on {wl_name}",
-    )
+    try:
+        wl_name = workload(client, namespace, job)["metadata"]["name"]
+        wait_for(
+            lambda: [e for e in events_of(client, namespace, wl_name) if e["reason"] == "Preempted"],
+            120,
+            f"a Preempted event on {wl_name}",
+        )
 
-    def left() -> list[str]:
-        return [p["metadata"]["name"] for p in gang_pods(client, namespace, workload(client, namespace, job))]
+        def left() -> list[str]:
+            return [
+                p["metadata"]["name"] for p in gang_pods(client, namespace, workload(client, namespace, job))
+            ]
 
-    wait_until(lambda: not left(), 120, lambda: f"every pod of the preempted gang gone; left: {left()}")
-    preemptor = wait_for(
-        lambda: (w := workload(client, namespace, high)) and is_true(w, "PodsReady") and w,
-        180,
-        f"the preempting Job {high} running",
-    )
-    assert check_of(preemptor)["state"] == "Ready"
-    assert not is_true(workload(client, namespace, job), "Admitted")
-    client.request("DELETE", JOBS.path(namespace, high), body={"propagationPolicy": "Background"})
+        wait_until(lambda: not left(), 120, lambda: f"every pod of the preempted gang gone; left: {left()}")
+        preemptor = wait_for(
+            lambda: (w := workload(client, namespace, high)) and is_true(w, "PodsReady") and w,
+            180,
+            f"the preempting Job {high} running",
+        )
+        assert check_of(preemptor)["state"] == "Ready"
+        # Our check holds the gang back while the Job runs. Kueue keeps an evicted Workload
+        # Admitted until the job's controller reports it inactive, which on a busy machine can
+        # come after the Job runs: its admission is waited for to end, not read at once.
+        assert check_of(workload(client, namespace, job))["state"] != "Ready"
+        wait_until(
+            lambda: not is_true(workload(client, namespace, job), "Admitted"),
+            120,
+            lambda: f"the preempted gang no longer Admitted: {workload(client, namespace, job)['status']}",
+        )
+        assert check_of(workload(client, namespace, job))["state"] != "Ready"
+    finally:
+        client.request("DELETE", JOBS.path(namespace, high), body={"propagationPolicy": "Background"})
     back = running(client, namespace, job, kind, 240)
     assert_whole_in_domain(client, workload(client, namespace, job), back, kind, mode)
 
