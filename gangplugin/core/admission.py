@@ -16,7 +16,7 @@ from typing import Any
 
 from gangplugin.core.names import BIND_MODE_LABEL, GANG_LABEL, GANG_SIZE_ANNOTATION, SLICE_DOMAINS_ANNOTATION
 from gangplugin.core.placement import Gang, Placement, PlacementPolicy, eligible_nodes, fit_counter, place
-from gangplugin.core.placement.recorded import recorded_slice_domains
+from gangplugin.core.placement.recorded import format_slice_domains, recorded_slice_domains
 from gangplugin.core.states import CheckState
 from gangplugin.core.topology import BoundPod, Snapshot
 
@@ -150,8 +150,9 @@ def decide(
     domain = pinned_domain(snapshot, gang, placement)
     size = str(sum(ps.count for ps in gang.podsets))
     labels = {GANG_LABEL: gang_label, **({BIND_MODE_LABEL: bind_mode} if bind_mode else {})}
-    # Where each slice was counted, so that its promise and the ungater's plan put it there too.
-    slices = {name: ",".join(d) for name, d in recorded_slice_domains(snapshot, gang, placement).items()}
+    # Where its pods were counted, so that its promise and the ungater's plan put them there too.
+    recorded = recorded_slice_domains(snapshot, gang, placement).items()
+    slices = {name: format_slice_domains(domains) for name, domains in recorded}
     updates = tuple(
         PodSetUpdate(
             ps.name,

@@ -29,8 +29,9 @@ units (fewest, fullest: largest first, the last one the tightest; of equal slice
 fewer pods of room, which strands less, as Kueue's BestFit) down to level A, and inside
 each level-A domain places its slices' pods as above. Each level-A domain gets whole slices,
 so consecutive indexes (tree order) form the slices. A preferred slice level that cannot be
-met is widened level by level towards B, then dropped. Slices the gang check recorded for an
-admitted gang (`recorded`: each slice's domain) are placed in those domains first.
+met is widened level by level towards B, then dropped. Where the gang check counted an
+admitted gang's slices, or the pods of one admitted wider than an UltraServer (`recorded`), they
+are placed first.
 
 Several podsets are filled one after another on a working copy of free capacity, in every
 fill order when there are few podsets, then by exact search on a small domain (`planner`). A

@@ -22,7 +22,8 @@ class PodSet:
     `slice_size` with `slice_required_topology` (or `slice_preferred_topology`): consecutive
     groups of that many pods each inside one domain of that level (see the package docstring);
     `slice_domains`: the domain of each slice at that level as the gang check admitted it
-    (`gangplugin.io/slice-domains`), where `place` puts the slices first (`recorded`).
+    (`gangplugin.io/slice-domains`), where `place` puts the slices first (`recorded`); for a
+    podset not in slices, the domain of each pod at the narrowest level above hostname.
     """
 
     name: str

@@ -5,8 +5,8 @@ towards the required level (or the widest), the first level where one domain hol
 among those domains the best fit (least room left over, ties by name). With no such domain a
 gang with a required level is infeasible; any other is spread over the fewest domains of its
 preferred level (or, without one, the narrowest level above hostname). Slicings are tried as
-asked, then with preferred slice levels widened (`slices.slice_attempts`). Slices the gang check
-recorded (`recorded`) are placed in their domains first."""
+asked, then with preferred slice levels widened (`slices.slice_attempts`). Slices and pods the gang
+check recorded where it counted them (`recorded`) are placed there first."""
 
 from __future__ import annotations
 
@@ -42,8 +42,8 @@ def place(
     """
     validate_gang(gang)
     policy = policy or PlacementPolicy()
-    recorded = split(gang)
-    if recorded is not None:  # where the check counted its slices, if they still fit there
+    recorded = split(gang, snapshot.levels)
+    if recorded is not None:  # where the check counted its pods, if they still fit there
         pinned, origin = recorded
         result = place(snapshot, pinned, policy, occupied, explain=False)
         if result.feasible:

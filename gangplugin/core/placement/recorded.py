@@ -1,14 +1,17 @@
-"""Slices where the gang check admitted them: one placement of a gang in slices, shared.
+"""Where the gang check counted a gang's pods inside a wide domain: one placement, shared.
 
-The check admits a gang in slices into a domain wider than one slice (a network layer) and
-counts each slice in one domain of the slice level (an UltraServer); the nodeSelector it gives
-the gang names only the wide domain. Its promise (held by the check and by the ungater's
-reservations) and the ungater's plan then placed the slices again on their own, in their own
-order, and could put a slice on the room the check had counted for another gang: at 500 nodes
-one such gang a burst stayed gated, its domain full of other gangs' slices. So the check records
-the slice domains it chose (`gangplugin.io/slice-domains`, `recorded_slice_domains`), and
-`place` puts each slice there first (`split`), falling back to placing them anew where they no
-longer fit (a node failed, a pod took the room).
+The check admits a gang into a domain wider than an UltraServer (a network layer) and counts its
+pods in particular UltraServers there; the nodeSelector it gives the gang names only the wide
+domain. Its promise (held by the check and by the ungater's reservations) and the ungater's plan
+then placed the pods again on their own, and could put them on the room the check had counted for
+another gang admitted meanwhile, which then stayed gated: at 500 nodes, a gang in slices next to
+another's slices, and one next to a wide gang the ungater pinned into other UltraServers of its
+layer than the check had counted. So the check records where it counted them
+(`gangplugin.io/slice-domains`, `recorded_slice_domains`): for a podset in slices, the domain of
+each slice at its slice level; for any other podset admitted wider than an UltraServer, the
+domain of its pods at the narrowest level above hostname, as slices of one pod (`us-3*18,us-4*6`:
+18 pods in us-3, 6 in us-4). `place` puts them there first (`split`), falling back to placing
+them anew where they no longer fit (a node failed, a pod took the room) or once pods are bound.
 """
 
 from __future__ import annotations
@@ -18,11 +21,21 @@ from collections.abc import Mapping
 
 from gangplugin.core.errors import InputError
 from gangplugin.core.placement.model import Assignment, Gang, Placement, PodSet
-from gangplugin.core.topology import Snapshot
+from gangplugin.core.topology import HOSTNAME_LABEL, Snapshot
 
 #: Between a podset's name and its slice's number in `split`'s podsets: not in a Kueue podset
 #: name (a DNS label), so never one of the gang's own.
 _SEP = "/"
+#: A podset not in slices is recorded only over this many domains at most: a wider spread (most
+#: of the cluster) would make every placement of its promise one of as many podsets.
+MAX_RECORDED_DOMAINS = 16
+
+
+def unit_level(levels: tuple[str, ...]) -> str | None:
+    """The level at which the pods of a podset not in slices are recorded: the narrowest above
+    hostname (the UltraServer in an EKS topology)."""
+    above = [label for label in levels if label != HOSTNAME_LABEL]
+    return above[-1] if above else None
 
 
 def slice_level(podset: PodSet) -> str | None:
@@ -32,16 +45,23 @@ def slice_level(podset: PodSet) -> str | None:
 def recorded_slice_domains(
     snapshot: Snapshot, gang: Gang, placement: Placement
 ) -> dict[str, tuple[str, ...]]:
-    """Per podset in slices, the domain of each of its slices at its slice level in a feasible
-    `placement` of `gang`, in slice order; a podset whose slices do not each sit in one domain
-    of that level (a preferred slice level widened) is left out."""
+    """Per podset, where a feasible `placement` of `gang` counted it: for a podset in slices the
+    domain of each slice at its slice level, in slice order (left out when a slice does not sit in
+    one domain of that level: a preferred slice level widened); for another podset, when the
+    placement is wider than its narrowest level, the domain of each pod at that level, grouped
+    by domain (its pods are alike) and over MAX_RECORDED_DOMAINS domains at most."""
     nodes: dict[str, dict[int, str]] = {}
     for a in placement.assignments:
         nodes.setdefault(a.pod_set, {})[a.index] = a.node
+    narrowest = unit_level(snapshot.levels)
     out = {}
     for ps in gang.podsets:
         level, size = slice_level(ps), ps.slice_size
-        if level is None or not size or ps.count % size or len(nodes.get(ps.name, {})) != ps.count:
+        if level is None or not size:
+            if narrowest is None or not _wider(snapshot.levels, placement.level, narrowest):
+                continue  # in one domain of the narrowest level: its nodeSelector says it all
+            level, size = narrowest, 1
+        if ps.count % size or len(nodes.get(ps.name, {})) != ps.count:
             continue
         domains = []
         for first in range(0, ps.count, size):
@@ -53,18 +73,48 @@ def recorded_slice_domains(
                 break
             domains.append(str(values.pop()))
         else:
+            if size == 1:
+                if len(set(domains)) > MAX_RECORDED_DOMAINS:
+                    continue
+                order = {d: i for i, d in reversed(list(enumerate(domains)))}
+                domains.sort(key=order.__getitem__)
             out[ps.name] = tuple(domains)
     return out
 
 
+def _wider(levels: tuple[str, ...], level: str | None, than: str) -> bool:
+    """Whether a placement at `level` (None: spread, no one domain) spans more than a domain of
+    `than`."""
+    return level is None or (level in levels and levels.index(level) < levels.index(than))
+
+
+def format_slice_domains(domains: tuple[str, ...]) -> str:
+    """`gangplugin.io/slice-domains` of `domains`: a run of one domain as `domain*n`."""
+    items, i = [], 0
+    while i < len(domains):
+        j = i
+        while j < len(domains) and domains[j] == domains[i]:
+            j += 1
+        items.append(domains[i] if j - i == 1 else f"{domains[i]}*{j - i}")
+        i = j
+    return ",".join(items)
+
+
 def parse_slice_domains(raw: object, field: str) -> tuple[str, ...]:
-    """`gangplugin.io/slice-domains` ("us-3,us-7") as its values; InputError naming `field`."""
-    values = tuple(v.strip() for v in str(raw).split(","))
-    if not values or any(not v for v in values):
-        raise InputError(
-            field, f"{raw!r} is not a comma-separated list of domains; only the gang check sets it"
-        )
-    return values
+    """`gangplugin.io/slice-domains` ("us-3,us-7", "us-3*18,us-4*6") as one domain a slice;
+    InputError naming `field`."""
+    out: list[str] = []
+    for item in str(raw).split(","):
+        domain, star, times = item.strip().partition("*")
+        count = int(times) if times.strip().isdigit() else 0
+        if not domain.strip() or (star and count < 1):
+            raise InputError(
+                field,
+                f"{raw!r} is not a comma-separated list of domains (each optionally as domain*count); "
+                "only the gang check sets it",
+            )
+        out += [domain.strip()] * (count if star else 1)
+    return tuple(out)
 
 
 def with_slice_domains(gang: Gang, domains: Mapping[str, tuple[str, ...]]) -> Gang:
@@ -75,35 +125,54 @@ def with_slice_domains(gang: Gang, domains: Mapping[str, tuple[str, ...]]) -> Ga
     return Gang(tuple(podsets), gang.name)
 
 
-def _recorded(podset: PodSet) -> bool:
-    """Whether the podset's recorded slices still describe it (none of its pods bound since)."""
-    size, domains = podset.slice_size, podset.slice_domains
-    if size is None or not domains or slice_level(podset) is None:
-        return False
-    return size * len(domains) == podset.count
+def _level(podset: PodSet, levels: tuple[str, ...]) -> tuple[str, int] | None:
+    """The level and the pods per slice of the podset's record, if it still describes the podset
+    (none of its pods bound since)."""
+    domains = podset.slice_domains
+    if not domains:
+        return None
+    level, size = slice_level(podset), podset.slice_size
+    if level is None or not size:
+        level, size = unit_level(levels), 1
+    if level is None or size * len(domains) != podset.count:
+        return None
+    return level, size
 
 
-def split(gang: Gang) -> tuple[Gang, dict[str, tuple[str, int]]] | None:
-    """The gang with each podset whose recorded slices describe it cut into one podset per
-    slice, held in its slice's domain by nodeSelector; per new podset, the podset it came from
-    and the index of its first pod. None when no podset has recorded slices."""
-    if not any(_recorded(ps) for ps in gang.podsets):
+def split(gang: Gang, levels: tuple[str, ...]) -> tuple[Gang, dict[str, tuple[str, int]]] | None:
+    """The gang with each podset whose record still describes it cut into one podset per
+    recorded slice (a podset not in slices: per recorded domain), held in its domain by
+    nodeSelector (`levels`: the snapshot's); per new podset, the podset it came from and the
+    index of its first pod. None when no podset has a record that describes it."""
+    if not any(_level(ps, levels) for ps in gang.podsets):
         return None
     podsets: list[PodSet] = []
     origin: dict[str, tuple[str, int]] = {}
     for ps in gang.podsets:
-        level, size = slice_level(ps), ps.slice_size
-        if not _recorded(ps) or level is None or size is None:
+        recorded = _level(ps, levels)
+        if recorded is None:
             podsets.append(dataclasses.replace(ps, slice_domains=()))
             origin[ps.name] = (ps.name, 0)
             continue
-        for i, domain in enumerate(ps.slice_domains):
+        level, size = recorded
+        pieces: dict[str, int] = {}
+        if size == 1:  # alike pods: one podset per domain
+            for domain in ps.slice_domains:
+                pieces[domain] = pieces.get(domain, 0) + 1
+            parts = list(pieces.items())
+        else:
+            parts = [(domain, size) for domain in ps.slice_domains]
+        first = 0
+        for i, (domain, count) in enumerate(parts):
             selector = dict(ps.constraints.node_selector)
             selector[level] = domain
             constraints = dataclasses.replace(ps.constraints, node_selector=tuple(sorted(selector.items())))
             name = f"{ps.name}{_SEP}{i}"
-            podsets.append(dataclasses.replace(ps.unsliced(), name=name, count=size, constraints=constraints))
-            origin[name] = (ps.name, i * size)
+            podsets.append(
+                dataclasses.replace(ps.unsliced(), name=name, count=count, constraints=constraints)
+            )
+            origin[name] = (ps.name, first)
+            first += count
     return Gang(tuple(podsets), gang.name), origin
 
 

@@ -1,6 +1,7 @@
-"""The slices of a gang admitted into a wide domain are placed where the gang check counted them:
-the check records each slice's domain (`gangplugin.io/slice-domains`), and its promise and the
-ungater's plan put the slices there first, so all three agree on what is left for the others."""
+"""The slices of a gang admitted into a wide domain, and the pods of a gang admitted wider than
+an UltraServer, are placed where the gang check counted them: the check records each slice's
+domain, or each pod's UltraServer (`gangplugin.io/slice-domains`), and its promise and the
+ungater's plan put them there first, so all three agree on what is left for the others."""
 
 import dataclasses
 
@@ -11,7 +12,7 @@ from gangplugin.core.errors import InputError
 from gangplugin.core.gangplan import GangPod, plan_gang
 from gangplugin.core.names import SLICE_DOMAINS_ANNOTATION
 from gangplugin.core.placement import Gang, PlacementPolicy, PodSet, place
-from gangplugin.core.placement.recorded import parse_slice_domains, split
+from gangplugin.core.placement.recorded import format_slice_domains, parse_slice_domains, split
 from gangplugin.core.topology import (
     HOSTNAME_LABEL,
     ZONE_LABEL,
@@ -53,11 +54,11 @@ def test_the_check_records_where_each_slice_was_counted() -> None:
     assert decision.ready and decision.placement is not None
     [update] = decision.pod_set_updates
     counted = _slices_of(snap, decision.placement, 2)
-    assert update.annotations[SLICE_DOMAINS_ANNOTATION] == ",".join(counted)
+    assert parse_slice_domains(update.annotations[SLICE_DOMAINS_ANNOTATION], "f") == tuple(counted)
     assert update.node_selector == {NN: "nn-a"}  # the pod's selector still names the wide domain
 
 
-def test_a_gang_not_in_slices_records_none() -> None:
+def test_a_gang_in_one_ultraserver_records_none() -> None:
     snap = _layer()
     gang = Gang((PodSet("main", 4, {GPU: 4, "cpu": 1000}, required_topology=US),), "g")
     [update] = decide(snap, gang, "g", PlacementPolicy()).pod_set_updates
@@ -86,8 +87,8 @@ def test_a_recorded_slice_that_no_longer_fits_is_placed_anew() -> None:
 
 def test_recorded_slices_no_longer_apply_once_pods_are_bound() -> None:
     gang = sliced(4, 2, required_topology=NN, slice_domains=("us-4", "us-3"))
-    assert split(gang) is not None
-    assert split(remaining(gang, {"main": 2})) is None  # 2 pods left: the record is of 4
+    assert split(gang, LEVELS) is not None
+    assert split(remaining(gang, {"main": 2}), LEVELS) is None  # 2 pods left: the record is of 4
 
 
 def test_the_promise_holds_the_recorded_slices_under_the_names_it_is_released_by() -> None:
@@ -125,3 +126,75 @@ def test_a_malformed_record_is_refused_with_the_field() -> None:
     with pytest.raises(InputError, match="slice-domains"):
         parse_slice_domains("us-1,,us-2", f"metadata.annotations.{SLICE_DOMAINS_ANNOTATION}")
     assert parse_slice_domains("us-1, us-2", "f") == ("us-1", "us-2")
+    for bad in ("us-1*0", "us-1*x", "*3", "us-1*"):
+        with pytest.raises(InputError, match="domain\\*count"):
+            parse_slice_domains(bad, "f")
+
+
+# -- a gang not in slices, admitted wider than an UltraServer ------------------------------------
+
+
+def _wide(count: int, domains: tuple[str, ...] = ()) -> Gang:
+    return Gang(
+        (PodSet("main", count, {GPU: 4, "cpu": 1000}, required_topology=NN, slice_domains=domains),), "g"
+    )
+
+
+def test_a_gang_admitted_wider_than_an_ultraserver_records_its_pods_ultraservers() -> None:
+    snap = _layer()
+    _crowd(snap, "us-1", 2)
+    decision = decide(snap, _wide(6), "g", PlacementPolicy())
+    assert decision.ready and decision.placement is not None and decision.placement.level == NN
+    [update] = decision.pod_set_updates
+    raw = update.annotations[SLICE_DOMAINS_ANNOTATION]
+    where = us_of(snap, decision.placement)
+    assert sorted(parse_slice_domains(raw, "f")) == sorted(where)
+    assert raw.count(",") == len(set(where)) - 1  # one item a domain: "us-1*2,us-2*4"
+    assert update.node_selector == {NN: "nn-a"}
+
+
+def test_recorded_pods_are_placed_there_though_best_fit_would_go_elsewhere() -> None:
+    snap = _layer()
+    _crowd(snap, "us-1", 2)
+    on_its_own = us_of(snap, place(snap, _wide(6)))
+    recorded = ("us-4",) * 4 + ("us-3",) * 2
+    assert sorted(on_its_own) != sorted(recorded)
+    placed = place(snap, _wide(6, recorded))
+    assert placed.feasible and placed.level == NN
+    assert sorted(us_of(snap, placed)) == sorted(recorded)
+    assert [(a.pod_set, a.index) for a in placed.assignments] == [("main", i) for i in range(6)]
+    assert format_slice_domains(recorded) == "us-4*4,us-3*2"
+
+
+def test_recorded_pods_where_there_is_no_longer_room_are_placed_anew() -> None:
+    snap = _layer()
+    _crowd(snap, "us-4", 3)
+    placed = place(snap, _wide(6, ("us-4",) * 4 + ("us-3",) * 2))
+    assert placed.feasible
+    assert us_of(snap, placed).count("us-4") <= 1
+    assert split(remaining(_wide(6, ("us-4",) * 6), {"main": 1}), LEVELS) is None
+
+
+def test_the_promise_and_the_ungater_s_plan_follow_the_recorded_pods() -> None:
+    recorded = ("us-2",) * 2 + ("us-4",) * 4
+    snap = _layer()
+    assert promise(snap, _wide(6, recorded), "ns", PlacementPolicy()) == 6
+    held = [snap.node_of("ns", name) for name in promised_pods(_wide(6, recorded))]
+    assert sorted(snap.nodes[i].labels[US] for i in held if i is not None) == sorted(recorded)
+    snap = _layer()
+    pods = [
+        GangPod(
+            "ns",
+            f"g-{i}",
+            gang="g",
+            size=6,
+            requests={GPU: 4, "cpu": 1000},
+            required_topology=NN,
+            slice_domains=recorded,
+            index=i,
+        )
+        for i in range(6)
+    ]
+    plan = plan_gang(snap, pods[0], pods, PlacementPolicy(), keep_bound=True)
+    assert plan.feasible, plan.reason
+    assert sorted(snap.node(s.node).labels[US] for s in plan.slots) == sorted(recorded)

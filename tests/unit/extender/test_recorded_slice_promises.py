@@ -2,9 +2,12 @@
 check counted its slices (`gangplugin.io/slice-domains` on its podSetUpdate), not where they
 would place it on their own; its pods are pinned there too. Placed on their own, the promise
 took the room the check had counted for a gang admitted into one UltraServer of the layer,
-and at 500 nodes one gang a burst stayed gated."""
+and at 500 nodes one gang a burst stayed gated. A gang not in slices admitted into the layer is
+held and pinned in the UltraServers the check counted its pods in, as well."""
 
 from __future__ import annotations
+
+import pytest
 
 from gangplugin.core.admission import promised_pods
 from gangplugin.core.names import (
@@ -30,14 +33,15 @@ SLICES = {
 }
 
 
-def _wide(recorded: str | None) -> dict:
-    """4 pods in slices of 2, admitted into the layer; the check counted them on `recorded`."""
+def _wide(recorded: str | None, asked: dict[str, str] = SLICES) -> dict:
+    """4 pods in slices of 2 (or as `asked`), admitted into the layer; the check counted them on
+    `recorded`."""
     annotations = {SLICE_DOMAINS_ANNOTATION: recorded} if recorded else {}
     update = {"name": "main", "nodeSelector": {LAYER: "l1"}, "annotations": annotations}
     return objects.workload(
         "wide",
         "ns",
-        objects.podset(4, annotations=SLICES),
+        objects.podset(4, annotations=asked),
         reserved_by="cq",
         conditions=[objects.condition("QuotaReserved")],
         checks=[objects.check_state("gang", "Ready", podSetUpdates=[update])],
@@ -71,12 +75,26 @@ def test_the_promise_sits_where_the_check_counted_the_slices() -> None:
     assert _promised_on(recorded) == {"us-2", "us-3"}
 
 
-def test_the_pods_are_pinned_where_the_check_counted_the_slices() -> None:
-    res = _reservations(wide := _wide("us-3,us-2"))
+def test_a_gang_not_in_slices_is_promised_where_the_check_counted_its_pods() -> None:
+    asked = {REQUIRED_TOPOLOGY_ANNOTATION: LAYER}
+    unrecorded = _reservations(wide := _wide(None, asked))
+    unrecorded.on_workload("ADDED", None, wide)
+    assert _promised_on(unrecorded) == {"us-1", "us-2"}
+
+    recorded = _reservations(wide := _wide("us-3*2,us-2*2", asked))
+    recorded.on_workload("ADDED", None, wide)
+    assert _promised_on(recorded) == {"us-2", "us-3"}
+
+
+@pytest.mark.parametrize(
+    ("asked", "record"), [(SLICES, "us-3,us-2"), ({REQUIRED_TOPOLOGY_ANNOTATION: LAYER}, "us-3*2,us-2*2")]
+)
+def test_the_pods_are_pinned_where_the_check_counted_the_slices(asked: dict[str, str], record: str) -> None:
+    res = _reservations(wide := _wide(record, asked))
     res.on_workload("ADDED", None, wide)
     pods = [ungate_pod(f"wide-{i}", "wide", 4) for i in range(4)]
     for i, p in enumerate(pods):
-        p["metadata"]["annotations"].update({**SLICES, SLICE_DOMAINS_ANNOTATION: "us-3,us-2"})
+        p["metadata"]["annotations"].update({**asked, SLICE_DOMAINS_ANNOTATION: record})
         p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] = str(i)
         p["spec"]["nodeSelector"] = {LAYER: "l1"}
     add(res, *pods)
@@ -84,7 +102,9 @@ def test_the_pods_are_pinned_where_the_check_counted_the_slices() -> None:
     pins, why = res.pins(("ns", "wide"), now=0.0)
 
     by_pod = {m.name: node.rsplit("-", 1)[0] for m, node in pins}
-    assert by_pod == {"wide-0": "us-3", "wide-1": "us-3", "wide-2": "us-2", "wide-3": "us-2"}, why
+    assert sorted(by_pod.values()) == ["us-2", "us-2", "us-3", "us-3"], why
+    if asked is SLICES:
+        assert by_pod == {"wide-0": "us-3", "wide-1": "us-3", "wide-2": "us-2", "wide-3": "us-2"}, why
 
 
 def test_a_restarted_check_counts_the_slices_where_it_recorded_them() -> None:
