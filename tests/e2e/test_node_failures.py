@@ -5,16 +5,19 @@ network-node-layer-2 (two UltraServers of 18 nodes): 16 nodes of each UltraServe
 `sparesPerUltraServer: 2` keeps the other two free. 1, 2 and then 3 nodes of one UltraServer
 fail: up to `maxReplacedNodes: 2` they are replaced in one decision by that UltraServer's
 spares (the slice keeps its UltraServer); 3 requeue the gang whole at once, long before
-`recoveryTimeout`.
+`recoveryTimeout`. A gang not in slices admitted over two UltraServers of a layer runs where
+the check counted its pods (`gangplugin.io/slice-domains`).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import pytest
 
 from gangplugin.core.names import SLICE_DOMAINS_ANNOTATION
+from gangplugin.core.placement.recorded import parse_slice_domains
 from gangplugin.kube.client import JOBS, NODES, Client
 from gangplugin.kube.kueue_records import is_true
 from tests.support.cluster import E2ECluster
@@ -52,6 +55,28 @@ def _story(client: Client, namespace: str, job: str, victims: list[str]) -> str:
     events = [f"{e['reason']}: {e['message']}" for e in events_of(client, namespace, wl["metadata"]["name"])]
     check = f"{state.get('state')}: {state.get('message')}"
     return f"failed {victims} (Ready: {ready}); check {check}; events {events}"
+
+
+def test_a_gang_not_in_slices_runs_in_the_ultraservers_the_check_counted(
+    cluster: E2ECluster, namespace: str, gang_queue: Any
+) -> None:
+    """24 pods in one network-node-layer-2, more than an UltraServer holds: the check records
+    how many it counted in each UltraServer (its podSetUpdate, which Kueue stamps on the pods),
+    and the ungater pins them there."""
+    client = cluster.client
+    queue = gang_queue()
+    name = unique("wide")
+    meta = {"annotations": {"gangplugin.io/required-topology": LAYER2}}
+    client.create(JOBS, gpu_job(name, namespace, queue, 24, 4, metadata=meta))
+    pods = running_gang(client, namespace, name, 24)
+    (update,) = check_of(workload(client, namespace, name))["podSetUpdates"]
+    assert set(update["nodeSelector"]) == {LAYER2}, update
+    recorded = update["annotations"][SLICE_DOMAINS_ANNOTATION]
+    assert {p["metadata"]["annotations"][SLICE_DOMAINS_ANNOTATION] for p in pods} == {recorded}
+    us = node_us(client)
+    ran = Counter(us[p["spec"]["nodeName"]] for p in pods)
+    assert Counter(parse_slice_domains(recorded, "podSetUpdates")) == ran, (recorded, ran)
+    assert len(ran) == 2, ran
 
 
 @pytest.mark.parametrize("failed", [1, 2, 3])
