@@ -55,6 +55,7 @@ class WorkloadSeen:
     at: dict[str, float] = field(default_factory=dict)  # hop -> first seen
     admitted: bool = False  # Admitted as last seen (evicted, requeued: False again)
     writes: Counter[str] = field(default_factory=Counter)  # writer -> writes until Admitted
+    after: Counter[str] = field(default_factory=Counter)  # writer -> writes since Admitted
     managers: dict[tuple[str, str], str] = field(default_factory=dict)  # (manager, operation) -> time
 
 
@@ -84,8 +85,7 @@ def see_workload(seen: WorkloadSeen, obj: Mapping[str, Any], now: float) -> None
     at = seen.at
     at.setdefault("Workload created", now)
     managers = _managers(obj)
-    if "Admitted" not in at:
-        seen.writes[writer(seen.managers, managers)] += 1
+    (seen.after if "Admitted" in at else seen.writes)[writer(seen.managers, managers)] += 1
     seen.managers = managers
     status = obj.get("status") or {}
     if _true(obj, "QuotaReserved"):
@@ -183,17 +183,25 @@ class KueueWatch:
             out[gang] = at
         return out
 
-    def writes(self, gangs: Sequence[str]) -> dict[str, float]:
-        """The median number of writes to a gang's Workload until it was Admitted (`median_writes`)."""
+    def writes(self, gangs: Sequence[str], after: bool = False) -> dict[str, float]:
+        """The median number of writes to a gang's Workload until it was Admitted (`after`: since,
+        until the part ended) (`median_writes`)."""
         with self._lock:
-            return median_writes(self.workloads, gangs)
+            return median_writes(self.workloads, gangs, after)
 
 
-def median_writes(workloads: Mapping[str, WorkloadSeen], gangs: Sequence[str]) -> dict[str, float]:
-    """The median number of writes to a gang's Workload until it was Admitted, in all and per
-    writer, over the `gangs` admitted (a gang whose Workload was not seen, not yet made when the
-    part ended, is not one of them)."""
-    counts = [seen.writes for g in gangs if (seen := workloads.get(g)) is not None and "Admitted" in seen.at]
+def median_writes(
+    workloads: Mapping[str, WorkloadSeen], gangs: Sequence[str], after: bool = False
+) -> dict[str, float]:
+    """The median number of writes to a gang's Workload until it was Admitted (`after`: since it
+    was, until the part ended: Kueue's job reconciler is woken by each), in all and per writer,
+    over the `gangs` admitted (a gang whose Workload was not seen, not yet made when the part
+    ended, is not one of them)."""
+    counts = [
+        seen.after if after else seen.writes
+        for g in gangs
+        if (seen := workloads.get(g)) is not None and "Admitted" in seen.at
+    ]
     if not counts:
         return {}
     writers = sorted({w for c in counts for w in c})

@@ -328,6 +328,10 @@ def full(results: Mapping[str, Reps], rows: Sequence[Rows]) -> str:
             "writes to a burst gang's Workload until Admitted (median), by writer",
             writes_table(results, "burst workload writes"),
         ),
+        (
+            "writes to a burst gang's Workload since Admitted, until the burst ended (median), by writer",
+            writes_table(results, "burst workload writes after"),
+        ),
     ):
         if text:
             out += ["", title, text]

@@ -75,6 +75,7 @@ class Run:
             return {}
         summary = hops.summary(k.hops(w, submitted), {g.name: g.pods for g in gangs if g.name in submitted})
         writes = k.writes([g.name for g in gangs if g.name in submitted])
+        after = k.writes([g.name for g in gangs if g.name in submitted], after=True)
         since, step = summary["since submission"], summary["step"]
         self.log(
             f"  {part} hops (median s from submission / from the hop before, {summary['gangs']} gangs "
@@ -83,8 +84,14 @@ class Run:
         self.log(
             f"  {part}: writes to a Workload until Admitted (median): "
             + ", ".join(f"{who} {n:g}" for who, n in writes.items())
+            + "; since, until the part ended: "
+            + ", ".join(f"{who} {n:g}" for who, n in after.items())
         )
-        return {f"{part} hops": summary, f"{part} workload writes": writes}
+        return {
+            f"{part} hops": summary,
+            f"{part} workload writes": writes,
+            f"{part} workload writes after": after,
+        }
 
     # -- submitting and clearing ----------------------------------------------------------------
 

@@ -52,7 +52,8 @@ def test_each_hop_is_when_the_watch_first_saw_it_and_each_write_names_its_writer
         _wl(["QuotaReserved", "Admitted"], [("gang", "Ready")], [created, listed, ours, admitted]),
         5.0,
     )
-    # after admission: not counted (the writes until Admitted are what a gang waits for)
+    # after admission: counted apart (the writes until Admitted are what a gang waits for; those
+    # after wake Kueue's job reconciler, which still owes it PodsReady and the unsuspend)
     later = [("kueue", "Update", "", "t9")]
     see_workload(seen, _wl(["QuotaReserved", "Admitted"], [("gang", "Ready")], later), 9.0)
     assert seen.at == {
@@ -63,6 +64,8 @@ def test_each_hop_is_when_the_watch_first_saw_it_and_each_write_names_its_writer
         "Admitted": 5.0,
     }
     assert seen.writes == {"kueue": 2, "kueue-admission": 2, "gangplugin-admission": 1}
+    assert seen.after == {"kueue": 1}
+    assert median_writes({"g": seen}, ["g"], after=True) == {"all": 1, "kueue": 1}
 
 
 def test_kueue_s_pods_ready_write_is_a_hop_of_its_own_between_admitted_and_unsuspended():
