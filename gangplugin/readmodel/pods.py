@@ -44,13 +44,14 @@ class PodIndex:
             return list(self._by_group.get((namespace, group), {}).values())
 
     def bound(self, namespace: str, gang: str) -> tuple[Counter[str], tuple[str, ...]]:
-        """The gang's active bound pods: how many per podset, and their nodes."""
+        """The gang's active pods that hold a node (bound, or pinned there: `PodRecord.bound`,
+        what the capacity counts them on): how many per podset, and their nodes."""
         counts: Counter[str] = Counter()
         nodes: set[str] = set()
         for pod in self.of_gang(namespace, gang):
-            if (node := pod.placed_on) is not None:
+            if pod.active and pod.bound is not None:
                 counts[pod.podset or DEFAULT_PODSET] += 1
-                nodes.add(node)
+                nodes.add(pod.bound.node_name)
         return counts, tuple(sorted(nodes))
 
 
