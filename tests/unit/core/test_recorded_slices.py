@@ -4,6 +4,7 @@ domain, or each pod's UltraServer (`gangplugin.io/slice-domains`), and its promi
 ungater's plan put them there first, so all three agree on what is left for the others."""
 
 import dataclasses
+from typing import Any
 
 import pytest
 
@@ -44,6 +45,24 @@ def _slices_of(snap, placement, size: int) -> list[str]:  # type: ignore[no-unty
         assert len(set(where[i : i + size])) == 1, where
         out.append(where[i])
     return out
+
+
+def _pods(count: int, recorded: tuple[str, ...], **kw: Any) -> list[GangPod]:
+    """The ungater's view of a gang of `count` pods admitted into the layer, recorded there."""
+    return [
+        GangPod(
+            "ns",
+            f"g-{i}",
+            gang="g",
+            size=count,
+            requests={GPU: 4, "cpu": 1000},
+            required_topology=NN,
+            slice_domains=recorded,
+            index=i,
+            **kw,
+        )
+        for i in range(count)
+    ]
 
 
 def test_the_check_records_where_each_slice_was_counted() -> None:
@@ -102,20 +121,7 @@ def test_the_promise_holds_the_recorded_slices_under_the_names_it_is_released_by
 def test_the_ungater_s_plan_puts_the_slices_where_they_were_counted() -> None:
     snap = _layer()
     _crowd(snap, "us-1", 2)
-    pods = [
-        GangPod(
-            "ns",
-            f"g-{i}",
-            gang="g",
-            size=4,
-            requests={GPU: 4, "cpu": 1000},
-            required_topology=NN,
-            slices=(2, US, None),
-            slice_domains=("us-4", "us-3"),
-            index=i,
-        )
-        for i in range(4)
-    ]
+    pods = _pods(4, ("us-4", "us-3"), slices=(2, US, None))
     plan = plan_gang(snap, pods[0], pods, PlacementPolicy(), keep_bound=True)
     assert plan.feasible, plan.reason
     where = [snap.node(s.node).labels[US] for s in plan.slots]
@@ -182,19 +188,7 @@ def test_the_promise_and_the_ungater_s_plan_follow_the_recorded_pods() -> None:
     held = [snap.node_of("ns", name) for name in promised_pods(_wide(6, recorded))]
     assert sorted(snap.nodes[i].labels[US] for i in held if i is not None) == sorted(recorded)
     snap = _layer()
-    pods = [
-        GangPod(
-            "ns",
-            f"g-{i}",
-            gang="g",
-            size=6,
-            requests={GPU: 4, "cpu": 1000},
-            required_topology=NN,
-            slice_domains=recorded,
-            index=i,
-        )
-        for i in range(6)
-    ]
+    pods = _pods(6, recorded)
     plan = plan_gang(snap, pods[0], pods, PlacementPolicy(), keep_bound=True)
     assert plan.feasible, plan.reason
     assert sorted(snap.node(s.node).labels[US] for s in plan.slots) == sorted(recorded)
