@@ -1,7 +1,8 @@
 """The capacity the gang check counts, kept live (as Kueue's TAS cache is kept apart from the
 snapshot a scheduling cycle takes of it): the nodes and bound pods as the read model's handlers
-have seen them (a gang's pod the ungater pinned counts on its node until it is bound there); for the admission pass, one core `Snapshot` per topology level order, kept
-current from node and pod watch events (O(levels) per event, never a rebuild per pass), plus
+have seen them (a gang's pod the ungater pinned counts on its node until it is bound there);
+for the admission pass, one core `Snapshot` per topology level order, kept current from node
+and pod watch events (O(levels) per event, never a rebuild per pass), plus
 the pods promised to admitted gangs that are not bound yet, as synthetic pods; for any other
 reader, a fresh snapshot (`build`).
 
