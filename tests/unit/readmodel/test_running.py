@@ -73,3 +73,18 @@ def test_a_workload_being_deleted_is_leaving() -> None:
     caches.put(PODS, pod("going-0", "going", node="us1-0"))
     (going,) = running_gangs(caches.model())
     assert going.evicting
+
+
+def test_a_running_gang_s_pods_pinned_but_not_bound_yet_are_its() -> None:
+    """The capacity counts a pinned pod on its node before it is bound: the gang it belongs to
+    must name it, or a search that takes the gang away (a preemption, a reservation's look at
+    when a domain frees) left it there for good, and a big gang's reservation moved."""
+    caches = Caches()
+    standard(caches)
+    caches.put(WORKLOADS, workload("run", 2, check="Ready", admitted=True))
+    caches.put(PODS, pod("run-0", "run", node="us1-0"))
+    pinned = pod("run-1", "run")
+    pinned["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "us1-1"}
+    caches.put(PODS, pinned)
+    (found,) = running_gangs(caches.model())
+    assert {("team-a", "run-0"), ("team-a", "run-1")} <= set(found.pods), found.pods
