@@ -129,7 +129,7 @@ def running_gangs(model: ReadModel) -> list[RunningGang]:
         if check is None or check.entry is None:
             continue
         # on nodes: bound, or pinned there by the ungater (the capacity counts those there too)
-        pods = [p for p in model.gang_pods(record.namespace, record.gang_id) if p.node or p.bound]
+        pods = [p for p in model.gang_pods(record.namespace, record.gang_id) if p.node or p.bound is not None]
         leaving = record.evicted or record.finished or record.deleting or _job_gone(model, wl)
         holding = any(p.bound is not None for p in pods)
         if not ((check.entry.state is CheckState.READY and not record.finished) or (leaving and holding)):

@@ -22,7 +22,7 @@ from gangplugin.core.topology import FINISHED_PHASES, HOSTNAME_LABEL, BoundPod, 
 from gangplugin.kube import kueue_records as rec
 from gangplugin.kube.client import JSON
 from gangplugin.kube.informer import object_key
-from gangplugin.kube.records import bound_pod_from_k8s, node_from_k8s, pod_requests
+from gangplugin.kube.records import bound_pod_from_k8s, node_from_k8s
 
 log = logging.getLogger(__name__)
 
@@ -150,30 +150,24 @@ def _scheduled_at(obj: JSON) -> float | None:
         return None
 
 
-def _pinned(obj: JSON, labels: JSON, meta: JSON, spec: JSON, status: JSON) -> BoundPod | None:
-    """A gang's pod the ungater pinned to a node (nodeSelector on its hostname, no gate left)
-    that kube-scheduler has not bound yet, as the capacity it is about to take there. Counted
-    where it is pinned, not promised anew: the promise of a gang's unbound pods, placed again
-    once some are bound, went to other UltraServers of a wide domain than the pins, and the
-    check admitted a gang onto the nodes the pinned pods were about to take (at 500 nodes, held
-    back 46-51 s by the ungater)."""
+def _pinned_node(labels: JSON, meta: JSON, spec: JSON, status: JSON) -> str | None:
+    """The node the ungater pinned a gang's pod to (nodeSelector on its hostname, no gate left)
+    while kube-scheduler has not bound it yet: the capacity counts it there, not promised anew
+    (the promise of a gang's unbound pods, placed again once some are bound, went to other
+    UltraServers of a wide domain than the pins, and the check admitted a gang onto the nodes
+    the pinned pods were about to take: at 500 nodes, held back 46-51 s by the ungater)."""
     selector = spec.get("nodeSelector") or {}
     node = selector.get(HOSTNAME_LABEL) if isinstance(selector, dict) else None
     if (
-        not node
+        spec.get("nodeName")
+        or not node
         or not labels.get(GANG_LABEL)
         or spec.get("schedulingGates")
         or meta.get("deletionTimestamp")
         or str(status.get("phase", "")) in FINISHED_PHASES
     ):
         return None
-    return BoundPod(
-        namespace=str(meta.get("namespace", "default")),
-        name=str(meta.get("name", "")),
-        node_name=str(node),
-        requests=pod_requests(spec, "pod.spec"),
-        phase=str(status.get("phase", "")),
-    )
+    return str(node)
 
 
 def pod_record(obj: JSON) -> PodRecord:
@@ -183,7 +177,8 @@ def pod_record(obj: JSON) -> PodRecord:
     annotations = meta.get("annotations") or {}
     spec, status = obj.get("spec") or {}, obj.get("status") or {}
     try:
-        bound = bound_pod_from_k8s(obj) or _pinned(obj, labels, meta, spec, status)
+        pinned = _pinned_node(labels, meta, spec, status)
+        bound = bound_pod_from_k8s({**obj, "spec": {**spec, "nodeName": pinned}} if pinned else obj)
     except InputError:
         bound = None
     return PodRecord(

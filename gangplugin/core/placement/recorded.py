@@ -17,6 +17,8 @@ them anew where they no longer fit (a node failed, a pod took the room) or once 
 from __future__ import annotations
 
 import dataclasses
+import itertools
+from collections import Counter
 from collections.abc import Mapping
 
 from gangplugin.core.errors import InputError
@@ -73,11 +75,11 @@ def recorded_slice_domains(
                 break
             domains.append(str(values.pop()))
         else:
-            if size == 1:
-                if len(set(domains)) > MAX_RECORDED_DOMAINS:
+            if size == 1:  # alike pods: grouped by domain, in the order the domains come
+                counts = Counter(domains)
+                if len(counts) > MAX_RECORDED_DOMAINS:
                     continue
-                order = {d: i for i, d in reversed(list(enumerate(domains)))}
-                domains.sort(key=order.__getitem__)
+                domains = [d for d, n in counts.items() for _ in range(n)]
             out[ps.name] = tuple(domains)
     return out
 
@@ -90,14 +92,8 @@ def _wider(levels: tuple[str, ...], level: str | None, than: str) -> bool:
 
 def format_slice_domains(domains: tuple[str, ...]) -> str:
     """`gangplugin.io/slice-domains` of `domains`: a run of one domain as `domain*n`."""
-    items, i = [], 0
-    while i < len(domains):
-        j = i
-        while j < len(domains) and domains[j] == domains[i]:
-            j += 1
-        items.append(domains[i] if j - i == 1 else f"{domains[i]}*{j - i}")
-        i = j
-    return ",".join(items)
+    runs = ((domain, len(list(run))) for domain, run in itertools.groupby(domains))
+    return ",".join(domain if n == 1 else f"{domain}*{n}" for domain, n in runs)
 
 
 def parse_slice_domains(raw: object, field: str) -> tuple[str, ...]:
@@ -155,11 +151,8 @@ def split(gang: Gang, levels: tuple[str, ...]) -> tuple[Gang, dict[str, tuple[st
             origin[ps.name] = (ps.name, 0)
             continue
         level, size = recorded
-        pieces: dict[str, int] = {}
         if size == 1:  # alike pods: one podset per domain
-            for domain in ps.slice_domains:
-                pieces[domain] = pieces.get(domain, 0) + 1
-            parts = list(pieces.items())
+            parts = list(Counter(ps.slice_domains).items())
         else:
             parts = [(domain, size) for domain in ps.slice_domains]
         first = 0

@@ -89,3 +89,20 @@ def test_a_pinned_pod_once_bound_is_counted_once() -> None:
     node = snap.node_of("ns", "wide-0")
     assert node is not None and snap.nodes[node].name == "us-3-0"
     assert model.index.bound("ns", "wide")[0] == {"main": 1}
+
+
+def test_a_plain_pod_is_never_counted_by_its_selector_and_one_bound_beside_a_pin_counts_too() -> None:
+    """Only a gang's pods are pinned by the ungater: a plain pod waiting with a hostname
+    selector holds nothing yet. A plain pod kube-scheduler bound on a node a gang's pod is pinned
+    to (the race the pin loses) is counted beside it: the node is full, not offered again."""
+    caches, model, _ = _model()
+    waiting = objects.pod("plain-0", uid="p0")
+    waiting["spec"]["nodeSelector"] = {HOSTNAME_LABEL: "us-1-0"}
+    caches.put(PODS, waiting)
+    caches.put(PODS, _pod(0, pinned="us-2-0"))
+    caches.put(PODS, objects.pod("plain-1", node="us-2-0", uid="p1"))
+    snap = model.capacity.build(LEVELS)
+    assert snap.node_of("ns", "plain-0") is None
+    node = snap.node_of("ns", "wide-0")
+    assert node is not None and snap.node_of("ns", "plain-1") == node
+    assert snap.overcommitted(node)
