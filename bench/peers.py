@@ -61,7 +61,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's r
 
 import _cluster
 import yaml
-from _peers import profile, report, runs, starvation
+from _peers import profile, queues, report, runs, starvation
 from _peers.runs import Limits, Run
 from _peers.systems import GB200, GPU, SYSTEMS, Capacity, System
 
@@ -249,7 +249,11 @@ def run_system(
             system.setup(client, cap)
             system.ready(client)
             limits = Limits(settle=args.settle, stream=args.stream)
-            run = Run(system, client, cluster.kubeconfig, cap, log, limits)
+            ports = {"apiserver": cluster.ports.apiserver, "kcm": cluster.ports.controller_manager}
+            if system.kueue:
+                ports["kueue"] = cluster.ports.kueue_metrics
+            metrics = queues.endpoints(client, cluster.pki_dir, ports)
+            run = Run(system, client, cluster.kubeconfig, cap, log, limits, metrics)
             for rep, part in left:
                 while len(done) <= rep:
                     done.append({PARTS_DONE: []})

@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from _peers import figures, hops, workload
+from _peers import figures, hops, queues, workload
 from _peers.figures import NodeView, PodView
 from _peers.hops import KueueWatch
 from _peers.systems import GB200, NS, Capacity, System
@@ -59,6 +59,7 @@ class Run:
     capacity: Capacity
     log: Callable[[str], None]
     limits: Limits
+    metrics: Sequence[queues.Endpoint] = ()  # the components' /metrics, for where a part queued
 
     def watch(self) -> Any:
         return watching(self.kubeconfig, NS, self.system.index_of)
@@ -266,6 +267,7 @@ def burst(run: Run, seed: int) -> Figures:
     pods = sum(g.pods for g in gangs)
     run.log(f"  burst: {len(gangs)} gangs, {pods} pods for {run.capacity.nodes} GB200 nodes")
     with run.watch() as w, run.kueue_watch() as kw:
+        before = queues.sample(list(run.metrics))
         submitted = run.submit(gangs)
         last = max(submitted.values())
 
@@ -284,6 +286,9 @@ def burst(run: Run, seed: int) -> Figures:
         steps = phases(w, submitted)
         w_created = w.by_gang("created")
         hop = run.hop_figures("burst", kw, w, gangs, submitted)
+        queued = queues.difference(before, queues.sample(list(run.metrics)))
+    if queued:
+        run.log("  burst queues (mean per item): " + queues.line(queued))
     starts = figures.start_times(gangs, submitted, running)
     partial = figures.partial_gangs({g.name: g.pods for g in gangs}, bound, end)
     rate = figures.binding_rate(submitted.values(), [t for per in bound.values() for t in per.values()])
@@ -304,6 +309,7 @@ def burst(run: Run, seed: int) -> Figures:
             min(t.values()) - submitted[g] for g, t in w_created.items() if g in submitted
         ),
         **hop,
+        "burst queues": queued,
     }
     run.log(
         f"  burst: {rate:.1f} pods/s, {quality.gangs_placed}/{len(gangs)} gangs placed, "

@@ -16,7 +16,7 @@ from gangplugin.core.placement.explain import fit_reason, refusal, requirement, 
 from gangplugin.core.placement.levels import GangLevels, gang_levels
 from gangplugin.core.placement.model import Gang, Placement, PlacementPolicy, validate_gang
 from gangplugin.core.placement.planner import Planner
-from gangplugin.core.placement.recorded import joined, split
+from gangplugin.core.placement.recorded import anew, joined, split
 from gangplugin.core.placement.slices import slice_attempts, slicings
 from gangplugin.core.placement.spares import held_spares
 from gangplugin.core.topology import HOSTNAME_LABEL, Snapshot
@@ -48,6 +48,14 @@ def place(
         result = place(snapshot, pinned, policy, occupied, explain=False)
         if result.feasible:
             return joined(gang, origin, result)
+        return anew(_fresh(snapshot, gang, policy, occupied, explain), gang)
+    return _fresh(snapshot, gang, policy, occupied, explain)
+
+
+def _fresh(
+    snapshot: Snapshot, gang: Gang, policy: PlacementPolicy, occupied: Collection[str], explain: bool
+) -> Placement:
+    """`place` without a record: each slicing as asked, then widened."""
     levels = gang_levels(snapshot, gang)
     asked = slicings(snapshot, gang, levels.required, levels.preferred)
     spares = held_spares(snapshot, policy, occupied)

@@ -179,3 +179,18 @@ def joined(gang: Gang, origin: Mapping[str, tuple[str, int]], placement: Placeme
         assignments.append(Assignment(name, first + a.index, a.node))
     assignments.sort(key=lambda a: (order[a.pod_set], a.index))
     return dataclasses.replace(placement, assignments=tuple(assignments))
+
+
+def anew(placement: Placement, gang: Gang) -> Placement:
+    """`placement`, made of `gang` without its record (which no longer fits): its reason says so
+    and names the record, so a gang pinned away from where the check counted it (where another
+    gang counted may then be held back) shows in the ungater's log line and in explain."""
+    where = "; ".join(
+        f"{ps.name} {format_slice_domains(ps.slice_domains)}" for ps in gang.podsets if ps.slice_domains
+    )
+    said = f"the check's record ({where}) no longer fits; " + ("placed anew: " if placement.feasible else "")
+    return dataclasses.replace(
+        placement,
+        reason=said + placement.reason,
+        summary=said + placement.summary if placement.summary else "",
+    )

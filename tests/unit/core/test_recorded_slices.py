@@ -102,6 +102,8 @@ def test_a_recorded_slice_that_no_longer_fits_is_placed_anew() -> None:
     recorded = place(snap, sliced(4, 2, required_topology=NN, slice_domains=("us-4", "us-3")))
     assert recorded.feasible
     assert "us-4" not in _slices_of(snap, recorded, 2)
+    # said where the ungater logs its pins: another gang may have been counted where it went
+    assert recorded.reason.startswith("the check's record (main us-4,us-3) no longer fits; placed anew: ")
 
 
 def test_recorded_slices_no_longer_apply_once_pods_are_bound() -> None:
@@ -178,6 +180,8 @@ def test_recorded_pods_where_there_is_no_longer_room_are_placed_anew() -> None:
     placed = place(snap, _wide(6, ("us-4",) * 4 + ("us-3",) * 2))
     assert placed.feasible
     assert us_of(snap, placed).count("us-4") <= 1
+    assert "record (main us-4*4,us-3*2) no longer fits; placed anew" in placed.reason
+    assert "no longer fits" not in place(snap, _wide(6, ("us-1",) * 4 + ("us-2",) * 2)).reason
     assert split(remaining(_wide(6, ("us-4",) * 6), {"main": 1}), LEVELS) is None
 
 
