@@ -20,6 +20,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
 REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "deploy" / "helm" / "gangplugin"
 NAMESPACE = "gangplugin-system"
@@ -27,6 +29,9 @@ NAMESPACE = "gangplugin-system"
 SCHEDULER_TAG = "set-to-the-cluster-version"
 # The oldest Kubernetes the chart supports (its kubeVersion); nothing rendered here depends on it.
 OLDEST = ("--kube-version", "1.30.0")
+# The base gates gang pods with the webhook (any version); a Component swaps in the policy.
+WEBHOOK_GATE = ("--set", "podGate=webhook")
+POLICY_FILE, WEBHOOK_FILE = "pod-gate.yaml", "webhook.yaml"
 HEADER = (
     "# Generated from deploy/helm/gangplugin by `make manifests` (hack/render-manifests.py); do not edit.\n"
 )
@@ -77,9 +82,14 @@ def main() -> int:
     parser.add_argument("--helm", default=str(cache / "bin" / "helm"), help="default: the build's cache")
     parser.add_argument("--out", type=Path, default=REPO / "deploy" / "manifests")
     args = parser.parse_args()
-    base = render(args.helm)
+    base = render(args.helm, *WEBHOOK_GATE)
     with_scheduler = render(
-        args.helm, "--set", "scheduler.enabled=true", "--set", f"scheduler.image.tag={SCHEDULER_TAG}"
+        args.helm,
+        *WEBHOOK_GATE,
+        "--set",
+        "scheduler.enabled=true",
+        "--set",
+        f"scheduler.image.tag={SCHEDULER_TAG}",
     )
     added: list[str] = []
     for name, docs in with_scheduler.items():
@@ -117,7 +127,42 @@ def main() -> int:
         args.out / "components" / "scheduler",
         {"kustomization.yaml": component, "scheduler.yaml": join(added)},
     )
+    write(
+        args.out / "components" / "pod-gate-policy",
+        pod_gate_policy(base, render(args.helm, "--set", "podGate=policy")),
+    )
     return 0
+
+
+def pod_gate_policy(base: dict[str, list[str]], with_policy: dict[str, list[str]]) -> dict[str, str]:
+    """The Component that gates gang pods with the MutatingAdmissionPolicy instead of the webhook
+    (podGate policy): the policy added, the mutating webhook configuration deleted; nothing else
+    of the base may differ."""
+    policy = with_policy.pop(POLICY_FILE)
+    gone = [d for d in base[WEBHOOK_FILE] if d not in with_policy[WEBHOOK_FILE]]
+    if (
+        with_policy != {**base, WEBHOOK_FILE: [d for d in base[WEBHOOK_FILE] if d not in gone]}
+        or len(gone) != 1
+    ):
+        sys.exit("render-manifests: podGate=policy changes more than the pod gate")
+    kind = yaml.safe_load(gone[0])
+    component = HEADER + (
+        "# Gang pods gated by a MutatingAdmissionPolicy, in the API server, instead of gangplugin's\n"
+        "# mutating webhook (Kubernetes >= 1.36: admissionregistration.k8s.io/v1): add it to an\n"
+        "# overlay's `components:` (docs/install.md).\n"
+        "apiVersion: kustomize.config.k8s.io/v1alpha1\n"
+        "kind: Component\n"
+        "resources:\n"
+        f"- {POLICY_FILE}\n"
+        "patches:\n"
+        "- patch: |-\n"
+        "    $patch: delete\n"
+        f"    apiVersion: {kind['apiVersion']}\n"
+        f"    kind: {kind['kind']}\n"
+        "    metadata:\n"
+        f"      name: {kind['metadata']['name']}\n"
+    )
+    return {"kustomization.yaml": component, POLICY_FILE: join(policy)}
 
 
 if __name__ == "__main__":

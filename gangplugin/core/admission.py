@@ -16,7 +16,7 @@ from typing import Any
 
 from gangplugin.core.names import BIND_MODE_LABEL, GANG_LABEL, GANG_SIZE_ANNOTATION, SLICE_DOMAINS_ANNOTATION
 from gangplugin.core.placement import Gang, Placement, PlacementPolicy, eligible_nodes, fit_counter, place
-from gangplugin.core.placement.recorded import format_slice_domains, recorded_slice_domains
+from gangplugin.core.placement.recorded import describe_records, format_slice_domains, recorded_slice_domains
 from gangplugin.core.states import CheckState
 from gangplugin.core.topology import BoundPod, Snapshot
 
@@ -167,6 +167,8 @@ def decide(
         for ps in gang.podsets
     )
     where = ", ".join(f"{k}={v}" for k, v in domain.items()) if domain else "no topology pinned"
+    if recorded:
+        where += f"; recorded {describe_records(recorded)}"
     return AdmissionDecision(True, f"gang admitted: {placement.reason} [{where}]", updates, domain, placement)
 
 

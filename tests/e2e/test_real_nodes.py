@@ -42,9 +42,15 @@ from tests.support.kube import unique, wait_for, wait_until, workload_of
 CRDS = Resource("apiextensions.k8s.io/v1", "customresourcedefinitions", namespaced=False)
 CLUSTER_ROLES = Resource("rbac.authorization.k8s.io/v1", "clusterroles", namespaced=False)
 SECRETS = Resource("v1", "secrets")
-WEBHOOKS = (
+VALIDATING_WEBHOOKS, MUTATING_WEBHOOKS = (
     Resource("admissionregistration.k8s.io/v1", "validatingwebhookconfigurations", namespaced=False),
     Resource("admissionregistration.k8s.io/v1", "mutatingwebhookconfigurations", namespaced=False),
+)
+WEBHOOKS = (VALIDATING_WEBHOOKS, MUTATING_WEBHOOKS)
+# The chart's podGate auto on this cluster's Kubernetes (>= 1.36): gang pods gated by the policy.
+POD_GATE = (
+    Resource("admissionregistration.k8s.io/v1", "mutatingadmissionpolicies", namespaced=False),
+    Resource("admissionregistration.k8s.io/v1", "mutatingadmissionpolicybindings", namespaced=False),
 )
 GENERATED = ("gangplugin-ca", "gangplugin-serving-tls", "gangplugin-extender-client-ca")
 # Bounds on waits for things that must happen, for a loaded 2-core machine: a node is NotReady
@@ -254,10 +260,12 @@ def test_the_chart_runs_gangplugin_on_the_real_nodes_through_its_services(
     )["items"]
     addresses = {a for s in slices for e in s.get("endpoints") or [] for a in e["addresses"]}
     assert addresses == {by_name[leader]["status"]["podIP"]}
-    # The webhooks are called through their Service: a bad GangPolicy is refused by them.
-    for res in WEBHOOKS:
-        for hook in client.get(res, "gangplugin")["webhooks"]:
-            assert "service" in hook["clientConfig"] and "url" not in hook["clientConfig"]
+    # The webhook is called through its Service: a bad GangPolicy is refused by it. Gang pods are
+    # gated by the API server's policy, not a webhook (podGate auto, Kubernetes >= 1.36).
+    for hook in client.get(VALIDATING_WEBHOOKS, "gangplugin")["webhooks"]:
+        assert "service" in hook["clientConfig"] and "url" not in hook["clientConfig"]
+    assert client.get_or_none(MUTATING_WEBHOOKS, "gangplugin") is None
+    assert all(client.get_or_none(r, "gangplugin-placement-gate") is not None for r in POD_GATE)
     with pytest.raises(ApiError) as bad:
         client.create(
             GANG_POLICIES,
@@ -540,6 +548,7 @@ def test_helm_uninstall_removes_what_it_installed_and_keeps_the_crds(
     assert client.get_or_none(rn.DEPLOYMENTS, "gangplugin", rn.NAMESPACE) is None
     assert client.get_or_none(CLUSTER_ROLES, "gangplugin") is None
     assert all(client.get_or_none(r, "gangplugin") is None for r in WEBHOOKS)
+    assert all(client.get_or_none(r, "gangplugin-placement-gate") is None for r in POD_GATE)
     assert all(client.get_or_none(SECRETS, s, rn.NAMESPACE) is None for s in GENERATED)
     assert client.get_or_none(CRDS, "gangpolicies.gangplugin.io") is not None, "Helm keeps crds/"
     wait_for(lambda: not rn.gangplugin_pods(client), START, "gangplugin's pods gone")

@@ -133,7 +133,9 @@ def second_replica(cluster: E2ECluster) -> Iterator[LocalCluster]:
 def _webhooks_to(client: Client, port: int) -> None:
     """Point the local cluster's webhook configurations at the webhook on `port`."""
     for res in (VALIDATING_WEBHOOKS, MUTATING_WEBHOOKS):
-        config = client.get(res, "gangplugin-local")
+        config = client.get_or_none(res, "gangplugin-local")
+        if config is None:  # gang pods gated by the API server's policy: no mutating webhook
+            continue
         for hook in config["webhooks"]:
             hook["clientConfig"]["url"] = re.sub(r":\d+/", f":{port}/", hook["clientConfig"]["url"], count=1)
         client.patch(res, "gangplugin-local", {"webhooks": config["webhooks"]})

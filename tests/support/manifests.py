@@ -19,6 +19,7 @@ from gangplugin.localcluster.cluster import REPO, cache_dir
 
 BASE = REPO / "deploy" / "manifests" / "base"
 SCHEDULER_COMPONENT = REPO / "deploy" / "manifests" / "components" / "scheduler"
+POD_GATE_COMPONENT = REPO / "deploy" / "manifests" / "components" / "pod-gate-policy"
 CERT_MANAGER = "cert-manager.io/v1"
 CHART = REPO / "deploy" / "helm" / "gangplugin"
 KUBE_VERSION = "v1.33.5"  # a cluster helm template pretends to talk to

@@ -75,6 +75,7 @@ def test_rendering_matches_its_golden(values: Path) -> None:
             'gangPolicy.bindMode: "Strict" is not Ungate, Extender or PodGroup',
         ),
         (("--set", "certificates.mode=self"), 'certificates.mode: "self" is not certManager or generate'),
+        (("--set", "podGate=cel"), 'podGate: "cel" is not auto, policy or webhook'),
     ],
 )
 def test_values_it_cannot_use_fail_naming_the_field(flags: tuple[str, ...], message: str) -> None:
@@ -268,3 +269,25 @@ def test_the_console_runs_serves_components_and_console_behind_its_service() -> 
     assert not [o for o in off if "console" in o["metadata"]["name"]]
     (container,) = find(off, "Deployment", "gangplugin")["spec"]["template"]["spec"]["containers"]
     assert not [a for a in container["args"] if a.startswith(("--components", "--console"))]
+
+
+MAP_API = "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"
+
+
+@pytest.mark.parametrize(
+    ("flags", "policy"),
+    [
+        ((), False),  # auto, and the cluster serves no policies (helm template's own view)
+        (("--api-versions", MAP_API), True),  # auto on Kubernetes >= 1.36
+        (("--set", "podGate=policy"), True),
+        (("--set", "podGate=webhook", "--api-versions", MAP_API), False),
+    ],
+)
+def test_the_pod_gate_is_the_policy_where_served_else_the_webhook(
+    flags: tuple[str, ...], policy: bool
+) -> None:
+    kinds = {(o["kind"], o["metadata"]["name"]) for o in objects(*flags)}
+    assert (("MutatingAdmissionPolicy", "gangplugin-placement-gate") in kinds) is policy
+    assert (("MutatingAdmissionPolicyBinding", "gangplugin-placement-gate") in kinds) is policy
+    assert (("MutatingWebhookConfiguration", "gangplugin") in kinds) is not policy
+    assert ("ValidatingWebhookConfiguration", "gangplugin") in kinds

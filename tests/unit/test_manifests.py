@@ -20,11 +20,19 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from gangplugin.core.names import LEADER_LABEL
-from gangplugin.core.policy import PINNED_BIND_MODES
+from gangplugin.core.names import BIND_MODE_LABEL, GANG_LABEL, LEADER_LABEL, PLACEMENT_GATE
+from gangplugin.core.policy import PINNED_BIND_MODES, POD_GROUP_BIND_MODE
 from gangplugin.localcluster.cluster import REPO
 from gangplugin.server.main import serve
-from tests.support.manifests import BASE, SCHEDULER_COMPONENT, kustomize, overlay_of, render, versions
+from tests.support.manifests import (
+    BASE,
+    POD_GATE_COMPONENT,
+    SCHEDULER_COMPONENT,
+    kustomize,
+    overlay_of,
+    render,
+    versions,
+)
 
 CRDS = REPO / "deploy" / "helm" / "gangplugin" / "crds"
 
@@ -417,3 +425,34 @@ def test_the_pod_webhook_gates_only_ungate_and_podgroup_gang_pods_at_creation() 
     (validating,) = [o for o in render() if o["kind"] == "ValidatingWebhookConfiguration"]
     service = validating["webhooks"][0]["clientConfig"]["service"]
     assert hook["clientConfig"]["service"]["name"] == service["name"]
+
+
+def test_the_pod_gate_component_swaps_the_webhook_for_the_policy_on_the_same_pods() -> None:
+    objs = [
+        o
+        for o in yaml.safe_load_all(
+            kustomize(overlay_of("gate", resources=[BASE], components=[POD_GATE_COMPONENT]))
+        )
+        if o
+    ]
+    kinds = {(o["kind"], o["metadata"]["name"]) for o in objs}
+    assert ("MutatingWebhookConfiguration", "gangplugin") not in kinds
+    assert {
+        ("MutatingAdmissionPolicy", "gangplugin-placement-gate"),
+        ("MutatingAdmissionPolicyBinding", "gangplugin-placement-gate"),
+    } <= kinds
+    assert ("ValidatingWebhookConfiguration", "gangplugin") in kinds  # GangPolicies still validated
+    (policy,) = [o for o in objs if o["kind"] == "MutatingAdmissionPolicy"]
+    (webhook,) = find("MutatingWebhookConfiguration", "gangplugin")["webhooks"]
+    match = policy["spec"]["matchConstraints"]
+    # the same pods as the webhook: created, labelled with a pinned bind mode
+    assert match["objectSelector"] == webhook["objectSelector"]
+    rule = {k: v for k, v in webhook["rules"][0].items() if k != "scope"}
+    assert match["resourceRules"] == [rule]
+    assert policy["spec"]["failurePolicy"] == webhook["failurePolicy"] == "Fail"
+    # CEL names the code's labels, gate and mode
+    cel = yaml.safe_dump(policy["spec"])
+    for name in (GANG_LABEL, BIND_MODE_LABEL, PLACEMENT_GATE, POD_GROUP_BIND_MODE):
+        assert name in cel, name
+    (binding,) = [o for o in objs if o["kind"] == "MutatingAdmissionPolicyBinding"]
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from gangplugin.core.errors import InputError
 from gangplugin.core.placement.model import Assignment, Gang, Placement, PodSet
@@ -94,6 +94,11 @@ def format_slice_domains(domains: tuple[str, ...]) -> str:
     """`gangplugin.io/slice-domains` of `domains`: a run of one domain as `domain*n`."""
     runs = ((domain, len(list(run))) for domain, run in itertools.groupby(domains))
     return ",".join(domain if n == 1 else f"{domain}*{n}" for domain, n in runs)
+
+
+def describe_records(records: Iterable[tuple[str, tuple[str, ...]]]) -> str:
+    """Records per podset, for people: `main: us-3*18,us-4*6; workers: us-1,us-2`."""
+    return "; ".join(f"{name}: {format_slice_domains(domains)}" for name, domains in records)
 
 
 def parse_slice_domains(raw: object, field: str) -> tuple[str, ...]:
@@ -185,9 +190,7 @@ def anew(placement: Placement, gang: Gang) -> Placement:
     """`placement`, made of `gang` without its record (which no longer fits): its reason says so
     and names the record, so a gang pinned away from where the check counted it (where another
     gang counted may then be held back) shows in the ungater's log line and in explain."""
-    where = "; ".join(
-        f"{ps.name} {format_slice_domains(ps.slice_domains)}" for ps in gang.podsets if ps.slice_domains
-    )
+    where = describe_records((ps.name, ps.slice_domains) for ps in gang.podsets if ps.slice_domains)
     said = f"the check's record ({where}) no longer fits; " + ("placed anew: " if placement.feasible else "")
     return dataclasses.replace(
         placement,

@@ -3,6 +3,7 @@ its check (deploy/local/queues.yaml), and its webhooks registered once it serves
 
 from __future__ import annotations
 
+import contextlib
 import ssl
 import sys
 from collections.abc import Callable
@@ -13,9 +14,12 @@ import httpx
 import yaml
 
 from gangplugin.core.leader import ElectionConfig
-from gangplugin.kube.client import Client
+from gangplugin.core.names import BIND_MODE_LABEL, GANG_LABEL, PLACEMENT_GATE
+from gangplugin.kube.client import PODS, ApiError, Client
+from gangplugin.kube.discovery import serves
 from gangplugin.localcluster import manifests
 from gangplugin.localcluster.components.base import Component
+from gangplugin.localcluster.probes import wait
 from gangplugin.localcluster.spec import ClusterSpec
 from gangplugin.localcluster.supervisor import Process
 from gangplugin.localcluster.upstream import REPO
@@ -30,6 +34,11 @@ ELECTION = ElectionConfig(lease_duration=30.0, renew_deadline=20.0, retry_period
 # Its own name: the e2e manifests test dry-runs the base's objects beside it.
 WEBHOOK_CONFIGURATION = "gangplugin-local"
 LOCAL_QUEUES = REPO / "deploy" / "local" / "queues.yaml"
+# The gang pods' gate as a MutatingAdmissionPolicy (the chart's podGate policy).
+POD_GATE_POLICY = REPO / "deploy" / "manifests" / "components" / "pod-gate-policy" / "pod-gate.yaml"
+MUTATING_POLICIES = manifests.resource_for(
+    {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicy"}
+)
 # The web console's local user (a ServiceAccount bound to cluster-admin): `make up` says how to
 # get a token of it.
 CONSOLE_ADMIN = REPO / "deploy" / "local" / "console-admin.yaml"
@@ -164,9 +173,39 @@ class Gangplugin(Component):
             manifests.apply_file(client, CONSOLE_ADMIN)
         if "webhook" not in spec.gangplugin_components:
             return
-        docs = yaml.safe_load_all((REPO / "deploy" / "manifests" / "base" / "webhook.yaml").read_text())
-        configs = [d for d in docs if d and d["kind"] in manifests.WEBHOOK_KINDS]
-        for config in configs:
-            config["metadata"].pop("annotations", None)  # cert-manager's CA injection: not here
-            config["metadata"]["name"] = WEBHOOK_CONFIGURATION
-        manifests.apply_webhooks(client, spec, configs, spec.ports.gangplugin_webhook)
+        gate_pods(client, spec, policy=serves(client, MUTATING_POLICIES))
+
+
+def gate_pods(client: Client, spec: ClusterSpec, *, policy: bool) -> None:
+    """deploy/manifests' webhook configurations, pointed at replica 1 with the cluster CA, and the
+    gang pods' gate: with `policy` the MutatingAdmissionPolicy (as the chart's podGate auto
+    chooses where the API server serves it), else the mutating webhook; the other one removed."""
+    docs = yaml.safe_load_all((REPO / "deploy" / "manifests" / "base" / "webhook.yaml").read_text())
+    configs = [d for d in docs if d and d["kind"] in manifests.WEBHOOK_KINDS]
+    if policy:
+        manifests.apply_file(client, POD_GATE_POLICY)
+        configs = [c for c in configs if c["kind"] != "MutatingWebhookConfiguration"]
+        with contextlib.suppress(ApiError):  # 404: none registered
+            client.delete(manifests.WEBHOOK_KINDS["MutatingWebhookConfiguration"], WEBHOOK_CONFIGURATION)
+    for config in configs:
+        config["metadata"].pop("annotations", None)  # cert-manager's CA injection: not here
+        config["metadata"]["name"] = WEBHOOK_CONFIGURATION
+    manifests.apply_webhooks(client, spec, configs, spec.ports.gangplugin_webhook)
+    if not policy:
+        for doc in reversed([d for d in yaml.safe_load_all(POD_GATE_POLICY.read_text()) if d]):
+            with contextlib.suppress(ApiError):  # 404: none there
+                client.delete(manifests.resource_for(doc), doc["metadata"]["name"])
+    # Both take effect once the API server has seen them: until then a gang pod would go ungated.
+    wait(lambda: _gated(client), 60, "gang pods to be created behind the placement gate")
+
+
+def _gated(client: Client) -> bool:
+    """Whether a gang pod created now (a dry run) comes out behind the placement gate."""
+    probe = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "gate-probe", "labels": {GANG_LABEL: "gate-probe", BIND_MODE_LABEL: "Ungate"}},
+        "spec": {"containers": [{"name": "probe", "image": "probe"}]},
+    }
+    made = client.request("POST", PODS.path(GANGPLUGIN_NAMESPACE), body=probe, params={"dryRun": "All"})
+    return any(g.get("name") == PLACEMENT_GATE for g in made["spec"].get("schedulingGates") or [])

@@ -75,6 +75,8 @@ def test_the_check_records_where_each_slice_was_counted() -> None:
     counted = _slices_of(snap, decision.placement, 2)
     assert parse_slice_domains(update.annotations[SLICE_DOMAINS_ANNOTATION], "f") == tuple(counted)
     assert update.node_selector == {NN: "nn-a"}  # the pod's selector still names the wide domain
+    # the check's message (and log line) says the record, to trace a gang pinned elsewhere
+    assert decision.message.endswith(f"[{NN}=nn-a; recorded main: {format_slice_domains(tuple(counted))}]")
 
 
 def test_a_gang_in_one_ultraserver_records_none() -> None:
@@ -103,7 +105,7 @@ def test_a_recorded_slice_that_no_longer_fits_is_placed_anew() -> None:
     assert recorded.feasible
     assert "us-4" not in _slices_of(snap, recorded, 2)
     # said where the ungater logs its pins: another gang may have been counted where it went
-    assert recorded.reason.startswith("the check's record (main us-4,us-3) no longer fits; placed anew: ")
+    assert recorded.reason.startswith("the check's record (main: us-4,us-3) no longer fits; placed anew: ")
 
 
 def test_recorded_slices_no_longer_apply_once_pods_are_bound() -> None:
@@ -180,7 +182,7 @@ def test_recorded_pods_where_there_is_no_longer_room_are_placed_anew() -> None:
     placed = place(snap, _wide(6, ("us-4",) * 4 + ("us-3",) * 2))
     assert placed.feasible
     assert us_of(snap, placed).count("us-4") <= 1
-    assert "record (main us-4*4,us-3*2) no longer fits; placed anew" in placed.reason
+    assert "record (main: us-4*4,us-3*2) no longer fits; placed anew" in placed.reason
     assert "no longer fits" not in place(snap, _wide(6, ("us-1",) * 4 + ("us-2",) * 2)).reason
     assert split(remaining(_wide(6, ("us-4",) * 6), {"main": 1}), LEVELS) is None
 

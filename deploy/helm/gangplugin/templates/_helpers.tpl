@@ -87,6 +87,9 @@ its own). */}}
 {{- if not (has .Values.gangPolicy.bindMode (list "Ungate" "Extender" "PodGroup")) -}}
 {{- fail (printf "gangPolicy.bindMode: %q is not Ungate, Extender or PodGroup" .Values.gangPolicy.bindMode) -}}
 {{- end -}}
+{{- if not (has .Values.podGate (list "auto" "policy" "webhook")) -}}
+{{- fail (printf "podGate: %q is not auto, policy or webhook" .Values.podGate) -}}
+{{- end -}}
 {{- if and .Values.gangPolicy.create (eq .Values.gangPolicy.bindMode "Extender") (not .Values.scheduler.enabled) -}}
 {{- fail "gangPolicy.bindMode: Extender needs the second scheduler: set scheduler.enabled=true" -}}
 {{- end -}}
@@ -106,4 +109,12 @@ webhook; a unit test keeps this list equal to them). Empty: serve's defaults. */
 {{- $c = append $c "console" -}}
 {{- end -}}
 {{- join "," $c -}}
+{{- end -}}
+
+{{/* "true" when gang pods are gated by the MutatingAdmissionPolicy (values.yaml, podGate), ""
+when by the webhook. */}}
+{{- define "gangplugin.podGatePolicy" -}}
+{{- if or (eq .Values.podGate "policy") (and (eq .Values.podGate "auto") (.Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy")) -}}
+true
+{{- end -}}
 {{- end -}}
