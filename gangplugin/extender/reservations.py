@@ -34,6 +34,7 @@ from gangplugin.core.gangplan import (
     GangPod,
     PodKey,
     Shape,
+    SlotPicker,
     assign,
     bind_refusal,
     filter_gang_pod,
@@ -530,9 +531,10 @@ class GangReservations:
                 if not plan.feasible:
                     return [], plan.reason
             claims = self.claims[gkey]
+            picker = SlotPicker(plan, claims)
             out = []
             for m in gated:
-                slot = assign(plan, m, claims)
+                slot = picker.pick(m)
                 if slot is None:
                     self.drop(gkey)
                     return [], f"gang {gkey[1]} has more pods than its size {size}"

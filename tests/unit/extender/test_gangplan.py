@@ -8,6 +8,7 @@ from gangplugin.core.errors import InputError
 from gangplugin.core.gangplan import (
     GangPlan,
     GangPod,
+    SlotPicker,
     assign,
     barrier_open,
     filter_gang_pod,
@@ -111,6 +112,28 @@ def test_assign_gives_each_member_its_own_slot_and_keeps_it():
     assert sorted(claims.values()) == [0, 1, 2]
     assert assign(plan, pods[1], claims) == claims[pods[1].key]
     assert assign(plan, pods[3], claims) is None
+
+
+def test_one_picker_for_a_gang_gives_what_assign_gives_one_pod_at_a_time():
+    """The ungater's pins pick every member's slot with one index (linear in the gang); the
+    filter's `assign` picks one: the same slots, in any arrival order, with or without pod
+    indexes, members the plan has no slot for left out."""
+    s = snap(us=8)
+    pods = [member(i, 100, index=i if i % 3 else None) for i in range(104)]  # 4 too many
+    plan = plan_gang(s, pods[0], pods[:100])
+    one_by_one: dict = {}
+    for p in reversed(pods):
+        slot = assign(plan, p, one_by_one)
+        if slot is not None:
+            one_by_one[p.key] = slot
+    picked: dict = {}
+    picker = SlotPicker(plan, picked)
+    for p in reversed(pods):
+        slot = picker.pick(p)
+        if slot is not None:
+            picked[p.key] = slot
+    assert picked == one_by_one and len(set(picked.values())) == len(plan.slots) == 100
+    assert SlotPicker(plan, picked).pick(pods[5]) == picked[pods[5].key]  # a held slot is kept
 
 
 def test_member_passes_only_its_planned_node_and_no_reasons_are_sent():
