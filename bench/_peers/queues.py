@@ -24,11 +24,10 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from gangplugin.kube.client import ApiError, Client, Resource
+from gangplugin.kube.client import Client, Resource
+from tests.support.grpcauth import CLUSTER_ROLE_BINDINGS, service_account_token
 
-SERVICE_ACCOUNTS = Resource("v1", "serviceaccounts")
 CLUSTER_ROLES = Resource("rbac.authorization.k8s.io/v1", "clusterroles", namespaced=False)
-CLUSTER_ROLE_BINDINGS = Resource("rbac.authorization.k8s.io/v1", "clusterrolebindings", namespaced=False)
 READER = "bench-metrics-reader"
 READER_NAMESPACE = "kube-system"
 
@@ -92,10 +91,11 @@ def read(text: str, source: str) -> Sample:
         if d.get("verb") == "POST" and d.get("resource") == "pods" and not d.get("subresource"):
             _add(out, (source, "POST pods"), sc)
     if source in QUEUES:
+        wanted = QUEUES[source]
         for family, what in ((QUEUE_WAIT, "wait"), (QUEUE_WORK, "work")):
             for labels, sc in h.get(family, {}).items():
                 name = dict(labels).get("name", "?")
-                if QUEUES[source] is None or name in QUEUES[source]:
+                if wanted is None or name in wanted:
                     _add(out, (source, f"{name} {what}"), sc)
     return out
 
@@ -113,52 +113,29 @@ def difference(before: Sample, after: Sample) -> dict[str, dict[str, float]]:
 
 
 def reader_token(client: Client) -> str:
-    """A token of a ServiceAccount that may GET /metrics (made once per cluster)."""
+    """A day's token of a ServiceAccount that may GET /metrics (made once per cluster)."""
     rules = [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
     subject = {"kind": "ServiceAccount", "name": READER, "namespace": READER_NAMESPACE}
-    for res, obj, ns in (
-        (
-            SERVICE_ACCOUNTS,
-            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": READER}},
-            READER_NAMESPACE,
-        ),
+    rbac = "rbac.authorization.k8s.io/v1"
+    for res, obj in (
         (
             CLUSTER_ROLES,
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRole",
-                "metadata": {"name": READER},
-                "rules": rules,
-            },
-            None,
+            {"apiVersion": rbac, "kind": "ClusterRole", "metadata": {"name": READER}, "rules": rules},
         ),
         (
             CLUSTER_ROLE_BINDINGS,
             {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "apiVersion": rbac,
                 "kind": "ClusterRoleBinding",
                 "metadata": {"name": READER},
                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": READER},
                 "subjects": [subject],
             },
-            None,
         ),
     ):
-        try:
-            client.create(res, obj, ns)
-        except ApiError as err:
-            if err.status != 409:
-                raise
-    reply = client.request(
-        "POST",
-        f"/api/v1/namespaces/{READER_NAMESPACE}/serviceaccounts/{READER}/token",
-        body={
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenRequest",
-            "spec": {"expirationSeconds": 86400},
-        },
-    )
-    return str(reply["status"]["token"])
+        if client.get_or_none(res, READER) is None:
+            client.create(res, obj)
+    return service_account_token(client, READER_NAMESPACE, READER, seconds=86400)
 
 
 def endpoints(client: Client, pki: Path, ports: Mapping[str, int]) -> list[Endpoint]:

@@ -38,8 +38,8 @@ def channel(cluster: E2ECluster, token: str | None = None) -> grpc.Channel:
     return grpc.secure_channel(address(), creds)
 
 
-def service_account_token(client: Client, namespace: str, name: str) -> str:
-    """A ServiceAccount (created if missing) and a 10-minute token for it."""
+def service_account_token(client: Client, namespace: str, name: str, seconds: int = 600) -> str:
+    """A ServiceAccount (created if missing) and a token for it, good for `seconds`."""
     if client.get_or_none(SERVICE_ACCOUNTS, name, namespace) is None:
         client.create(
             SERVICE_ACCOUNTS,
@@ -52,7 +52,7 @@ def service_account_token(client: Client, namespace: str, name: str) -> str:
         body={
             "apiVersion": "authentication.k8s.io/v1",
             "kind": "TokenRequest",
-            "spec": {"expirationSeconds": 600},
+            "spec": {"expirationSeconds": seconds},
         },
     )
     return str(reply["status"]["token"])
