@@ -82,9 +82,13 @@ def test_a_gang_that_stays_partly_bound_is_requeued_whole(
         conditions = [(c["type"], c["status"], c.get("reason")) for c in wl["status"].get("conditions") or []]
         return f"still bound after the eviction: {bound()}; Workload conditions {conditions}"
 
-    # Far less than the 10m backoff: the eviction released the nodes, not the backoff's end.
-    wait_until(lambda: not bound(), 120, state)
-    assert client.get(JOBS, name, namespace)["spec"]["suspend"] is True
+    def suspended() -> bool:
+        return client.get(JOBS, name, namespace)["spec"]["suspend"] is True
+
+    # Far less than the 10m backoff: the eviction released the nodes, not the backoff's end. With
+    # the extender's barrier no pod was ever bound: the Job suspended again is what shows it, and
+    # Kueue writes it after the check's Retry, seconds later on a loaded machine.
+    wait_until(lambda: not bound() and suspended(), 120, lambda: f"{state()}; Job suspended {suspended()}")
     wait_for(
         lambda: "backoff until" in check_of(workload(client, namespace, name)).get("message", ""),
         60,

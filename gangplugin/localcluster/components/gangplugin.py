@@ -19,6 +19,7 @@ from gangplugin.kube.client import PODS, ApiError, Client
 from gangplugin.kube.discovery import serves
 from gangplugin.localcluster import manifests
 from gangplugin.localcluster.components.base import Component
+from gangplugin.localcluster.errors import ClusterError
 from gangplugin.localcluster.probes import wait
 from gangplugin.localcluster.spec import ClusterSpec
 from gangplugin.localcluster.supervisor import Process
@@ -196,16 +197,44 @@ def gate_pods(client: Client, spec: ClusterSpec, *, policy: bool) -> None:
             with contextlib.suppress(ApiError):  # 404: none there
                 client.delete(manifests.resource_for(doc), doc["metadata"]["name"])
     # Both take effect once the API server has seen them: until then a gang pod would go ungated.
-    wait(lambda: _gated(client), 60, "gang pods to be created behind the placement gate")
+    seen = ["no answer"]
+
+    def gated() -> bool:
+        try:
+            made = client.request(
+                "POST", PODS.path(GANGPLUGIN_NAMESPACE), body=GATE_PROBE, params={"dryRun": "All"}
+            )
+        except ApiError as err:
+            seen[0] = f"refused: {err}"
+            return False
+        gates = [g.get("name") for g in made["spec"].get("schedulingGates") or []]
+        seen[0] = f"created with the scheduling gates {gates}"
+        return PLACEMENT_GATE in gates
+
+    try:
+        wait(gated, 60, "gang pods to be created behind the placement gate")
+    except ClusterError as err:
+        raise ClusterError(f"{err}; a gang pod created as a dry run was last {seen[0]}") from None
 
 
-def _gated(client: Client) -> bool:
-    """Whether a gang pod created now (a dry run) comes out behind the placement gate."""
-    probe = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "gate-probe", "labels": {GANG_LABEL: "gate-probe", BIND_MODE_LABEL: "Ungate"}},
-        "spec": {"containers": [{"name": "probe", "image": "probe"}]},
-    }
-    made = client.request("POST", PODS.path(GANGPLUGIN_NAMESPACE), body=probe, params={"dryRun": "All"})
-    return any(g.get("name") == PLACEMENT_GATE for g in made["spec"].get("schedulingGates") or [])
+# A gang pod as `gate_pods` creates it (a dry run) to see the gate put on: in gangplugin's
+# namespace, whose Pod Security level is `restricted` once deploy/manifests' namespace is applied.
+GATE_PROBE = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "gate-probe", "labels": {GANG_LABEL: "gate-probe", BIND_MODE_LABEL: "Ungate"}},
+    "spec": {
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": 65534,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [
+            {
+                "name": "probe",
+                "image": "probe",
+                "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+            }
+        ],
+    },
+}
