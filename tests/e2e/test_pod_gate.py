@@ -9,6 +9,7 @@ answer is what admission made of them, nothing is stored."""
 from __future__ import annotations
 
 import copy
+import signal
 from collections.abc import Iterator
 from typing import Any
 
@@ -107,3 +108,16 @@ def test_the_webhook_gates_the_same_pods(cluster: E2ECluster, namespace: str, we
     assert client.get_or_none(MUTATING_POLICIES, POLICY) is None
     answers = _answers(client, namespace)
     assert answers["ungate"][0] == ["gangplugin.io/placement"]
+
+
+def test_the_policy_gates_gang_pods_while_gangplugin_is_killed(cluster: E2ECluster, namespace: str) -> None:
+    """docs/install.md: with the policy, gang pods are still created behind the gate while no
+    gangplugin replica answers (the webhook fails closed then); every replica killed -9."""
+    local = local_of(cluster)
+    try:
+        for replica in local.gangplugin_replicas():
+            local.stop_process(replica, signal.SIGKILL)  # forgotten: the keeper leaves it stopped
+        assert not set(local.gangplugin_replicas()) & set(local.running_processes())
+        _answers(cluster.client, namespace)
+    finally:
+        local.restart("gangplugin")
