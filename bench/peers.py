@@ -253,7 +253,8 @@ def run_system(
             if system.kueue:
                 ports["kueue"] = cluster.ports.kueue_metrics
             metrics = queues.endpoints(client, cluster.pki_dir, ports)
-            run = Run(system, client, cluster.kubeconfig, cap, log, limits, metrics)
+            processes = cluster.running_processes()
+            run = Run(system, client, cluster.kubeconfig, cap, log, limits, metrics, processes)
             for rep, part in left:
                 while len(done) <= rep:
                     done.append({PARTS_DONE: []})

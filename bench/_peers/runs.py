@@ -8,18 +8,19 @@ from __future__ import annotations
 import contextlib
 import heapq
 import math
+import os
 import statistics
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from _peers import figures, hops, queues, workload
+from _peers import cpu, figures, hops, queues, workload
 from _peers.figures import NodeView, PodView
 from _peers.hops import KueueWatch
 from _peers.systems import GB200, NS, Capacity, System
@@ -60,6 +61,18 @@ class Run:
     log: Callable[[str], None]
     limits: Limits
     metrics: Sequence[queues.Endpoint] = ()  # the components' /metrics, for where a part queued
+    processes: Mapping[str, int] = field(default_factory=dict)  # name -> pid, for CPU
+
+    def cpu(self) -> tuple[float, dict[str, float]]:
+        """Now, and the CPU seconds each process has spent so far (`cpu_figures` takes it)."""
+        return time.monotonic(), cpu.sample(self.processes)
+
+    def cpu_figures(self, part: str, before: tuple[float, dict[str, float]]) -> Figures:
+        """The CPU seconds each process spent since `before` (logged too)."""
+        wall = time.monotonic() - before[0]
+        spent = cpu.difference(before[1], cpu.sample(self.processes))
+        self.log(f"  {part} CPU: " + cpu.line(spent, wall, os.cpu_count() or 1))
+        return {f"{part} cpu s": spent, f"{part} wall s": wall}
 
     def watch(self) -> Any:
         return watching(self.kubeconfig, NS, self.system.index_of)
@@ -268,6 +281,7 @@ def burst(run: Run, seed: int) -> Figures:
     run.log(f"  burst: {len(gangs)} gangs, {pods} pods for {run.capacity.nodes} GB200 nodes")
     with run.watch() as w, run.kueue_watch() as kw:
         before = queues.sample(list(run.metrics))
+        began = run.cpu()
         submitted = run.submit(gangs)
         last = max(submitted.values())
 
@@ -287,6 +301,7 @@ def burst(run: Run, seed: int) -> Figures:
         w_created = w.by_gang("created")
         hop = run.hop_figures("burst", kw, w, gangs, submitted)
         queued = queues.difference(before, queues.sample(list(run.metrics)))
+        spent = run.cpu_figures("burst", began)
     if queued:
         run.log("  burst queues (mean per item): " + queues.line(queued))
     starts = figures.start_times(gangs, submitted, running)
@@ -310,6 +325,7 @@ def burst(run: Run, seed: int) -> Figures:
         ),
         **hop,
         "burst queues": queued,
+        **spent,
     }
     run.log(
         f"  burst: {rate:.1f} pods/s, {quality.gangs_placed}/{len(gangs)} gangs placed, "
@@ -438,15 +454,17 @@ def big(run: Run, _seed: int) -> Figures:
     pods = min(run.limits.big, run.capacity.gpus * 3 // 4)
     gang = Gang(f"big-{pods}", pods, gpus=1, required=False)
     with run.watch() as w, run.kueue_watch() as kw:
+        began = run.cpu()
         submitted = run.submit([gang])
         t0 = submitted[gang.name]
         end = w.wait(lambda: all_running(w, [gang]), run.limits.start, f"the {pods}-pod gang to run")
+        spent = run.cpu_figures("big", began)
         bound = w.by_gang("bound")
         hop = run.hop_figures("big", kw, w, [gang], submitted)
     run.clear([gang])
     spread = max(bound[gang.name].values()) - min(bound[gang.name].values())
     run.log(f"  big gang: {pods} pods Running {end - t0:.1f} s after submission")
-    return {"big pods": pods, "big gang s": end - t0, "big bind spread s": spread, **hop}
+    return {"big pods": pods, "big gang s": end - t0, "big bind spread s": spread, **hop, **spent}
 
 
 # -- (4) recovery ---------------------------------------------------------------------------------
