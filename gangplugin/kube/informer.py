@@ -34,6 +34,7 @@ from gangplugin.kube.dispatcher import Dispatcher
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+U = TypeVar("U")
 Handler = Callable[[str, "T | None", "T | None"], None]  # (event type, old, new)
 
 
@@ -123,6 +124,22 @@ class Informer(Generic[T]):
         self._thread = threading.Thread(
             target=self._run, name=name or f"informer-{resource.plural}", daemon=True
         )
+        # Caches of the same objects under other transforms, kept by this one's list and watch
+        # (`follower`): one stream from the API server and one decode per event, not one each.
+        self._followers: list[Informer[Any]] = []
+        self._leader: Informer[Any] | None = None
+
+    def follower(self, transform: Callable[[JSON], U]) -> Informer[U]:
+        """A cache of the same objects under `transform`, kept current by this informer's list and
+        watch (it has no stream of its own). Make it before `start`, as handlers are added."""
+        if self._leader is not None:
+            return self._leader.follower(transform)
+        other: Informer[U] = Informer(
+            self._client, self._resource, transform, namespace=self._namespace, label_selector=self._selector
+        )
+        other._leader, other._thread = self, self._thread
+        self._followers.append(other)
+        return other
 
     def add_handler(self, handler: Handler[T], dispatcher: Dispatcher) -> None:
         """Run `handler` on `dispatcher` for every change, after the handlers registered there
@@ -130,12 +147,14 @@ class Informer(Generic[T]):
         self._routes[dispatcher] = (*self._routes.get(dispatcher, ()), handler)
 
     def start(self) -> threading.Thread:
-        """Start the watch thread; returned so the caller can watch it live."""
-        self._thread.start()
+        """Start the watch thread; returned so the caller can watch it live (a follower's is its
+        leader's, which its leader's `start` starts)."""
+        if self._leader is None:
+            self._thread.start()
         return self._thread
 
     def stop(self) -> None:
-        self._stop.set()
+        (self._leader or self)._stop.set()
 
     def wait_synced(self, timeout: float | None = None) -> bool:
         """Wait until the store holds the first list and every handler has handled it (so what
@@ -170,7 +189,14 @@ class Informer(Generic[T]):
             resource_version=resource_version,
             limit=PAGE_SIZE if paged else None,
         )
-        fresh = {object_key(o): self._transform(o) for o in listing["items"]}
+        keyed = [(object_key(o), o) for o in listing["items"]]
+        for cache in (self, *self._followers):
+            cache._load(keyed)
+        return str(listing["metadata"].get("resourceVersion", ""))
+
+    def _load(self, listed: list[tuple[str, JSON]]) -> None:
+        """Replace the store with a list's objects; tell handlers what that changed."""
+        fresh = {key: self._transform(o) for key, o in listed}
         with self._lock:
             old = self._store
             self._store = fresh
@@ -183,7 +209,6 @@ class Informer(Generic[T]):
         if not self._synced.is_set():
             self._handled = [d.mark() for d in self._routes]
             self._synced.set()
-        return str(listing["metadata"].get("resourceVersion", ""))
 
     def _run(self) -> None:
         rv: str | None = None  # the last resourceVersion seen, by list or watch
@@ -248,7 +273,12 @@ class Informer(Generic[T]):
         if kind == "BOOKMARK":
             return str(new_rv)
         key = object_key(obj)
-        if kind == "DELETED":
+        for cache in (self, *self._followers):
+            cache._change(kind == "DELETED", key, obj)
+        return str(new_rv)
+
+    def _change(self, deleted: bool, key: str, obj: JSON) -> None:
+        if deleted:
             with self._lock:
                 prev = self._store.pop(key, None)
             if prev is not None:  # as client-go: the deletion of an object never seen tells nobody
@@ -259,7 +289,6 @@ class Informer(Generic[T]):
                 prev = self._store.get(key)
                 self._store[key] = value
             self._emit("ADDED" if prev is None else "MODIFIED", prev, value)
-        return str(new_rv)
 
 
 def identity(obj: JSON) -> JSON:

@@ -36,10 +36,17 @@ class Runtime:
         self, resource: Resource, transform: Callable[[JSON], Any] = identity, namespace: str | None = None
     ) -> Informer[Any]:
         """One cache per resource, transform and namespace (None: all), shared by every component
-        that asks for it."""
+        that asks for it; the caches of one resource and namespace share one list and watch."""
         key = (resource.api_version, resource.plural, transform, namespace)
         if key not in self._informers:
-            self._informers[key] = Informer(self.client, resource, transform, namespace=namespace)
+            stream = next(
+                (i for k, i in self._informers.items() if k[:2] == key[:2] and k[3] == namespace), None
+            )
+            self._informers[key] = (
+                Informer(self.client, resource, transform, namespace=namespace)
+                if stream is None
+                else stream.follower(transform)
+            )
         return self._informers[key]
 
     def dispatcher(self, name: str) -> Dispatcher:

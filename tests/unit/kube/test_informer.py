@@ -557,3 +557,42 @@ def test_stop_during_a_backoff_ends_the_thread_without_waiting_it_out(api: FakeA
     inf.stop()
     wait_until(lambda: not inf._thread.is_alive())
     assert len(api.calls("list")) == 1
+
+
+def test_a_follower_keeps_its_own_transform_from_its_leaders_one_stream_through_a_relist(
+    api: FakeApi, dispatcher: Dispatcher
+) -> None:
+    """Two caches of pods (raw, and names only) kept by one list and one watch: each store and each
+    handler sees every change under its own transform, a 410's relist included."""
+    api.set(pod("a", 5), pod("b", 5))
+    after_410 = {"metadata": {"resourceVersion": "8"}, "items": [pod("b", 5), pod("c", 6), pod("d", 8)]}
+    api.lists = [None, orjson.dumps(after_410)]
+    api.watches = [
+        [event("ADDED", pod("c", 6)), event("DELETED", pod("a", 7)), event("ERROR", GONE)],
+        [event("MODIFIED", pod("b", 9))],
+    ]
+    raw: Informer[Any] = Informer(api.client(), PODS, identity, backoff=_Recording())
+    names = raw.follower(lambda p: p["metadata"]["name"].upper())
+    mirror, seen = Mirror(), []
+    raw.add_handler(mirror, dispatcher)
+    names.add_handler(lambda kind, old, new: seen.append((kind, old, new)), dispatcher)
+    thread = names.start()
+    assert thread is raw.start() and thread.is_alive()  # its leader's thread, started by its leader
+    assert names.wait_synced(5) and raw.wait_synced(5)
+    api.set(pod("b", 9), pod("c", 6), pod("d", 8))
+    wait_until(lambda: _server_state(api, raw, mirror, dispatcher=dispatcher))
+    assert sorted(names.items()) == ["B", "C", "D"]
+    assert seen[:2] == [("ADDED", None, "A"), ("ADDED", None, "B")]
+    assert seen[2:] == [
+        ("ADDED", None, "C"),
+        ("DELETED", "A", None),
+        ("MODIFIED", "B", "B"),  # the relist: b as listed
+        ("MODIFIED", "C", "C"),
+        ("ADDED", None, "D"),
+        ("MODIFIED", "B", "B"),  # the watch after it
+    ]
+    assert len(api.calls("list")) == 2 and len(api.calls("watch")) == 2  # one stream, not one each
+    names.stop()  # stops the one stream
+    api.closed.set()
+    thread.join(10)
+    assert not thread.is_alive()

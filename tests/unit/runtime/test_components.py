@@ -64,3 +64,20 @@ def test_dispatchers_and_shared_objects_are_one_per_name_and_their_threads_are_v
     assert runtime.live() == (False, "threads stopped: dispatch-b")
     runtime.dispatcher("a").stop()
     runtime.informer(PODS).stop()
+
+
+def test_caches_of_one_resource_under_two_transforms_share_one_list_and_watch(api: FakeApi) -> None:
+    runtime = Runtime(api.client())
+    api.set({"metadata": {"name": "p", "namespace": "ns", "resourceVersion": "2"}})
+    raw = runtime.informer(PODS)
+    names = runtime.informer(PODS, lambda p: p["metadata"]["name"])
+    other_ns = runtime.informer(PODS, namespace="team-a")
+    assert runtime.informer(PODS, raw._transform) is raw and names is not raw
+    runtime.start_informers()
+    assert wait_all_synced(runtime.informers(), 5)
+    assert names.items() == ["p"] and raw.items()[0]["metadata"]["name"] == "p"
+    assert names.start() is raw._thread is not other_ns._thread  # a follower starts no thread of its own
+    listed = [r.url.path for r in api.calls("list")]
+    assert sorted(listed) == ["/api/v1/namespaces/team-a/pods", "/api/v1/pods"]  # not one per transform
+    for inf in (raw, other_ns):
+        inf.stop()
