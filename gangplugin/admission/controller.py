@@ -10,7 +10,8 @@ Work items (one WorkQueue, keys collapse):
   "pass"           admit: every Workload whose check is Pending with quota reserved, in queue
                    order, against one snapshot that already counts capacity promised to admitted
                    gangs; run again whenever capacity or check states change (never on a poll).
-  "wl/<ns>/<name>" watchdog of one admitted gang; wakes itself at its next deadline.
+  "wl/<ns>/<name>" watchdog of one admitted gang; wakes itself at its next deadline (its pods'
+                   changes ask for one look within POD_LOOK_SECONDS).
   "check/<name>"   the AdmissionCheck's Active condition.
   "policy/<name>"  the GangPolicy's Valid condition.
 
@@ -36,6 +37,10 @@ from gangplugin.runtime import metrics
 from gangplugin.runtime.admissions import AdmissionsInFlight
 
 PASS = "pass"
+#: A gang's watchdog looks at its pods once for all their changes within this long: a 1,024-pod
+#: gang's pods change thousands of times as they are made, pinned, bound and started, and each
+#: look reads every pod (one look per change kept one core busy for the whole of it).
+POD_LOOK_SECONDS = 1.0
 #: The check's own objects, whose status it keeps (work item prefix).
 _ITS_STATUS = {Config.ADMISSION_CHECK: "check", Config.GANG_POLICY: "policy"}
 
@@ -78,7 +83,7 @@ class GangAdmission(Follower):
         if some.gang:
             owner = self.model.workload_of_gang(some.namespace, some.gang)
             if owner:
-                self.queue.add("wl/" + owner)
+                self.queue.add_after("wl/" + owner, POD_LOOK_SECONDS)
         # A pod group's pod marked with its Workload: a group waiting for its pods may go now.
         if new is not None and new.pod_group and (old is None or old.pod_group != new.pod_group):
             self.queue.add(PASS)

@@ -37,6 +37,7 @@ class WorkQueue:
         self._active: set[str] = set()
         self._dirty: set[str] = set()  # added while active: run again when done
         self._delayed: list[tuple[float, str]] = []
+        self._waiting: dict[str, float] = {}  # key -> when its one delayed add is due
         self._failures: dict[str, int] = {}
         self._shutdown = False
 
@@ -50,11 +51,17 @@ class WorkQueue:
                 self._cond.notify()
 
     def add_after(self, key: str, seconds: float) -> None:
+        """Add `key` after `seconds`; a key already waiting is added once, at the earlier of the two
+        times (client-go's delaying queue): events that each ask for a look soon ask for one."""
         if seconds <= 0:
             self.add(key)
             return
         with self._cond:
-            heapq.heappush(self._delayed, (self._clock() + seconds, key))
+            due = self._clock() + seconds
+            if self._waiting.get(key, due + 1) <= due:
+                return
+            self._waiting[key] = due
+            heapq.heappush(self._delayed, (due, key))
             self._cond.notify()
 
     def retry(self, key: str) -> float:
@@ -73,7 +80,10 @@ class WorkQueue:
     def _promote_due(self) -> float | None:
         now = self._clock()
         while self._delayed and self._delayed[0][0] <= now:
-            _, key = heapq.heappop(self._delayed)
+            due, key = heapq.heappop(self._delayed)
+            if self._waiting.get(key) != due:
+                continue  # replaced by an earlier add, which has run
+            del self._waiting[key]
             if key in self._active:
                 self._dirty.add(key)
             elif key not in self._queued:
@@ -125,7 +135,7 @@ class WorkQueue:
 
     def __len__(self) -> int:
         with self._cond:
-            return len(self._ready) + len(self._delayed)
+            return len(self._ready) + len(self._waiting)
 
 
 def run_worker(queue: WorkQueue, reconcile: Reconcile, name: str) -> None:

@@ -44,6 +44,31 @@ def test_add_after_waits_for_the_clock() -> None:
     assert q.get(timeout=0) == "plan"
 
 
+def test_a_key_waiting_is_added_once_at_the_earliest_time_asked() -> None:
+    clock = FakeClock()
+    q = WorkQueue(clock=clock)
+    q.add_after("gang", 1.0)
+    for _ in range(1000):  # a burst of pod events, each asking for a look within a second
+        clock.now += 0.0005
+        q.add_after("gang", 1.0)
+    q.add_after("gang", 30)  # a later wake-up asked meanwhile: the earlier one stands
+    assert len(q) == 1
+    clock.now = 100.0 + 0.9999
+    assert q.get(timeout=0) is None
+    clock.now = 101.0
+    assert q.get(timeout=0) == "gang"
+    q.done("gang")
+    clock.now += 60  # every replaced time has passed: none of them adds it again
+    assert q.get(timeout=0) is None and len(q) == 0
+    q.add_after("gang", 5)
+    q.add_after("gang", 2)  # sooner: replaces the 5 s
+    clock.now += 2
+    assert q.get(timeout=0) == "gang"
+    q.done("gang")
+    clock.now += 3
+    assert q.get(timeout=0) is None
+
+
 def test_retry_backs_off_exponentially_up_to_the_cap_and_forget_resets() -> None:
     q = WorkQueue(base_delay=1, max_delay=5, clock=FakeClock())
     assert [q.retry("k") for _ in range(5)] == [1, 2, 4, 5, 5]
