@@ -426,6 +426,12 @@ class GangReservations:
 
     # -- extender calls --------------------------------------------------------------------
 
+    def known(self, gkey: GangKey) -> int:
+        """How many pods of the gang the cache holds (finished and leaving ones too): at least its
+        members, at no cost per member."""
+        with self.lock:
+            return len(self.gangs.get(gkey, ()))
+
     def members(self, gkey: GangKey) -> list[GangPod]:
         with self.lock:
             return [self.pods[k] for k in sorted(self.gangs.get(gkey, ())) if k in self.pods]

@@ -62,6 +62,8 @@ log = logging.getLogger(__name__)
 
 # A gang that does not fit now (a plain pod took its room) is planned again after this long.
 RETRY_SECONDS = 5.0
+# A gang some of whose pods are not made yet is looked at (again) within this long.
+PARTIAL_LOOK_SECONDS = 1.0
 EVENT_COMPONENT = "gangplugin-ungater"
 
 
@@ -141,11 +143,19 @@ class Ungater:
     def on_pod(self, kind: str, old: GangPod | None, new: GangPod | None) -> None:
         """Runs after the reservations' handler, on their dispatcher: a gated pod's gang is looked
         at again, and so is a gang whose pod was just pinned (its node may have failed meanwhile)."""
-        if new is None or new.gang is None:
+        if new is None or new.gang is None or new.gang_key is None:
             return
-        pinned_now = new.pinned is not None and new.node is None and (old is None or old.pinned != new.pinned)
-        if new.gated or pinned_now:
-            self.queue.add(f"{new.namespace}/{new.gang}")
+        key = f"{new.namespace}/{new.gang}"
+        if new.pinned is not None and new.node is None and (old is None or old.pinned != new.pinned):
+            self.queue.add(key)
+        elif new.gated:
+            # While its pods are still being made, the gang is looked at once a second (to say why
+            # it waits); the pod that makes it whole at once. Each look reads every member: one
+            # per pod made kept a core busy while a 1,024-pod gang's pods were made.
+            if new.size is not None and self.reservations.known(new.gang_key) < new.size:
+                self.queue.add_after(key, PARTIAL_LOOK_SECONDS)
+            else:
+                self.queue.add(key)
 
     def on_node(self, kind: str, old: NodeRecord | None, new: NodeRecord | None) -> None:
         """Runs after the reservations' handler, on their dispatcher: gangs with pods pinned to the

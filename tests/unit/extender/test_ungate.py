@@ -9,7 +9,8 @@ from typing import Any
 from gangplugin.core.names import PLACEMENT_GATE
 from gangplugin.extender.pods import gang_pod_from_k8s
 from gangplugin.extender.reservations import GangReservations
-from gangplugin.extender.ungater import pin_patch
+from gangplugin.extender.ungater import Ungater, pin_patch
+from gangplugin.kube.client import Client
 from gangplugin.readmodel.records import node_record
 from tests.support.extender import HOST, add, cache_of, pod, ungate_pod
 from tests.support.objects import node
@@ -146,3 +147,23 @@ def test_pins_and_bindings_seen_before_their_node_are_charged_when_it_arrives() 
     add(cache, *(ungate_pod(f"q{i}", "h", 1) for i in range(1)))
     pins, _ = cache.pins(("ns", "h"), now=0.0)
     assert [n for _, n in pins] == ["us-1-2"]  # us-1-0 (pinned) and us-1-1 (bound) are full
+
+
+def test_the_ungater_looks_at_a_gang_whose_pods_are_being_made_later_and_at_once_when_it_is_whole() -> None:
+    cache = cache_of({"us-1": 4})
+    ungater = Ungater(Client("https://api.test", False), cache, clock=lambda: 0.0, workers=1)
+    try:
+        for i in range(4):
+            obj = gang_pod_from_k8s(ungate_pod(f"p{i}", "g", 4))
+            cache.on_pod("ADDED", None, obj)
+            ungater.on_pod("ADDED", None, obj)
+            if i < 3:  # 1, 2, 3 of 4 made: one look soon, not one each now
+                assert ungater.queue.get(timeout=0) is None and len(ungater.queue) == 1
+        assert ungater.queue.get(timeout=0) == "ns/g"  # the fourth made it whole
+        ungater.queue.done("ns/g")
+        pinned = gang_pod_from_k8s(ungate_pod("p0", "g", 4, pinned="us-1-0"))
+        cache.on_pod("MODIFIED", cache.pods[pinned.key], pinned)
+        ungater.on_pod("MODIFIED", None, pinned)  # pinned now: looked at again (its node may fail)
+        assert ungater.queue.get(timeout=0) == "ns/g"
+    finally:
+        ungater.patcher.shutdown()
