@@ -30,7 +30,7 @@ import orjson
 
 from gangplugin.core.gangplan import GangKey, GangPod, PodKey, barrier_open
 from gangplugin.extender.reservations import GangReservations
-from gangplugin.kube.client import ApiError, Client, api_error
+from gangplugin.kube.client import HEADERS, ApiError, Client, api_error
 from gangplugin.runtime import metrics
 
 log = logging.getLogger(__name__)
@@ -76,7 +76,7 @@ class ApiBinder:
         if self._session is None:  # made on the loop that uses it
             connector = aiohttp.TCPConnector(ssl=self.client.ssl_context, limit=self.connections)
             self._session = aiohttp.ClientSession(
-                headers={"Accept": "application/json"},
+                headers=HEADERS,
                 connector=connector,
                 timeout=aiohttp.ClientTimeout(total=30),
             )

@@ -15,9 +15,14 @@ from typing import Any
 import httpx
 import orjson
 
+from gangplugin import __version__
 from gangplugin.kube.config import ClusterConfig, Credentials, load_config
 
 JSON = dict[str, Any]
+# The API server names a writer's fields (managedFields), its audit events and its request metrics
+# by this: `gangplugin`, not the HTTP library's default.
+USER_AGENT = f"gangplugin/{__version__}"
+HEADERS = {"Accept": "application/json", "User-Agent": USER_AGENT}
 
 
 class ApiError(Exception):
@@ -98,7 +103,7 @@ class Client:
         self._http = httpx.Client(
             base_url=self.server,
             verify=ssl_context,
-            headers={"Accept": "application/json"},
+            headers=HEADERS,
             auth=_Auth(self.credentials),
             timeout=timeout,
             transport=transport,

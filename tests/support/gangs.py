@@ -143,7 +143,16 @@ def assert_whole_in_domain(
         pin = p["spec"]["nodeSelector"].get(HOSTNAME)
         pinned = mode in PINNED_BIND_MODES
         assert pin == (p["spec"]["nodeName"] if pinned else None), p["spec"]["nodeSelector"]
+        if pinned:  # `kubectl get --show-managed-fields` (and the audit log) names who pinned it
+            assert pinned_by(p) == {"gangplugin"}, p["metadata"].get("managedFields")
     return domain
+
+
+def pinned_by(pod: dict[str, Any]) -> set[str]:
+    """The field managers of the pod's hostname nodeSelector."""
+    key = f"f:{HOSTNAME}"
+    fields = ((m["manager"], m.get("fieldsV1", {})) for m in pod["metadata"].get("managedFields") or [])
+    return {who for who, f in fields if key in f.get("f:spec", {}).get("f:nodeSelector", {})}
 
 
 def clear(client: Client, namespace: str) -> None:
