@@ -149,10 +149,9 @@ def assert_whole_in_domain(
 
 
 def pinned_by(pod: dict[str, Any]) -> set[str]:
-    """The field managers of the pod's hostname nodeSelector."""
-    key = f"f:{HOSTNAME}"
+    """The field managers of the pod's nodeSelector (an atomic map: its last writer owns it whole)."""
     fields = ((m["manager"], m.get("fieldsV1", {})) for m in pod["metadata"].get("managedFields") or [])
-    return {who for who, f in fields if key in f.get("f:spec", {}).get("f:nodeSelector", {})}
+    return {who for who, f in fields if "f:nodeSelector" in f.get("f:spec", {})}
 
 
 def clear(client: Client, namespace: str) -> None:
