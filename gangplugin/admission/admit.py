@@ -13,7 +13,6 @@ import dataclasses
 import logging
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -245,7 +244,7 @@ class AdmissionPass:
             Assumed(
                 resource_version=entry.record.resource_version,
                 certain=True,
-                fingerprint=(fingerprint(updates, Counter()), ()),
+                fingerprint=fingerprint(updates, {}),
                 namespace=entry.record.namespace,
                 gang=with_selector(gang, decision.domain),
                 placement=decision.placement,

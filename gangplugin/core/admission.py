@@ -16,7 +16,13 @@ from typing import Any
 
 from gangplugin.core.names import BIND_MODE_LABEL, GANG_LABEL, GANG_SIZE_ANNOTATION, SLICE_DOMAINS_ANNOTATION
 from gangplugin.core.placement import Gang, Placement, PlacementPolicy, eligible_nodes, fit_counter, place
-from gangplugin.core.placement.recorded import describe_records, format_slice_domains, recorded_slice_domains
+from gangplugin.core.placement.recorded import (
+    describe_records,
+    format_slice_domains,
+    record_level,
+    recorded_slice_domains,
+    rest_of_record,
+)
 from gangplugin.core.states import CheckState
 from gangplugin.core.topology import BoundPod, Snapshot
 
@@ -256,20 +262,39 @@ def release(snapshot: Snapshot, gang: Gang, namespace: str) -> None:
         snapshot.unbind(namespace, name)
 
 
-def remaining(gang: Gang, bound: Mapping[str, int]) -> Gang:
-    """The podsets of `gang` reduced by the pods already bound (per podset name). A podset
-    whose rest is no longer whole slices is counted without them: this is capacity promised,
-    and the extender keeps the slices pod by pod."""
+def remaining(
+    gang: Gang,
+    bound: Mapping[str, int],
+    snapshot: Snapshot | None = None,
+    on: Mapping[str, Sequence[str]] | None = None,
+) -> Gang:
+    """The podsets of `gang` reduced by the pods already bound or pinned (per podset name). A
+    podset whose rest is no longer whole slices is counted without them: this is capacity
+    promised, and the extender keeps the slices pod by pod. Where the check recorded the podset's
+    domains, the rest keeps the record less the domains its placed pods are in (`on`: their
+    nodes per podset, in `snapshot`), or none (`rest_of_record`)."""
     out = []
     for ps in gang.podsets:
-        left = ps.count - bound.get(ps.name, 0)
+        placed = bound.get(ps.name, 0)
+        left = ps.count - placed
         if left <= 0:
             continue
-        ps = replace(ps, count=left)
+        record: tuple[str, ...] = ()
+        nodes = (on or {}).get(ps.name, ())
+        if placed and ps.slice_domains and snapshot is not None and len(nodes) == placed:
+            level = record_level(ps, snapshot.levels)
+            if level is not None:
+                record = rest_of_record(ps, snapshot.levels, (_label(snapshot, n, level[0]) for n in nodes))
+        ps = replace(ps, count=left, slice_domains=record if placed else ps.slice_domains)
         if ps.slice_size and left % ps.slice_size:
             ps = ps.unsliced()
         out.append(ps)
     return Gang(tuple(out), gang.name)
+
+
+def _label(snapshot: Snapshot, node_name: str, label: str) -> str | None:
+    node = snapshot.node(node_name)
+    return node.labels.get(label) if node is not None else None
 
 
 def sequential_blocker(candidate: str, unready_admitted: Sequence[str]) -> str | None:

@@ -20,7 +20,7 @@ one placement per admitted gang, not one per event.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gangplugin.core.admission import crowded, promise, promised_pods, release, remaining
@@ -41,15 +41,15 @@ class AdmittedGang:
 @dataclass(frozen=True, slots=True)
 class _Charged:
     admitted: AdmittedGang
-    placed: tuple[tuple[str, int], ...]  # the gang's pods that held a node, per podset
+    placed: tuple[tuple[str, tuple[str, ...]], ...]  # the nodes of the gang's pods that held one, per podset
     rest: Gang  # the pods that held no node when it was charged
     occupied: tuple[str, ...]  # the nodes its placed pods hold (their UltraServers' spares are its)
     nodes: frozenset[str]  # where the promise sits in the default snapshot
     whole: bool  # every pod of `rest` fitted
 
-    def key(self) -> tuple[AdmittedGang | None, tuple[tuple[str, int], ...], tuple[str, ...]]:
-        """What it stands for: the admission, and the gang's pods that held a node, and where."""
-        return self.admitted, self.placed, self.occupied
+    def key(self) -> tuple[AdmittedGang | None, tuple[tuple[str, tuple[str, ...]], ...]]:
+        """What it stands for: the admission, and where the gang's pods that held a node were."""
+        return self.admitted, self.placed
 
 
 class Promises:
@@ -94,30 +94,31 @@ class Promises:
         gkey: GangKey,
         snapshots: Iterable[Snapshot],
         default: Snapshot,
-        placed: Mapping[str, int],
-        occupied: tuple[str, ...],
+        placed: Mapping[str, Sequence[str]],
         again: bool = False,
     ) -> None:
-        """Promise what the gang was admitted with less its `placed` pods (per podset), in place
-        of whatever was promised it before; nothing for a gang no longer admitted. Unless
-        `again`, a promise that already stands for exactly that is kept as it is."""
+        """Promise what the gang was admitted with less its placed pods (`placed`: their nodes,
+        per podset), in place of whatever was promised it before; nothing for a gang no longer
+        admitted. Unless `again`, a promise that already stands for exactly that is kept as it is."""
         snapshots = list(snapshots)
         admitted = self.admitted.get(gkey)
-        counts = tuple(sorted(placed.items()))
+        where = tuple(sorted((podset, tuple(sorted(nodes))) for podset, nodes in placed.items()))
+        occupied = tuple(sorted({node for _, nodes in where for node in nodes}))
         held = self._charged.get(gkey)
-        if not again and held is not None and held.key() == (admitted, counts, occupied):
+        if not again and held is not None and held.key() == (admitted, where):
             return
         self.release(gkey, snapshots)
         if admitted is None:
             return
-        rest = remaining(admitted.gang, placed)
+        counts = {podset: len(nodes) for podset, nodes in where}
+        rest = remaining(admitted.gang, counts, default, dict(where))
         if not rest.podsets:
             return
         want = sum(ps.count for ps in rest.podsets)
         whole = all([promise(s, rest, gkey[0], admitted.policy, occupied) == want for s in snapshots])
         ids = (default.node_of(gkey[0], name) for name in promised_pods(rest))
         nodes = frozenset(n.name for i in ids if i is not None and (n := default.nodes[i]) is not None)
-        self._charged[gkey] = _Charged(admitted, counts, rest, occupied, nodes, whole)
+        self._charged[gkey] = _Charged(admitted, where, rest, occupied, nodes, whole)
         for node in nodes:
             self._on.setdefault(node, set()).add(gkey)
 

@@ -354,16 +354,11 @@ class GangReservations:
             if gkey in self.plans:
                 promises.release(gkey, self.snapshots.values())
                 continue
-            members = [m for m in self.members(gkey) if not m.finished and not m.deleting]
-            placed = [m for m in members if m.placed is not None]
-            promises.charge(
-                gkey,
-                self.snapshots.values(),
-                self.snapshot,
-                Counter(m.pod_set or DEFAULT_POD_SET for m in placed),
-                tuple(sorted({m.placed for m in placed if m.placed is not None})),
-                again=gkey in moved,
-            )
+            placed: dict[str, list[str]] = {}
+            for m in self.members(gkey):
+                if m.placed is not None and not m.finished and not m.deleting:
+                    placed.setdefault(m.pod_set or DEFAULT_POD_SET, []).append(m.placed)
+            promises.charge(gkey, self.snapshots.values(), self.snapshot, placed, again=gkey in moved)
 
     def _plan(self, gkey: GangKey, plan: GangPlan) -> None:
         """A plan made for `gkey` on snapshots without its promise: reserved if it is feasible

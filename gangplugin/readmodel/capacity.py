@@ -45,7 +45,7 @@ class Promise:
     key: str
     fingerprint: Any
     namespace: str
-    gang: Callable[[], Gang]
+    gang: Callable[[Snapshot], Gang]  # of the snapshot it is promised into (its nodes' labels)
     policy: PlacementPolicy
     occupied: tuple[str, ...] = ()  # the nodes of its bound pods (their UltraServers' spares are its)
 
@@ -160,7 +160,7 @@ class LiveCapacity:
             if p.key in view.promised:
                 continue
             try:
-                gang = p.gang()
+                gang = p.gang(view.snapshot)
             except InputError as err:
                 log.warning("admitted workload %s: promised capacity not counted: %s", p.key, err)
                 continue

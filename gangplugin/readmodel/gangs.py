@@ -7,7 +7,6 @@ are refused here, for every reader (the admission pass and the MultiKueue dispat
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -19,6 +18,7 @@ from gangplugin.core.names import SLICE_DOMAINS_ANNOTATION
 from gangplugin.core.placement import Gang
 from gangplugin.core.placement.recorded import parse_slice_domains, with_slice_domains
 from gangplugin.core.plans import TrainingPlan
+from gangplugin.core.topology import Snapshot
 from gangplugin.kube import kueue_records as rec
 from gangplugin.kube.client import JSON
 from gangplugin.kube.job_records import LEADERWORKERSET, RAYJOB, TRAINJOB
@@ -112,10 +112,16 @@ class Gangs:
         return in_domain(self.gang(wl), updates)
 
     def unbound(
-        self, wl: Mapping[str, Any], updates: Sequence[Mapping[str, Any]], bound: Counter[str]
+        self,
+        wl: Mapping[str, Any],
+        updates: Sequence[Mapping[str, Any]],
+        placed: Mapping[str, Sequence[str]],
+        snapshot: Snapshot,
     ) -> Gang:
-        """What an admitted gang is still promised: its pods that hold no node yet, in its domain."""
-        return remaining(self.promised(wl, updates), bound)
+        """What an admitted gang is still promised: its pods that hold no node yet (`placed`: the
+        nodes of those that do, per podset, in `snapshot`), in its domain."""
+        counts = {podset: len(on) for podset, on in placed.items()}
+        return remaining(self.promised(wl, updates), counts, snapshot, placed)
 
     def with_pod_group_annotations(self, wl: Mapping[str, Any]) -> Mapping[str, Any]:
         """Kueue builds the podset templates of a plain pod group, and (v0.17) of a

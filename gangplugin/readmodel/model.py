@@ -344,15 +344,15 @@ class ReadModel:
             except InputError:
                 continue
             updates = a.check.entry.pod_set_updates if a.check.entry is not None else ()
-            bound, occupied = self.index.bound(a.record.namespace, a.record.gang_id)
+            placed = self.index.placed(a.record.namespace, a.record.gang_id)
             out.append(
                 Promise(
                     key=a.record.key,
-                    fingerprint=(fingerprint(updates, bound), occupied),
+                    fingerprint=fingerprint(updates, placed),
                     namespace=a.record.namespace,
-                    gang=partial(self.gangs.unbound, a.wl, updates, bound),
+                    gang=partial(self.gangs.unbound, a.wl, updates, placed),
                     policy=policy.placement,
-                    occupied=occupied,
+                    occupied=tuple(sorted({n for on in placed.values() for n in on})),
                 )
             )
         return out
@@ -364,7 +364,7 @@ class ReadModel:
         snap = self.capacity.build(levels)
         for p in self.promises(self.queue().admitted() if admitted is None else admitted):
             try:
-                promise(snap, p.gang(), p.namespace, p.policy, p.occupied, keep_what_fits=True)
+                promise(snap, p.gang(snap), p.namespace, p.policy, p.occupied, keep_what_fits=True)
             except InputError as err:
                 log.warning("admitted workload %s: promised capacity not counted: %s", p.key, err)
         return snap
@@ -386,9 +386,10 @@ def holds_capacity(record: WorkloadRecord, state: CheckState | None) -> bool:
     return bool(admission_queue([record.queued(state)]).admitted)
 
 
-def fingerprint(updates: Sequence[Mapping[str, Any]], bound: Mapping[str, int]) -> tuple[Any, ...]:
-    """What an admitted gang's promise depends on: its domain per podset and its bound pods."""
+def fingerprint(updates: Sequence[Mapping[str, Any]], placed: Mapping[str, Sequence[str]]) -> tuple[Any, ...]:
+    """What an admitted gang's promise depends on: its domain per podset, and the nodes of its
+    pods that hold one (per podset)."""
     domains = tuple(
         sorted((str(u.get("name")), tuple(sorted((u.get("nodeSelector") or {}).items()))) for u in updates)
     )
-    return domains, tuple(sorted(bound.items()))
+    return domains, tuple(sorted((podset, tuple(on)) for podset, on in placed.items()))

@@ -4,7 +4,6 @@ events (in the read model's dispatcher order), so a gang's pods are found withou
 from __future__ import annotations
 
 import threading
-from collections import Counter
 
 from gangplugin.readmodel.records import DEFAULT_PODSET, PodRecord
 
@@ -43,16 +42,14 @@ class PodIndex:
         with self._lock:
             return list(self._by_group.get((namespace, group), {}).values())
 
-    def bound(self, namespace: str, gang: str) -> tuple[Counter[str], tuple[str, ...]]:
-        """The gang's active pods that hold a node (bound, or pinned there: `PodRecord.bound`,
-        what the capacity counts them on): how many per podset, and their nodes."""
-        counts: Counter[str] = Counter()
-        nodes: set[str] = set()
+    def placed(self, namespace: str, gang: str) -> dict[str, tuple[str, ...]]:
+        """The nodes of the gang's active pods that hold one (bound, or pinned there:
+        `PodRecord.bound`, what the capacity counts them on), per podset, sorted."""
+        nodes: dict[str, list[str]] = {}
         for pod in self.of_gang(namespace, gang):
             if pod.active and pod.bound is not None:
-                counts[pod.podset or DEFAULT_PODSET] += 1
-                nodes.add(pod.bound.node_name)
-        return counts, tuple(sorted(nodes))
+                nodes.setdefault(pod.podset or DEFAULT_PODSET, []).append(pod.bound.node_name)
+        return {podset: tuple(sorted(on)) for podset, on in sorted(nodes.items())}
 
 
 def _drop(index: dict[GroupKey, dict[str, PodRecord]], key: GroupKey, name: str) -> None:

@@ -126,18 +126,46 @@ def with_slice_domains(gang: Gang, domains: Mapping[str, tuple[str, ...]]) -> Ga
     return Gang(tuple(podsets), gang.name)
 
 
-def _level(podset: PodSet, levels: tuple[str, ...]) -> tuple[str, int] | None:
-    """The level and the pods per slice of the podset's record, if it still describes the podset
-    (none of its pods bound since)."""
-    domains = podset.slice_domains
-    if not domains:
+def record_level(podset: PodSet, levels: tuple[str, ...]) -> tuple[str, int] | None:
+    """The level the podset's record names domains at, and the pods each recorded domain stands
+    for (its slice size; 1 for a podset not in slices); None without a record."""
+    if not podset.slice_domains:
         return None
     level, size = slice_level(podset), podset.slice_size
     if level is None or not size:
         level, size = unit_level(levels), 1
-    if level is None or size * len(domains) != podset.count:
+    return None if level is None else (level, size)
+
+
+def _level(podset: PodSet, levels: tuple[str, ...]) -> tuple[str, int] | None:
+    """`record_level`, if the record still describes the podset (one entry per slice)."""
+    recorded = record_level(podset, levels)
+    if recorded is None or recorded[1] * len(podset.slice_domains) != podset.count:
         return None
-    return level, size
+    return recorded
+
+
+def rest_of_record(podset: PodSet, levels: tuple[str, ...], placed: Iterable[str | None]) -> tuple[str, ...]:
+    """The record of the podset's pods not placed yet, `placed` being the domains (at its record's
+    level: `record_level`) its placed pods are in: the record less a whole slice (a pod, when
+    not in slices) per `size` placed pods in a domain. () when the placed pods are not whole
+    recorded slices (some sit elsewhere, or part of a slice): the rest is placed anew. While a
+    gang is pinned pod by pod the check promises its rest where the ungater pins it, not where
+    best fit would: room counted for another gang there would be taken twice."""
+    recorded = record_level(podset, levels)
+    if recorded is None:
+        return ()
+    size, left = recorded[1], Counter(podset.slice_domains)
+    for domain, pods in Counter(placed).items():
+        if domain is None or pods % size or left[domain] < pods // size:
+            return ()
+        left[domain] -= pods // size
+    rest = []
+    for domain in podset.slice_domains:  # in the record's order: slice order
+        if left[domain] > 0:
+            rest.append(domain)
+            left[domain] -= 1
+    return tuple(rest)
 
 
 def split(gang: Gang, levels: tuple[str, ...]) -> tuple[Gang, dict[str, tuple[str, int]]] | None:

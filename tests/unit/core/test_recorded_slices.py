@@ -198,3 +198,38 @@ def test_the_promise_and_the_ungater_s_plan_follow_the_recorded_pods() -> None:
     plan = plan_gang(snap, pods[0], pods, PlacementPolicy(), keep_bound=True)
     assert plan.feasible, plan.reason
     assert sorted(snap.node(s.node).labels[US] for s in plan.slots) == sorted(recorded)
+
+
+def test_the_rest_of_a_gang_pinned_in_part_keeps_the_record_less_where_its_pinned_pods_are() -> None:
+    # While the ungater pins a gang pod by pod, the check promises the rest where it will go: in
+    # the recorded UltraServers its pinned pods have not taken yet, not wherever best fit would.
+    snap = _layer()
+    wide = _wide(6, ("us-2",) * 2 + ("us-4",) * 4)
+    rest = remaining(wide, {"main": 3}, snap, {"main": ["us-4-n00", "us-4-n01", "us-2-n00"]})
+    (ps,) = rest.podsets
+    assert ps.count == 3 and sorted(ps.slice_domains) == ["us-2", "us-4", "us-4"]
+    split_rest = split(rest, LEVELS)
+    assert split_rest is not None
+    assert promise(snap, dataclasses.replace(rest, name="g"), "ns", PlacementPolicy()) == 3
+    held = [snap.node_of("ns", name) for name in promised_pods(rest)]
+    assert sorted(snap.nodes[i].labels[US] for i in held if i is not None) == ["us-2", "us-4", "us-4"]
+    # a pinned pod outside the record: the rest is placed anew (as the ungater would)
+    off = remaining(wide, {"main": 1}, snap, {"main": ["us-1-n00"]})
+    assert off.podsets[0].slice_domains == () and split(off, LEVELS) is None
+    # nothing pinned: the record stands whole; pinned but nodes not given: dropped
+    assert remaining(wide, {}, snap).podsets[0].slice_domains == wide.podsets[0].slice_domains
+    assert remaining(wide, {"main": 1}).podsets[0].slice_domains == ()
+
+
+def test_the_rest_of_a_gang_in_slices_keeps_the_slices_not_placed_yet() -> None:
+    snap = _layer()
+    gang = sliced(6, 2, required_topology=NN, slice_domains=("us-4", "us-3", "us-2"))
+    whole_slice = remaining(gang, {"main": 2}, snap, {"main": ["us-3-n00", "us-3-n01"]})
+    assert whole_slice.podsets[0].slice_domains == ("us-4", "us-2")
+    assert split(whole_slice, LEVELS) is not None
+    # half a slice placed: the rest is not whole slices (unsliced, placed pod by pod)
+    half = remaining(gang, {"main": 1}, snap, {"main": ["us-3-n00"]})
+    assert half.podsets[0].slice_domains == () and half.podsets[0].slice_size in (None, 0)
+    # two halves in two slices' domains: whole in count, not in slices
+    halves = remaining(gang, {"main": 2}, snap, {"main": ["us-3-n00", "us-4-n00"]})
+    assert halves.podsets[0].slice_domains == ()

@@ -126,3 +126,27 @@ def test_a_restarted_check_counts_the_slices_where_it_recorded_them() -> None:
     held = [snap.node_of("ns", p) for p in promised_pods(gang[0])]
     where = [snap.nodes[i].labels[ULTRASERVER_LABEL] for i in held if i is not None]
     assert where == ["us-3", "us-3", "us-2", "us-2"]
+
+
+@pytest.mark.parametrize(
+    ("asked", "record", "pinned"),
+    [
+        ({REQUIRED_TOPOLOGY_ANNOTATION: LAYER}, "us-3*2,us-2*2", ["us-3-0"]),
+        (SLICES, "us-3,us-2", ["us-3-0", "us-3-1"]),
+    ],
+)
+def test_the_rest_of_a_gang_pinned_in_part_is_promised_where_the_check_counted_it(
+    asked: dict[str, str], record: str, pinned: list[str]
+) -> None:
+    """The ungater pins a gang pod by pod: meanwhile the rest is held in the recorded domains its
+    pinned pods have not taken, where its pins will go, not where best fit would (on us-1, the
+    room the check may have counted for another gang)."""
+    res = _reservations(wide := _wide(record, asked))
+    res.on_workload("ADDED", None, wide)
+    pods = [
+        ungate_pod(f"wide-{i}", "wide", 4, pinned=pinned[i] if i < len(pinned) else None) for i in range(4)
+    ]
+    for p in pods:
+        p["metadata"]["annotations"].update({**asked, SLICE_DOMAINS_ANNOTATION: record})
+    add(res, *pods)
+    assert _promised_on(res) == ({"us-2", "us-3"} if len(pinned) == 1 else {"us-2"})

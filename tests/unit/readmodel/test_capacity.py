@@ -34,7 +34,11 @@ def promise(name: str, fingerprint: Any, unbound: Callable[[], Gang]) -> Promise
     """Gang `name`'s promise (namespace ns, the default placement policy): `unbound` builds what
     is left to place, `fingerprint` tells when that changed."""
     return Promise(
-        key=f"ns/{name}", fingerprint=fingerprint, namespace="ns", gang=unbound, policy=PlacementPolicy()
+        key=f"ns/{name}",
+        fingerprint=fingerprint,
+        namespace="ns",
+        gang=lambda _snapshot: unbound(),
+        policy=PlacementPolicy(),
     )
 
 

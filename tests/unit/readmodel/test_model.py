@@ -125,7 +125,7 @@ def test_followers_hear_of_changes_after_the_model_holds_them_and_not_of_heartbe
 
     class Reader(Follower):  # a second follower: the model already indexed the pod it hears of
         def pod(self, old: PodRecord | None, new: PodRecord | None) -> None:
-            seen.append(f"bound {model.index.bound('team-a', 'g')[0]['main']}")
+            seen.append(f"bound {len(model.index.placed('team-a', 'g')['main'])}")
 
     model.follow(Reader())
     caches.put(NODES, gpu_node("n1", "us-1"))

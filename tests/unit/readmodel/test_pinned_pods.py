@@ -7,7 +7,7 @@ a gang onto the nodes the pinned pods were about to take (the ungater then held 
 from __future__ import annotations
 
 from gangplugin.core.admission import promised_pods
-from gangplugin.core.names import PLACEMENT_GATE, REQUIRED_TOPOLOGY_ANNOTATION
+from gangplugin.core.names import PLACEMENT_GATE, REQUIRED_TOPOLOGY_ANNOTATION, SLICE_DOMAINS_ANNOTATION
 from gangplugin.core.topology import HOSTNAME_LABEL, ULTRASERVER_LABEL, ZONE_LABEL
 from gangplugin.kube.client import NODES, PODS
 from tests.support import objects
@@ -17,9 +17,12 @@ LAYER = "topology.k8s.aws/network-node-layer-3"
 LEVELS = (ZONE_LABEL, LAYER, ULTRASERVER_LABEL, HOSTNAME_LABEL)
 
 
-def _model():  # type: ignore[no-untyped-def]
-    """A gang of 4 admitted into a layer of three UltraServers of 2 nodes (4 GPUs each)."""
+def _model(recorded: str | None = None):  # type: ignore[no-untyped-def]
+    """A gang of 4 admitted into a layer of three UltraServers of 2 nodes (4 GPUs each), its pods
+    counted in the UltraServers `recorded` names (`gangplugin.io/slice-domains`) when given."""
     update = {"name": "main", "nodeSelector": {LAYER: "l1"}}
+    if recorded:
+        update["annotations"] = {SLICE_DOMAINS_ANNOTATION: recorded}
     wl = objects.workload(
         "wide",
         "ns",
@@ -88,7 +91,7 @@ def test_a_pinned_pod_once_bound_is_counted_once() -> None:
     snap = model.capacity.build(LEVELS)
     node = snap.node_of("ns", "wide-0")
     assert node is not None and snap.nodes[node].name == "us-3-0"
-    assert model.index.bound("ns", "wide")[0] == {"main": 1}
+    assert {podset: len(on) for podset, on in model.index.placed("ns", "wide").items()} == {"main": 1}
 
 
 def test_a_plain_pod_is_never_counted_by_its_selector_and_one_bound_beside_a_pin_counts_too() -> None:
@@ -106,3 +109,22 @@ def test_a_plain_pod_is_never_counted_by_its_selector_and_one_bound_beside_a_pin
     node = snap.node_of("ns", "wide-0")
     assert node is not None and snap.node_of("ns", "plain-1") == node
     assert snap.overcommitted(node)
+
+
+def test_the_rest_of_a_gang_pinned_in_part_is_promised_in_its_record_less_its_pins() -> None:
+    """The check counted the gang 2 in us-1 and 2 in us-3; the ungater has pinned one pod to us-1:
+    the rest is promised 1 in us-1 and 2 in us-3 (where its pins will go), not by best fit
+    (which takes us-2, room the check may have counted for another gang since)."""
+
+    def rest_of(recorded: str | None) -> list[str]:
+        caches, model, wl = _model(recorded)
+        caches.put(PODS, _pod(0, pinned="us-1-0"))
+        for i in (1, 2, 3):
+            caches.put(PODS, _pod(i, gated=True))
+        snap = model.promised_snapshot(LEVELS)
+        gang = model.promised_gang(wl)
+        assert gang is not None and _ultraservers(snap, ["wide-0"]) == ["us-1"]
+        return _ultraservers(snap, [n for n in promised_pods(gang[0]) if snap.node_of("ns", n) is not None])
+
+    assert rest_of("us-1*2,us-3*2") == ["us-1", "us-3", "us-3"]
+    assert rest_of(None) != ["us-1", "us-3", "us-3"]  # best fit, on its own
