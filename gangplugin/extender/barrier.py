@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -30,7 +31,7 @@ import orjson
 
 from gangplugin.core.gangplan import GangKey, GangPod, PodKey, barrier_open
 from gangplugin.extender.reservations import GangReservations
-from gangplugin.kube.client import HEADERS, ApiError, Client, api_error
+from gangplugin.kube.client import HEADERS, ApiError, Client, api_error, observed
 from gangplugin.runtime import metrics
 
 log = logging.getLogger(__name__)
@@ -86,11 +87,14 @@ class ApiBinder:
             "metadata": {"name": name, "namespace": namespace, **({"uid": uid} if uid else {})},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
-        url = f"{self.client.server}/api/v1/namespaces/{namespace}/pods/{name}/binding"
+        path = f"/api/v1/namespaces/{namespace}/pods/{name}/binding"
         credentials = self.client.credentials
         auth = await asyncio.to_thread(credentials.headers) if credentials.stale() else credentials.headers()
         headers = {"Content-Type": "application/json", **auth}
+        began = time.monotonic()
+        url = self.client.server + path
         async with self._session.post(url, data=orjson.dumps(body), headers=headers) as resp:
+            observed("POST", path, str(resp.status), time.monotonic() - began)
             if resp.status == 401 and credentials.refreshable:
                 credentials.invalidate()  # the kube-scheduler retries the bind with fresh ones
             if resp.status >= 400:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import ssl
+import time
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,40 @@ JSON = dict[str, Any]
 # by this: `gangplugin`, not the HTTP library's default.
 USER_AGENT = f"gangplugin/{__version__}"
 HEADERS = {"Accept": "application/json", "User-Agent": USER_AGENT}
+
+# Told of every answer: (verb, resource, HTTP code or "error", seconds). The serving process
+# registers its metrics here, as client-go's metrics.Register, so this module needs none of its own.
+RequestObserver = Callable[[str, str, str, float], None]
+_observers: list[RequestObserver] = []
+
+
+def observe_requests(observer: RequestObserver) -> None:
+    _observers.append(observer)
+
+
+def observed(verb: str, path: str, code: str, seconds: float) -> None:
+    """Tell the observers of one answer (`path`: the request's, `resource_of` names it)."""
+    if _observers:
+        resource = resource_of(path)
+        for observer in _observers:
+            observer(verb, resource, code, seconds)
+
+
+def resource_of(path: str) -> str:
+    """`pods`, `pods/binding`, `workloads/status`... of an API path (its group, namespace and
+    object name left out: a metric's label must not grow with the objects)."""
+    parts = [p for p in path.split("?", 1)[0].split("/") if p]
+    if parts[:1] == ["api"]:
+        parts = parts[2:]
+    elif parts[:1] == ["apis"]:
+        parts = parts[3:]
+    else:
+        return "other"  # /version, /metrics, /openapi...
+    if len(parts) >= 3 and parts[0] == "namespaces":
+        parts = parts[2:]  # namespaced: the namespace's name goes
+    if not parts:
+        return "other"
+    return parts[0] + (f"/{parts[2]}" if len(parts) >= 3 else "")
 
 
 class ApiError(Exception):
@@ -151,7 +186,13 @@ class Client:
         content = (
             body if isinstance(body, bytes | str) else (orjson.dumps(body) if body is not None else None)
         )
-        resp = self._http.request(method, path, content=content, headers=headers, params=params)
+        began = time.monotonic()
+        try:
+            resp = self._http.request(method, path, content=content, headers=headers, params=params)
+        except httpx.HTTPError:
+            observed(method, path, "error", time.monotonic() - began)
+            raise
+        observed(method, path, str(resp.status_code), time.monotonic() - began)
         if resp.status_code >= 400:
             raise api_error(resp.status_code, resp.content, resp.headers.get("Retry-After"))
         return orjson.loads(resp.content) if resp.content else {}
@@ -253,12 +294,14 @@ class Client:
             params["resourceVersion"] = resource_version
         if label_selector:
             params["labelSelector"] = label_selector
+        began = time.monotonic()
         with self._http.stream(
             "GET",
             res.path(namespace),
             params=params,
             timeout=httpx.Timeout(30.0, read=read_timeout or timeout_seconds + 30),
         ) as resp:
+            observed("WATCH", res.path(namespace), str(resp.status_code), time.monotonic() - began)
             if resp.status_code >= 400:
                 raise api_error(resp.status_code, resp.read(), resp.headers.get("Retry-After"))
             # One event a line. Split as bytes: iter_lines decodes every byte to text first, and

@@ -26,6 +26,26 @@ _FAST = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5
 # number rather than "somewhere in (25, 50] ms".
 _DECISION = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.25, 0.5, 1, 5)
 
+API_REQUESTS = Counter(
+    "gangplugin_api_requests_total",
+    "Requests to the Kubernetes API server, by verb (WATCH: a watch opened), resource (with its "
+    "subresource) and HTTP code ('error': no answer); client-go's rest_client_requests_total",
+    ["verb", "resource", "code"],
+)
+API_REQUEST_DURATION = Histogram(
+    "gangplugin_api_request_duration_seconds",
+    "Seconds until the API server answered (a watch: until it began), by verb and resource",
+    ["verb", "resource"],
+    buckets=_FAST,
+)
+
+
+def observe_api_request(verb: str, resource: str, code: str, seconds: float) -> None:
+    """`kube.client.observe_requests` takes this: every request counted and timed."""
+    API_REQUESTS.labels(verb, resource, code).inc()
+    API_REQUEST_DURATION.labels(verb, resource).observe(seconds)
+
+
 ADMISSION_LATENCY = Histogram(
     "gangplugin_gang_admission_latency_seconds",
     "From a gang's quota reservation in Kueue to the end of the write that made its "

@@ -13,8 +13,9 @@ from typing import Any
 import click
 
 from gangplugin import __version__
-from gangplugin.kube.client import Client
+from gangplugin.kube.client import Client, observe_requests
 from gangplugin.kube.config import ConfigError
+from gangplugin.runtime import metrics
 from gangplugin.runtime.components import Runtime
 from gangplugin.server import logs
 from gangplugin.server.health import serve_health, tls_context
@@ -177,6 +178,7 @@ def serve(**values: Any) -> None:
     wanted = _chosen(options.components)
     settings = settings_of(options, wanted)
     election = election_of(options)
+    observe_requests(metrics.observe_api_request)
     try:
         runtime = Runtime(Client.from_kubeconfig(options.kubeconfig))
     except ConfigError as err:

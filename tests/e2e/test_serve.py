@@ -76,6 +76,13 @@ def test_serve_answers_health_readiness_and_metrics_of_a_gang(
     for verb in ("filter", "bind"):  # 4 members: 4 filter calls and 4 binds at least
         key = "gangplugin_extender_request_duration_seconds_count"
         assert value(after, key, verb=verb) >= value(before, key, verb=verb) + 4, verb
+    # its own requests: the barrier's 4 bindings, and the pod watch its caches share
+    binds = {"verb": "POST", "resource": "pods/binding", "code": "201"}
+    assert (
+        value(after, "gangplugin_api_requests_total", **binds)
+        >= value(before, "gangplugin_api_requests_total", **binds) + 4
+    )
+    assert value(after, "gangplugin_api_requests_total", verb="WATCH", resource="pods", code="200") >= 1
     text = get(local, 1, "/metrics").text
     for family in ("gangplugin_gang_evictions_total", "gangplugin_plan_quota"):
         assert f"# TYPE {family} " in text, family
