@@ -76,3 +76,21 @@ def test_a_node_labelled_not_ready_is_left_notready_by_kwok() -> None:
     # stage sets the failed node Ready again at once, and the fault tests almost nothing
     stages = (REPO / "deploy" / "kwok" / "stages.yaml").read_text()
     assert f'.metadata.labels["{NOT_READY_LABEL}"]' in stages
+
+
+def test_kwok_plays_pod_stages_16_at_once_and_keeps_its_other_defaults() -> None:
+    # given a KwokConfiguration kwok defaults none of its options (v0.8.0 fails to start with
+    # nodeLeaseParallelism 0): each of its defaulted options is written out
+    docs = list(yaml.safe_load_all((REPO / "deploy" / "kwok" / "stages.yaml").read_text()))
+    (config,) = [d for d in docs if d and d.get("kind") == "KwokConfiguration"]
+    options = config["options"]
+    assert options["podPlayStageParallelism"] == 16
+    assert {
+        k: options[k]
+        for k in ("nodePlayStageParallelism", "nodeLeaseParallelism", "podsOnNodeSyncParallelism")
+    } == {
+        "nodePlayStageParallelism": 4,
+        "nodeLeaseParallelism": 4,
+        "podsOnNodeSyncParallelism": 1,
+    }
+    assert options["enablePodsOnNodeSyncListPager"] is True and options["enableDebuggingHandlers"] is True
