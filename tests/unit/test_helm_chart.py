@@ -196,6 +196,7 @@ def test_alerts_and_dashboard_read_only_metrics_that_exist() -> None:
         "DecisionSlow",
         "RequeuesHigh",
         "NodeReplacementImpossible",
+        "APIRequestsFailing",
     ):
         assert f"Gangplugin{alert}" in alerts
     titles = {p["title"] for p in dashboard["panels"]}
@@ -205,6 +206,7 @@ def test_alerts_and_dashboard_read_only_metrics_that_exist() -> None:
         "Requeues and deactivations per hour",
         "Node replacements per hour",
         "Plan quota (nominalQuota from TrainingPlans)",
+        "API server requests per second",
     ):
         assert panel in titles
     monitor = find(objs, "ServiceMonitor", "gangplugin")
