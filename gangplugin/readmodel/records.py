@@ -265,7 +265,10 @@ class WorkloadRecord:
 
     def check(self, names: Mapping[str, object] | frozenset[str]) -> CheckEntry | None:
         """The entry of the first of `names` the Workload carries."""
-        return next((c for c in self.checks if c.name in names), None)
+        for c in self.checks:  # a loop, not next(genexpr): every pass asks for every Workload
+            if c.name in names:
+                return c
+        return None
 
     def queued(
         self, state: CheckState | None, policy: str | None = None, *, assumed: bool = False

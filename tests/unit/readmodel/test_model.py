@@ -3,12 +3,15 @@ Workload, its followers' hooks and the gangs it summarizes."""
 
 from __future__ import annotations
 
+from copy import deepcopy
 from typing import Any
 
 from gangplugin.admission.writes import as_admitted
 from gangplugin.core.gangs import Phase
+from gangplugin.core.placement import Gang
 from gangplugin.core.states import CheckState
 from gangplugin.kube.client import CLUSTER_QUEUES, LOCAL_QUEUES, NODES, PODS, WORKLOADS
+from gangplugin.kube.resources import RESOURCE_FLAVORS
 from gangplugin.readmodel.model import Config, Follower
 from gangplugin.readmodel.records import NodeRecord, PodRecord, WorkloadRecord, workload_record
 from gangplugin.readmodel.summaries import GangKind, Owner, Summaries
@@ -181,3 +184,32 @@ def test_a_gang_is_summarized_with_its_job_queue_phase_and_pods() -> None:
     assert solo is not None and solo[0].kind is GangKind.POD_GANG and solo[0].pods.total == 2
     assert [g.name for g in summaries.all("team-a")] == ["job-train", "solo"]
     assert summaries.find("team-a", "job-train-0") is None
+
+
+def test_a_gang_is_parsed_once_per_cached_workload_and_again_for_a_copy_or_a_new_flavor() -> None:
+    """Every pass reads every admitted gang: the cache's own Workload is parsed once; a copy with
+    the same resourceVersion (other flavors assigned in its status) and a changed ResourceFlavor
+    are parsed again, never answered from what was kept."""
+    caches = Caches()
+    standard(caches)
+    flavor = {"metadata": {"name": "gb200", "resourceVersion": "1"}, "spec": {"nodeLabels": {"pool": "a"}}}
+    caches.put(RESOURCE_FLAVORS, flavor)
+    wl = workload("g", 2, check="Ready", admitted=True)
+    wl["status"]["admission"]["podSetAssignments"][0]["flavors"] = {"nvidia.com/gpu": "gb200"}
+    caches.put(WORKLOADS, wl)
+    model = caches.model()
+    cached = model.workloads.get("team-a/g")
+    assert cached is not None
+
+    def pool(gang: Gang) -> str | None:
+        return dict(gang.podsets[0].constraints.node_selector).get("pool")
+
+    first = model.gangs.gang(cached)
+    assert pool(first) == "a"
+    assert model.gangs.gang(cached) is first  # kept
+    copy = deepcopy(cached)
+    copy["status"]["admission"]["podSetAssignments"][0]["flavors"] = {"nvidia.com/gpu": "other"}
+    assert pool(model.gangs.gang(copy)) is None  # same resourceVersion, another status: parsed
+    assert pool(model.gangs.gang(cached)) == "a"
+    caches.put(RESOURCE_FLAVORS, {**flavor, "spec": {"nodeLabels": {"pool": "b"}}})
+    assert pool(model.gangs.gang(cached)) == "b"  # the flavor changed: parsed again
