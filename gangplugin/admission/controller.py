@@ -22,7 +22,6 @@ is requeued (check Retry) at that instant, and pods carry the block end to check
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 
@@ -42,12 +41,6 @@ PASS = "pass"
 #: gang's pods change thousands of times as they are made, pinned, bound and started, and each
 #: look reads every pod (one look per change kept one core busy for the whole of it).
 POD_LOOK_SECONDS = 1.0
-#: While events keep coming, a pass runs again only after resting this many times as long as the
-#: last one took (at most MAX_PASS_REST s): each pass reads every admitted gang, and back to back
-#: over a 5,000-node burst they kept the leader's core busy (a pass made cheaper just ran more
-#: often), taking the CPU the API server and Kueue needed to move the gangs on.
-PASS_REST = 2.0
-MAX_PASS_REST = 1.0
 #: The check's own objects, whose status it keeps (work item prefix).
 _ITS_STATUS = {Config.ADMISSION_CHECK: "check", Config.GANG_POLICY: "policy"}
 
@@ -63,10 +56,8 @@ class GangAdmission(Follower):
         model: ReadModel,
         clock: Callable[[], float] = time.time,
         in_flight: AdmissionsInFlight | None = None,
-        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.model = model
-        self.monotonic = monotonic  # how long a pass took, and when the next may run
         writer = CheckWriter(client, clock)
         # a write refused or failed: its gangs are decided again
         self.admission = AdmissionPass(
@@ -75,41 +66,13 @@ class GangAdmission(Follower):
         self.watchdog = Watchdog(model, writer, clock)
         self.status = ConfigStatus(model, writer)
         # The pass first: a burst's pod events queue one watchdog item per gang ahead of it.
-        self.queue = WorkQueue(first=frozenset({PASS}), clock=monotonic)
-        self._pass_lock = threading.Lock()
-        self._passing = False  # a pass runs: what asks for one now is answered once it rested
-        self._asked = False  # ...and something did
-        self._rest_until = 0.0  # monotonic: no pass asked for by an event before this
+        self.queue = WorkQueue(first=frozenset({PASS}))
         model.follow(self)
-
-    def _pass_soon(self) -> None:
-        """A pass, once the last one has rested (`PASS_REST`); at once after a quiet spell."""
-        with self._pass_lock:
-            if self._passing:
-                self._asked = True
-                return
-            rest = self._rest_until - self.monotonic()
-        self.queue.add_after(PASS, rest)
-
-    def _run_pass(self) -> float | None:
-        with self._pass_lock:
-            self._passing, self._asked = True, False
-        began = self.monotonic()
-        try:
-            return self.admission.run()
-        finally:
-            ended = self.monotonic()
-            with self._pass_lock:
-                self._passing = False
-                self._rest_until = ended + min(MAX_PASS_REST, PASS_REST * (ended - began))
-                asked = self._asked
-            if asked:
-                self.queue.add_after(PASS, self._rest_until - ended)
 
     # -- the model's hooks: only enqueue ---------------------------------------------------------
 
     def workload(self, old: WorkloadRecord | None, new: WorkloadRecord | None) -> None:
-        self._pass_soon()
+        self.queue.add(PASS)
         some = new or old
         if some is not None:
             self.queue.add("wl/" + some.key)
@@ -123,7 +86,7 @@ class GangAdmission(Follower):
                 self.queue.add_after("wl/" + owner, POD_LOOK_SECONDS)
         # A pod group's pod marked with its Workload: a group waiting for its pods may go now.
         if new is not None and new.pod_group and (old is None or old.pod_group != new.pod_group):
-            self._pass_soon()
+            self.queue.add(PASS)
         # A gang's pod left (it is being deleted or finished), or the capacity it held came
         # free (a deleted pod holds its node until it is gone: on a real node, its grace
         # period): a waiting gang may fit now.
@@ -131,7 +94,7 @@ class GangAdmission(Follower):
             (old.placed_on and (new is None or not new.placed_on))
             or (old.bound is not None and (new is None or new.bound is None))
         ):
-            self._pass_soon()
+            self.queue.add(PASS)
 
     def node(self, old: NodeRecord | None, new: NodeRecord | None) -> None:
         self._recheck_admitted()
@@ -148,10 +111,10 @@ class GangAdmission(Follower):
             if kind is Config.GANG_POLICY:
                 for ac in self.model.admission_checks.items():
                     self.queue.add(f"check/{ac['metadata']['name']}")
-        self._pass_soon()
+        self.queue.add(PASS)
 
     def _recheck_admitted(self) -> None:
-        self._pass_soon()
+        self.queue.add(PASS)
         for wl in self.model.workloads.items():
             record = self.model.record(wl)
             if record.admitted:
@@ -160,7 +123,7 @@ class GangAdmission(Follower):
     def reconcile(self, key: str) -> float | None:
         if key == PASS:
             seen = metrics.newest_resource_version(self.model.workloads.items())
-            wake = self._run_pass()
+            wake = self.admission.run()
             metrics.ADMISSION_PASS_SEEN.set(seen)
             return wake
         kind, _, rest = key.partition("/")

@@ -33,39 +33,3 @@ def test_a_pod_enqueues_a_pass_when_it_starts_leaving_and_again_when_its_node_is
     assert PASS in drained(adm)  # it is leaving: preemption and reservations read it so
     caches.delete(PODS, terminating)
     assert PASS in drained(adm)  # its node's capacity is free now
-
-
-def test_passes_rest_between_them_while_events_keep_coming() -> None:
-    """A pass asked for by an event runs once the last one has rested twice as long as it took;
-    one asked for while a pass runs, likewise once after it, not at once; after a quiet spell, at
-    once."""
-    caches = standard()
-    caches.put(WORKLOADS, workload("waiting", 1))
-    t = [100.0]
-    adm = GangAdmission(FakeApi().client(), caches.model(), clock=lambda: NOW, monotonic=lambda: t[0])
-    caches.replay()
-    drained(adm)
-    record = caches.model().record(caches.model().workloads.items()[0])
-    asked_meanwhile = [False]
-
-    def a_pass_of_100_ms() -> None:
-        t[0] += 0.1
-        if asked_meanwhile[0]:
-            adm.workload(None, record)
-
-    adm.admission.run = a_pass_of_100_ms  # type: ignore[method-assign, assignment]
-    adm.reconcile(PASS)
-    adm.workload(None, record)
-    assert PASS not in drained(adm)  # resting
-    t[0] += 0.2
-    assert PASS in drained(adm)
-    asked_meanwhile[0] = True
-    adm.reconcile(PASS)
-    assert PASS not in drained(adm)  # asked while it ran: after the rest
-    t[0] += 0.2
-    assert PASS in drained(adm)
-    asked_meanwhile[0] = False
-    adm.reconcile(PASS)
-    t[0] += 5.0  # quiet
-    adm.workload(None, record)
-    assert PASS in drained(adm)
