@@ -52,6 +52,7 @@ def run_pass(c: Caches, big: dict[str, Any]) -> Api:
     adm = GangAdmission(c.client, c.model(), clock=lambda: NOW + 90)
     c.replay()
     adm.admission.run()
+    assert adm.admission.outbox.wait(30), "the pass's writes did not end"  # they run beside it
     return api
 
 
