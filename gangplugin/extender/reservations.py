@@ -139,15 +139,20 @@ class GangReservations:
 
     def admission_unseen(self, pod: GangPod) -> bool:
         """A pod of a gang the gang check admitted (it carries the bind-mode label the check
-        stamps) whose admission these reservations have not been told of. Such a gang is not
-        planned yet: the admission pass writes its admissions in the order it decided them, and
-        the Workload watch delivers them in that order, so once this gang's admission is here,
-        every admission decided before it is here too, and its plan leaves their promised
-        capacity alone (planned sooner, it took nodes the pass had just promised another gang)."""
+        stamps) whose admission these reservations have not seen on the Workload watch. Such a
+        gang is not planned yet: the admission pass writes its admissions in the order it decided
+        them (or announces them first, in this process), and the Workload watch delivers them in
+        that order, so once this gang's admission is here, every admission decided before it is
+        here too, and its plan leaves their promised capacity alone (planned sooner, it took
+        nodes the pass had just promised another gang). An announced admission is not enough:
+        the watch delivers every Workload change the pass saw before deciding it (another gang
+        finished or deleted, its promise given back) only ahead of the admission's own write;
+        planned before those, a gang the check counted in particular UltraServers of a wide
+        domain found them still promised to a gang that had left, and was pinned elsewhere."""
         return (
             pod.bind_mode is not None
             and self.admitted_of is not None
-            and pod.gang_key not in self.promises.admitted
+            and (pod.gang_key not in self.promises.admitted or pod.gang_key in self.announced)
         )
 
     def _settings_of(self, gkey: GangKey) -> tuple[PlacementPolicy, Snapshot, bool]:

@@ -49,7 +49,7 @@ from gangplugin.core.names import GANG_LABEL, PLACEMENT_GATE
 from gangplugin.core.policy import POD_GROUP_BIND_MODE
 from gangplugin.core.topology import HOSTNAME_LABEL
 from gangplugin.extender.pods import gang_pod_from_k8s
-from gangplugin.extender.reservations import GangReservations
+from gangplugin.extender.reservations import UNSEEN_ADMISSION, GangReservations
 from gangplugin.kube.client import JSON, PODS, WORKLOADS, ApiError, Client
 from gangplugin.kube.events import record_event
 from gangplugin.kube.expectations import DeletionExpectations
@@ -156,6 +156,17 @@ class Ungater:
                 self.queue.add_after(key, PARTIAL_LOOK_SECONDS)
             else:
                 self.queue.add(key)
+
+    def on_workload(self, kind: str, old: JSON | None, new: JSON | None) -> None:
+        """Runs after the reservations' handler, on their dispatcher: a gang waiting for its
+        admission to reach the reservations is looked at again at once, not after RETRY_SECONDS."""
+        obj = new or old
+        if obj is None:
+            return
+        meta = obj["metadata"]
+        key = f"{meta.get('namespace', '')}/{gang_id(str(meta['name']))}"
+        if self._waiting.get(key) == UNSEEN_ADMISSION:
+            self.queue.add(key)
 
     def on_node(self, kind: str, old: NodeRecord | None, new: NodeRecord | None) -> None:
         """Runs after the reservations' handler, on their dispatcher: gangs with pods pinned to the

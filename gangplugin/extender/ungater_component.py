@@ -8,7 +8,7 @@ from __future__ import annotations
 from gangplugin.extender.pods import gang_pod_from_k8s
 from gangplugin.extender.shared import ReservationSettings, dispatcher, gang_reservations
 from gangplugin.extender.ungater import Ungater
-from gangplugin.kube.client import NODES, PODS
+from gangplugin.kube.client import NODES, PODS, WORKLOADS
 from gangplugin.kube.workqueue import start_workers
 from gangplugin.readmodel.records import node_record
 from gangplugin.runtime.components import LeaderController, Runtime
@@ -33,6 +33,8 @@ class UngaterComponent(LeaderController[Ungater]):
         on = dispatcher(runtime)
         runtime.informer(NODES, node_record).add_handler(ungater.on_node, on)
         runtime.informer(PODS, gang_pod_from_k8s).add_handler(ungater.on_pod, on)
+        if ungater.reservations.admitted_of is not None:  # Kueue served: its Workloads watched
+            runtime.informer(WORKLOADS).add_handler(ungater.on_workload, on)
         return ungater
 
     def run(self, runtime: Runtime, ungater: Ungater) -> None:

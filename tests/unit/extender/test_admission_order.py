@@ -18,6 +18,8 @@ from gangplugin.admission.outbox import Outbox, Sent
 from gangplugin.extender.pods import gang_pod_from_k8s
 from gangplugin.extender.reservations import UNSEEN_ADMISSION, AdmissionUnseen, GangReservations
 from gangplugin.extender.shared import admitted_of, policy_of
+from gangplugin.extender.ungater import RETRY_SECONDS, Ungater
+from gangplugin.kube.client import Client
 from gangplugin.kube.resources import ADMISSION_CHECKS
 from gangplugin.readmodel.records import node_record
 from tests.support.caches import model_of
@@ -50,6 +52,22 @@ def test_the_ungater_does_not_pin_a_gang_before_its_admission_reaches_the_reserv
     res.on_workload("ADDED", None, workload())
     pins, why = res.pins(("ns", "train"), now=0.0)
     assert len(pins) == 3, why
+
+
+def test_the_ungater_looks_again_at_once_when_the_admission_it_waited_for_reaches_the_watch() -> None:
+    res = reservations(US1)
+    add(res, *(ungate_pod(f"p{i}", "train", 3) for i in range(3)))
+    ungater = Ungater(Client("https://api.test", False), res, clock=lambda: 0.0, workers=1)
+    try:
+        assert ungater.reconcile("ns/train") == RETRY_SECONDS  # its admission not seen yet
+        other = {**workload(), "metadata": {"name": "other", "namespace": "ns"}}
+        ungater.on_workload("ADDED", None, other)  # another gang's Workload: not looked at
+        assert ungater.queue.get(timeout=0) is None
+        res.on_workload("ADDED", None, workload())
+        ungater.on_workload("ADDED", None, workload())
+        assert ungater.queue.get(timeout=0) == "ns/train"
+    finally:
+        ungater.patcher.shutdown()
 
 
 def test_a_plain_pod_gang_needs_no_admission() -> None:

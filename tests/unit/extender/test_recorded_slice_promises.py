@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from gangplugin.admission.writes import as_admitted
 from gangplugin.core.admission import promised_pods
 from gangplugin.core.names import (
     REQUIRED_TOPOLOGY_ANNOTATION,
@@ -17,7 +18,7 @@ from gangplugin.core.names import (
     SLICE_SIZE_ANNOTATION,
 )
 from gangplugin.core.topology import HOSTNAME_LABEL, ULTRASERVER_LABEL, ZONE_LABEL
-from gangplugin.extender.reservations import GangReservations
+from gangplugin.extender.reservations import UNSEEN_ADMISSION, GangReservations
 from gangplugin.extender.shared import admitted_of, policy_of
 from gangplugin.kube.client import NODES
 from gangplugin.readmodel.records import node_record
@@ -150,3 +151,42 @@ def test_the_rest_of_a_gang_pinned_in_part_is_promised_where_the_check_counted_i
         p["metadata"]["annotations"].update({**asked, SLICE_DOMAINS_ANNOTATION: record})
     add(res, *pods)
     assert _promised_on(res) == ({"us-2", "us-3"} if len(pinned) == 1 else {"us-2"})
+
+
+def test_a_gang_announced_but_not_seen_on_the_watch_waits_for_what_the_check_saw_before_it() -> None:
+    """The check saw a gang leave us-3 (its Workload deleted) and admitted a wide gang counted
+    there, announcing it before its write; the reservations' Workload watch, behind, still held
+    the one that left. Pinned then, the record did not fit and the wide gang went where the check
+    had not counted it (`test_node_failures`, once in CI, beside the samples' gangs leaving).
+    It waits for its own write on the watch, which comes after everything the check saw."""
+    asked, record = {REQUIRED_TOPOLOGY_ANNOTATION: LAYER}, "us-3*2,us-2*2"
+    leaving = objects.workload(
+        "leaving",
+        "ns",
+        objects.podset(2),
+        reserved_by="cq",
+        conditions=[objects.condition("QuotaReserved")],
+        checks=[objects.check_state("gang", "Ready", pinned={ULTRASERVER_LABEL: "us-3"})],
+        resourceVersion="1",
+    )
+    written = _wide(record, asked)
+    decided_on = {**written, "metadata": {**written["metadata"], "resourceVersion": "7"}}
+    decided_on["status"] = {**written["status"], "admissionChecks": [objects.check_state("gang", "Pending")]}
+    written["metadata"]["resourceVersion"] = "9"
+    res = _reservations(written, leaving)
+    res.on_workload("ADDED", None, leaving)
+    res.on_workload("ADDED", None, decided_on)
+    updates = written["status"]["admissionChecks"][0]["podSetUpdates"]
+    res.on_admitting(as_admitted(decided_on, "gang", updates))
+    pods = [ungate_pod(f"wide-{i}", "wide", 4) for i in range(4)]
+    for p in pods:
+        p["metadata"]["annotations"].update({**asked, SLICE_DOMAINS_ANNOTATION: record})
+        p["spec"]["nodeSelector"] = {LAYER: "l1"}
+    add(res, *pods)
+
+    assert res.pins(("ns", "wide"), now=0.0) == ([], UNSEEN_ADMISSION)
+
+    res.on_workload("DELETED", leaving, None)  # the watch catches up: first what the check saw,
+    res.on_workload("MODIFIED", decided_on, written)  # then the admission's own write
+    pins, why = res.pins(("ns", "wide"), now=0.0)
+    assert sorted(node.rsplit("-", 1)[0] for _, node in pins) == ["us-2", "us-2", "us-3", "us-3"], why
