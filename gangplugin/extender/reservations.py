@@ -9,9 +9,10 @@ other reserved. One replica holds it (the leader), built from the API after a re
 Reservations are charged to the snapshot as placeholder pods (one per plan slot), so every
 later plan and filter sees them without a second bookkeeping of free capacity. A slot's
 placeholder is released when the member it was given to shows up bound in the pod cache,
-or when the plan is dropped (barrier timeout, expiry, re-plan). Everything here is rebuilt
-from the API after a restart: plans are short-lived reservations, like kube-scheduler's own
-assumed pods, and members waiting at a barrier that died are retried by the scheduler.
+or when the plan is dropped (barrier timeout, expiry, re-plan, the gang's last pod gone).
+Everything here is rebuilt from the API after a restart: plans are short-lived reservations,
+like kube-scheduler's own assumed pods, and members waiting at a barrier that died are retried
+by the scheduler.
 
 Nodes kube-scheduler refused for a gang member's planned slot are remembered per pod shape
 (`rejected`) and left out of that shape's next plans, until `reject_ttl` passes, a watch event
@@ -306,6 +307,12 @@ class GangReservations:
             members.discard(pod.key)
             if not members:
                 del self.gangs[gkey]
+                # Its last pod is gone (its Job deleted): a plan slot no pod claimed would hold
+                # its node until the plan expired, room the gang check counts free. In CI a
+                # RayCluster deleted with one pod short of its barrier held a node of us-4 for
+                # 2 minutes, and a wide gang the check counted there was pinned elsewhere.
+                if gkey in self.plans:
+                    self.drop(gkey)
 
     # -- nodes kube-scheduler refused ------------------------------------------------------
 

@@ -64,6 +64,21 @@ def test_pins_hold_their_nodes_against_other_gangs_until_bound() -> None:
     assert pins_c == [] and "cannot be placed whole" in why
 
 
+def test_a_plan_goes_with_the_last_pod_of_its_gang_though_a_slot_was_never_claimed() -> None:
+    """A gang deleted while one of its pods had not reached the extender yet: nothing holds the
+    unclaimed slot's node for it any more (the gang check counts it free at once)."""
+    cache = cache_of({"us-1": 4})
+    members = [pod(f"p{i}", "g", 3) for i in range(3)]
+    add(cache, *members)
+    for m in members[:2]:  # the third never asks before the gang is deleted
+        verdict, _ = cache.filter(gang_pod_from_k8s(m), [f"us-1-{i}" for i in range(4)], now=0.0)
+        assert verdict.passed
+    assert ("ns", "g") in cache.plans
+    for m in members:
+        cache.on_pod("DELETED", gang_pod_from_k8s(m), None)
+    assert ("ns", "g") not in cache.plans and not cache.reserved_on
+
+
 def test_after_a_restart_the_gated_rest_joins_the_pinned_members_domain() -> None:
     cache = cache_of({"us-1": 4, "us-2": 4})
     # A previous ungater pinned two pods to us-1 and died; two are still gated.
