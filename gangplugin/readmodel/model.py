@@ -173,8 +173,9 @@ class ReadModel:
     def _on_pod(self, _kind: str, old: PodRecord | None, new: PodRecord | None) -> None:
         if old == new:
             return  # nothing the model reads changed (a status field it does not keep)
-        self.capacity.on_pod(old, new)
-        self.index.on_pod(old, new)
+        with self.capacity.locked():  # a reader under the lock sees both at the same pod
+            self.capacity.on_pod(old, new)
+            self.index.on_pod(old, new)
         for f in self._followers:
             f.pod(old, new)
 
@@ -361,8 +362,14 @@ class ReadModel:
         """A fresh snapshot with every admitted gang's promise (`admitted`: those of the queue
         read now, unless given), for readers off the admission pass: `gangctl explain`, the
         MultiKueue dispatcher; the pass itself keeps `capacity`'s snapshots current."""
-        snap = self.capacity.build(levels)
-        for p in self.promises(self.queue().admitted() if admitted is None else admitted):
+        admitted = self.queue().admitted() if admitted is None else admitted
+        # The bound pods and each gang's placed pods of one moment: read apart, the handlers
+        # (another thread) could bind a gang's pods in between, its promise would drop them
+        # while the snapshot did not count them yet, and its nodes would look free.
+        with self.capacity.locked():
+            snap = self.capacity.build(levels)
+            promises = self.promises(admitted)
+        for p in promises:
             try:
                 promise(snap, p.gang(snap), p.namespace, p.policy, p.occupied, keep_what_fits=True)
             except InputError as err:
