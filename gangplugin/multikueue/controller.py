@@ -18,7 +18,8 @@ v0.19) empties the nomination when Kueue records the worker that admitted the ga
 Work items (one WorkQueue, keys collapse): "workers" connects to (or drops) worker clusters as
 MultiKueueClusters and their Secrets change; "pass" decides every waiting gang, in Kueue's
 queue order (`core.admission.admission_queue`), on one snapshot per worker and level order:
-nominations in flight are charged first, so a burst never over-promises a worker.
+nominations in flight are charged first, and the gangs Kueue recorded in a worker whose copy our
+watch of it does not show admitted yet, so a burst never over-promises a worker.
 """
 
 from __future__ import annotations
@@ -271,6 +272,7 @@ class MultiKueueDispatcher:
         entries: dict[str, tuple[JSON, str]] = {}
         queued = []
         seen = set()
+        landed: list[tuple[JSON, str]] = []  # gangs Kueue recorded in a worker, and which
         for cached in self.workloads.items():
             wl = self._latest(cached)
             parsed = workload_record(wl)
@@ -280,6 +282,9 @@ class MultiKueueDispatcher:
                 continue
             entries[parsed.key] = (wl, entry.name)
             queued.append(parsed.queued(entry.state))
+            cluster = (wl.get("status") or {}).get("clusterName")
+            if cluster and not parsed.finished:
+                landed.append((wl, str(cluster)))
         for gone in set(self._written) - seen:
             del self._written[gone]
         waiting: list[_Waiting] = []
@@ -301,7 +306,14 @@ class MultiKueueDispatcher:
             waiting.append(_Waiting(wl, workers, record, copies, s))
         ps = _Pass()
         wake: list[float] = []
-        # Nominations in flight first: the gangs decided after them must see their capacity.
+        # Kueue records a gang's worker once its copy is admitted there, as its own watch of the
+        # worker shows it; ours may not show it yet, and the worker's capacity would not count it.
+        for wl, cluster in landed:
+            if self.connected(cluster) is None:
+                key = object_key(wl)
+                if self.connections[cluster].view.copy(key).state is not CopyState.ADMITTED:
+                    self._hold(ps, wl, cluster, now)
+        # Nominations in flight next: the gangs decided after them must see their capacity.
         for w in waiting:
             s = w.step_
             there = w.copies.get(s.worker or "", Copy(CopyState.ABSENT)).state

@@ -420,3 +420,39 @@ def test_a_pass_on_a_cache_that_lags_counts_its_own_last_nominations() -> None:
         assert s.nominated("early") == ["b"] and s.nominated("first") == ["a"]
     finally:
         s.close()
+
+
+@pytest.mark.parametrize(
+    ("manager_state", "held"),
+    [
+        ({"clusterName": "a"}, True),  # recorded there, the manager's check still Pending
+        ({"clusterName": "a", "admitted": True}, True),  # and admitted on the manager
+        ({"clusterName": "a", "admitted": True, "finished": True}, False),  # ended: holds nothing
+    ],
+)
+def test_a_gang_kueue_recorded_in_a_worker_holds_its_capacity_before_our_watch_of_it_shows_its_copy_admitted(
+    manager_state: dict[str, Any], held: bool
+) -> None:
+    s = Setup({"a": worker_cluster({"a-us1": 4}), "b": worker_cluster({"b-us1": 6})})
+    try:
+        first = workload("first", 4, clusterName=manager_state["clusterName"])
+        if manager_state.get("admitted"):
+            first["status"]["conditions"].append(cond("Admitted"))
+            first["status"]["admissionChecks"][0]["state"] = "Ready"
+        if manager_state.get("finished"):
+            first["status"]["conditions"].append(cond("Finished"))
+        s.submit(first)
+        # Kueue's watch of worker a showed `first` admitted; ours still shows its copy deciding.
+        copy = workload("first", 4)
+        copy["status"] = {
+            "conditions": [cond("QuotaReserved")],
+            "admissionChecks": [{"name": "gang", "state": "Pending"}],
+        }
+        s.workers["a"].put(KUEUE, "workloads", copy)
+        s.submit(workload("second", 4))
+        s.run()
+        # a's one UltraServer of 4 is the tightest fit, unless `first` holds it
+        assert s.nominated("second") == (["b"] if held else ["a"])
+        assert not s.nominated("first")  # recorded in a: nothing of the dispatcher's to write
+    finally:
+        s.close()
