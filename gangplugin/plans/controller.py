@@ -18,7 +18,7 @@ from gangplugin.core.errors import InputError
 from gangplugin.core.plans import TrainingPlan, plan_state
 from gangplugin.core.quota import next_quota_change, queue_quota, quota_update
 from gangplugin.core.timeutil import format_time
-from gangplugin.kube.client import CLUSTER_QUEUES, JSON, Client
+from gangplugin.kube.client import CLUSTER_QUEUES, JSON, ApiError, Client
 from gangplugin.kube.dispatcher import Dispatcher
 from gangplugin.kube.events import record_event
 from gangplugin.kube.informer import Informer
@@ -31,6 +31,7 @@ from gangplugin.runtime import metrics
 log = logging.getLogger(__name__)
 
 COMPONENT = "gangplugin-plans"
+CONFLICT_ATTEMPTS = 3  # quota writes per reconcile that a 409 sends back to a fresh read
 ACCEPTED = names.PLAN_ACCEPTED_CONDITION
 
 Clock = Callable[[], datetime]
@@ -165,13 +166,29 @@ class PlanController:
             return None  # its plans are told by the ClusterQueue's DELETED event
         now = self.clock()
         plans = self._plans_of(name)
-        managed = managed_quotas(cq)
         desired = queue_quota(plans, name, now)
         metrics.plan_quota(name, desired)
-        update = quota_update(desired, nominal_quotas(cq), managed)
-        if update.values or update.managed != managed:
-            self.client.patch(CLUSTER_QUEUES, name, quota_patch(cq, update.values, update.managed))
+        for attempt in range(CONFLICT_ATTEMPTS):
+            managed = managed_quotas(cq)
+            update = quota_update(desired, nominal_quotas(cq), managed)
+            if not update.values and update.managed == managed:
+                break
+            try:
+                self.client.patch(CLUSTER_QUEUES, name, quota_patch(cq, update.values, update.managed))
+            except ApiError as err:
+                if err.status != 409 or attempt == CONFLICT_ATTEMPTS - 1:
+                    raise
+                # Kueue writes the ClusterQueue's status all along, and the cache may not show
+                # that version yet: decide again on the object as it is now, at once (a block's
+                # end is when the quota must change).
+                log.info("ClusterQueue %s changed under the quota write; writing again", name)
+                fresh = self.client.get_or_none(CLUSTER_QUEUES, name)
+                if fresh is None:
+                    return None
+                cq = fresh
+                continue
             log.info("ClusterQueue %s: nominalQuota %s at %s", name, update.values, format_time(now))
+            break
         return _seconds_until(next_quota_change(plans, name, now), now)
 
 

@@ -1,6 +1,6 @@
 """A cluster's API behind httpx.MockTransport, for the dispatcher's adapter tests: it fakes the
 network and the object store, not Kubernetes' logic (the e2e tests run the real thing). Lists
-answer the stored objects; each watch streams every later change of its resource; a merge
+and gets answer the stored objects; each watch streams every later change of its resource; a merge
 patch or a server-side apply of `status.nominatedClusterNames` is refused with 409 when its
 resourceVersion is not the stored one, and otherwise stored (and watched)."""
 
@@ -137,6 +137,12 @@ class FakeCluster:
                 ]
                 body = {"metadata": {"resourceVersion": str(self.rv)}, "items": items}
             return httpx.Response(200, content=orjson.dumps(body))
+        if request.method == "GET" and sub is None:
+            with self._lock:
+                found = self.objects.get(coll, {}).get(f"{ns or ''}/{name}")
+            if found is None:
+                return httpx.Response(404, content=b'{"reason":"NotFound","message":"not found"}')
+            return httpx.Response(200, content=orjson.dumps(found))
         if request.method == "PATCH" and name is not None:
             body = orjson.loads(request.content)
             self.writes.append((request.method, request.url.path, body))
