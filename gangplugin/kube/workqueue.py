@@ -10,6 +10,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from gangplugin.kube.client import ApiError
+
 log = logging.getLogger(__name__)
 
 # A reconcile returns None when done, or the seconds after which to run it again.
@@ -143,9 +145,12 @@ def run_worker(queue: WorkQueue, reconcile: Reconcile, name: str) -> None:
     while (key := queue.get()) is not None:
         try:
             again = reconcile(key)
-        except Exception:
+        except Exception as err:
             delay = queue.retry(key)
-            log.exception("%s: reconcile %s failed; retrying in %.1fs", name, key, delay)
+            if isinstance(err, ApiError) and err.status == 409:  # another writer came first: expected
+                log.info("%s: %s met a newer version (%s); retrying in %.1fs", name, key, err, delay)
+            else:
+                log.exception("%s: reconcile %s failed; retrying in %.1fs", name, key, delay)
         else:
             queue.forget(key)
             if again is not None:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 
+import pytest
+
+from gangplugin.kube.client import ApiError
 from gangplugin.kube.workqueue import WorkQueue, run_worker
 
 
@@ -113,3 +117,24 @@ def test_a_first_key_is_handed_out_ahead_of_the_keys_queued_before_it() -> None:
         "wl/b",
         "wl/c",
     ]
+
+
+def test_a_conflict_is_retried_as_the_ordinary_thing_it_is_and_a_failure_is_logged_as_one(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    q = WorkQueue(base_delay=0)
+    errors = [ApiError(409, "Conflict", "the object has been modified"), RuntimeError("a bug")]
+
+    def reconcile(key: str) -> float | None:
+        if errors:
+            raise errors.pop(0)
+        q.shutdown()
+        return None
+
+    q.add("cq/a")
+    with caplog.at_level(logging.INFO, logger="gangplugin.kube.workqueue"):
+        run_worker(q, reconcile, "plans")  # returns at the shutdown of the third call
+    conflict, failure = caplog.records
+    assert conflict.levelno == logging.INFO and conflict.exc_info is None
+    assert "cq/a met a newer version (409 Conflict" in conflict.getMessage()
+    assert failure.levelno == logging.ERROR and failure.exc_info is not None
