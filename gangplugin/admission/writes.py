@@ -249,9 +249,13 @@ class CheckWriter:
             "observedGeneration": obj["metadata"].get("generation", 0),
         }
         others = [c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") != kind]
-        self.client.patch(
-            res, obj["metadata"]["name"], {"status": {"conditions": [*others, cond]}}, subresource="status"
-        )
+        try:
+            body = {"status": {"conditions": [*others, cond]}}
+            self.client.patch(res, obj["metadata"]["name"], body, subresource="status")
+        except ApiError as err:
+            if err.status == 404:
+                return False  # deleted since the cache showed it: nothing left to report on
+            raise
         return True
 
     def delete_pod(self, namespace: str, name: str) -> None:

@@ -10,7 +10,8 @@ import orjson
 import pytest
 
 from gangplugin.admission.writes import BACKOFF_FIELD_MANAGER, CheckWriter
-from gangplugin.kube.client import Client
+from gangplugin.kube.client import ApiError, Client
+from gangplugin.kube.resources import ADMISSION_CHECKS
 from tests.support import objects
 
 UNTIL = "2026-12-01T10:01:00Z"
@@ -110,3 +111,11 @@ def test_the_admission_latency_runs_from_quota_reserved_to_the_end_of_the_check_
     # quota reserved 2 s before the pass began
     assert writer.admit(workload(), "gang", AdmissionDecision(True, "gang admitted"), NOW, NOW - 2.0)
     assert observed() == (count + 1, pytest.approx(total + 9.0))
+
+
+def test_a_condition_on_an_object_deleted_since_the_cache_showed_it_is_not_an_error() -> None:
+    ac = objects.admission_check("gang")
+    assert Api(404).writer().set_condition(ADMISSION_CHECKS, ac, "Active", "True", "Active", "ready") is False
+    assert Api(200).writer().set_condition(ADMISSION_CHECKS, ac, "Active", "True", "Active", "ready") is True
+    with pytest.raises(ApiError):
+        Api(500).writer().set_condition(ADMISSION_CHECKS, ac, "Active", "True", "Active", "ready")
