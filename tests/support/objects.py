@@ -417,3 +417,17 @@ def workload(
     if status:
         wl["status"] = status
     return wl
+
+
+def admitted_by_check(name: str, namespace: str, podset: JSON, check: JSON, **metadata: Any) -> JSON:
+    """A Workload of one podset with quota reserved by ClusterQueue "cq" and the admission
+    check's entry `check` (`check_state`): what our check admitted, as the caches hold it."""
+    return workload(
+        name,
+        namespace,
+        podset,
+        reserved_by="cq",
+        conditions=[condition("QuotaReserved")],
+        checks=[check],
+        **metadata,
+    )

@@ -18,13 +18,11 @@ LAYER = "topology.k8s.aws/network-node-layer-3"
 
 
 def _admitted(name: str, count: int, domain: dict[str, str], rv: int) -> dict:
-    return objects.workload(
+    return objects.admitted_by_check(
         name,
         "ns",
         objects.podset(count),
-        reserved_by="cq",
-        conditions=[objects.condition("QuotaReserved")],
-        checks=[objects.check_state("gang", "Ready", pinned=domain)],
+        objects.check_state("gang", "Ready", pinned=domain),
         resourceVersion=str(rv),
     )
 

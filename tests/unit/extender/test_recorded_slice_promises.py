@@ -39,14 +39,9 @@ def _wide(recorded: str | None, asked: dict[str, str] = SLICES) -> dict:
     `recorded`."""
     annotations = {SLICE_DOMAINS_ANNOTATION: recorded} if recorded else {}
     update = {"name": "main", "nodeSelector": {LAYER: "l1"}, "annotations": annotations}
-    return objects.workload(
-        "wide",
-        "ns",
-        objects.podset(4, annotations=asked),
-        reserved_by="cq",
-        conditions=[objects.condition("QuotaReserved")],
-        checks=[objects.check_state("gang", "Ready", podSetUpdates=[update])],
-        resourceVersion="1",
+    check = objects.check_state("gang", "Ready", podSetUpdates=[update])
+    return objects.admitted_by_check(
+        "wide", "ns", objects.podset(4, annotations=asked), check, resourceVersion="1"
     )
 
 
@@ -160,15 +155,8 @@ def test_a_gang_announced_but_not_seen_on_the_watch_waits_for_what_the_check_saw
     had not counted it (`test_node_failures`, once in CI, beside the samples' gangs leaving).
     It waits for its own write on the watch, which comes after everything the check saw."""
     asked, record = {REQUIRED_TOPOLOGY_ANNOTATION: LAYER}, "us-3*2,us-2*2"
-    leaving = objects.workload(
-        "leaving",
-        "ns",
-        objects.podset(2),
-        reserved_by="cq",
-        conditions=[objects.condition("QuotaReserved")],
-        checks=[objects.check_state("gang", "Ready", pinned={ULTRASERVER_LABEL: "us-3"})],
-        resourceVersion="1",
-    )
+    pinned = objects.check_state("gang", "Ready", pinned={ULTRASERVER_LABEL: "us-3"})
+    leaving = objects.admitted_by_check("leaving", "ns", objects.podset(2), pinned, resourceVersion="1")
     written = _wide(record, asked)
     decided_on = {**written, "metadata": {**written["metadata"], "resourceVersion": "7"}}
     decided_on["status"] = {**written["status"], "admissionChecks": [objects.check_state("gang", "Pending")]}

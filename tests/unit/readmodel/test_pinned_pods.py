@@ -23,15 +23,9 @@ def _model(recorded: str | None = None):  # type: ignore[no-untyped-def]
     update = {"name": "main", "nodeSelector": {LAYER: "l1"}}
     if recorded:
         update["annotations"] = {SLICE_DOMAINS_ANNOTATION: recorded}
-    wl = objects.workload(
-        "wide",
-        "ns",
-        objects.podset(4, annotations={REQUIRED_TOPOLOGY_ANNOTATION: LAYER}),
-        reserved_by="cq",
-        conditions=[objects.condition("QuotaReserved")],
-        checks=[objects.check_state("gang", "Ready", podSetUpdates=[update])],
-        resourceVersion="1",
-    )
+    podset = objects.podset(4, annotations={REQUIRED_TOPOLOGY_ANNOTATION: LAYER})
+    check = objects.check_state("gang", "Ready", podSetUpdates=[update])
+    wl = objects.admitted_by_check("wide", "ns", podset, check, resourceVersion="1")
     checks, policies = [objects.admission_check("gang", policy="p")], [objects.gang_policy("p")]
     caches, model = model_of(workloads=[wl], checks=checks, policies=policies)
     for us in ("us-1", "us-2", "us-3"):

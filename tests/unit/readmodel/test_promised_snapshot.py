@@ -19,16 +19,8 @@ def _pod(i: int, node: str | None = None):  # type: ignore[no-untyped-def]
 
 
 def test_pods_bound_while_a_reader_builds_its_snapshot_are_counted_as_placed_or_as_promised() -> None:
-    update = {"name": "main", "nodeSelector": {ULTRASERVER_LABEL: "us-1"}}
-    wl = objects.workload(
-        "g",
-        "ns",
-        objects.podset(4),
-        reserved_by="cq",
-        conditions=[objects.condition("QuotaReserved")],
-        checks=[objects.check_state("gang", "Ready", podSetUpdates=[update])],
-        resourceVersion="1",
-    )
+    pinned = objects.check_state("gang", "Ready", pinned={ULTRASERVER_LABEL: "us-1"})
+    wl = objects.admitted_by_check("g", "ns", objects.podset(4), pinned, resourceVersion="1")
     checks, policies = [objects.admission_check("gang", policy="p")], [objects.gang_policy("p")]
     caches, model = model_of(workloads=[wl], checks=checks, policies=policies)
     for us in ("us-1", "us-2"):
